@@ -1,0 +1,34 @@
+# `make demo` and `make test` set up everything they need; both are quick once set up.
+PY        := .venv/bin/python
+VENV      := .venv/.installed
+JAR       := java/target/pyd4j-java.jar
+JAVA_SRC  := $(shell find java/src -type f 2>/dev/null)
+MVN       := mvn -q -B
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV) $(JAR)
+
+$(VENV): pyproject.toml constraints.txt
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -c constraints.txt -e ".[dev]"
+	touch $@
+
+# The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
+$(JAR): $(VENV) pom.xml java/pom.xml $(JAVA_SRC)
+	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
+	touch $@
+
+demo: setup
+	.venv/bin/pyd4j doctor
+	$(PY) examples/quickstart.py
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) benchmarks/interop.py
+
+clean:
+	rm -rf .venv java/target

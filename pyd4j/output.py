@@ -1,0 +1,38 @@
+"""One way to print results: a rich table for people, one JSON document for `--json`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+
+def emit_json(document: Any) -> None:
+    """Print one JSON document on stdout (what `--json` promises)."""
+    json.dump(document, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Print a table for people."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    Console().print(table)
+
+
+def human_bytes(n: float | int | None) -> str:
+    """1536 -> '1.5 KiB'."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
