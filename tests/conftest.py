@@ -18,3 +18,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+# The options of the one in-process JVM every `jvm` test shares. Tests that need other options
+# start a child process (see tests/jvm/test_start.py).
+SESSION_JVM_OPTIONS = dict(heap_max="2g", javacpp_maxbytes="6g")
+
+
+@pytest.fixture(scope="session")
+def jvm():
+    """The session's in-process JVM with real ND4J (built by `make setup`)."""
+    import pyd4j.jvm
+
+    return pyd4j.jvm.start(**SESSION_JVM_OPTIONS)

@@ -1,0 +1,88 @@
+"""The in-process JVM (JPype): started once per Python process, with fixed options.
+
+A JVM cannot be restarted or re-configured, so `start()` with the same options is a no-op and
+with other options raises JvmRestartError naming both sets. Use spawn, not fork, for child
+processes once the JVM is up.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+from pyd4j.jvm.classpath import classpath
+from pyd4j.jvm.java import JavaInstall, find_java
+from pyd4j.jvm.options import JvmOptions, check_with_java
+
+
+class JvmRestartError(RuntimeError):
+    """start() asked for options other than those of the JVM already running in this process."""
+
+
+@dataclass(frozen=True)
+class JvmInfo:
+    java: JavaInstall
+    options: JvmOptions
+    classpath: tuple[str, ...]
+    pid: int
+
+
+_lock = threading.Lock()
+_info: JvmInfo | None = None
+
+
+def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
+    """Start the in-process JVM with ND4J on the classpath, or return the one running.
+
+    `start(heap_max="4g", javacpp_maxbytes="8g")` or `start(JvmOptions.of(...))`; see JvmOptions.
+    Called with no options after a start, it returns the running JVM whatever its options.
+    """
+    global _info
+    if options is not None and option_values:
+        raise TypeError("pass either a JvmOptions or keyword options, not both")
+    asked_anything = options is not None or bool(option_values)
+    wanted = options if options is not None else JvmOptions.of(**option_values)
+    with _lock:
+        if _info is not None:
+            if asked_anything and wanted != _info.options:
+                raise JvmRestartError(
+                    "the JVM in this process is already running with options "
+                    f"{_info.options.args() or '(defaults)'}, and a JVM cannot restart; "
+                    f"asked for {wanted.args() or '(defaults)'}. Start the JVM once with the options "
+                    "you need, or run the work in a child process (pyd4j.jvm.gateway)"
+                )
+            return _info
+        import jpype  # noqa: PLC0415  (keep `import pyd4j` light)
+
+        if jpype.isJVMStarted():
+            raise JvmRestartError(
+                "a JVM was already started in this process by other code (jpype.startJVM); "
+                "let pyd4j.jvm.start() start it, so its options and classpath are known"
+            )
+        java = find_java()
+        cp = classpath()
+        args = wanted.args()
+        check_with_java(str(java.java), args)
+        jpype.startJVM(str(java.libjvm), *args, classpath=cp, convertStrings=False, ignoreUnrecognized=False)
+        import jpype.imports  # noqa: F401,PLC0415  (enables `from org.nd4j... import ...`)
+
+        _info = JvmInfo(java=java, options=wanted, classpath=tuple(cp), pid=os.getpid())
+        return _info
+
+
+def is_started() -> bool:
+    """Whether pyd4j's in-process JVM is running."""
+    return _info is not None
+
+
+def info() -> JvmInfo:
+    """The running JVM; starts one with default options if none runs yet."""
+    return _info if _info is not None else start()
+
+
+def java_command(options: JvmOptions, main_class: str, args: list[str] | None = None,
+                 extra_classpath: list[str] | None = None, jvm_args: list[str] | None = None) -> list[str]:
+    """The command line for a child JVM on pyd4j's classpath (gateway, profiled jobs, benchmarks)."""
+    cp = os.pathsep.join([*(extra_classpath or []), *classpath()])
+    return [str(find_java().java), *options.args(), *(jvm_args or []), "-cp", cp, main_class, *(args or [])]

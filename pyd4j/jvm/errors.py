@@ -1,0 +1,146 @@
+"""Java exceptions become Python exceptions: one table, most specific Java class first.
+
+Each translated exception keeps the Java class name and the Java stack trace, and is raised
+`from None` so the Python traceback stays readable (as pyspark does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator
+
+
+class JavaError(Exception):
+    """A Java exception seen from Python. `java_class` and `java_stacktrace` keep the Java side."""
+
+    def __init__(self, message: str, java_class: str = "", java_stacktrace: str = "") -> None:
+        super().__init__(message)
+        self.java_class = java_class
+        self.java_stacktrace = java_stacktrace
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{self.java_class}: {base}" if self.java_class else base
+
+
+class JavaOutOfMemoryError(JavaError, MemoryError):
+    """java.lang.OutOfMemoryError from the Java heap (raise -Xmx)."""
+
+
+class JavaCppOutOfMemoryError(JavaOutOfMemoryError):
+    """ND4J off-heap memory refused by JavaCPP's maxbytes / maxphysicalbytes limits."""
+
+    @property
+    def limit_property(self) -> str:
+        """The system property to raise."""
+        if "maxPhysicalBytes" in str(self) or "Physical memory usage is too high" in str(self):
+            return "org.bytedeco.javacpp.maxphysicalbytes"
+        return "org.bytedeco.javacpp.maxbytes"
+
+
+class DirectBufferOutOfMemoryError(JavaOutOfMemoryError):
+    """NIO direct buffer memory exhausted (raise -XX:MaxDirectMemorySize)."""
+
+
+class JavaIllegalArgumentError(JavaError, ValueError):
+    """java.lang.IllegalArgumentException."""
+
+
+class JavaIllegalStateError(JavaError, RuntimeError):
+    """java.lang.IllegalStateException (ND4J's ND4JIllegalStateException among them)."""
+
+
+class JavaIndexError(JavaError, IndexError):
+    """java.lang.IndexOutOfBoundsException and its kin."""
+
+
+class JavaUnsupportedOperationError(JavaError, NotImplementedError):
+    """java.lang.UnsupportedOperationException."""
+
+
+class JavaNullPointerError(JavaError, ValueError):
+    """java.lang.NullPointerException: usually a missing argument."""
+
+
+class JavaIOError(JavaError, OSError):
+    """java.io.IOException."""
+
+
+# Java class (or any superclass of the thrown one) -> Python class. The walk goes up the Java
+# hierarchy of the thrown exception and stops at the first class found here, so the most
+# specific match wins.
+EXCEPTION_TABLE: dict[str, type[JavaError]] = {
+    "java.lang.OutOfMemoryError": JavaOutOfMemoryError,
+    "org.nd4j.linalg.exception.ND4JIllegalArgumentException": JavaIllegalArgumentError,
+    "org.nd4j.linalg.exception.ND4JIllegalStateException": JavaIllegalStateError,
+    "java.lang.IllegalArgumentException": JavaIllegalArgumentError,
+    "java.lang.IllegalStateException": JavaIllegalStateError,
+    "java.lang.IndexOutOfBoundsException": JavaIndexError,
+    "java.lang.UnsupportedOperationException": JavaUnsupportedOperationError,
+    "java.lang.NullPointerException": JavaNullPointerError,
+    "java.io.IOException": JavaIOError,
+}
+
+# Messages that tell one OutOfMemoryError from another (JavaCPP's Pointer.deallocator and NIO Bits).
+_JAVACPP_OOM = re.compile(r"maxBytes|maxPhysicalBytes|Physical memory usage is too high|Cannot allocate new \w*Pointer")
+_DIRECT_OOM = re.compile(r"Direct buffer memory|Cannot reserve .* direct buffer memory")
+
+
+def python_class_for(java_classes: list[str], message: str) -> type[JavaError]:
+    """Pick the Python class for a Java exception given its class chain (thrown class first)."""
+    for name in java_classes:
+        cls = EXCEPTION_TABLE.get(name)
+        if cls is None:
+            continue
+        if cls is JavaOutOfMemoryError:
+            if _JAVACPP_OOM.search(message):
+                return JavaCppOutOfMemoryError
+            if _DIRECT_OOM.search(message):
+                return DirectBufferOutOfMemoryError
+        return cls
+    return JavaError
+
+
+def _stacktrace(throwable) -> str:
+    import jpype  # noqa: PLC0415  (needs a started JVM)
+
+    writer = jpype.JClass("java.io.StringWriter")()
+    throwable.printStackTrace(jpype.JClass("java.io.PrintWriter")(writer))
+    return str(writer.toString())
+
+
+def _class_chain(throwable) -> list[str]:
+    chain = []
+    cls = throwable.getClass()
+    while cls is not None:
+        chain.append(str(cls.getName()))
+        cls = cls.getSuperclass()
+    return chain
+
+
+def translate(throwable) -> JavaError:
+    """A Python exception for a Java Throwable (JPype JException). Looks through wrapping
+    RuntimeExceptions to an OutOfMemoryError cause, since ND4J often wraps allocation failures."""
+    root = throwable
+    candidate = throwable
+    while candidate is not None:
+        if "java.lang.OutOfMemoryError" in _class_chain(candidate):
+            root = candidate
+            break
+        candidate = candidate.getCause()
+    message = str(root.getMessage()) if root.getMessage() is not None else ""
+    chain = _class_chain(root)
+    cls = python_class_for(chain, message)
+    return cls(message, java_class=chain[0], java_stacktrace=_stacktrace(throwable))
+
+
+@contextlib.contextmanager
+def java_errors() -> Iterator[None]:
+    """Run Java calls; a Java exception leaves as the matching Python exception."""
+    import jpype  # noqa: PLC0415
+
+    try:
+        yield
+    except jpype.JException as exc:
+        raise translate(exc) from None
