@@ -1,0 +1,114 @@
+"""Schedule records: what a plan tells an executor to do, one record at a time.
+
+A plan is a flat list of `Step` records replayed in order by the simulator
+(`pyd4j.sched.simulator`) and by executors (`pyd4j.agent.executor`). Memory is accounted in
+*program order*: a tensor occupies `aligned(nbytes)` device bytes from its ALLOC record to its
+FREE record, and a compute step's convolution workspace occupies `aligned(ws)` bytes during that
+step only. Executors use the same rule (`aligned`), which is why an executor's measured peak can
+equal the simulator's peak exactly.
+
+Tensor ids are derived from layer ids (see `tid`): each layer `i` owns its output Y, the gradient
+of its output dY, and, when it has parameters, W (parameters), dW (their gradient) and M
+(SGD-momentum state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+ALIGNMENT = 256
+"""Every device allocation is rounded up to this many bytes (cudaMalloc's granularity).
+Executors' arenas apply the same rule, so accounted bytes agree exactly."""
+
+
+def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
+    """Bytes an allocation of `nbytes` occupies on the device (0 stays 0)."""
+    return -(-int(nbytes) // alignment) * alignment
+
+
+class Op(IntEnum):
+    """What a record does. Compute records name a layer, memory records name a tensor."""
+
+    ALLOC = 0
+    FREE = 1
+    OFFLOAD = 2  # async device -> host copy; the device buffer stays until FREE
+    PREFETCH = 3  # async host -> device copy into an ALLOCated buffer
+    FORWARD = 4
+    BACKWARD = 5  # gradient of the layer's inputs and parameters, then the SGD-momentum update
+    RECOMPUTE = 6  # forward again during the backward pass, to rebuild a dropped output
+
+
+COMPUTE_OPS = (Op.FORWARD, Op.BACKWARD, Op.RECOMPUTE)
+
+
+class Kind(IntEnum):
+    """The five tensors a layer may own; `tid(layer, kind)` gives the tensor id."""
+
+    Y = 0
+    DY = 1
+    W = 2
+    DW = 3
+    M = 4
+
+
+N_KINDS = 5
+
+
+def tid(layer: int, kind: Kind | int) -> int:
+    """Tensor id of `kind` owned by `layer`."""
+    return layer * N_KINDS + int(kind)
+
+
+def tensor_layer(t: int) -> int:
+    """Layer that owns tensor `t`."""
+    return t // N_KINDS
+
+
+def tensor_kind(t: int) -> Kind:
+    """Which of the layer's tensors `t` is."""
+    return Kind(t % N_KINDS)
+
+
+class Step(NamedTuple):
+    """One record. `arg` is a tensor id for memory ops and a layer id for compute ops;
+    `ws` is the convolution workspace (bytes) and `algo` the index of the convolution algorithm
+    in the cost model's table, both meaningful for compute records of CONV layers only."""
+
+    op: Op
+    arg: int
+    ws: int = 0
+    algo: int = 0
+
+
+@dataclass
+class Plan:
+    """A policy's output: the records plus what is needed to replay them.
+
+    `nbytes[t]` is the unaligned size of tensor `t` (0 for tensors a layer does not own).
+    `resident` are tensors allocated for the whole run (parameters, gradients, optimizer state):
+    they are ALLOCated by the first records of the plan and never freed.
+    """
+
+    graph: Any  # pyd4j.sched.graph.Graph (not imported: keeps this module dependency-free)
+    policy: str
+    steps: list[Step]
+    nbytes: list[int]
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self, step: Step) -> str:
+        """Human-readable form of a record, for errors and dumps."""
+        if step.op in COMPUTE_OPS:
+            layer = self.graph.layers[step.arg]
+            extra = f" ws={step.ws} algo={step.algo}" if step.ws or step.algo else ""
+            return f"{step.op.name} {layer.name}{extra}"
+        return f"{step.op.name} {self.tensor_name(step.arg)}"
+
+    def tensor_name(self, t: int) -> str:
+        """'conv1:Y' style name of a tensor."""
+        return f"{self.graph.layers[tensor_layer(t)].name}:{tensor_kind(t).name}"
+
+    def count(self, op: Op) -> int:
+        """Number of records of one kind."""
+        return sum(1 for s in self.steps if s.op == op)
