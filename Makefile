@@ -4,10 +4,13 @@ VENV      := .venv/.installed
 JAR       := java/target/pyd4j-java.jar
 JAVA_SRC  := $(shell find java/src examples/src -type f 2>/dev/null)
 MVN       := mvn -q -B
+# Side-agent library: CUDA build where nvcc is found, host-only build elsewhere (same C ABI).
+NATIVE_LIB := native/build/libpyd4j_agent.so
+NATIVE_SRC := $(shell find native/include native/src native/tests native/CMakeLists.txt -type f 2>/dev/null)
 
 .PHONY: setup demo test bench clean
 
-setup: $(VENV) $(JAR)
+setup: $(VENV) $(JAR) $(NATIVE_LIB)
 
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
@@ -18,6 +21,11 @@ $(VENV): pyproject.toml constraints.txt
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
 $(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml $(JAVA_SRC)
 	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
+	touch $@
+
+$(NATIVE_LIB): $(NATIVE_SRC)
+	cmake -S native -B native/build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build native/build -j
 	touch $@
 
 demo: setup
@@ -31,4 +39,4 @@ bench: setup
 	$(PY) benchmarks/interop.py
 
 clean:
-	rm -rf .venv java/target
+	rm -rf .venv java/target native/build
