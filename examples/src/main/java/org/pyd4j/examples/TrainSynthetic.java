@@ -1,0 +1,350 @@
+package org.pyd4j.examples;
+
+import java.io.IOException;
+import java.lang.management.ManagementFactory;
+import java.lang.management.MemoryMXBean;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.bytedeco.javacpp.Pointer;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.inputs.InputType;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.dataset.MultiDataSet;
+import org.nd4j.linalg.dataset.api.DataSetPreProcessor;
+import org.nd4j.linalg.dataset.api.MultiDataSetPreProcessor;
+import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
+import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
+import org.nd4j.linalg.factory.Nd4j;
+import org.nd4j.shade.jackson.databind.JsonNode;
+import org.nd4j.shade.jackson.databind.ObjectMapper;
+
+/**
+ * Trains a DL4J network from its JSON configuration on random data of the right shapes for a
+ * fixed number of iterations, sampling memory peaks, and prints one JSON line of results.
+ *
+ * <p>Usage: {@code TrainSynthetic <config.json> <batch> <iterations>}. The input types come from
+ * the sidecar {@code <config>.input.json} written by {@link Networks}. Data go through DL4J's own
+ * {@code fit(iterator)}, so DL4J wraps the iterator in its AsyncDataSetIterator (queue 2), as a
+ * real job's would be. Exit 0 on success; on any Throwable the JSON says which, and exit is 3.
+ */
+public final class TrainSynthetic {
+
+    private TrainSynthetic() {
+    }
+
+    static InputType inputType(JsonNode n) {
+        String type = n.get("type").asText();
+        switch (type) {
+            case "feedForward":
+                return InputType.feedForward(n.get("size").asLong());
+            case "convolutional":
+                return InputType.convolutional(n.get("height").asLong(), n.get("width").asLong(), n.get("channels").asLong());
+            case "convolutionalFlat":
+                return InputType.convolutionalFlat(n.get("height").asLong(), n.get("width").asLong(), n.get("channels").asLong());
+            case "recurrent":
+                return InputType.recurrent(n.get("size").asLong(), n.get("timeSeriesLength").asLong());
+            default:
+                throw new IllegalArgumentException("unknown input type '" + type + "'");
+        }
+    }
+
+    /** Shape of one minibatch of features or labels for an activation type. */
+    static long[] shape(InputType t, int batch) {
+        long[] s = t.getShape(false);
+        if (t.getType() == InputType.Type.RNN) {
+            InputType.InputTypeRecurrent r = (InputType.InputTypeRecurrent) t;
+            return new long[] {batch, r.getSize(), r.getTimeSeriesLength()};
+        }
+        long[] out = new long[s.length + 1];
+        out[0] = batch;
+        System.arraycopy(s, 0, out, 1, s.length);
+        return out;
+    }
+
+    /** Peak sampler: JavaCPP totalBytes (ND4J off-heap), physicalBytes (RSS), heap used. */
+    static final class Sampler extends Thread {
+        final AtomicLong maxTotal = new AtomicLong();
+        final AtomicLong maxPhysical = new AtomicLong();
+        final AtomicLong maxHeap = new AtomicLong();
+        volatile boolean running = true;
+        final MemoryMXBean mx = ManagementFactory.getMemoryMXBean();
+
+        Sampler() {
+            setDaemon(true);
+            setName("pyd4j-peak-sampler");
+        }
+
+        void sample() {
+            maxTotal.accumulateAndGet(Pointer.totalBytes(), Math::max);
+            maxPhysical.accumulateAndGet(Pointer.physicalBytes(), Math::max);
+            maxHeap.accumulateAndGet(mx.getHeapMemoryUsage().getUsed(), Math::max);
+        }
+
+        @Override
+        public void run() {
+            while (running) {
+                sample();
+                try {
+                    Thread.sleep(2);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        }
+    }
+
+    static long procStatusKb(String key) {
+        try {
+            for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+                if (line.startsWith(key + ":")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", "")) * 1024L;
+                }
+            }
+        } catch (IOException | NumberFormatException e) {
+            return -1;
+        }
+        return -1;
+    }
+
+    static String esc(String s) {
+        return s == null ? "" : s.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", " ").replace("\r", " ").replace("\t", " ");
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 3) {
+            System.err.println("usage: TrainSynthetic <config.json> <batch> <iterations>");
+            System.exit(2);
+        }
+        Path config = Paths.get(args[0]);
+        int batch = Integer.parseInt(args[1]);
+        int iterations = Integer.parseInt(args[2]);
+        String json = new String(Files.readAllBytes(config), StandardCharsets.UTF_8);
+        Path sidecarPath = Paths.get(config.toString().replaceAll("\\.json$", "") + ".input.json");
+        JsonNode sidecar = new ObjectMapper().readTree(Files.readAllBytes(sidecarPath));
+        List<InputType> inputs = new ArrayList<>();
+        for (JsonNode n : sidecar.get("inputs")) {
+            inputs.add(inputType(n));
+        }
+
+        Sampler sampler = new Sampler();
+        Nd4j.create(DataType.FLOAT, 1).addi(1);  // backend loaded: the baseline includes ND4J's own start-up memory
+        long baseTotal = Pointer.totalBytes();
+        long basePhysical = Pointer.physicalBytes();
+        long baseHeap = sampler.mx.getHeapMemoryUsage().getUsed();
+        sampler.start();
+        long t0 = System.nanoTime();
+        String status = "ok";
+        String error = "";
+        String errorClass = "";
+        try {
+            if (json.contains("\"vertices\"")) {
+                ComputationGraphConfiguration conf = ComputationGraphConfiguration.fromJson(json);
+                InputType[] in = inputs.toArray(new InputType[0]);
+                Map<String, InputType> types = conf.getLayerActivationTypes(in);
+                List<String> outs = conf.getNetworkOutputs();
+                ComputationGraph net = new ComputationGraph(conf);
+                net.init();
+                long[][] fShapes = new long[in.length][];
+                for (int i = 0; i < in.length; i++) {
+                    fShapes[i] = shape(in[i], batch);
+                }
+                long[][] lShapes = new long[outs.size()][];
+                for (int i = 0; i < outs.size(); i++) {
+                    lShapes[i] = shape(types.get(outs.get(i)), batch);
+                }
+                net.fit(new RandomMultiIterator(fShapes, lShapes, iterations, batch));
+            } else {
+                MultiLayerConfiguration conf = MultiLayerConfiguration.fromJson(json);
+                List<InputType> types = conf.getLayerActivationTypes(inputs.get(0));
+                MultiLayerNetwork net = new MultiLayerNetwork(conf);
+                net.init();
+                net.fit(new RandomIterator(shape(inputs.get(0), batch), shape(types.get(types.size() - 1), batch), iterations, batch));
+            }
+        } catch (Throwable t) {
+            status = "failed";
+            Throwable root = t;
+            while (root.getCause() != null && !(root instanceof OutOfMemoryError)) {
+                root = root.getCause();
+            }
+            errorClass = root.getClass().getName();
+            error = root.getMessage();
+        }
+        long seconds = System.nanoTime() - t0;
+        sampler.running = false;
+        sampler.join();
+        sampler.sample();
+        System.out.println("{\"status\": \"" + status + "\", \"error_class\": \"" + errorClass + "\", \"error\": \"" + esc(error)
+                + "\", \"batch\": " + batch + ", \"iterations\": " + iterations
+                + ", \"seconds\": " + (seconds / 1e9)
+                + ", \"baseline_javacpp_total_bytes\": " + baseTotal
+                + ", \"baseline_physical_bytes\": " + basePhysical
+                + ", \"baseline_heap_used_bytes\": " + baseHeap
+                + ", \"peak_javacpp_total_bytes\": " + sampler.maxTotal.get()
+                + ", \"peak_physical_bytes\": " + sampler.maxPhysical.get()
+                + ", \"peak_heap_used_bytes\": " + sampler.maxHeap.get()
+                + ", \"peak_rss_bytes\": " + procStatusKb("VmHWM")
+                + ", \"max_bytes\": " + Pointer.maxBytes()
+                + ", \"max_physical_bytes\": " + Pointer.maxPhysicalBytes()
+                + ", \"heap_max_bytes\": " + Runtime.getRuntime().maxMemory() + "}");
+        System.out.flush();
+        System.exit("ok".equals(status) ? 0 : 3);
+    }
+
+    /** Random minibatches, made fresh per call like a real loader's. */
+    static final class RandomIterator implements DataSetIterator {
+        final long[] fShape;
+        final long[] lShape;
+        final int total;
+        final int batch;
+        int served;
+        DataSetPreProcessor pre;
+
+        RandomIterator(long[] fShape, long[] lShape, int total, int batch) {
+            this.fShape = fShape;
+            this.lShape = lShape;
+            this.total = total;
+            this.batch = batch;
+        }
+
+        @Override
+        public DataSet next(int num) {
+            return next();
+        }
+
+        @Override
+        public DataSet next() {
+            served++;
+            INDArray f = Nd4j.rand(DataType.FLOAT, fShape);
+            INDArray l = Nd4j.rand(DataType.FLOAT, lShape);
+            return new DataSet(f, l);
+        }
+
+        @Override
+        public boolean hasNext() {
+            return served < total;
+        }
+
+        @Override
+        public int inputColumns() {
+            return (int) fShape[1];
+        }
+
+        @Override
+        public int totalOutcomes() {
+            return (int) lShape[1];
+        }
+
+        @Override
+        public boolean resetSupported() {
+            return true;
+        }
+
+        @Override
+        public boolean asyncSupported() {
+            return true;
+        }
+
+        @Override
+        public void reset() {
+            served = 0;
+        }
+
+        @Override
+        public int batch() {
+            return batch;
+        }
+
+        @Override
+        public void setPreProcessor(DataSetPreProcessor p) {
+            pre = p;
+        }
+
+        @Override
+        public DataSetPreProcessor getPreProcessor() {
+            return pre;
+        }
+
+        @Override
+        public List<String> getLabels() {
+            return null;
+        }
+    }
+
+    /** Random MultiDataSets for a ComputationGraph. */
+    static final class RandomMultiIterator implements MultiDataSetIterator {
+        final long[][] fShapes;
+        final long[][] lShapes;
+        final int total;
+        final int batch;
+        int served;
+        MultiDataSetPreProcessor pre;
+
+        RandomMultiIterator(long[][] fShapes, long[][] lShapes, int total, int batch) {
+            this.fShapes = fShapes;
+            this.lShapes = lShapes;
+            this.total = total;
+            this.batch = batch;
+        }
+
+        @Override
+        public MultiDataSet next(int num) {
+            return next();
+        }
+
+        @Override
+        public MultiDataSet next() {
+            served++;
+            INDArray[] f = new INDArray[fShapes.length];
+            for (int i = 0; i < f.length; i++) {
+                f[i] = Nd4j.rand(DataType.FLOAT, fShapes[i]);
+            }
+            INDArray[] l = new INDArray[lShapes.length];
+            for (int i = 0; i < l.length; i++) {
+                l[i] = Nd4j.rand(DataType.FLOAT, lShapes[i]);
+            }
+            return new MultiDataSet(f, l);
+        }
+
+        @Override
+        public boolean hasNext() {
+            return served < total;
+        }
+
+        @Override
+        public boolean resetSupported() {
+            return true;
+        }
+
+        @Override
+        public boolean asyncSupported() {
+            return true;
+        }
+
+        @Override
+        public void reset() {
+            served = 0;
+        }
+
+        @Override
+        public void setPreProcessor(MultiDataSetPreProcessor p) {
+            pre = p;
+        }
+
+        @Override
+        public MultiDataSetPreProcessor getPreProcessor() {
+            return pre;
+        }
+    }
+}
