@@ -29,8 +29,13 @@
  *
  * Buffer states (pyd4j_agent_buffer_info_t.state)
  *   RESIDENT   device copy valid (after alloc, or after a prefetch has been issued)
- *   HOST       device copy released (offload issued with release=1); contents live in the
- *              host slot. Prefetch brings it back.
+ *   HOST       no device block (offload with release=1, or release_device after an offload);
+ *              the contents live in the host slot. Prefetch brings them back.
+ *   RESERVED   a device block is allocated again (reserve_device) but not yet filled; prefetch
+ *              fills it. This lets an executor account the device block at the point its plan
+ *              allocates it, and start the copy later.
+ *   The device block and the host slot have independent lifetimes: release_device drops the
+ *   first, drop_host the second, free both.
  *   A buffer registered with pyd4j_agent_register_external (an ND4J workspace, a CuPy array)
  *   keeps its own address: "release" leaves the memory with its owner and prefetch copies the
  *   contents back to the same address.
@@ -57,7 +62,7 @@ extern "C" {
 #define PYD4J_AGENT_API __attribute__((visibility("default")))
 #endif
 
-#define PYD4J_AGENT_ABI_VERSION 1
+#define PYD4J_AGENT_ABI_VERSION 2
 #define PYD4J_AGENT_ALIGNMENT 256
 
 typedef enum {
@@ -74,7 +79,8 @@ typedef enum {
 
 typedef enum {
   PYD4J_AGENT_RESIDENT = 0,
-  PYD4J_AGENT_HOST = 1
+  PYD4J_AGENT_HOST = 1,
+  PYD4J_AGENT_RESERVED = 2
 } pyd4j_agent_state;
 
 typedef enum {
@@ -123,6 +129,10 @@ typedef struct {
   double overlap_seconds;        /* measure of (union of copy intervals) ∩ (union of compute
                                     intervals): the time copies ran while compute ran */
   double wait_seconds;           /* host time spent blocked in wait/synchronize */
+  uint64_t device_high_water;    /* highest arena offset ever in use (end of the highest block):
+                                    the arena size this run really needed, fragmentation
+                                    included; >= device_peak */
+  uint64_t device_limit;         /* see pyd4j_agent_set_device_limit */
 } pyd4j_agent_stats_t;
 
 /* --- build and errors ------------------------------------------------------------------- */
@@ -156,7 +166,18 @@ PYD4J_AGENT_API int pyd4j_agent_register_external(pyd4j_agent* agent, void* ptr,
  * release=1 gives the device block back to the arena at once (stream-ordered) and moves the
  * buffer to HOST. Offloading a HOST buffer is PYD4J_AGENT_ERR_BAD_STATE. */
 PYD4J_AGENT_API int pyd4j_agent_offload(pyd4j_agent* agent, uint64_t id, int release);
-/* Allocates a device block for a HOST buffer (external buffers reuse their address) and starts
+/* Gives the device block back to the arena (stream-ordered: pending copies keep it until they
+ * finish) and moves the buffer to HOST. The host slot must hold the contents (an offload was
+ * issued), otherwise PYD4J_AGENT_ERR_BAD_STATE: use pyd4j_agent_free to drop data for good. */
+PYD4J_AGENT_API int pyd4j_agent_release_device(pyd4j_agent* agent, uint64_t id);
+/* Allocates the device block of a HOST buffer without copying (state RESERVED); the prefetch
+ * stream is ordered after the copies still using that memory. */
+PYD4J_AGENT_API int pyd4j_agent_reserve_device(pyd4j_agent* agent, uint64_t id);
+/* Releases the host slot (stream-ordered). A RESIDENT buffer keeps its device copy; a HOST
+ * buffer has nothing left and is freed (its id becomes invalid); a RESERVED buffer is
+ * PYD4J_AGENT_ERR_BAD_STATE (prefetch it first, or free it). */
+PYD4J_AGENT_API int pyd4j_agent_drop_host(pyd4j_agent* agent, uint64_t id);
+/* Allocates a device block for a HOST buffer (or uses the RESERVED one; external buffers reuse their address) and starts (external buffers reuse their address) and starts
  * the host->device copy on the prefetch stream. The buffer is RESIDENT at once; call
  * pyd4j_agent_acquire (no host block) or pyd4j_agent_wait (host block) before the compute
  * stream reads it. */
@@ -181,6 +202,11 @@ PYD4J_AGENT_API int pyd4j_agent_stream_handle(pyd4j_agent* agent, int stream, vo
 PYD4J_AGENT_API int pyd4j_agent_mark_compute(pyd4j_agent* agent, int begin);
 /* Fills *out; waits for the copies issued so far so that their timings are known. */
 PYD4J_AGENT_API int pyd4j_agent_get_stats(pyd4j_agent* agent, pyd4j_agent_stats_t* out);
+/* Caps the bytes in use in the device arena (aligned sizes) below its capacity: an allocation
+ * that would exceed the limit fails with PYD4J_AGENT_ERR_OUT_OF_DEVICE_MEMORY even if a block
+ * is free. Used to run a plan under a budget in an arena with room for fragmentation.
+ * 0 resets the limit to the capacity. */
+PYD4J_AGENT_API int pyd4j_agent_set_device_limit(pyd4j_agent* agent, uint64_t bytes);
 /* Sets device_peak/host_peak to the current in-use bytes. */
 PYD4J_AGENT_API int pyd4j_agent_reset_peak(pyd4j_agent* agent);
 /* Zeroes the byte counters, copy/compute timings and peaks (peaks become the in-use bytes). */

@@ -25,7 +25,7 @@ struct Buffer {
   uint64_t size = 0;
   bool external = false;
   void* ext_ptr = nullptr;
-  bool resident = true;
+  int state = PYD4J_AGENT_RESIDENT;
   bool has_dev = false;
   uint64_t dev_offset = 0;
   uint64_t dev_reserved = 0;
@@ -153,12 +153,17 @@ Allocation alloc_device(Agent* a, uint64_t size, uint64_t id_for_msg) {
   Allocation al;
   if (!a->dev->allocate(size, &al)) {
     const ArenaStats st = a->dev->stats();
+    const uint64_t need = Arena::align_up(size, a->dev->alignment());
+    const bool over_limit = st.in_use + need > st.limit;
     throw AgentError(
         PYD4J_AGENT_ERR_OUT_OF_DEVICE_MEMORY,
-        "device arena cannot fit " + fmt_bytes(Arena::align_up(size, a->dev->alignment())) +
+        "device arena cannot fit " + fmt_bytes(need) +
             (id_for_msg ? " for buffer " + std::to_string(id_for_msg) : std::string()) + ": " +
-            fmt_bytes(st.in_use) + " of " + fmt_bytes(st.capacity) +
-            " in use, largest free block " + fmt_bytes(st.largest_free) +
+            fmt_bytes(st.in_use) + " in use of " +
+            (over_limit && st.limit < st.capacity ? "a limit of " + fmt_bytes(st.limit)
+                                                   : fmt_bytes(st.capacity)) +
+            ", largest free block " + fmt_bytes(st.largest_free) +
+            (over_limit ? "" : " (fragmented)") +
             "; offload or free buffers first, or create the agent with a larger device arena");
   }
   return al;
@@ -215,6 +220,19 @@ EventPtr issue_copy(Agent* a, Stream* s, void* dst, const void* src, uint64_t n,
   a->pending_copies.push_back({start, end, offload});
   if (a->pending_copies.size() > 1024) resolve(a, false);
   return end;
+}
+
+// Stream-ordered release of the device block; the buffer keeps its host slot.
+void release_device(Agent* a, Buffer& b) {
+  if (!b.external && b.has_dev) {
+    EventList tags;
+    if (b.last_copy) tags.push_back(b.last_copy);
+    tags.push_back(a->rt->record(a->compute.get()));  // kernels still reading it
+    a->dev->release(b.dev_offset, std::move(tags));
+    b.has_dev = false;
+    b.dev_reserved = 0;
+  }
+  b.state = PYD4J_AGENT_HOST;
 }
 
 void blocking_wait(Agent* a, std::unique_lock<std::mutex>& lk, const EventPtr& e) {
@@ -342,10 +360,11 @@ int pyd4j_agent_offload(pyd4j_agent* a, uint64_t id, int release) {
     need(a != nullptr, "agent must not be NULL");
     std::lock_guard<std::mutex> lk(a->m);
     Buffer& b = lookup(a, id);
-    if (!b.resident)
+    if (b.state != PYD4J_AGENT_RESIDENT)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
-                       "buffer " + std::to_string(id) +
-                           " is already offloaded (state HOST); prefetch it before offloading again");
+                       "buffer " + std::to_string(id) + " has no device contents (state " +
+                           (b.state == PYD4J_AGENT_HOST ? "HOST" : "RESERVED") +
+                           "); prefetch it before offloading again");
     Stream* s = a->offload.get();
     if (!b.has_host) {
       Allocation al = alloc_host(a, b.size, id);
@@ -358,14 +377,64 @@ int pyd4j_agent_offload(pyd4j_agent* a, uint64_t id, int release) {
     b.last_copy = issue_copy(a, s, host_ptr(a, b), dev_ptr(a, b), b.size, true);
     a->bytes_offloaded += b.size;
     a->n_offloads += 1;
-    if (release) {
-      if (!b.external) {
-        a->dev->release(b.dev_offset, {b.last_copy});
-        b.has_dev = false;
-        b.dev_reserved = 0;
-      }
-      b.resident = false;
+    if (release) release_device(a, b);
+  });
+}
+
+int pyd4j_agent_release_device(pyd4j_agent* a, uint64_t id) {
+  return guarded([&] {
+    need(a != nullptr, "agent must not be NULL");
+    std::lock_guard<std::mutex> lk(a->m);
+    Buffer& b = lookup(a, id);
+    if (!b.has_host)
+      throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
+                       "buffer " + std::to_string(id) +
+                           " has no host copy: releasing its device block would lose its "
+                           "contents; offload it first, or free it");
+    if (b.state == PYD4J_AGENT_HOST)
+      throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
+                       "buffer " + std::to_string(id) + " has no device block (state HOST)");
+    release_device(a, b);
+  });
+}
+
+int pyd4j_agent_reserve_device(pyd4j_agent* a, uint64_t id) {
+  return guarded([&] {
+    need(a != nullptr, "agent must not be NULL");
+    std::lock_guard<std::mutex> lk(a->m);
+    Buffer& b = lookup(a, id);
+    if (b.state != PYD4J_AGENT_HOST)
+      throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
+                       "buffer " + std::to_string(id) +
+                           " already has a device block; only HOST buffers can reserve one");
+    if (!b.external) {
+      Allocation al = alloc_device(a, b.size, id);
+      wait_all(a, a->prefetch.get(), al.wait_for);  // the prefetch writes it first
+      b.has_dev = true;
+      b.dev_offset = al.offset;
+      b.dev_reserved = al.size;
     }
+    b.state = PYD4J_AGENT_RESERVED;
+  });
+}
+
+int pyd4j_agent_drop_host(pyd4j_agent* a, uint64_t id) {
+  return guarded([&] {
+    need(a != nullptr, "agent must not be NULL");
+    std::lock_guard<std::mutex> lk(a->m);
+    Buffer& b = lookup(a, id);
+    if (!b.has_host)
+      throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
+                       "buffer " + std::to_string(id) + " has no host copy to drop");
+    if (b.state == PYD4J_AGENT_RESERVED)
+      throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
+                       "buffer " + std::to_string(id) +
+                           " is RESERVED: its host copy is the only copy; prefetch it first, or free it");
+    EventList tags;
+    if (b.last_copy) tags.push_back(b.last_copy);
+    a->host->release(b.host_offset, tags);
+    b.has_host = false;
+    if (b.state == PYD4J_AGENT_HOST) a->buffers.erase(id);
   });
 }
 
@@ -374,12 +443,16 @@ int pyd4j_agent_prefetch(pyd4j_agent* a, uint64_t id) {
     need(a != nullptr, "agent must not be NULL");
     std::lock_guard<std::mutex> lk(a->m);
     Buffer& b = lookup(a, id);
-    if (b.resident)
+    if (b.state == PYD4J_AGENT_RESIDENT)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
                        "buffer " + std::to_string(id) +
-                           " is resident on the device; only offloaded (HOST) buffers can be prefetched");
+                           " is resident on the device; only offloaded (HOST or RESERVED) buffers "
+                           "can be prefetched");
     Stream* s = a->prefetch.get();
-    if (!b.external) {
+    if (b.state == PYD4J_AGENT_RESERVED) {
+      // block allocated by reserve_device, which ordered the prefetch stream already
+      if (b.external) a->rt->stream_wait(s, a->rt->record(a->compute.get()));
+    } else if (!b.external) {
       Allocation al = alloc_device(a, b.size, id);
       wait_all(a, s, al.wait_for);
       b.has_dev = true;
@@ -393,7 +466,7 @@ int pyd4j_agent_prefetch(pyd4j_agent* a, uint64_t id) {
     b.last_copy = issue_copy(a, s, dev_ptr(a, b), host_ptr(a, b), b.size, false);
     a->bytes_prefetched += b.size;
     a->n_prefetches += 1;
-    b.resident = true;
+    b.state = PYD4J_AGENT_RESIDENT;
   });
 }
 
@@ -459,11 +532,11 @@ int pyd4j_agent_buffer_info(pyd4j_agent* a, uint64_t id, pyd4j_agent_buffer_info
     std::memset(out, 0, sizeof(*out));
     out->size = b.size;
     out->reserved = b.external ? 0 : b.dev_reserved;
-    out->state = b.resident ? PYD4J_AGENT_RESIDENT : PYD4J_AGENT_HOST;
+    out->state = static_cast<uint32_t>(b.state);
     out->external = b.external ? 1 : 0;
     out->pending = (b.last_copy && !a->rt->query_event(b.last_copy)) ? 1 : 0;
     out->has_host = b.has_host ? 1 : 0;
-    out->device_ptr = (b.resident || b.external) ? dev_ptr(a, b) : nullptr;
+    out->device_ptr = dev_ptr(a, b);
     out->host_ptr = host_ptr(a, b);
   });
 }
@@ -528,6 +601,16 @@ int pyd4j_agent_get_stats(pyd4j_agent* a, pyd4j_agent_stats_t* out) {
     out->compute_seconds = measure(a->compute_intervals);
     out->overlap_seconds = intersect_measure(a->copy_intervals, a->compute_intervals);
     out->wait_seconds = a->wait_seconds;
+    out->device_high_water = d.high_water;
+    out->device_limit = d.limit;
+  });
+}
+
+int pyd4j_agent_set_device_limit(pyd4j_agent* a, uint64_t bytes) {
+  return guarded([&] {
+    need(a != nullptr, "agent must not be NULL");
+    std::lock_guard<std::mutex> lk(a->m);
+    a->dev->set_limit(bytes);
   });
 }
 

@@ -7,7 +7,19 @@ namespace pyd4j {
 
 Arena::Arena(uint64_t capacity, uint64_t alignment, std::function<bool(const EventPtr&)> is_done)
     : capacity_(capacity / alignment * alignment), alignment_(alignment), is_done_(std::move(is_done)) {
+  limit_ = capacity_;
   if (capacity_ > 0) blocks_.emplace(0, Block{capacity_, true, {}});
+}
+
+uint64_t Arena::extent() const {
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+    if (!it->second.free) return it->first + it->second.size;
+  return 0;
+}
+
+void Arena::reset_peak() {
+  peak_ = in_use_;
+  high_water_ = extent();
 }
 
 void Arena::prune(EventList& events) const {
@@ -20,6 +32,7 @@ void Arena::prune(EventList& events) const {
 bool Arena::allocate(uint64_t size, Allocation* out) {
   if (size == 0) return false;
   const uint64_t need = align_up(size, alignment_);
+  if (in_use_ + need > limit_) return false;
   for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
     Block& b = it->second;
     if (!b.free || b.size < need) continue;
@@ -36,6 +49,7 @@ bool Arena::allocate(uint64_t size, Allocation* out) {
     b.events.clear();
     in_use_ += need;
     peak_ = std::max(peak_, in_use_);
+    high_water_ = std::max(high_water_, out->offset + need);
     return true;
   }
   return false;
@@ -73,6 +87,8 @@ ArenaStats Arena::stats() const {
   s.capacity = capacity_;
   s.in_use = in_use_;
   s.peak = peak_;
+  s.high_water = high_water_;
+  s.limit = limit_;
   for (const auto& kv : blocks_) {
     if (kv.second.free) {
       ++s.n_free_blocks;

@@ -25,6 +25,8 @@ struct ArenaStats {
   uint64_t largest_free = 0;
   uint64_t n_blocks = 0;       // allocated blocks
   uint64_t n_free_blocks = 0;  // free blocks (after coalescing)
+  uint64_t high_water = 0;     // max over time of the end offset of the highest block in use
+  uint64_t limit = 0;          // cap on in_use (== capacity unless set_limit)
 };
 
 struct Allocation {
@@ -51,7 +53,11 @@ class Arena {
   bool release(uint64_t offset, EventList pending = {});
 
   ArenaStats stats() const;
-  void reset_peak() { peak_ = in_use_; }
+  void reset_peak();
+  // Caps in_use: allocate() fails past it. 0 (or more than the capacity) means the capacity.
+  void set_limit(uint64_t limit) { limit_ = (limit == 0 || limit > capacity_) ? capacity_ : limit; }
+  uint64_t limit() const { return limit_; }
+  uint64_t in_use() const { return in_use_; }
   uint64_t capacity() const { return capacity_; }
   uint64_t alignment() const { return alignment_; }
   // (offset, size, free) in address order, for tests.
@@ -74,8 +80,11 @@ class Arena {
   uint64_t alignment_;
   std::function<bool(const EventPtr&)> is_done_;
   std::map<uint64_t, Block> blocks_;
+  uint64_t extent() const;  // end offset of the highest allocated block
+  uint64_t limit_ = 0;
   uint64_t in_use_ = 0;
   uint64_t peak_ = 0;
+  uint64_t high_water_ = 0;
 };
 
 }  // namespace pyd4j

@@ -254,6 +254,67 @@ TEST_F(AgentTest, OverlapIsMeasuredAgainstComputeMarks) {
   EXPECT_EQ(s.overlap_seconds, 0.0);
 }
 
+TEST_F(AgentTest, SplitLifetimesReserveReleaseDropHost) {
+  HOST_ONLY();
+  // The executor's sequence: alloc, offload (device kept), release_device, ... reserve_device,
+  // prefetch, wait, drop_host.
+  uint64_t id;
+  ASSERT_EQ(pyd4j_agent_alloc(a_, 3000, &id), PYD4J_AGENT_OK);
+  fill(info(id).device_ptr, 3000, 11);
+  EXPECT_EQ(pyd4j_agent_release_device(a_, id), PYD4J_AGENT_ERR_BAD_STATE);  // no host copy yet
+  EXPECT_NE(std::string(pyd4j_agent_last_error()).find("offload it first"), std::string::npos);
+  ASSERT_EQ(pyd4j_agent_offload(a_, id, 0), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_release_device(a_, id), PYD4J_AGENT_OK);
+  EXPECT_EQ(info(id).state, PYD4J_AGENT_HOST);
+  EXPECT_EQ(stats().device_in_use, 0u);
+  ASSERT_EQ(pyd4j_agent_reserve_device(a_, id), PYD4J_AGENT_OK);
+  auto r = info(id);
+  EXPECT_EQ(r.state, PYD4J_AGENT_RESERVED);
+  EXPECT_EQ(r.reserved, 3072u);
+  EXPECT_EQ(stats().device_in_use, 3072u);
+  EXPECT_EQ(pyd4j_agent_offload(a_, id, 0), PYD4J_AGENT_ERR_BAD_STATE);
+  EXPECT_EQ(pyd4j_agent_drop_host(a_, id), PYD4J_AGENT_ERR_BAD_STATE);
+  std::memset(r.device_ptr, 0, 3000);
+  ASSERT_EQ(pyd4j_agent_prefetch(a_, id), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_wait(a_, id), PYD4J_AGENT_OK);
+  EXPECT_TRUE(same(info(id).device_ptr, 3000, 11));
+  ASSERT_EQ(pyd4j_agent_drop_host(a_, id), PYD4J_AGENT_OK);
+  EXPECT_EQ(info(id).has_host, 0u);
+  EXPECT_EQ(stats().host_in_use, 0u);
+  EXPECT_EQ(pyd4j_agent_drop_host(a_, id), PYD4J_AGENT_ERR_BAD_STATE);
+  // Dropping the host copy of a HOST buffer frees it.
+  ASSERT_EQ(pyd4j_agent_offload(a_, id, 1), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_drop_host(a_, id), PYD4J_AGENT_OK);
+  pyd4j_agent_buffer_info_t gone;
+  EXPECT_EQ(pyd4j_agent_buffer_info(a_, id, &gone), PYD4J_AGENT_ERR_UNKNOWN_BUFFER);
+  EXPECT_EQ(stats().n_buffers, 0u);
+}
+
+TEST_F(AgentTest, LimitAndHighWater) {
+  ASSERT_EQ(pyd4j_agent_set_device_limit(a_, 1000), PYD4J_AGENT_OK);  // 3 blocks of 256 fit
+  uint64_t a, b, c, d;
+  ASSERT_EQ(pyd4j_agent_alloc(a_, 256, &a), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_alloc(a_, 256, &b), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_alloc(a_, 256, &c), PYD4J_AGENT_OK);
+  EXPECT_EQ(pyd4j_agent_alloc(a_, 1, &d), PYD4J_AGENT_ERR_OUT_OF_DEVICE_MEMORY);
+  EXPECT_NE(std::string(pyd4j_agent_last_error()).find("a limit of 1000 bytes"), std::string::npos)
+      << pyd4j_agent_last_error();
+  ASSERT_EQ(pyd4j_agent_free(a_, a), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_alloc(a_, 200, &d), PYD4J_AGENT_OK);  // reuses offset 0
+  auto s = stats();
+  EXPECT_EQ(s.device_peak, 768u);
+  EXPECT_EQ(s.device_high_water, 768u);
+  EXPECT_EQ(s.device_limit, 1000u);
+  ASSERT_EQ(pyd4j_agent_free(a_, b), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_set_device_limit(a_, 2000), PYD4J_AGENT_OK);
+  ASSERT_EQ(pyd4j_agent_alloc(a_, 512, &b), PYD4J_AGENT_OK);  // hole of 256 too small: goes high
+  s = stats();
+  EXPECT_EQ(s.device_peak, 1024u);
+  EXPECT_EQ(s.device_high_water, 1280u);
+  ASSERT_EQ(pyd4j_agent_set_device_limit(a_, 0), PYD4J_AGENT_OK);
+  EXPECT_EQ(stats().device_limit, 1u << 20);
+}
+
 TEST_F(AgentTest, PlainCopyBaseline) {
   double secs = -1;
   ASSERT_EQ(pyd4j_agent_bench_plain_copy(a_, 1 << 20, PYD4J_AGENT_HOST_TO_DEVICE, 3, &secs), PYD4J_AGENT_OK);
