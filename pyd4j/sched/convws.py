@@ -1,0 +1,35 @@
+"""Policy 4, dynamic convolution workspace: per CONV step, the fastest algorithm whose
+workspace fits in the device memory that is free at that step.
+
+Policies 0-3 use the algorithm without workspace (always possible). Given a device budget,
+this pass reads the live-bytes timeline of the plan and gives each CONV forward, backward and
+recompute record the fastest applicable algorithm with aligned(workspace) <= budget - live.
+"""
+
+from __future__ import annotations
+
+from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.graph import LayerType
+from pyd4j.sched.plan import COMPUTE_OPS, Plan, Step, aligned
+from pyd4j.sched.simulator import live_timeline
+
+
+def assign_workspaces(plan: Plan, cost: CostModel, budget: int) -> Plan:
+    """Rewrite CONV compute records with the fastest algorithm that fits under `budget`."""
+    g = plan.graph
+    live = live_timeline(plan)
+    options: dict[int, list[tuple[int, int]]] = {}
+    steps = list(plan.steps)
+    for k, s in enumerate(steps):
+        if s.op not in COMPUTE_OPS or g.layers[s.arg].type is not LayerType.CONV:
+            continue
+        opts = options.get(s.arg)
+        if opts is None:
+            opts = options[s.arg] = cost.conv_options(g, s.arg)
+        free = budget - live[k]
+        for algo, ws in opts:
+            if aligned(ws) <= free:
+                steps[k] = Step(s.op, s.arg, ws, algo)
+                break
+    plan.steps = steps
+    return plan

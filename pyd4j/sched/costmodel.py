@@ -1,0 +1,189 @@
+"""Cost model: device profiles and per-step times for the simulator and the policies.
+
+Times follow a roofline: a compute step takes max(FLOPs / (throughput * efficiency),
+bytes touched / device memory bandwidth); a CONV step's FLOP part is divided by the speed of its
+convolution algorithm. Transfers take bytes / host-link bandwidth + latency (pinned host memory)
+or bytes / disk bandwidth for the disk tier. Defaults are datasheet numbers from `devices.json`;
+`CostModel.from_json` / `DeviceProfile.from_json` take measured numbers instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pyd4j.sched.graph import Graph, Layer, LayerType
+
+
+@dataclass(frozen=True)
+class ConvAlgo:
+    """A convolution algorithm: relative speed and workspace rule.
+
+    workspace = workspace_im2col * (bytes of the im2col matrix) + workspace_fixed
+    (+ an int32 index per im2col row when `workspace_index`). `only_kernel`/`only_stride`/
+    `min_kernel` restrict where it applies (Winograd: 3x3 stride 1).
+    """
+
+    name: str
+    speed: float
+    workspace_im2col: float = 0.0
+    workspace_fixed: int = 0
+    workspace_index: bool = False
+    only_kernel: int | None = None
+    only_stride: int | None = None
+    min_kernel: int | None = None
+
+    def applies(self, layer: Layer) -> bool:
+        kh, kw = layer.attrs["kernel"]
+        if self.only_kernel is not None and (kh, kw) != (self.only_kernel, self.only_kernel):
+            return False
+        if self.only_stride is not None and layer.attrs["stride"] != self.only_stride:
+            return False
+        if self.min_kernel is not None and min(kh, kw) < self.min_kernel:
+            return False
+        return True
+
+    def workspace(self, layer: Layer, graph: Graph) -> int:
+        n, c, _, _ = graph.layers[layer.inputs[0]].out_shape
+        _, _, oh, ow = layer.out_shape
+        kh, kw = layer.attrs["kernel"]
+        rows = c * kh * kw
+        im2col = rows * oh * ow * n * layer.itemsize
+        ws = self.workspace_im2col * im2col + self.workspace_fixed
+        if self.workspace_index:
+            ws += 4 * rows * oh * ow
+        return int(math.ceil(ws))
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What the cost model needs to know about a device."""
+
+    key: str
+    name: str
+    memory_bytes: int
+    tflops: float
+    mem_gbps: float
+    link_gbps: float
+    disk_gbps: float = 1.0
+
+    @classmethod
+    def from_json(cls, key: str, doc: dict[str, Any]) -> "DeviceProfile":
+        return cls(key=key, **{k: v for k, v in doc.items() if k != "key"})
+
+
+def _load_default() -> dict[str, Any]:
+    with resources.files("pyd4j.sched").joinpath("devices.json").open() as f:
+        return json.load(f)
+
+
+_DEFAULT: dict[str, Any] | None = None
+
+
+def default_doc() -> dict[str, Any]:
+    """The built-in profiles document (cached)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = _load_default()
+    return _DEFAULT
+
+
+def device_names() -> list[str]:
+    doc = default_doc()
+    return sorted(doc["devices"]) + sorted(doc["aliases"])
+
+
+@dataclass
+class CostModel:
+    """Device profile + conv-algorithm table + per-layer step times (memoised per graph)."""
+
+    device: DeviceProfile
+    algos: tuple[ConvAlgo, ...]
+    efficiency: float = 0.6
+    latency_s: float = 1e-5
+    host_memory_bytes: int = 64 << 30
+    _cache: dict[int, tuple[list[float], list[float], list[float]]] = field(
+        default_factory=dict, repr=False)
+
+    @classmethod
+    def for_device(cls, device: str | DeviceProfile = "k40c",
+                   overrides: dict[str, Any] | str | Path | None = None) -> "CostModel":
+        """Cost model for a named device; `overrides` (a dict or JSON file in the format of
+        devices.json, partial allowed) replaces defaults with measured numbers."""
+        doc = json.loads(json.dumps(default_doc()))
+        if overrides is not None:
+            extra = overrides if isinstance(overrides, dict) else json.loads(Path(overrides).read_text())
+            for k, v in extra.get("devices", {}).items():
+                doc["devices"][k] = {**doc["devices"].get(k, {}), **v}
+            for k in ("conv_algorithms", "compute_efficiency", "transfer_latency_s",
+                      "host_memory_bytes"):
+                if k in extra:
+                    doc[k] = extra[k]
+            doc["aliases"].update(extra.get("aliases", {}))
+        if isinstance(device, DeviceProfile):
+            profile = device
+        else:
+            key = doc["aliases"].get(device.lower(), device.lower())
+            if key not in doc["devices"]:
+                raise KeyError(f"unknown device {device!r}; known: {sorted(doc['devices'])} "
+                               f"and aliases {sorted(doc['aliases'])}")
+            profile = DeviceProfile.from_json(key, doc["devices"][key])
+        algos = tuple(ConvAlgo(**a) for a in doc["conv_algorithms"])
+        return cls(profile, algos, doc["compute_efficiency"], doc["transfer_latency_s"],
+                   doc["host_memory_bytes"])
+
+    def with_device(self, **changes: Any) -> "CostModel":
+        """A copy with some device fields replaced (e.g. memory_bytes)."""
+        return CostModel(replace(self.device, **changes), self.algos, self.efficiency,
+                         self.latency_s, self.host_memory_bytes)
+
+    # -- step times -------------------------------------------------------------------------
+    def _roofline(self, flops: float, nbytes: float, speed: float = 1.0) -> float:
+        return max(flops / (self.device.tflops * 1e12 * self.efficiency * speed),
+                   nbytes / (self.device.mem_gbps * 1e9))
+
+    def layer_times(self, graph: Graph) -> tuple[list[float], list[float], list[float]]:
+        """(forward, backward, update) seconds per layer with the no-workspace algorithm."""
+        key = id(graph)
+        hit = self._cache.get(key)
+        if hit is not None and len(hit[0]) == len(graph):
+            return hit
+        fwd, bwd, upd = [], [], []
+        layers = graph.layers
+        for layer in layers:
+            in_bytes = sum(layers[j].out_bytes for j in layer.inputs)
+            touched = in_bytes + layer.out_bytes + layer.param_bytes
+            if layer.type is LayerType.DATA:
+                fwd.append(self.transfer_time(layer.out_bytes))
+                bwd.append(0.0)
+            else:
+                fwd.append(self._roofline(layer.fwd_flops, touched))
+                bwd.append(self._roofline(layer.bwd_flops, 2 * touched))
+            # SGD with momentum: read w, dw, m; write w, m.
+            upd.append(5 * layer.param_bytes / (self.device.mem_gbps * 1e9))
+        self._cache[key] = (fwd, bwd, upd)
+        return fwd, bwd, upd
+
+    def conv_time(self, graph: Graph, i: int, backward: bool, algo: int) -> float:
+        """Seconds of a CONV step with algorithm `algo`."""
+        layer = graph.layers[i]
+        touched = sum(graph.layers[j].out_bytes for j in layer.inputs) + layer.out_bytes + layer.param_bytes
+        flops = layer.bwd_flops if backward else layer.fwd_flops
+        return self._roofline(flops, (2 if backward else 1) * touched, self.algos[algo].speed)
+
+    def conv_options(self, graph: Graph, i: int) -> list[tuple[int, int]]:
+        """(algo index, workspace bytes) applicable to CONV layer i, fastest first."""
+        layer = graph.layers[i]
+        opts = [(a, algo.workspace(layer, graph)) for a, algo in enumerate(self.algos)
+                if algo.applies(layer)]
+        opts.sort(key=lambda o: -self.algos[o[0]].speed)
+        return opts
+
+    def transfer_time(self, nbytes: int, disk: bool = False) -> float:
+        """Seconds to move `nbytes` over the host link (or from/to the disk tier)."""
+        gbps = self.device.disk_gbps if disk else self.device.link_gbps
+        return nbytes / (gbps * 1e9) + self.latency_s

@@ -1,0 +1,317 @@
+"""The one simulator: replays any plan, checks it, and says exactly what it costs.
+
+Memory is accounted in program order (see `pyd4j.sched.plan`): peak device bytes is the maximum,
+over records, of the aligned bytes of live allocations (plus the step's convolution workspace).
+Time uses three streams -- compute, device-to-host and host-to-device copies -- with the usual
+CUDA semantics: an async copy starts when both its stream is free and the host thread reaches
+the record; a compute step waits for the prefetches it reads; FREE of a tensor waits for its
+offload to finish. Host copies live from OFFLOAD to their last PREFETCH; when pinned host memory
+(`CostModel.host_memory_bytes`) is short, further copies go to the disk tier.
+
+`simulate` raises `InfeasiblePlan` naming the record when a plan reads a tensor before it is
+produced or after it was freed (a free of a live tensor), frees or allocates twice, prefetches
+without a host copy, leaves a backward step out, or goes over `budget`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.graph import LayerType
+from pyd4j.sched.plan import Op, Plan, aligned
+
+
+class InfeasiblePlan(ValueError):
+    """The plan cannot run: carries the record index and its description."""
+
+    def __init__(self, index: int, record: str, reason: str) -> None:
+        self.index, self.record, self.reason = index, record, reason
+        super().__init__(f"record {index} ({record}): {reason}")
+
+
+@dataclass
+class SimResult:
+    """What a plan costs. Bytes are aligned device bytes unless named otherwise."""
+
+    policy: str
+    peak_bytes: int  # live tensors, without convolution workspace
+    device_peak_bytes: int  # with workspace: what the device must hold
+    peak_index: int
+    host_peak_bytes: int
+    disk_peak_bytes: int
+    time_s: float
+    ideal_time_s: float
+    compute_s: float
+    recompute_s: float
+    stall_s: float
+    bytes_offloaded: int
+    bytes_prefetched: int
+    n_records: int
+    timeline: list[int] = field(repr=False, default_factory=list)
+
+    @property
+    def overhead(self) -> float:
+        """Iteration time relative to an infinite-memory run, minus one."""
+        return self.time_s / self.ideal_time_s - 1.0 if self.ideal_time_s else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "device_peak_bytes": self.device_peak_bytes,
+            "host_peak_bytes": self.host_peak_bytes,
+            "disk_peak_bytes": self.disk_peak_bytes,
+            "time_s": self.time_s,
+            "ideal_time_s": self.ideal_time_s,
+            "overhead": self.overhead,
+            "recompute_s": self.recompute_s,
+            "stall_s": self.stall_s,
+            "bytes_offloaded": self.bytes_offloaded,
+            "bytes_prefetched": self.bytes_prefetched,
+            "n_records": self.n_records,
+        }
+
+
+def ideal_time(plan: Plan, cost: CostModel) -> float:
+    """Iteration time with infinite memory: every step once, fastest algorithms, no copies."""
+    g = plan.graph
+    fwd, bwd, upd = cost.layer_times(g)
+    total = 0.0
+    for layer in g.layers:
+        i = layer.id
+        if layer.type is LayerType.CONV:
+            best = cost.conv_options(g, i)[0][0]
+            total += cost.conv_time(g, i, False, best) + cost.conv_time(g, i, True, best) + upd[i]
+        else:
+            total += fwd[i] + bwd[i] + upd[i]
+    return total
+
+
+def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = None,
+             timeline: bool = True) -> SimResult:
+    """Replay `plan`; raise `InfeasiblePlan` if it cannot run (within `budget` bytes)."""
+    cost = cost or CostModel.for_device("k40c")
+    g = plan.graph
+    layers = g.layers
+    n = len(layers)
+    nb = plan.nbytes
+    asz = [aligned(b) for b in nb]
+    steps = plan.steps
+    fwd, bwd, upd = cost.layer_times(g)
+    inputs = [tuple(dict.fromkeys(layer.inputs)) for layer in layers]
+    is_conv = [layer.type is LayerType.CONV for layer in layers]
+    has_grad = [g.has_grad(i) for i in range(n)]
+    grad_inputs = [g.grad_inputs(i) for i in range(n)]
+    need_dy = [len(c) for c in g.consumers]
+    has_params = [bool(layer.param_shapes) for layer in layers]
+
+    nt = 5 * n
+    alloc = bytearray(nt)
+    valid = bytearray(nt)
+    host = bytearray(nt)
+    on_disk = bytearray(nt)
+    freed_at = [-1] * nt
+    dy_count = [0] * n
+    done_bwd = bytearray(n)
+    ready = [0.0] * nt
+    off_end = [0.0] * nt
+    # last PREFETCH of each tensor: its host copy can be dropped after it
+    last_pre = [-1] * nt
+    for k, s in enumerate(steps):
+        if s.op == Op.PREFETCH:
+            last_pre[s.arg] = k
+
+    live = peak = dev_peak = peak_k = 0
+    host_live = host_peak = disk_live = disk_peak = 0
+    host_cap = cost.host_memory_bytes
+    host_release: dict[int, list[int]] = {}
+    tc = td = th = 0.0
+    compute_s = recompute_s = stall_s = 0.0
+    off_bytes = pre_bytes = 0
+    tl: list[int] = [] if timeline else None  # type: ignore[assignment]
+    tl_add = tl.append if timeline else None
+
+    def fail(k: int, reason: str) -> InfeasiblePlan:
+        return InfeasiblePlan(k, plan.describe(steps[k]), reason)
+
+    def check_read(k: int, t: int) -> None:
+        if not valid[t]:
+            if freed_at[t] >= 0:
+                raise fail(k, f"reads {plan.tensor_name(t)} freed at record {freed_at[t]} "
+                              "(free of a live tensor)")
+            raise fail(k, f"reads {plan.tensor_name(t)} before it is produced")
+
+    A, F, OFF, PRE, FW, BW, RC = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
+                                  Op.BACKWARD, Op.RECOMPUTE)
+    for k, s in enumerate(steps):
+        op = s.op
+        t = s.arg
+        extra = 0
+        if op == A:
+            if alloc[t]:
+                raise fail(k, f"{plan.tensor_name(t)} is already allocated")
+            if not nb[t]:
+                raise fail(k, f"{plan.tensor_name(t)} is not a tensor of this graph")
+            alloc[t] = 1
+            live += asz[t]
+            if budget is not None and live > budget:
+                raise fail(k, f"{live} live bytes exceed the budget of {budget} bytes")
+        elif op == F:
+            if not alloc[t]:
+                raise fail(k, f"frees {plan.tensor_name(t)}, which is not allocated")
+            alloc[t] = valid[t] = 0
+            freed_at[t] = k
+            live -= asz[t]
+            if off_end[t] > tc:
+                stall_s += off_end[t] - tc
+                tc = off_end[t]
+            if host[t] and last_pre[t] < k:
+                _drop_host = True
+            else:
+                _drop_host = False
+            if _drop_host:
+                host[t] = 0
+                if on_disk[t]:
+                    disk_live -= asz[t]
+                else:
+                    host_live -= asz[t]
+        elif op == OFF:
+            check_read(k, t)
+            if not host[t]:
+                host[t] = 1
+                if host_live + asz[t] > host_cap:
+                    on_disk[t] = 1
+                    disk_live += asz[t]
+                    disk_peak = max(disk_peak, disk_live)
+                else:
+                    host_live += asz[t]
+                    host_peak = max(host_peak, host_live)
+            start = td if td > tc else tc
+            td = start + cost.transfer_time(nb[t], bool(on_disk[t]))
+            off_end[t] = td
+            off_bytes += asz[t]
+        elif op == PRE:
+            if not alloc[t]:
+                raise fail(k, f"prefetches {plan.tensor_name(t)} into an unallocated buffer")
+            if not host[t]:
+                raise fail(k, f"prefetches {plan.tensor_name(t)}, which has no host copy")
+            start = max(th, tc, off_end[t])
+            th = start + cost.transfer_time(nb[t], bool(on_disk[t]))
+            ready[t] = th
+            valid[t] = 1
+            pre_bytes += asz[t]
+            if last_pre[t] == k:  # host copy no longer needed once this copy is done
+                host_release.setdefault(k, []).append(t)
+        else:
+            i = t
+            if not 0 <= i < n:
+                raise fail(k, f"layer {i} is not in the graph")
+            base = 5 * i
+            if op == BW:
+                if done_bwd[i]:
+                    raise fail(k, "backward step runs twice")
+                reads = inputs[i] + (i,)
+                for j in reads:
+                    check_read(k, 5 * j)
+                if has_grad[i]:
+                    if not valid[base + 1] or dy_count[i] < need_dy[i]:
+                        raise fail(k, f"gradient of {layers[i].name} is incomplete "
+                                      f"({dy_count[i]} of {need_dy[i]} contributions)")
+                for j in grad_inputs[i]:
+                    if not alloc[5 * j + 1]:
+                        raise fail(k, f"writes {layers[j].name}:DY, which is not allocated")
+                    valid[5 * j + 1] = 1
+                    dy_count[j] += 1
+                if has_params[i] and not (alloc[base + 2] and alloc[base + 3] and alloc[base + 4]):
+                    raise fail(k, f"parameters/gradients/momentum of {layers[i].name} not allocated")
+                done_bwd[i] = 1
+                dur = (cost.conv_time(g, i, True, s.algo) if is_conv[i] else bwd[i]) + upd[i]
+            else:
+                for j in inputs[i]:
+                    check_read(k, 5 * j)
+                reads = inputs[i]
+                if not alloc[base]:
+                    raise fail(k, f"writes {layers[i].name}:Y, which is not allocated")
+                if has_params[i] and not alloc[base + 2]:
+                    raise fail(k, f"parameters of {layers[i].name} not allocated")
+                valid[base] = 1
+                dur = cost.conv_time(g, i, False, s.algo) if is_conv[i] else fwd[i]
+            if s.ws:
+                if not is_conv[i]:
+                    raise fail(k, "workspace on a non-CONV step")
+                if s.ws < cost.algos[s.algo].workspace(layers[i], g):
+                    raise fail(k, f"workspace {s.ws} is smaller than algorithm "
+                                  f"{cost.algos[s.algo].name} needs")
+                extra = aligned(s.ws)
+            elif s.algo and is_conv[i] and cost.algos[s.algo].workspace(layers[i], g):
+                raise fail(k, f"algorithm {cost.algos[s.algo].name} needs a workspace")
+            if budget is not None and live + extra > budget:
+                raise fail(k, f"{live} live + {extra} workspace bytes exceed the budget of "
+                              f"{budget} bytes")
+            start = tc
+            for j in reads:
+                r = ready[5 * j]
+                if r > start:
+                    start = r
+            stall_s += start - tc
+            tc = start + dur
+            compute_s += dur
+            if op == RC:
+                recompute_s += dur
+        if live > peak:
+            peak = live
+        if live + extra > dev_peak:
+            dev_peak = live + extra
+            peak_k = k
+        if tl_add is not None:
+            tl_add(live + extra)
+        rel = host_release.pop(k, None)
+        if rel:
+            for t2 in rel:
+                if host[t2]:
+                    host[t2] = 0
+                    if on_disk[t2]:
+                        disk_live -= asz[t2]
+                    else:
+                        host_live -= asz[t2]
+    missing = [layers[i].name for i in range(n) if g.has_backward(i) and not done_bwd[i]]
+    if missing:
+        raise InfeasiblePlan(len(steps), "end of plan",
+                             f"backward steps missing for {missing[:5]}"
+                             f"{' ...' if len(missing) > 5 else ''}")
+    total = max(tc, td, th)
+    return SimResult(plan.policy, peak, dev_peak, peak_k, host_peak, disk_peak, total,
+                     ideal_time(plan, cost), compute_s, recompute_s, stall_s, off_bytes,
+                     pre_bytes, len(steps), tl or [])
+
+
+def peak_bytes(plan: Plan) -> int:
+    """Peak live tensor bytes only (no checks, no timing): the fast path searches use."""
+    asz = [aligned(b) for b in plan.nbytes]
+    live = peak = 0
+    A, F = Op.ALLOC, Op.FREE
+    for s in plan.steps:
+        if s.op == A:
+            live += asz[s.arg]
+            if live > peak:
+                peak = live
+        elif s.op == F:
+            live -= asz[s.arg]
+    return peak
+
+
+def live_timeline(plan: Plan) -> list[int]:
+    """Live tensor bytes after each record (no workspace)."""
+    asz = [aligned(b) for b in plan.nbytes]
+    live = 0
+    out = []
+    A, F = Op.ALLOC, Op.FREE
+    for s in plan.steps:
+        if s.op == A:
+            live += asz[s.arg]
+        elif s.op == F:
+            live -= asz[s.arg]
+        out.append(live)
+    return out
+
+
