@@ -1,0 +1,131 @@
+package org.pyd4j.agent;
+
+import java.lang.instrument.Instrumentation;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * pyd4j's profiling agent. Samples heap, GC, NIO buffer pools, JavaCPP off-heap counters, RSS,
+ * threads and ND4J workspaces on a daemon thread and streams JSON lines.
+ *
+ * <pre>
+ *   java -javaagent:pyd4j-java.jar=out=run.jsonl,interval=100 -cp job.jar Main
+ *   java -javaagent:pyd4j-java.jar=port=40123,interval=100 ...   (token in env PYD4J_AGENT_TOKEN)
+ * </pre>
+ *
+ * Arguments (comma separated key=value): {@code out} file to append to, or {@code port} of a
+ * loopback listener plus {@code token} (or env PYD4J_AGENT_TOKEN); {@code interval} in ms
+ * (default 100); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations).
+ */
+public final class Agent {
+    private static volatile Sampler sampler;
+
+    private Agent() {
+    }
+
+    public static void premain(String args, Instrumentation inst) {
+        start(args, inst, false);
+    }
+
+    public static void agentmain(String args, Instrumentation inst) {
+        start(args, inst, true);
+    }
+
+    /**
+     * Start sampling inside a JVM that was started without the agent (pyd4j's in-process JPype
+     * session). There is no Instrumentation: no workspace or iteration hooks.
+     */
+    public static synchronized String startInProcess(String args) {
+        if (sampler != null) return "already running";
+        start(args, null, true);
+        return sampler == null ? "failed" : "started";
+    }
+
+    /** Stop the sampler started by {@link #startInProcess}: final sample, end line, close. */
+    public static synchronized void stopInProcess() {
+        Sampler s = sampler;
+        if (s != null) {
+            s.stop("stopped");
+            sampler = null;
+        }
+    }
+
+    private static synchronized void start(String args, Instrumentation inst, boolean late) {
+        if (sampler != null) return;
+        Map<String, String> opts = parse(args);
+        try {
+            long interval = Long.parseLong(opts.getOrDefault("interval", "100"));
+            if (interval < 1) throw new IllegalArgumentException("interval=" + interval + " ms; use 1 ms or more (100 is the default)");
+            Sink sink;
+            if (opts.containsKey("port")) {
+                String token = opts.getOrDefault("token", System.getenv("PYD4J_AGENT_TOKEN"));
+                sink = Sink.loopback(Integer.parseInt(opts.get("port")), token);
+            } else if (opts.containsKey("out")) {
+                sink = Sink.file(opts.get("out"));
+            } else {
+                throw new IllegalArgumentException("no output: give out=FILE or port=PORT (with a token)");
+            }
+            Hooks.sink = sink;
+            boolean hooks = inst != null && !"false".equals(opts.get("hooks"));
+            if (hooks) hooks = installHooks(inst, late);
+            if (late || inst == null) {
+                // Classes already loaded before us: read what exists, initialize nothing new.
+                Hooks.pointerClass = loadedClass("org.bytedeco.javacpp.Pointer");
+            }
+            Sampler s = new Sampler(sink, interval, hooks);
+            s.begin();
+            sampler = s;
+        } catch (Throwable e) {
+            warn("profiling agent not started (" + e + "); the job runs unprofiled");
+        }
+    }
+
+    private static boolean installHooks(Instrumentation inst, boolean late) {
+        try {
+            Class.forName("org.objectweb.asm.ClassVisitor");
+        } catch (Throwable e) {
+            warn("ASM not found next to the agent jar (lib/asm-*.jar): no workspace or iteration hooks");
+            return false;
+        }
+        Instrumenter instrumenter = new Instrumenter();
+        inst.addTransformer(instrumenter, true);
+        if (late) {
+            List<Class<?>> loaded = new ArrayList<>();
+            for (Class<?> c : inst.getAllLoadedClasses()) {
+                if (Instrumenter.isTarget(c.getName().replace('.', '/')) && inst.isModifiableClass(c)) loaded.add(c);
+            }
+            try {
+                if (!loaded.isEmpty()) inst.retransformClasses(loaded.toArray(new Class<?>[0]));
+            } catch (Throwable e) {
+                warn("could not hook already loaded classes: " + e);
+            }
+        }
+        return true;
+    }
+
+    private static Class<?> loadedClass(String name) {
+        try {
+            // initialize=false: never run a static initializer the job has not run.
+            Class<?> c = Class.forName(name, false, ClassLoader.getSystemClassLoader());
+            return c;
+        } catch (Throwable e) {
+            return null;
+        }
+    }
+
+    static Map<String, String> parse(String args) {
+        Map<String, String> out = new HashMap<>();
+        if (args == null || args.isEmpty()) return out;
+        for (String part : args.split(",")) {
+            int eq = part.indexOf('=');
+            if (eq > 0) out.put(part.substring(0, eq).trim(), part.substring(eq + 1).trim());
+        }
+        return out;
+    }
+
+    static void warn(String message) {
+        System.err.println("[pyd4j agent] " + message);
+    }
+}

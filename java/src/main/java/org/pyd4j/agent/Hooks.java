@@ -1,0 +1,165 @@
+package org.pyd4j.agent;
+
+import java.lang.ref.WeakReference;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Entry points the agent's bytecode hooks call from inside ND4J/DL4J/JavaCPP classes. Everything
+ * here works by reflection on the job's own classes, so the agent needs no ND4J on its classpath,
+ * and nothing here initializes a class the job has not initialized itself.
+ *
+ * Hooks never throw into the job: every entry point swallows its own failures.
+ */
+public final class Hooks {
+    /** JavaCPP's Pointer class once its static initializer has finished (set from Pointer.<clinit>). */
+    static volatile Class<?> pointerClass;
+    /** Every ND4J workspace seen being initialized (Nd4jWorkspace.init), weakly held. */
+    static final List<WeakReference<Object>> workspaces = new ArrayList<>();
+    static final AtomicLong iterations = new AtomicLong();
+    static volatile long lastIterationNanos;
+    static volatile double lastScore = Double.NaN;
+    static volatile int lastEpoch = -1;
+    static volatile Sink sink;
+
+    private static final Map<Class<?>, Object> listenerFor = new ConcurrentHashMap<>();
+    private static final Map<Class<?>, Method[]> modelMethods = new ConcurrentHashMap<>();
+    private static volatile long lastIterEventNanos;
+    private static final long MIN_ITER_EVENT_GAP_NANOS = 2_000_000L;  // at most 500 iteration lines/s
+
+    private Hooks() {
+    }
+
+    /** Called at the end of org.bytedeco.javacpp.Pointer.<clinit>. */
+    public static void javacppReady(Class<?> pointer) {
+        pointerClass = pointer;
+    }
+
+    /** Called on entry of Nd4jWorkspace.init(): remember the workspace (once per identity). */
+    public static void workspace(Object ws) {
+        try {
+            synchronized (workspaces) {
+                for (Iterator<WeakReference<Object>> it = workspaces.iterator(); it.hasNext(); ) {
+                    Object known = it.next().get();
+                    if (known == null) it.remove();
+                    else if (known == ws) return;
+                }
+                workspaces.add(new WeakReference<>(ws));
+            }
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    static List<Object> liveWorkspaces() {
+        List<Object> out = new ArrayList<>();
+        synchronized (workspaces) {
+            for (Iterator<WeakReference<Object>> it = workspaces.iterator(); it.hasNext(); ) {
+                Object ws = it.next().get();
+                if (ws == null) it.remove();
+                else out.add(ws);
+            }
+        }
+        return out;
+    }
+
+    /**
+     * Called on entry of MultiLayerNetwork.fit* / ComputationGraph.fit*: make sure the model carries
+     * our listener (the user's setListeners() may have replaced it since the last fit).
+     */
+    public static void model(Object model) {
+        try {
+            Method[] m = modelMethods.computeIfAbsent(model.getClass(), Hooks::methodsOf);
+            if (m == null || m.length == 0) return;
+            Object listener = listenerFor.computeIfAbsent(m[2].getParameterTypes()[0].getComponentType(), Hooks::newListener);
+            Object current = m[0].invoke(model);
+            if (current instanceof Collection) {
+                for (Object l : (Collection<?>) current) {
+                    if (l == listener) return;
+                }
+            }
+            Object array = java.lang.reflect.Array.newInstance(m[2].getParameterTypes()[0].getComponentType(), 1);
+            java.lang.reflect.Array.set(array, 0, listener);
+            m[2].invoke(model, array);
+        } catch (Throwable ignored) {
+            // no iteration markers for this model; sampling goes on
+        }
+    }
+
+    private static Method[] methodsOf(Class<?> cls) {
+        try {
+            Method getListeners = cls.getMethod("getListeners");
+            Method score = cls.getMethod("score");
+            Method add = null;
+            for (Method method : cls.getMethods()) {
+                if (method.getName().equals("addListeners") && method.getParameterCount() == 1
+                        && method.getParameterTypes()[0].isArray()
+                        && method.getParameterTypes()[0].getComponentType().getName().equals("org.deeplearning4j.optimize.api.TrainingListener")) {
+                    add = method;
+                }
+            }
+            return add == null ? new Method[0] : new Method[]{getListeners, score, add};
+        } catch (Throwable e) {
+            return new Method[0];
+        }
+    }
+
+    private static Object newListener(Class<?> listenerInterface) {
+        InvocationHandler handler = (proxy, method, args) -> {
+            switch (method.getName()) {
+                case "iterationDone":
+                    onIteration(args[0], ((Number) args[1]).intValue(), ((Number) args[2]).intValue());
+                    return null;
+                case "onEpochEnd":
+                    onEpochEnd(args[0]);
+                    return null;
+                case "equals":
+                    return proxy == args[0];
+                case "hashCode":
+                    return System.identityHashCode(proxy);
+                case "toString":
+                    return "pyd4j profiling listener";
+                default:
+                    return null;
+            }
+        };
+        return Proxy.newProxyInstance(listenerInterface.getClassLoader(), new Class<?>[]{listenerInterface}, handler);
+    }
+
+    private static void onIteration(Object model, int iteration, int epoch) {
+        long n = iterations.incrementAndGet();
+        long now = System.nanoTime();
+        lastIterationNanos = now;
+        lastEpoch = epoch;
+        double score = Double.NaN;
+        try {
+            Method[] m = modelMethods.get(model.getClass());
+            if (m != null && m.length > 0) score = ((Number) m[1].invoke(model)).doubleValue();
+        } catch (Throwable ignored) {
+            // score not available
+        }
+        lastScore = score;
+        Sink s = sink;
+        if (s != null && now - lastIterEventNanos >= MIN_ITER_EVENT_GAP_NANOS) {
+            lastIterEventNanos = now;
+            s.line(new Json().put("type", "iter").put("t", System.currentTimeMillis()).put("n", n)
+                    .put("iteration", iteration).put("epoch", epoch).put("score", score).close());
+        }
+    }
+
+    private static void onEpochEnd(Object model) {
+        Sink s = sink;
+        if (s != null) {
+            s.line(new Json().put("type", "epoch").put("t", System.currentTimeMillis())
+                    .put("epoch", lastEpoch).put("n", iterations.get()).close());
+        }
+    }
+}

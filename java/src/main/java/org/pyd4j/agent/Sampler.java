@@ -1,0 +1,304 @@
+package org.pyd4j.agent;
+
+import java.io.RandomAccessFile;
+import java.lang.management.BufferPoolMXBean;
+import java.lang.management.GarbageCollectorMXBean;
+import java.lang.management.ManagementFactory;
+import java.lang.management.MemoryMXBean;
+import java.lang.management.MemoryUsage;
+import java.lang.management.RuntimeMXBean;
+import java.lang.management.ThreadMXBean;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
+
+import javax.management.Notification;
+import javax.management.NotificationEmitter;
+import javax.management.NotificationListener;
+import javax.management.openmbean.CompositeData;
+import javax.management.openmbean.TabularData;
+
+/** The daemon thread that writes one "sample" line per interval, plus GC pause and error lines. */
+final class Sampler implements Runnable {
+    private final Sink sink;
+    private final long intervalMs;
+    private final boolean hooks;
+    private final MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
+    private final ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+    private final List<GarbageCollectorMXBean> collectors = ManagementFactory.getGarbageCollectorMXBeans();
+    private final List<BufferPoolMXBean> pools = ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class);
+    private final long jvmStartMs = ManagementFactory.getRuntimeMXBean().getStartTime();
+    private final long pageSize = pageSize();
+    private volatile boolean running = true;
+    private volatile boolean ended;
+    private Thread thread;
+    private Method totalBytes, physicalBytes, maxBytes, maxPhysicalBytes;
+    private boolean javacppAnnounced;
+    private Method wsId, wsThread, wsSize, wsSpilled, wsPinned, wsMaxCycle, wsLastCycle, wsConfig, cfgInitial;
+    private Class<?> wsClass;
+    private long samples;
+
+    Sampler(Sink sink, long intervalMs, boolean hooks) {
+        this.sink = sink;
+        this.intervalMs = intervalMs;
+        this.hooks = hooks;
+    }
+
+    void begin() {
+        RuntimeMXBean rt = ManagementFactory.getRuntimeMXBean();
+        sink.line(new Json().put("type", "start").put("t", System.currentTimeMillis())
+                .put("pid", ProcessHandle.current().pid())
+                .put("jvm_start", jvmStartMs)
+                .put("interval_ms", intervalMs)
+                .put("hooks", hooks)
+                .put("java_version", System.getProperty("java.version"))
+                .put("command", System.getProperty("sun.java.command"))
+                .raw("jvm_args", Json.strings(rt.getInputArguments()))
+                .put("heap_max", Runtime.getRuntime().maxMemory())
+                .put("max_direct", maxDirect())
+                .put("cpus", Runtime.getRuntime().availableProcessors())
+                .put("javacpp_maxbytes_prop", System.getProperty("org.bytedeco.javacpp.maxbytes"))
+                .put("javacpp_maxphysicalbytes_prop", System.getProperty("org.bytedeco.javacpp.maxphysicalbytes"))
+                .close());
+        sink.flush();
+        listenToGc();
+        wrapUncaughtHandler();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop("exit"), "pyd4j-agent-exit"));
+        thread = new Thread(this, "pyd4j-agent-sampler");
+        thread.setDaemon(true);
+        thread.setPriority(Thread.MAX_PRIORITY);
+        thread.start();
+    }
+
+    @Override
+    public void run() {
+        long next = System.nanoTime();
+        while (running) {
+            try {
+                sample();
+                sink.flush();
+            } catch (Throwable e) {
+                // a failed sample is skipped, never thrown into the job
+            }
+            next += intervalMs * 1_000_000L;
+            long sleep = next - System.nanoTime();
+            if (sleep < 0) {
+                next = System.nanoTime();  // fell behind (GC pause, suspended): do not burst
+                sleep = intervalMs * 1_000_000L;
+            }
+            try {
+                Thread.sleep(sleep / 1_000_000L, (int) (sleep % 1_000_000L));
+            } catch (InterruptedException e) {
+                return;
+            }
+        }
+    }
+
+    synchronized void stop(String reason) {
+        if (ended) return;
+        ended = true;
+        running = false;
+        try {
+            sample();
+        } catch (Throwable ignored) {
+            // exiting
+        }
+        sink.line(new Json().put("type", "end").put("t", System.currentTimeMillis()).put("reason", reason)
+                .put("samples", samples).put("iterations", Hooks.iterations.get()).close());
+        sink.close();
+    }
+
+    private synchronized void sample() {
+        long now = System.currentTimeMillis();
+        MemoryUsage heap = memory.getHeapMemoryUsage();
+        MemoryUsage nonHeap = memory.getNonHeapMemoryUsage();
+        Json j = new Json().put("type", "sample").put("t", now)
+                .put("heap_used", heap.getUsed()).put("heap_committed", heap.getCommitted()).put("heap_max", heap.getMax())
+                .put("nonheap_used", nonHeap.getUsed()).put("nonheap_committed", nonHeap.getCommitted());
+        StringBuilder gc = new StringBuilder("{");
+        for (int i = 0; i < collectors.size(); i++) {
+            GarbageCollectorMXBean c = collectors.get(i);
+            if (i > 0) gc.append(',');
+            Json.str(gc, c.getName());
+            gc.append(":[").append(c.getCollectionCount()).append(',').append(c.getCollectionTime()).append(']');
+        }
+        j.raw("gc", gc.append('}').toString());
+        for (BufferPoolMXBean pool : pools) {
+            String name = pool.getName();
+            if (name.equals("direct") || name.equals("mapped")) {
+                j.put(name + "_used", pool.getMemoryUsed()).put(name + "_capacity", pool.getTotalCapacity()).put(name + "_count", pool.getCount());
+            }
+        }
+        j.put("rss", rss()).put("threads", threads.getThreadCount());
+        javacpp(j);
+        j.put("iterations", Hooks.iterations.get());
+        double score = Hooks.lastScore;
+        if (!Double.isNaN(score)) j.put("score", score);
+        if (hooks) workspaces(j);
+        samples++;
+        sink.line(j.close());
+    }
+
+    private void javacpp(Json j) {
+        Class<?> pointer = Hooks.pointerClass;
+        if (pointer == null) return;
+        try {
+            if (totalBytes == null) {
+                totalBytes = pointer.getMethod("totalBytes");
+                physicalBytes = pointer.getMethod("physicalBytes");
+                maxBytes = pointer.getMethod("maxBytes");
+                maxPhysicalBytes = pointer.getMethod("maxPhysicalBytes");
+            }
+            long max = (Long) maxBytes.invoke(null);
+            long maxPhys = (Long) maxPhysicalBytes.invoke(null);
+            j.put("javacpp_total", (Long) totalBytes.invoke(null))
+                    .put("javacpp_physical", (Long) physicalBytes.invoke(null))
+                    .put("javacpp_max", max).put("javacpp_max_physical", maxPhys);
+            if (!javacppAnnounced) {
+                javacppAnnounced = true;
+                sink.line(new Json().put("type", "javacpp").put("t", System.currentTimeMillis())
+                        .put("max_bytes", max).put("max_physical_bytes", maxPhys).close());
+            }
+        } catch (Throwable e) {
+            Hooks.pointerClass = null;  // not usable (no native library yet): try again when it is
+            totalBytes = null;
+        }
+    }
+
+    private void workspaces(Json j) {
+        List<Object> live = Hooks.liveWorkspaces();
+        if (live.isEmpty()) return;
+        List<String> items = new ArrayList<>();
+        for (Object ws : live) {
+            try {
+                if (wsClass == null) {
+                    Class<?> base = ws.getClass();
+                    while (base != null && !base.getName().equals("org.nd4j.linalg.api.memory.abstracts.Nd4jWorkspace")) base = base.getSuperclass();
+                    if (base == null) continue;
+                    wsClass = base;
+                    wsId = base.getMethod("getId");
+                    wsThread = base.getMethod("getThreadId");
+                    wsSize = base.getMethod("getCurrentSize");
+                    wsSpilled = base.getMethod("getSpilledSize");
+                    wsPinned = base.getMethod("getPinnedSize");
+                    wsMaxCycle = base.getMethod("getMaxCycleAllocations");
+                    wsLastCycle = base.getMethod("getLastCycleAllocations");
+                    wsConfig = base.getMethod("getWorkspaceConfiguration");
+                }
+                Object cfg = wsConfig.invoke(ws);
+                if (cfgInitial == null && cfg != null) cfgInitial = cfg.getClass().getMethod("getInitialSize");
+                Json w = new Json().put("id", String.valueOf(wsId.invoke(ws)))
+                        .put("thread", String.valueOf(wsThread.invoke(ws)))
+                        .put("size", (Long) wsSize.invoke(ws))
+                        .put("spilled", (Long) wsSpilled.invoke(ws))
+                        .put("pinned", (Long) wsPinned.invoke(ws))
+                        .put("max_cycle", (Long) wsMaxCycle.invoke(ws))
+                        .put("last_cycle", (Long) wsLastCycle.invoke(ws));
+                if (cfg != null && cfgInitial != null) w.put("initial", ((Number) cfgInitial.invoke(cfg)).longValue());
+                items.add(w.close());
+            } catch (Throwable ignored) {
+                // a workspace being destroyed right now: skip it this tick
+            }
+        }
+        j.raw("ws", Json.array(items));
+    }
+
+    private void listenToGc() {
+        NotificationListener listener = (Notification n, Object handback) -> {
+            if (!"com.sun.management.gc.notification".equals(n.getType())) return;
+            try {
+                CompositeData data = (CompositeData) n.getUserData();
+                CompositeData info = (CompositeData) data.get("gcInfo");
+                long start = (Long) info.get("startTime");
+                long duration = (Long) info.get("duration");
+                sink.line(new Json().put("type", "gc").put("t", jvmStartMs + start)
+                        .put("name", (String) data.get("gcName"))
+                        .put("action", (String) data.get("gcAction"))
+                        .put("cause", (String) data.get("gcCause"))
+                        .put("duration_ms", duration)
+                        .put("heap_before", used((TabularData) info.get("memoryUsageBeforeGc")))
+                        .put("heap_after", used((TabularData) info.get("memoryUsageAfterGc"))).close());
+            } catch (Throwable ignored) {
+                // unknown notification layout: pauses stay in the per-collector counters
+            }
+        };
+        for (GarbageCollectorMXBean c : collectors) {
+            if (c instanceof NotificationEmitter) ((NotificationEmitter) c).addNotificationListener(listener, null, null);
+        }
+    }
+
+    private static long used(TabularData usage) {
+        long sum = 0;
+        for (Object row : usage.values()) {
+            CompositeData entry = (CompositeData) row;
+            String pool = String.valueOf(entry.get("key"));
+            if (pool.contains("Metaspace") || pool.contains("Code") || pool.contains("Compressed Class")) continue;
+            sum += (Long) ((CompositeData) entry.get("value")).get("used");
+        }
+        return sum;
+    }
+
+    /** Record uncaught errors (an OutOfMemoryError ending main, say) before the JVM prints them. */
+    private void wrapUncaughtHandler() {
+        Thread.UncaughtExceptionHandler previous = Thread.getDefaultUncaughtExceptionHandler();
+        Thread.setDefaultUncaughtExceptionHandler((t, e) -> {
+            try {
+                sink.line(new Json().put("type", "error").put("t", System.currentTimeMillis())
+                        .put("thread", t.getName()).put("class", e.getClass().getName())
+                        .put("message", String.valueOf(e.getMessage()))
+                        .put("cause", rootCause(e)).close());
+                sink.flush();
+            } catch (Throwable ignored) {
+                // keep the job's own error reporting intact
+            }
+            if (previous != null) {
+                previous.uncaughtException(t, e);
+            } else {
+                System.err.print("Exception in thread \"" + t.getName() + "\" ");
+                e.printStackTrace(System.err);
+            }
+        });
+    }
+
+    private static String rootCause(Throwable e) {
+        Throwable c = e;
+        while (c.getCause() != null && c.getCause() != c) c = c.getCause();
+        return c == e ? null : c.getClass().getName() + ": " + c.getMessage();
+    }
+
+    private long maxDirect() {
+        try {
+            com.sun.management.HotSpotDiagnosticMXBean bean = ManagementFactory.getPlatformMXBean(com.sun.management.HotSpotDiagnosticMXBean.class);
+            long v = Long.parseLong(bean.getVMOption("MaxDirectMemorySize").getValue());
+            return v == 0 ? Runtime.getRuntime().maxMemory() : v;  // 0 means "as large as the heap"
+        } catch (Throwable e) {
+            return -1;
+        }
+    }
+
+    private final byte[] statm = new byte[128];
+
+    private long rss() {
+        try (RandomAccessFile f = new RandomAccessFile("/proc/self/statm", "r")) {
+            int n = f.read(statm);
+            int i = 0;
+            while (i < n && statm[i] != ' ') i++;
+            long pages = 0;
+            for (i++; i < n && statm[i] >= '0' && statm[i] <= '9'; i++) pages = pages * 10 + (statm[i] - '0');
+            return pages * pageSize;
+        } catch (Throwable e) {
+            return -1;
+        }
+    }
+
+    private static long pageSize() {
+        try {
+            Class<?> unsafeClass = Class.forName("sun.misc.Unsafe");
+            java.lang.reflect.Field f = unsafeClass.getDeclaredField("theUnsafe");
+            f.setAccessible(true);
+            return ((Number) unsafeClass.getMethod("pageSize").invoke(f.get(null))).longValue();
+        } catch (Throwable e) {
+            return 4096;
+        }
+    }
+}
