@@ -367,6 +367,21 @@ class Agent:
         return out.value
 
 
+def _backend_call(fn):  # type: ignore[no-untyped-def]
+    """Closes the compute interval around a backend call: the executor's time between
+    backend calls is its compute, so copies running then count as overlapped."""
+
+    def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._compute_mark(False)
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            self._compute_mark(True)
+
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
+
 def _aligned(n: int) -> int:
     return -(-int(n) // ALIGNMENT) * ALIGNMENT
 
@@ -391,6 +406,10 @@ class NativeBackend:
     Device and host lifetimes map onto the agent as: alloc -> alloc (or reserve_device when
     the key has a host copy), offload -> offload without release, free -> release_device
     (when a host copy exists) or free, drop_host -> drop_host.
+
+    With `mark_compute` (default) the time between backend calls -- the executor's compute --
+    is marked as compute on the agent, so `agent_stats()["overlap_seconds"]` is the time
+    copies ran while the executor computed.
     """
 
     name = "native"
@@ -402,6 +421,7 @@ class NativeBackend:
         *,
         arena_bytes: int | None = None,
         device: int = 0,
+        mark_compute: bool = True,
     ) -> None:
         self.budget_bytes = budget_bytes
         self.alignment = ALIGNMENT
@@ -416,6 +436,8 @@ class NativeBackend:
         self._live: dict[int, int] = {}  # key -> nbytes of its live device buffer
         self._zero: set[int] = set()  # live keys of 0 bytes (no agent buffer)
         self._stats = BackendStats()
+        self._marking = mark_compute
+        self._open = False
         self._stream = None
         self._prev_stream = None
         if self.agent.is_cuda:
@@ -427,8 +449,15 @@ class NativeBackend:
             self._stream.use()
         else:
             self.xp = np
+        self._compute_mark(True)
+
+    def _compute_mark(self, begin: bool) -> None:
+        if self._marking and begin != self._open and self.agent._h is not None:
+            self.agent.mark_compute(begin)
+            self._open = begin
 
     # -- device buffers ------------------------------------------------------------------
+    @_backend_call
     def alloc(self, key: int, nbytes: int) -> None:
         if key in self._live:
             raise ValueError(f"tensor {key} is already allocated ({self._live[key]} bytes); free it first")
@@ -457,6 +486,7 @@ class NativeBackend:
         self._live[key] = nbytes
         self._stats.n_alloc += 1
 
+    @_backend_call
     def free(self, key: int) -> None:
         if key not in self._live:
             raise KeyError(f"tensor {key} is not allocated on the device")
@@ -477,6 +507,7 @@ class NativeBackend:
             raise KeyError(f"tensor {key} has no buffer (never allocated, or freed and not offloaded)")
         return self._ids[key]
 
+    @_backend_call
     def view(self, key: int, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
@@ -496,6 +527,7 @@ class NativeBackend:
         raw = (ctypes.c_ubyte * need).from_address(ptr)
         return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
 
+    @_backend_call
     def upload(self, key: int, data: np.ndarray) -> None:
         data = np.ascontiguousarray(data)
         v = self.view(key, data.shape, data.dtype)
@@ -505,6 +537,7 @@ class NativeBackend:
         else:
             v[...] = data
 
+    @_backend_call
     def download(self, key: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         v = self.view(key, shape, dtype)
         if self.agent.is_cuda:
@@ -514,12 +547,14 @@ class NativeBackend:
         return np.array(v, copy=True)
 
     # -- transfers -----------------------------------------------------------------------
+    @_backend_call
     def offload(self, key: int) -> None:
         if key in self._zero:
             return
         self.agent.offload(self._buf(key), release=False)
         self._stats.bytes_offloaded += _aligned(self._live[key])
 
+    @_backend_call
     def prefetch(self, key: int) -> None:
         if key in self._zero:
             return
@@ -527,6 +562,7 @@ class NativeBackend:
         self.agent.prefetch(buf)
         self._stats.bytes_prefetched += _aligned(self.agent.info(buf).size)
 
+    @_backend_call
     def wait(self, key: int) -> None:
         if key in self._zero or key not in self._ids:
             return
@@ -535,6 +571,7 @@ class NativeBackend:
         else:
             self.agent.wait(self._ids[key])
 
+    @_backend_call
     def drop_host(self, key: int) -> None:
         buf = self._ids.get(key)
         if buf is None or not self.agent.info(buf).has_host:
@@ -543,6 +580,7 @@ class NativeBackend:
         if key not in self._live:  # nothing left: the agent freed the buffer
             del self._ids[key]
 
+    @_backend_call
     def synchronize(self) -> None:
         self.agent.synchronize()
         if self._stream is not None:
@@ -558,11 +596,14 @@ class NativeBackend:
         out.host_peak_bytes = int(s["host_peak"])
         return out
 
+    @_backend_call
     def agent_stats(self) -> dict[str, float]:
         """The agent's own counters: copy timings, overlap, high-water mark."""
         return self.agent.stats()
 
     def close(self) -> None:
+        self._compute_mark(False)
+        self._marking = False
         if self._prev_stream is not None:
             self._prev_stream.use()
             self._prev_stream = None
