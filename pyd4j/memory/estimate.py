@@ -1,0 +1,589 @@
+"""What a DL4J network needs in memory: DL4J's own memory report, corrected for what it omits.
+
+`estimate(model, batch, dtype, mode)` reads a MultiLayerConfiguration or ComputationGraphConfiguration
+(a DL4J JSON file, its text, or a live Java object) in the in-process JVM, asks DL4J for its
+NetworkMemoryReport, and adds the terms DL4J leaves out: input preprocessors, workspace
+over-allocation (read from the workspace configurations DL4J really uses), AsyncDataSetIterator
+prefetch buffers, the JVM's own heap, and the JVM's native overhead. Every term says where its
+number comes from: `dl4j-report` (DL4J's report), `measured` (read from the running JVM or
+machine), or `estimate` (pyd4j's model, stated in `why`).
+
+Every term is linear in the minibatch (`fixed + per_sample * batch`), so `Estimate.at_batch()`
+re-evaluates without the JVM; `pyd4j.memory.flags` and the batch advisor rely on that.
+The dataclasses here import nothing from Java: only the functions that read a network start a JVM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+MiB = 1024**2
+
+Region = Literal["offheap", "heap", "native"]
+Source = Literal["dl4j-report", "measured", "estimate"]
+
+# Bytes per element of the dtypes a DL4J network may train or infer in.
+DTYPE_BYTES: dict[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+_DTYPE_ALIASES = {
+    "double": "float64", "float64": "float64", "fp64": "float64",
+    "float": "float32", "float32": "float32", "fp32": "float32",
+    "half": "float16", "float16": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+}
+
+# ND4J 1.0.0-M2.1's CPU backend, during fit(), holds about twice the per-example memory DL4J's
+# report gives (backprop im2col/col2im buffers, epsilons outside the report's accounting,
+# workspace spills, allocator retention). Fitted on benchmarks/flags_accuracy.py (five networks,
+# two batches each: measured/reported per-example ratio 1.8-2.2 for MLP/CNN/graph, 1.1-2.8 for LSTM).
+TRAIN_BACKEND_FACTOR = 2.0
+
+# AsyncDataSetIterator queue DL4J's fit() uses when it wraps an async-capable iterator.
+DL4J_FIT_PREFETCH_QUEUE = 2
+
+# JVM native overhead model (estimates; the benchmark checks the sum against measured RSS).
+METASPACE_BYTES = 96 * MiB        # DL4J + ND4J + Jackson classes: ~60-80 MiB of class metadata
+CODE_CACHE_BYTES = 48 * MiB       # JIT-compiled code after a few hundred iterations
+THREAD_STACK_BYTES = 1 * MiB      # default -Xss on x86_64 Linux
+JVM_THREADS = 32                  # GC, compiler, DL4J/ND4J service threads (plus one per CPU for OpenMP)
+GC_OVERHEAD_FRACTION = 0.05       # G1 remembered sets / card tables, as a share of the heap
+NATIVE_LIBRARIES_BYTES = 192 * MiB  # libnd4j + OpenBLAS/oneDNN resident code, static buffers, malloc arenas
+
+# Java heap model (estimate): DL4J/ND4J objects besides the data, which lives off-heap.
+HEAP_BASE_BYTES = 96 * MiB        # classes' static state, configs, ND4J environment, INDArray wrappers
+HEAP_PER_LAYER_BYTES = 1 * MiB    # per layer/vertex: config objects, param views, gradient views
+HEAP_PER_STEP_BYTES = 64 * 1024   # per RNN time step and layer: per-step INDArray views during BPTT
+HEAP_GC_FACTOR = 2.0              # live set x 2: room for the collector to work without thrashing
+HEAP_MIN_BYTES = 256 * MiB
+
+
+class EstimateError(ValueError):
+    """A network, input type, batch or dtype pyd4j cannot estimate; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One part of the memory a network needs: bytes = fixed + per_sample * batch."""
+
+    name: str
+    region: Region
+    source: Source
+    fixed_bytes: int
+    per_sample_bytes: int
+    why: str
+
+    def bytes_at(self, batch: int) -> int:
+        return int(self.fixed_bytes + self.per_sample_bytes * batch)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The memory a DL4J network needs at one minibatch size, term by term."""
+
+    model: str
+    model_kind: str                      # "MultiLayerNetwork" or "ComputationGraph"
+    batch: int
+    dtype: str
+    mode: str                            # "train" or "infer"
+    inputs: tuple[str, ...]              # input types, as DL4J prints them
+    parameter_count: int
+    layer_count: int
+    terms: tuple[Term, ...]
+    workspace_overallocation: float      # largest overallocationLimit among the workspaces in force
+    prefetch_queue: int
+    cpu_count: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def at_batch(self, batch: int) -> "Estimate":
+        """The same network at another minibatch (every term is linear in the batch)."""
+        check_batch(batch)
+        return replace(self, batch=int(batch))
+
+    def term_bytes(self, name: str) -> int:
+        for term in self.terms:
+            if term.name == name:
+                return term.bytes_at(self.batch)
+        raise KeyError(name)
+
+    def region_bytes(self, region: Region) -> int:
+        return sum(t.bytes_at(self.batch) for t in self.terms if t.region == region)
+
+    @property
+    def offheap_bytes(self) -> int:
+        """ND4J's native memory: arrays, workspaces, prefetch buffers."""
+        return self.region_bytes("offheap")
+
+    @property
+    def heap_bytes(self) -> int:
+        """The Java heap (-Xmx) the job needs."""
+        return self.region_bytes("heap")
+
+    @property
+    def native_bytes(self) -> int:
+        """The JVM's and native libraries' own memory outside heap and ND4J arrays."""
+        return self.region_bytes("native")
+
+    @property
+    def total_bytes(self) -> int:
+        return self.offheap_bytes + self.heap_bytes + self.native_bytes
+
+    def breakdown(self) -> dict[str, int]:
+        """term -> bytes at this batch."""
+        return {t.name: t.bytes_at(self.batch) for t in self.terms}
+
+    def biggest_term(self) -> Term:
+        return max(self.terms, key=lambda t: t.bytes_at(self.batch))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["terms"] = [dict(asdict(t), bytes=t.bytes_at(self.batch)) for t in self.terms]
+        d.update(offheap_bytes=self.offheap_bytes, heap_bytes=self.heap_bytes,
+                 native_bytes=self.native_bytes, total_bytes=self.total_bytes, breakdown=self.breakdown())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Estimate":
+        terms = tuple(Term(**{k: v for k, v in t.items() if k != "bytes"}) for t in d["terms"])
+        keys = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in d.items() if k in keys}
+        values.update(terms=terms, inputs=tuple(d.get("inputs", ())), notes=tuple(d.get("notes", ())))
+        return cls(**values)
+
+
+def check_batch(batch: Any) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+        raise EstimateError(f"minibatch size {batch!r} is not a positive integer; give e.g. --batch 32")
+    return batch
+
+
+def normalize_dtype(dtype: str) -> str:
+    """'float' / 'FLOAT' / 'fp32' -> 'float32'; raises EstimateError naming the accepted ones."""
+    key = str(dtype).strip().lower()
+    if key not in _DTYPE_ALIASES:
+        raise EstimateError(
+            f"unknown dtype {dtype!r}; DL4J networks train in one of "
+            f"{', '.join(sorted(DTYPE_BYTES))} (also: float, double, half)"
+        )
+    return _DTYPE_ALIASES[key]
+
+
+def normalize_mode(mode: str) -> str:
+    key = str(mode).strip().lower()
+    if key in ("train", "training", "fit"):
+        return "train"
+    if key in ("infer", "inference", "output", "predict"):
+        return "infer"
+    raise EstimateError(f"unknown mode {mode!r}; use 'train' or 'infer'")
+
+
+# ----------------------------------------------------------------------------- input types
+
+_INPUT_SPEC = re.compile(r"^\s*(ff|feedforward|cnn|conv|cnnflat|rnn|recurrent)\s*:\s*([\dx\s]+)$", re.I)
+
+
+def parse_input_spec(spec: str) -> dict[str, Any]:
+    """'ff:784', 'cnn:32x32x3' (HxWxC), 'cnnflat:28x28x1', 'rnn:32x50' (size x steps) -> sidecar dict."""
+    match = _INPUT_SPEC.match(spec or "")
+    if not match:
+        raise EstimateError(
+            f"cannot read input type {spec!r}; write ff:SIZE, cnn:HxWxC, cnnflat:HxWxC or rnn:SIZExSTEPS "
+            f"(e.g. cnn:32x32x3)"
+        )
+    kind = match.group(1).lower()
+    dims = [int(x) for x in match.group(2).lower().replace(" ", "").split("x") if x]
+    wanted = {"ff": 1, "feedforward": 1, "cnn": 3, "conv": 3, "cnnflat": 3, "rnn": 2, "recurrent": 2}[kind]
+    if len(dims) != wanted or any(d <= 0 for d in dims):
+        raise EstimateError(f"input type {spec!r} needs {wanted} positive dimension(s) for {kind}")
+    if kind in ("ff", "feedforward"):
+        return {"type": "feedForward", "size": dims[0]}
+    if kind in ("cnn", "conv"):
+        return {"type": "convolutional", "height": dims[0], "width": dims[1], "channels": dims[2]}
+    if kind == "cnnflat":
+        return {"type": "convolutionalFlat", "height": dims[0], "width": dims[1], "channels": dims[2]}
+    return {"type": "recurrent", "size": dims[0], "timeSeriesLength": dims[1]}
+
+
+def _input_elements(spec: dict[str, Any]) -> int:
+    t = spec["type"]
+    if t == "feedForward":
+        return int(spec["size"])
+    if t in ("convolutional", "convolutionalFlat"):
+        return int(spec["height"]) * int(spec["width"]) * int(spec["channels"])
+    return int(spec["size"]) * int(spec["timeSeriesLength"])
+
+
+def sidecar_path(model_path: Path) -> Path:
+    return model_path.with_name(model_path.name[: -len(".json")] + ".input.json") if model_path.name.endswith(".json") \
+        else model_path.with_name(model_path.name + ".input.json")
+
+
+def _derive_inputs(doc: dict[str, Any], kind: str) -> list[dict[str, Any]] | None:
+    """Input types from the JSON itself: a first preprocessor, a first layer's nIn, or a graph's networkInputTypes."""
+    if kind == "ComputationGraph":
+        return None
+    pre = (doc.get("inputPreProcessors") or {}).get("0")
+    if pre and pre.get("@class", "").endswith("FeedForwardToCnnPreProcessor"):
+        return [{"type": "convolutionalFlat", "height": pre["inputHeight"], "width": pre["inputWidth"],
+                 "channels": pre["numChannels"]}]
+    confs = doc.get("confs") or []
+    layer = confs[0].get("layer", {}) if confs else {}
+    cls = layer.get("@class", "")
+    n_in = layer.get("nin", layer.get("nIn"))
+    if n_in and cls.split(".")[-1] in ("DenseLayer", "OutputLayer", "EmbeddingLayer", "AutoEncoder"):
+        return [{"type": "feedForward", "size": int(n_in)}]
+    return None
+
+
+def _input_type(spec: dict[str, Any]):
+    from org.deeplearning4j.nn.conf.inputs import InputType  # noqa: PLC0415
+
+    t = spec.get("type")
+    if t == "feedForward":
+        return InputType.feedForward(int(spec["size"]))
+    if t == "convolutional":
+        return InputType.convolutional(int(spec["height"]), int(spec["width"]), int(spec["channels"]))
+    if t == "convolutionalFlat":
+        return InputType.convolutionalFlat(int(spec["height"]), int(spec["width"]), int(spec["channels"]))
+    if t == "recurrent":
+        return InputType.recurrent(int(spec["size"]), int(spec["timeSeriesLength"]))
+    raise EstimateError(f"unknown input type {t!r} in {spec}; use feedForward, convolutional, convolutionalFlat or recurrent")
+
+
+# ----------------------------------------------------------------------------- loading
+
+@dataclass
+class _Loaded:
+    name: str
+    kind: str
+    conf: Any
+    inputs: list[dict[str, Any]]
+
+
+def _read_json_file(path: Path) -> tuple[str, dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise EstimateError(f"cannot read network configuration {path}: {err.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise EstimateError(
+            f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno} (char {err.pos}); "
+            f"write it with DL4J's MultiLayerConfiguration.toJson() / ComputationGraphConfiguration.toJson()"
+        ) from None
+    if not isinstance(doc, dict):
+        raise EstimateError(f"{path} holds a JSON {type(doc).__name__}, not a DL4J configuration object")
+    return text, doc
+
+
+def _kind_of(doc: dict[str, Any], where: str) -> str:
+    if "vertices" in doc and "networkInputs" in doc:
+        return "ComputationGraph"
+    if "confs" in doc:
+        return "MultiLayerNetwork"
+    raise EstimateError(
+        f"{where} is JSON but not a DL4J network configuration (no 'confs' for a MultiLayerConfiguration, "
+        f"no 'vertices' for a ComputationGraphConfiguration)"
+    )
+
+
+_UNKNOWN_TYPE = re.compile(r"Could not resolve type id '([^']+)'|Unknown layer type[^:]*: ?([\w.$]+)|ClassNotFoundException:? ?([\w.$]+)")
+
+
+def _from_json(text: str, kind: str, where: str):
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.jvm import translate  # noqa: PLC0415
+
+    start_jvm()
+    from org.deeplearning4j.nn.conf import ComputationGraphConfiguration, MultiLayerConfiguration  # noqa: PLC0415
+
+    cls = ComputationGraphConfiguration if kind == "ComputationGraph" else MultiLayerConfiguration
+    try:
+        with _stdout_to_stderr():
+            return cls.fromJson(text)
+    except jpype.JException as exc:
+        message = _all_messages(exc)
+        match = _UNKNOWN_TYPE.search(message)
+        if match:
+            bad = next(g for g in match.groups() if g)
+            raise EstimateError(
+                f"{where}: unknown layer/vertex type {bad!r} — it is not a class of DL4J 1.0.0-M2.1 on pyd4j's "
+                f"classpath; use a built-in DL4J layer, or put the jar with your custom layer on PYD4J_CLASSPATH"
+            ) from None
+        raise EstimateError(f"{where}: DL4J cannot read this configuration: {translate(exc)}") from None
+
+
+def _all_messages(exc) -> str:
+    parts = []
+    cur = exc
+    while cur is not None:
+        parts.append(f"{cur.getClass().getName()}: {cur.getMessage()}")
+        cur = cur.getCause()
+    return " | ".join(parts)
+
+
+def start_jvm():
+    """The in-process JVM (started with defaults if nothing started it yet)."""
+    import pyd4j.jvm  # noqa: PLC0415
+
+    with _stdout_to_stderr():
+        return pyd4j.jvm.start() if not pyd4j.jvm.is_started() else pyd4j.jvm.info()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Native/Java output during JVM work goes to stderr, so `--json` stays one document on stdout."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa: A002
+    """A network configuration from a JSON path, JSON text or a live DL4J object, plus its input types."""
+    inputs: list[dict[str, Any]] | None = None
+    if isinstance(input, str):
+        inputs = [parse_input_spec(s) for s in input.split(",")]
+    elif isinstance(input, dict):
+        inputs = [input]
+    elif isinstance(input, list):
+        inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in input]
+
+    if isinstance(model, (str, Path)) and not str(model).lstrip().startswith("{"):
+        path = Path(model)
+        text, doc = _read_json_file(path)
+        kind = _kind_of(doc, str(path))
+        name = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
+        if inputs is None:
+            side = sidecar_path(path)
+            if side.exists():
+                try:
+                    inputs = list(json.loads(side.read_text())["inputs"])
+                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    raise EstimateError(f"input-type sidecar {side} is unreadable ({err}); fix it or pass --input") from None
+        conf = _from_json(text, kind, str(path))
+    elif isinstance(model, str):
+        try:
+            doc = json.loads(model)
+        except json.JSONDecodeError as err:
+            raise EstimateError(f"network JSON text is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
+        kind = _kind_of(doc, "network JSON text")
+        name = "network"
+        conf = _from_json(model, kind, "network JSON text")
+    else:
+        start_jvm()
+        conf, kind = _conf_of_java_object(model)
+        doc = json.loads(str(conf.toJson()))
+        name = str(model.getClass().getSimpleName())
+    if inputs is None and kind == "ComputationGraph":
+        types = doc.get("networkInputTypes")
+        if types:
+            raise EstimateError("this graph's JSON records input types DL4J cannot map back; pass --input (e.g. cnn:32x32x3)")
+    if inputs is None:
+        inputs = _derive_inputs(doc, kind)
+    if not inputs:
+        raise EstimateError(
+            f"cannot tell the input type of {name}: give --input (ff:SIZE, cnn:HxWxC, cnnflat:HxWxC, rnn:SIZExSTEPS) "
+            f"or write a sidecar {name}.input.json like examples/networks/*.input.json"
+        )
+    return _Loaded(name=name, kind=kind, conf=conf, inputs=inputs)
+
+
+def _conf_of_java_object(obj: Any):
+    name = str(obj.getClass().getName()) if hasattr(obj, "getClass") else type(obj).__name__
+    if name.endswith("MultiLayerConfiguration"):
+        return obj, "MultiLayerNetwork"
+    if name.endswith("ComputationGraphConfiguration"):
+        return obj, "ComputationGraph"
+    if name.endswith("MultiLayerNetwork"):
+        return obj.getLayerWiseConfigurations(), "MultiLayerNetwork"
+    if name.endswith("ComputationGraph"):
+        return obj.getConfiguration(), "ComputationGraph"
+    raise EstimateError(
+        f"cannot estimate a {name}: give a DL4J JSON file, a MultiLayerConfiguration, a "
+        f"ComputationGraphConfiguration, a MultiLayerNetwork or a ComputationGraph"
+    )
+
+
+# ----------------------------------------------------------------------------- the estimate
+
+_REPORT_TERMS = (
+    ("parameters", ("PARAMETERS",), "both"),
+    ("gradients", ("PARAMATER_GRADIENTS",), "train"),
+    ("updater_state", ("UPDATER_STATE",), "train"),
+    ("activations", ("ACTIVATIONS",), "both"),
+    ("activation_gradients", ("ACTIVATION_GRADIENTS",), "train"),
+    ("working_memory", ("WORKING_MEMORY_FIXED", "WORKING_MEMORY_VARIABLE", "CACHED_MEMORY_FIXED", "CACHED_MEMORY_VARIABLE"), "both"),
+)
+
+
+def _workspace_limits(loaded: _Loaded) -> dict[str, float]:
+    """overallocationLimit of the workspaces DL4J's network class really uses (read by reflection)."""
+    from org.deeplearning4j.nn.graph import ComputationGraph  # noqa: PLC0415
+    from org.deeplearning4j.nn.multilayer import MultiLayerNetwork  # noqa: PLC0415
+
+    cls = ComputationGraph if loaded.kind == "ComputationGraph" else MultiLayerNetwork
+    net = cls(loaded.conf)  # no init(): no parameters allocated
+    out = {}
+    for fname in ("WS_ALL_LAYERS_ACT_CONFIG", "WS_LAYER_WORKING_MEM_CONFIG", "WS_LAYER_ACT_X_CONFIG", "WS_RNN_LOOP_WORKING_MEM_CONFIG"):
+        fld = cls.class_.getDeclaredField(fname)
+        fld.setAccessible(True)
+        out[fname] = float(fld.get(net).getOverallocationLimit())
+    return out
+
+
+def estimate(model: Any, batch: int, dtype: str = "float32", mode: str = "train",
+             input: str | dict | list | None = None,  # noqa: A002
+             prefetch_queue: int = DL4J_FIT_PREFETCH_QUEUE, cpu_count: int | None = None) -> Estimate:
+    """The memory `model` needs at minibatch `batch` in `dtype`, training or inferring.
+
+    model: a DL4J JSON file path, JSON text, or a live MultiLayerConfiguration /
+    ComputationGraphConfiguration / MultiLayerNetwork / ComputationGraph. input: the input
+    type(s) when no `<name>.input.json` sidecar gives them ('cnn:32x32x3', see parse_input_spec).
+    """
+    check_batch(batch)
+    dtype = normalize_dtype(dtype)
+    mode = normalize_mode(mode)
+    if prefetch_queue < 0:
+        raise EstimateError(f"prefetch queue {prefetch_queue} is negative; DL4J's fit() uses {DL4J_FIT_PREFETCH_QUEUE}")
+    loaded = load(model, input)
+    from pyd4j.jvm import java_errors  # noqa: PLC0415
+
+    with java_errors(), _stdout_to_stderr():
+        return _estimate_loaded(loaded, batch, dtype, mode, prefetch_queue, cpu_count)
+
+
+def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetch_queue: int,
+                     cpu_count: int | None) -> Estimate:
+    from org.deeplearning4j.nn.conf import CacheMode  # noqa: PLC0415
+    from org.deeplearning4j.nn.conf.memory import MemoryType, MemoryUseMode  # noqa: PLC0415
+    from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415
+
+    in_types = [_input_type(s) for s in loaded.inputs]
+    try:
+        report = loaded.conf.getMemoryReport(*in_types) if loaded.kind == "ComputationGraph" \
+            else loaded.conf.getMemoryReport(in_types[0])
+    except Exception as exc:  # noqa: BLE001  (DL4J's message says which layer rejects the input)
+        raise EstimateError(f"DL4J cannot build a memory report for {loaded.name} with input {loaded.inputs}: {exc}") from None
+    use = MemoryUseMode.TRAINING if mode == "train" else MemoryUseMode.INFERENCE
+    scale = DTYPE_BYTES[dtype] / 4  # the report is queried in FLOAT and scaled: it is linear in bytes/element
+
+    def report_bytes(types: tuple[str, ...], mb: int) -> int:
+        return sum(int(report.getMemoryBytes(getattr(MemoryType, t), mb, use, CacheMode.NONE, DataType.FLOAT)) for t in types)
+
+    terms: list[Term] = []
+    for name, types, when in _REPORT_TERMS:
+        if when == "train" and mode != "train":
+            continue
+        one, two = report_bytes(types, 1), report_bytes(types, 2)
+        per = (two - one) * scale
+        fixed = one * scale - per
+        terms.append(Term(name, "offheap", "dl4j-report", int(round(fixed)), int(round(per)),
+                          f"DL4J NetworkMemoryReport {'+'.join(types)}" + (f", scaled to {dtype}" if scale != 1 else "")))
+
+    dsize = DTYPE_BYTES[dtype]
+    # Preprocessors: DL4J's report leaves them out. Each reshaping preprocessor outputs a copy
+    # of its input (and, training, an epsilon of the same size going back).
+    pre_elems = _preprocessor_elements(loaded)
+    if pre_elems:
+        factor = 2 if mode == "train" else 1
+        terms.append(Term("preprocessors", "offheap", "estimate", 0, pre_elems * dsize * factor,
+                          f"input preprocessors' outputs{' and epsilons' if factor == 2 else ''}, missing from DL4J's report"))
+
+    limits = _workspace_limits(loaded)
+    ws_limit = max(limits.values())
+    act_fixed = sum(t.fixed_bytes for t in terms if t.name in ("activations", "activation_gradients", "working_memory", "preprocessors"))
+    act_per = sum(t.per_sample_bytes for t in terms if t.name in ("activations", "activation_gradients", "working_memory", "preprocessors"))
+    terms.append(Term("workspace_overallocation", "offheap", "measured",
+                      int(act_fixed * ws_limit), int(round(act_per * ws_limit)),
+                      f"workspaces hold activations, epsilons and working memory and over-allocate by their "
+                      f"overallocationLimit, read from DL4J's {loaded.kind} ({', '.join(f'{k}={v:g}' for k, v in limits.items())})"))
+
+    if mode == "train":
+        per = sum(t.per_sample_bytes for t in terms if t.region == "offheap")
+        terms.append(Term("backend_overhead", "offheap", "estimate", 0, int(round(per * (TRAIN_BACKEND_FACTOR - 1))),
+                          f"ND4J M2.1 CPU backend holds ~{TRAIN_BACKEND_FACTOR:g}x DL4J's per-example bytes during fit() "
+                          f"(backprop buffers, workspace spills, allocator retention); factor fitted by "
+                          f"benchmarks/flags_accuracy.py"))
+
+    sample_elems = sum(_input_elements(s) for s in loaded.inputs) + _label_elements(loaded, in_types)
+    buffers = prefetch_queue + 2 if prefetch_queue else 1
+    terms.append(Term("prefetch_buffers", "offheap", "estimate", 0, sample_elems * dsize * buffers,
+                      f"minibatches alive in the data pipeline: AsyncDataSetIterator queue {prefetch_queue} "
+                      f"+ one being filled + one in use = {buffers} x (features + labels)"))
+
+    n_layers = int(_layer_count(loaded))
+    n_params = int(report_bytes(("PARAMETERS",), 1) // 4)
+    steps = max((int(s.get("timeSeriesLength", 0)) for s in loaded.inputs), default=0)
+    live = HEAP_BASE_BYTES + HEAP_PER_LAYER_BYTES * n_layers + HEAP_PER_STEP_BYTES * steps * n_layers
+    heap = max(HEAP_MIN_BYTES, int(live * HEAP_GC_FACTOR))
+    terms.append(Term("java_heap", "heap", "estimate", heap, 0,
+                      f"live Java objects ~{live // MiB} MiB (ND4J/DL4J state {HEAP_BASE_BYTES // MiB} MiB + "
+                      f"{HEAP_PER_LAYER_BYTES // MiB} MiB x {n_layers} layers"
+                      + (f" + {HEAP_PER_STEP_BYTES // 1024} KiB x {steps} steps x {n_layers} layers" if steps else "")
+                      + f") x {HEAP_GC_FACTOR:g} for the collector, at least {HEAP_MIN_BYTES // MiB} MiB"))
+    cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    threads = JVM_THREADS + cpus
+    native = METASPACE_BYTES + CODE_CACHE_BYTES + threads * THREAD_STACK_BYTES + int(heap * GC_OVERHEAD_FRACTION) + NATIVE_LIBRARIES_BYTES
+    terms.append(Term("jvm_native", "native", "estimate", native, 0,
+                      f"metaspace {METASPACE_BYTES // MiB} MiB + code cache {CODE_CACHE_BYTES // MiB} MiB + "
+                      f"{threads} thread stacks + GC structures {GC_OVERHEAD_FRACTION:.0%} of heap + "
+                      f"libnd4j/BLAS resident code and allocator arenas {NATIVE_LIBRARIES_BYTES // MiB} MiB"))
+    notes = (
+        "DL4J's report gives working memory as the largest layer's (not the sum): only one layer works at a time.",
+        "dl4j-report terms are DL4J's NetworkMemoryReport; measured = read from the running JVM; estimate = pyd4j's model.",
+    )
+    return Estimate(model=loaded.name, model_kind=loaded.kind, batch=batch, dtype=dtype, mode=mode,
+                    inputs=tuple(str(t) for t in in_types), parameter_count=n_params, layer_count=n_layers,
+                    terms=tuple(terms), workspace_overallocation=ws_limit, prefetch_queue=prefetch_queue,
+                    cpu_count=cpus, notes=notes)
+
+
+def _layer_count(loaded: _Loaded) -> int:
+    if loaded.kind == "ComputationGraph":
+        return int(loaded.conf.getVertices().size())
+    return int(loaded.conf.getConfs().size())
+
+
+def _preprocessor_elements(loaded: _Loaded) -> int:
+    """Per-example elements output by the network's input preprocessors."""
+    if loaded.kind != "MultiLayerNetwork":
+        return 0
+    conf = loaded.conf
+    types = conf.getLayerActivationTypes(_input_type(loaded.inputs[0]))
+    total = 0
+    for i in range(int(conf.getConfs().size())):
+        if conf.getInputPreProcess(i) is not None:
+            before = _input_type(loaded.inputs[0]) if i == 0 else types.get(i - 1)
+            total += int(before.arrayElementsPerExample())
+    return total
+
+
+def _label_elements(loaded: _Loaded, in_types: list) -> int:
+    conf = loaded.conf
+    if loaded.kind == "ComputationGraph":
+        types = conf.getLayerActivationTypes(*in_types)
+        return sum(int(types.get(o).arrayElementsPerExample()) for o in conf.getNetworkOutputs())
+    types = conf.getLayerActivationTypes(in_types[0])
+    return int(types.get(types.size() - 1).arrayElementsPerExample())
+
+
+def round_up(n: float, unit: int = MiB) -> int:
+    return int(math.ceil(n / unit) * unit)
