@@ -1,0 +1,164 @@
+"""`pyd4j plan`: SuperNeurons-style memory plans for a network on a device, simulated."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from pyd4j.output import emit_json, human_bytes, print_table
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """'8GiB' -> 8589934592; plain numbers are bytes."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise click.BadParameter(f"{text!r} is not a size like 8GiB, 500MB or 1073741824")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+@click.command("plan")
+@click.option("--model", default="resnet50", show_default=True,
+              help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4")
+@click.option("--network", "network_json", type=click.Path(exists=True, dir_okay=False),
+              help="a DL4J MultiLayerConfiguration / ComputationGraphConfiguration JSON instead")
+@click.option("--depth", type=int, help="ResNet depth N for --model resnet")
+@click.option("--batch", default=32, show_default=True, type=int)
+@click.option("--image", default=227, show_default=True, type=int, help="input height/width")
+@click.option("--device", default="k40c", show_default=True)
+@click.option("--devices", "devices_json", type=click.Path(exists=True, dir_okay=False),
+              help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
+@click.option("--policy", "policies", multiple=True,
+              type=click.Choice(["baseline", "liveness", "utp", "recompute", "superneurons"]),
+              help="policies to report (default: all)")
+@click.option("--budget", help="device bytes plans may use (default: the device's memory)")
+@click.option("--cache", is_flag=True, help="keep released tensors on the device (LRU) up to "
+              "the budget: fewer transfers, higher peak")
+@click.option("--max-batch", is_flag=True, help="search the largest batch that fits")
+@click.option("--max-depth", is_flag=True, help="search the deepest ResNet that fits")
+@click.option("--plot", type=click.Path(dir_okay=False), help="write a memory timeline PNG")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document")
+def command(model: str, network_json: str | None, depth: int | None, batch: int, image: int,
+            device: str, devices_json: str | None, policies: tuple[str, ...],
+            budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
+            plot: str | None, as_json: bool) -> None:
+    """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
+    peak memory and iteration time on a device."""
+    from pyd4j.sched import zoo
+    from pyd4j.sched.bounds import lower_bound
+    from pyd4j.sched.costmodel import CostModel
+    from pyd4j.sched.policies import POLICIES, make_plan
+    from pyd4j.sched.search import max_batch as search_batch
+    from pyd4j.sched.search import max_resnet_depth
+    from pyd4j.sched.simulator import simulate
+
+    try:
+        cost = CostModel.for_device(device, devices_json)
+    except KeyError as e:
+        raise click.BadParameter(str(e.args[0]), param_hint="--device") from None
+    cap = parse_bytes(budget) if budget else cost.device.memory_bytes
+    chosen = list(policies) or list(POLICIES)
+
+    def build(b: int):
+        if network_json:
+            from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+
+            return graph_from_dl4j_json(Path(network_json).read_text(), batch=b)
+        try:
+            return zoo.build(model, batch=b, image=image, depth=depth)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--model") from None
+
+    if max_depth:
+        if network_json or not model.lower().startswith("resnet"):
+            raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
+        policy = chosen[-1]
+        best = max_resnet_depth(policy, cost, batch, image, cap)
+        base = max_resnet_depth("baseline", cost, batch, image, cap)
+        live = max_resnet_depth("liveness", cost, batch, image, cap)
+        doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
+               "capacity_bytes": cap, "policy": policy, "depth": best.value,
+               "baseline_depth": base.value, "liveness_depth": live.value,
+               "ratio_to_baseline": best.value / base.value if base.value else None,
+               "ratio_to_liveness": best.value / live.value if live.value else None,
+               "peak_bytes": best.result.peak_bytes if best.result else None,
+               "time_s": best.result.time_s if best.result else None}
+        if as_json:
+            emit_json(doc)
+        else:
+            print_table(f"Deepest ResNet on {cost.device.name} (batch {batch}, {image}x{image})",
+                        ["policy", "depth", "peak"],
+                        [(p, r.value, human_bytes(r.result.peak_bytes if r.result else None))
+                         for p, r in (("baseline", base), ("liveness", live), (policy, best))])
+        return
+
+    if max_batch:
+        rows = {p: search_batch(build, p, cost, cap) for p in chosen}
+        doc = {"model": model, "device": cost.device.key, "capacity_bytes": cap,
+               "max_batch": {p: r.value for p, r in rows.items()}}
+        if as_json:
+            emit_json(doc)
+        else:
+            print_table(f"Largest batch of {model} on {cost.device.name}", ["policy", "batch"],
+                        [(p, r.value) for p, r in rows.items()])
+        return
+
+    g = build(batch)
+    bound = lower_bound(g, cost)
+    results = {}
+    timelines = {}
+    for p in chosen:
+        plan = make_plan(g, p, cost, cap, cache=cache)
+        r = simulate(plan, cost, timeline=bool(plot))
+        results[p] = r
+        timelines[p] = r.timeline
+    base_peak = results["baseline"].peak_bytes if "baseline" in results else None
+    doc = {
+        "model": g.name, "layers": len(g), "batch": batch, "device": cost.device.key,
+        "capacity_bytes": cap, "lower_bound_bytes": bound.lower_bound_bytes,
+        "resident_bytes": bound.resident_bytes, "l_peak_bytes": bound.l_peak_bytes,
+        "l_peak_layer": bound.l_peak_layer, "workspace_bytes": bound.workspace_bytes,
+        "policies": {p: {**r.as_dict(), "fits": r.peak_bytes <= cap,
+                         "peak_over_bound": r.peak_bytes / bound.lower_bound_bytes,
+                         "reduction_vs_baseline": (1 - r.peak_bytes / base_peak) if base_peak else None}
+                     for p, r in results.items()},
+    }
+    if plot:
+        _plot(plot, g.name, timelines, bound.lower_bound_bytes, cap)
+        doc["plot"] = plot
+    if as_json:
+        emit_json(doc)
+        return
+    print_table(
+        f"{g.name}, batch {batch}, on {cost.device.name}: lower bound "
+        f"{human_bytes(bound.lower_bound_bytes)} (resident {human_bytes(bound.resident_bytes)} "
+        f"+ l_peak {human_bytes(bound.l_peak_bytes)} at {bound.l_peak_layer})",
+        ["policy", "peak", "peak/bound", "with workspace", "iteration", "overhead", "fits"],
+        [(p, human_bytes(r.peak_bytes), f"{r.peak_bytes / bound.lower_bound_bytes:.3f}",
+          human_bytes(r.device_peak_bytes), f"{r.time_s * 1e3:.1f} ms", f"{r.overhead:+.1%}",
+          "yes" if r.peak_bytes <= cap else "no") for p, r in results.items()])
+
+
+def _plot(path: str, name: str, timelines: dict[str, list[int]], bound: int, cap: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for p, tl in timelines.items():
+        n = max(1, len(tl) - 1)
+        ax.plot([k / n for k in range(len(tl))], [b / 2**30 for b in tl], label=p, lw=1)
+    ax.axhline(bound / 2**30, color="k", ls="--", lw=0.8, label="lower bound")
+    ax.axhline(cap / 2**30, color="r", ls=":", lw=0.8, label="device memory")
+    ax.set_xlabel("iteration progress (plan records)")
+    ax.set_ylabel("device memory (GiB)")
+    ax.set_title(f"{name}: memory timeline per policy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
