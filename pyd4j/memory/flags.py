@@ -116,7 +116,8 @@ def measured_estimate(offheap_bytes: int, heap_bytes: int, native_bytes: int, mo
 
 
 def _mib_up(n: float, unit: int = MiB) -> int:
-    return int(math.ceil(n / unit) * unit)
+    """Round up to a whole unit, ignoring float noise (230.00000000000003 MiB is 230 MiB)."""
+    return int(math.ceil(n / unit - 1e-9) * unit)
 
 
 def _size(value: int | str | None, what: str) -> int | None:

@@ -1,0 +1,40 @@
+"""`pyd4j batch`: the largest minibatch a DL4J network can train (or infer) with in a memory budget."""
+
+from __future__ import annotations
+
+import click
+
+from pyd4j.memory.cli_common import fail, handle_errors, network_options
+from pyd4j.output import emit_json, human_bytes, print_table
+
+
+@click.command("batch")
+@network_options
+@click.option("--total", default=None, help="Host memory budget, e.g. 8g (default: cgroup limit, else RAM).")
+@click.option("--gpu-mem", default=None, help="GPU memory budget, e.g. 16g: the batch must fit the device.")
+@click.option("--headroom", default=0.15, show_default=True, type=float, help="Fraction added to estimates.")
+@handle_errors
+def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool,
+            total: str | None, gpu_mem: str | None, headroom: float) -> None:
+    """Largest minibatch that fits a CPU RAM or GPU memory budget. Exits 3 when not even batch 1 fits."""
+    from pyd4j.memory.estimate import estimate  # noqa: PLC0415
+    from pyd4j.memory.flags import default_total, flags, largest_batch  # noqa: PLC0415
+
+    est = estimate(model, 1, dtype=dtype, mode=mode, input=input_spec, prefetch_queue=prefetch)
+    budget = total if total is not None or gpu_mem is not None else default_total()
+    best = largest_batch(est, total=budget, gpu_mem=gpu_mem, headroom=headroom)
+    if best == 0:
+        fail(f"not even minibatch 1 of {est.model} fits (total {total or human_bytes(budget)}, gpu {gpu_mem}); "
+             f"batch 1 needs {human_bytes(flags(est, total=None, headroom=headroom, refuse=False).total_bytes)}",
+             as_json, code=3, largest_batch=0)
+        return
+    fs = flags(est.at_batch(best), total=budget, headroom=headroom, gpu_mem=gpu_mem)
+    doc = {"ok": True, "model": est.model, "mode": est.mode, "dtype": est.dtype, "largest_batch": best,
+           "total_bytes": fs.total_bytes, "budget_bytes": fs.budget_bytes, "gpu_budget_bytes": fs.gpu_budget_bytes,
+           "gpu_need_bytes": fs.gpu_need_bytes, "flags": fs.args(), "breakdown": fs.breakdown}
+    if as_json:
+        emit_json(doc)
+    else:
+        print_table(f"largest minibatch for {est.model}", ["batch", "needs", "budget"],
+                    [(best, human_bytes(fs.total_bytes), human_bytes(fs.budget_bytes) if fs.budget_bytes else gpu_mem)])
+        click.echo(" ".join(fs.args()))

@@ -1,0 +1,65 @@
+"""Options and output shared by `pyd4j estimate`, `pyd4j flags` and `pyd4j batch`."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import click
+
+from pyd4j.memory.estimate import EstimateError
+from pyd4j.output import emit_json, human_bytes, print_table
+
+
+def network_options(func: Callable) -> Callable:
+    """--model/--batch/--dtype/--mode/--input/--json."""
+    options = [
+        click.option("--model", "model", required=True, type=click.Path(dir_okay=False),
+                     help="DL4J network JSON (MultiLayerConfiguration or ComputationGraphConfiguration)."),
+        click.option("--input", "input_spec", default=None,
+                     help="Input type when no NAME.input.json sidecar exists: ff:784, cnn:32x32x3 (HxWxC), "
+                          "cnnflat:28x28x1, rnn:32x50 (size x steps); comma-separated for several graph inputs."),
+        click.option("--dtype", default="float32", show_default=True, help="float32, float16, bfloat16 or float64."),
+        click.option("--mode", default="train", show_default=True, help="train or infer."),
+        click.option("--prefetch", default=2, show_default=True, type=int,
+                     help="AsyncDataSetIterator queue size (DL4J's fit() uses 2; 0 for none)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def fail(message: str, as_json: bool, code: int = 2, **extra: Any) -> None:
+    """A clear error: JSON on stdout with --json, a line on stderr otherwise; exit non-zero."""
+    if as_json:
+        emit_json({"ok": False, "error": message, **extra})
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(func: Callable) -> Callable:
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except EstimateError as err:
+            fail(str(err), kwargs.get("as_json", False))
+        except Exception as err:  # noqa: BLE001  (a Java/classpath problem: say it, not a traceback)
+            from pyd4j.jvm import ClasspathError, JavaError, JavaNotFoundError  # noqa: PLC0415
+
+            if isinstance(err, (ClasspathError, JavaError, JavaNotFoundError)):
+                fail(str(err), kwargs.get("as_json", False))
+            raise
+    return wrapper
+
+
+def print_estimate(est) -> None:
+    rows = [(t.name, human_bytes(t.bytes_at(est.batch)), t.region, t.source, t.why) for t in est.terms]
+    rows.append(("total", human_bytes(est.total_bytes), "", "",
+                 f"off-heap {human_bytes(est.offheap_bytes)}, heap {human_bytes(est.heap_bytes)}, "
+                 f"JVM native {human_bytes(est.native_bytes)}"))
+    print_table(f"{est.model} ({est.model_kind}), batch {est.batch}, {est.dtype}, {est.mode}",
+                ["term", "bytes", "region", "source", "why"], rows)
