@@ -1,0 +1,183 @@
+"""Flag arithmetic against hand-worked numbers, every output format, bad inputs. No JVM."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from pyd4j.memory.estimate import Estimate, EstimateError, Term
+from pyd4j.memory.flags import BudgetError, flags, largest_batch, measured_estimate, spark_conf
+
+MiB = 1024**2
+
+
+def hand_estimate(batch: int = 100) -> Estimate:
+    """off-heap 100 MiB + 1 MiB/sample, heap 256 MiB, JVM native 280 MiB."""
+    terms = (
+        Term("parameters", "offheap", "dl4j-report", 100 * MiB, 0, "hand"),
+        Term("activations", "offheap", "dl4j-report", 0, 1 * MiB, "hand"),
+        Term("java_heap", "heap", "estimate", 256 * MiB, 0, "hand"),
+        Term("jvm_native", "native", "estimate", 280 * MiB, 0, "hand"),
+    )
+    return Estimate(model="hand", model_kind="MultiLayerNetwork", batch=batch, dtype="float32", mode="train",
+                    inputs=(), parameter_count=0, layer_count=2, terms=terms, workspace_overallocation=0.0,
+                    prefetch_queue=2)
+
+
+def test_hand_worked_flags():
+    # batch 100: off-heap 200 MiB -> maxbytes 230 MiB; native 280 x 1.15 = 322 MiB;
+    # maxphysicalbytes = 230 + 256 (heap) + 64 (direct) + 322 = 872 MiB; margin max(64, 43.6) = 64 -> 936 MiB
+    fs = flags(hand_estimate(100), total="4g", headroom=0.15)
+    assert fs.maxbytes == 230 * MiB
+    assert fs.heap_bytes == 256 * MiB
+    assert fs.max_direct_bytes == 64 * MiB
+    assert fs.maxphysicalbytes == 872 * MiB
+    assert fs.container_bytes == fs.total_bytes == 936 * MiB
+    assert fs.args() == ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=64m",
+                         f"-Dorg.bytedeco.javacpp.maxbytes={230 * MiB}",
+                         f"-Dorg.bytedeco.javacpp.maxphysicalbytes={872 * MiB}"]
+    assert all(f.reason for f in fs.flags)
+    assert "NIO" in fs.flags[2].reason or "nio" in fs.flags[2].reason
+
+
+def test_zero_headroom_and_heap_rounding():
+    est = hand_estimate(100)
+    terms = tuple(Term(t.name, t.region, t.source, 300 * MiB, 0, "") if t.name == "java_heap" else t for t in est.terms)
+    fs = flags(Estimate(**{**est.__dict__, "terms": terms}), total="8g", headroom=0.0)
+    assert fs.maxbytes == 200 * MiB
+    assert fs.heap_bytes == 320 * MiB  # 300 MiB rounded up to 64 MiB
+    assert fs.maxphysicalbytes == (200 + 320 + 64 + 280) * MiB
+
+
+def test_largest_batch_hand_worked():
+    # container(b) = ceil(115 + 1.15 b) + 256 + 64 + 322 + 64 <= 1024  ->  1.15 b <= 203  ->  b = 176
+    est = hand_estimate(1)
+    assert largest_batch(est, total="1g") == 176
+    flags(est.at_batch(176), total="1g")
+    with pytest.raises(BudgetError):
+        flags(est.at_batch(177), total="1g")
+
+
+def test_refusal_names_need_term_and_batch():
+    with pytest.raises(BudgetError) as info:
+        flags(hand_estimate(400), total="1g")
+    err = info.value
+    assert err.largest_batch == 176
+    assert err.biggest_term == "activations"  # 400 MiB at batch 400, above native 280 and heap 256
+    # ceil(500 x 1.15) = 575; + heap 256 + direct 64 + native 322 = 1217; margin max(64, 60.85) = 64
+    assert err.needed_bytes == (ceil_mib(500 * 1.15) + 256 + 64 + 322 + 64) * MiB == 1281 * MiB
+    assert "largest minibatch that fits is 176" in str(err)
+
+
+def ceil_mib(x: float) -> int:
+    import math
+    return math.ceil(x - 1e-9)
+
+
+def test_refusal_when_nothing_fits():
+    with pytest.raises(BudgetError) as info:
+        flags(hand_estimate(1), total="512m")
+    assert info.value.largest_batch == 0
+    assert "no minibatch fits" in str(info.value)
+
+
+def test_gpu_budget():
+    # device need = ceil(off-heap x 1.15) + 512 MiB CUDA context; batch 100: 230 + 512 = 742 MiB
+    fs = flags(hand_estimate(100), total="8g", gpu_mem="1g")
+    assert fs.gpu_need_bytes == 742 * MiB
+    # 1 GiB device: ceil(115 + 1.15 b) + 512 <= 1024 -> 1.15 b <= 397 -> b = 345
+    assert largest_batch(hand_estimate(1), gpu_mem="1g") == 345
+    with pytest.raises(BudgetError) as info:
+        flags(hand_estimate(400), total="8g", gpu_mem="1g")
+    assert info.value.largest_batch == 345 and "GPU memory" in str(info.value)
+
+
+def test_measured_estimate():
+    fs = flags(measured_estimate(100 * MiB, 512 * MiB, 200 * MiB), total="4g", headroom=0.1)
+    assert fs.maxbytes == 110 * MiB and fs.heap_bytes == 512 * MiB
+    assert fs.maxphysicalbytes == (110 + 512 + 64 + 220) * MiB
+
+
+# ----------------------------------------------------------------------------- formats
+
+@pytest.fixture
+def fs():
+    return flags(hand_estimate(100), total="4g")
+
+
+def test_format_args_and_env(fs):
+    assert fs.render("args").split() == fs.args()
+    env = fs.render("env")
+    assert env.startswith("export JAVA_TOOL_OPTIONS=")
+    assert shlex.split(env.split("=", 1)[1]) == [" ".join(fs.args())]
+
+
+def test_format_maven(fs):
+    out = fs.render("maven")
+    assert f"<argLine>{' '.join(fs.args())}</argLine>" in out
+    for arg in fs.args():
+        assert f"<argument>{arg}</argument>" in out
+    assert "MAVEN_OPTS" in out
+
+
+def test_format_gradle(fs):
+    out = fs.render("gradle")
+    assert "[" + ", ".join(f"'{a}'" for a in fs.args()) + "]" in out
+    assert "jvmArgs" in out
+
+
+def test_format_spark(fs):
+    conf = spark_conf(fs)
+    assert conf["spark.executor.memory"] == "256m"
+    assert conf["spark.executor.memoryOverhead"] == f"{936 - 256}m"  # container - heap: all off-heap + native
+    assert "-Xmx" not in conf["spark.executor.extraJavaOptions"]  # Spark refuses -Xmx there
+    assert "-Dorg.bytedeco.javacpp.maxphysicalbytes" in conf["spark.driver.extraJavaOptions"]
+    out = fs.render("spark")
+    assert out.startswith("spark-submit")
+    tokens = shlex.split(out.replace("\\\n", " ").split("#")[0])
+    assert "spark.executor.memoryOverhead=680m" in tokens
+
+
+def test_format_k8s(fs):
+    out = fs.render("k8s")
+    assert out.count('memory: "936Mi"') == 2
+    assert "JAVA_TOOL_OPTIONS" in out
+
+
+def test_unknown_format(fs):
+    with pytest.raises(ValueError, match="unknown format 'xml'"):
+        fs.render("xml")
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+def test_bad_budget():
+    with pytest.raises(EstimateError, match="12 parsecs"):
+        flags(hand_estimate(), total="12 parsecs")
+    with pytest.raises(EstimateError, match="more than 0"):
+        flags(hand_estimate(), total=0)
+
+
+@pytest.mark.parametrize("batch", [0, -3, 1.5, True])
+def test_bad_batch(batch):
+    with pytest.raises(EstimateError, match="minibatch size"):
+        hand_estimate().at_batch(batch)
+
+
+def test_bad_headroom():
+    with pytest.raises(EstimateError, match="headroom"):
+        flags(hand_estimate(), total="4g", headroom=-0.1)
+
+
+def test_flags_is_pure_python():
+    """flags.py must import and run with jpype unavailable."""
+    code = ("import sys; sys.modules['jpype'] = None; sys.modules['py4j'] = None\n"
+            "from tests.memory.test_flags import hand_estimate\n"
+            "from pyd4j.memory.flags import flags\n"
+            "print(flags(hand_estimate(), total='4g').args()[1])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "-Xmx256m"
