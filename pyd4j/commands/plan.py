@@ -41,11 +41,16 @@ def parse_bytes(text: str) -> int:
 @click.option("--max-batch", is_flag=True, help="search the largest batch that fits")
 @click.option("--max-depth", is_flag=True, help="search the deepest ResNet that fits")
 @click.option("--plot", type=click.Path(dir_okay=False), help="write a memory timeline PNG")
+@click.option("--execute", is_flag=True, help="also run each plan for real (one training "
+              "iteration, budget = its planned peak) and report measured vs planned peak and time")
+@click.option("--backend", default="host", show_default=True,
+              type=click.Choice(["host", "native", "cupy"]),
+              help="executor backend for --execute: numpy, the native side-agent, or CuPy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
 def command(model: str, network_json: str | None, depth: int | None, batch: int, image: int,
             device: str, devices_json: str | None, policies: tuple[str, ...],
             budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
-            plot: str | None, as_json: bool) -> None:
+            plot: str | None, as_json: bool, execute: bool = False, backend: str = "host") -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
     peak memory and iteration time on a device."""
     from pyd4j.sched import zoo
@@ -111,10 +116,12 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     bound = lower_bound(g, cost)
     results = {}
     timelines = {}
+    plans = {}
     for p in chosen:
         plan = make_plan(g, p, cost, cap, cache=cache)
         r = simulate(plan, cost, timeline=bool(plot))
         results[p] = r
+        plans[p] = plan
         timelines[p] = r.timeline
     base_peak = results["baseline"].peak_bytes if "baseline" in results else None
     doc = {
@@ -130,6 +137,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     if plot:
         _plot(plot, g.name, timelines, bound.lower_bound_bytes, cap)
         doc["plot"] = plot
+    if execute:
+        doc["execute"] = _execute(g, plans, results, backend)
     if as_json:
         emit_json(doc)
         return
@@ -141,6 +150,60 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         [(p, human_bytes(r.peak_bytes), f"{r.peak_bytes / bound.lower_bound_bytes:.3f}",
           human_bytes(r.device_peak_bytes), f"{r.time_s * 1e3:.1f} ms", f"{r.overhead:+.1%}",
           "yes" if r.peak_bytes <= cap else "no") for p, r in results.items()])
+    if execute:
+        ex = doc["execute"]
+        print_table(
+            f"Executed on the {backend} backend ({ex['library']}), one iteration each",
+            ["policy", "planned peak", "measured peak", "planned time", "measured time",
+             "grads = reference"],
+            [(p, human_bytes(e["planned_peak_bytes"]), human_bytes(e["measured_peak_bytes"]),
+              f"{e['planned_time_s'] * 1e3:.1f} ms", f"{e['measured_time_s'] * 1e3:.1f} ms",
+              "yes" if e["grads_equal_reference"] else f"no (max diff {e['max_abs_grad_diff']:.3g})")
+             for p, e in ex["policies"].items()])
+
+
+def _execute(g, plans: dict, results: dict, backend: str) -> dict:
+    """Runs each plan once on `backend` under a budget equal to its planned device peak."""
+    import time
+
+    import numpy as np
+
+    from pyd4j.agent.executor import execute, init_params, random_batch, reference_run
+
+    if backend == "native":
+        from pyd4j.agent.native import NativeBackend as make, load_library
+
+        library = load_library().pyd4j_agent_build_kind().decode() + " build"
+    elif backend == "cupy":
+        from pyd4j.agent.cupy_backend import CupyBackend as make
+
+        library = "CuPy"
+    else:
+        from pyd4j.agent.host import HostBackend as make
+
+        library = "numpy"
+    x, labels = random_batch(g)
+    params = init_params(g)
+    ref = reference_run(g, x, labels, params)
+    out = {}
+    for p, plan in plans.items():
+        r = results[p]
+        b = make(budget_bytes=r.device_peak_bytes)
+        try:
+            t = time.perf_counter()
+            run = execute(plan, b, x, labels, params)
+            b.synchronize()
+            elapsed = time.perf_counter() - t
+        finally:
+            b.close()
+        diff = max((float(np.max(np.abs(run.grads[k] - ref.grads[k]))) for k in ref.grads), default=0.0)
+        out[p] = {"planned_peak_bytes": r.device_peak_bytes, "measured_peak_bytes": run.stats.peak_bytes,
+                  "planned_time_s": r.time_s, "measured_time_s": elapsed,
+                  "bytes_offloaded": run.stats.bytes_offloaded,
+                  "bytes_prefetched": run.stats.bytes_prefetched,
+                  "grads_equal_reference": all(np.array_equal(run.grads[k], ref.grads[k]) for k in ref.grads),
+                  "max_abs_grad_diff": diff}
+    return {"backend": backend, "library": library, "policies": out}
 
 
 def _plot(path: str, name: str, timelines: dict[str, list[int]], bound: int, cap: int) -> None:
