@@ -1,0 +1,119 @@
+"""estimate() on the example networks against hand-computed parameter and activation counts (real DL4J)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyd4j.memory.estimate import EstimateError, estimate, parse_input_spec
+
+NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
+MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818
+
+
+@pytest.mark.jvm
+def test_mlp_terms_against_hand_counts(jvm):
+    e = estimate(NETWORKS / "mlp.json", 32)
+    b = e.breakdown()
+    assert e.parameter_count == MLP_PARAMS
+    assert b["parameters"] == MLP_PARAMS * 4
+    assert b["gradients"] == MLP_PARAMS * 4
+    assert b["updater_state"] == 2 * MLP_PARAMS * 4  # Adam: m and v
+    assert b["activations"] == (512 + 256 + 10) * 32 * 4
+    assert b["prefetch_buffers"] == (784 + 10) * 4 * 4 * 32  # (queue 2 + 2) x (features + labels)
+    assert e.term_bytes("backend_overhead") > 0
+    sources = {t.name: t.source for t in e.terms}
+    assert sources["parameters"] == "dl4j-report" and sources["workspace_overallocation"] == "measured"
+    assert sources["java_heap"] == "estimate"
+    assert e.total_bytes == e.offheap_bytes + e.heap_bytes + e.native_bytes
+
+
+@pytest.mark.jvm
+def test_linear_in_batch_and_dtype(jvm):
+    e32 = estimate(NETWORKS / "lenet.json", 32)
+    e64 = estimate(NETWORKS / "lenet.json", 64)
+    assert e32.at_batch(64).breakdown() == e64.breakdown()
+    half = estimate(NETWORKS / "lenet.json", 32, dtype="bf16")
+    assert half.term_bytes("parameters") * 2 == e32.term_bytes("parameters")
+    infer = estimate(NETWORKS / "lenet.json", 32, mode="infer")
+    assert "gradients" not in infer.breakdown() and infer.offheap_bytes < e32.offheap_bytes
+
+
+@pytest.mark.jvm
+def test_lenet_preprocessor_term(jvm):
+    # FeedForwardToCnn before layer 0 (784 elements) and CnnToFeedForward before the dense (4x4x50 = 800)
+    e = estimate(NETWORKS / "lenet.json", 10)
+    assert e.term_bytes("preprocessors") == (784 + 800) * 10 * 4 * 2
+
+
+@pytest.mark.jvm
+def test_graph_and_live_object(jvm):
+    from org.deeplearning4j.nn.conf import MultiLayerConfiguration
+
+    g = estimate(NETWORKS / "resnet_graph.json", 16)
+    assert g.model_kind == "ComputationGraph" and g.layer_count >= 14
+    live = MultiLayerConfiguration.fromJson((NETWORKS / "lstm.json").read_text())
+    from_file = estimate(NETWORKS / "lstm.json", 8)
+    from_object = estimate(live, 8, input="rnn:32x50")
+    assert from_object.breakdown() == from_file.breakdown()
+
+
+@pytest.mark.jvm
+def test_unknown_layer_type_is_named(jvm, tmp_path):
+    doc = json.loads((NETWORKS / "mlp.json").read_text())
+    doc["confs"][1]["layer"]["@class"] = "org.example.NoSuchLayer"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    (tmp_path / "bad.input.json").write_text('{"inputs": [{"type": "feedForward", "size": 784}]}')
+    with pytest.raises(EstimateError, match="org.example.NoSuchLayer"):
+        estimate(bad, 8)
+
+
+def test_bad_json_names_file_and_position(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{\n  "confs": [ {\n    "layer": ,\n')
+    with pytest.raises(EstimateError, match=r"broken\.json is not valid JSON.*line 3, column 14"):
+        estimate(bad, 8)
+
+
+def test_not_a_network(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"hello": 1}')
+    with pytest.raises(EstimateError, match="not a DL4J network configuration"):
+        estimate(bad, 8)
+
+
+@pytest.mark.parametrize("batch", [0, -1])
+def test_bad_batch(batch):
+    with pytest.raises(EstimateError, match="minibatch size"):
+        estimate(NETWORKS / "mlp.json", batch)
+
+
+def test_bad_dtype():
+    with pytest.raises(EstimateError, match="unknown dtype 'float8'"):
+        estimate(NETWORKS / "mlp.json", 8, dtype="float8")
+
+
+def test_input_spec():
+    assert parse_input_spec("cnn:32x32x3") == {"type": "convolutional", "height": 32, "width": 32, "channels": 3}
+    with pytest.raises(EstimateError, match="cannot read input type"):
+        parse_input_spec("image:32")
+
+
+@pytest.mark.jvm
+def test_cli_json_is_one_document_and_refusal_exits_nonzero(jvm):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pyd4j.cli", *a], capture_output=True, text=True, timeout=300)  # noqa: E731
+    ok = run("flags", "--model", str(NETWORKS / "mlp.json"), "--batch", "32", "--total", "8g", "--json")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert doc["flags"][1].startswith("-Xmx") and doc["total_bytes"] > 0 and "parameters" in doc["breakdown"]
+    refused = run("flags", "--model", str(NETWORKS / "deep_cnn_bn.json"), "--batch", "4096", "--total", "2g", "--json")
+    assert refused.returncode == 3
+    doc = json.loads(refused.stdout)
+    assert doc["ok"] is False and 0 < doc["largest_batch"] < 4096 and doc["biggest_term"]
+    parsecs = run("flags", "--model", str(NETWORKS / "mlp.json"), "--batch", "8", "--total", "12 parsecs")
+    assert parsecs.returncode == 2 and "12 parsecs" in parsecs.stderr
