@@ -72,7 +72,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         if network_json:
             from pyd4j.sched.dl4j_json import graph_from_dl4j_json
 
-            return graph_from_dl4j_json(Path(network_json).read_text(), batch=b)
+            return graph_from_dl4j_json(Path(network_json).read_text(), batch=b,
+                                        input_shape=_input_shape(network_json))
         try:
             return zoo.build(model, batch=b, image=image, depth=depth)
         except ValueError as e:
@@ -204,6 +205,19 @@ def _execute(g, plans: dict, results: dict, backend: str) -> dict:
                   "grads_equal_reference": all(np.array_equal(run.grads[k], ref.grads[k]) for k in ref.grads),
                   "max_abs_grad_diff": diff}
     return {"backend": backend, "library": library, "policies": out}
+
+
+def _input_shape(network_json: str) -> tuple[int, ...] | None:
+    """Input shape from `<name>.input.json` next to the DL4J JSON, if there is one."""
+    import json
+
+    side = Path(network_json).with_suffix(".input.json")
+    if not side.exists():
+        return None
+    inp = json.loads(side.read_text())["inputs"][0]
+    if "channels" in inp:
+        return (int(inp["channels"]), int(inp["height"]), int(inp["width"]))
+    return (int(inp["size"]),) if "size" in inp else None
 
 
 def _plot(path: str, name: str, timelines: dict[str, list[int]], bound: int, cap: int) -> None:

@@ -1,0 +1,196 @@
+"""DL4J configuration JSON -> planner IR.
+
+Reads what `MultiLayerConfiguration.toJson()` and `ComputationGraphConfiguration.toJson()`
+write (DL4J 1.0.0-M2.1) and builds a `Graph` at a given batch size. DL4J JSON does not record
+the input shape of a MultiLayerNetwork (only preprocessors hint at it), so `input_shape`
+((C, H, W) or (F,)) is taken from the caller, from a `FeedForwardToCnnPreProcessor`, or from the
+first layer's `nin` for dense networks.
+
+Mapping: ConvolutionLayer -> CONV (+ ACT unless identity), SubsamplingLayer / GlobalPoolingLayer
+-> POOL, DenseLayer -> FC (+ ACT), OutputLayer -> FC + SOFTMAX (every output layer is planned
+as a loss layer of the same memory footprint), BatchNormalization -> BN (DL4J applies no
+activation after it), ActivationLayer -> ACT, DropoutLayer and any layer's `idropout` ->
+DROPOUT, LocalResponseNormalization -> LRN, ElementWiseVertex Add -> JOIN (other ops ->
+ELTWISE), MergeVertex -> CONCAT. Anything else raises `UnsupportedLayer` naming the type.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyd4j.sched.graph import Graph, GraphError
+
+
+class UnsupportedLayer(GraphError):
+    """A DL4J layer or vertex type the planner has no model for."""
+
+
+_ACT = {"ActivationReLU": "relu", "ActivationTanH": "tanh", "ActivationSigmoid": "sigmoid",
+        "ActivationLReLU": "relu", "ActivationReLU6": "relu", "ActivationELU": "relu",
+        "ActivationSoftmax": "softmax", "ActivationIdentity": None}
+_DTYPES = {"FLOAT": "float32", "HALF": "float16", "DOUBLE": "float64", "BFLOAT16": "bfloat16"}
+
+
+def _simple(cls: str) -> str:
+    return cls.rsplit(".", 1)[-1]
+
+
+def _activation(layer: dict[str, Any]) -> str | None:
+    fn = layer.get("activationFn")
+    if not fn:
+        return None
+    name = _simple(fn["@class"])
+    if name not in _ACT:
+        raise UnsupportedLayer(f"activation {name} of layer {layer.get('layerName')!r} is not "
+                               f"supported (supported: {sorted(_ACT)})")
+    return _ACT[name]
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
+
+
+class _Builder:
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+
+    def layer(self, layer: dict[str, Any], x: int) -> int:
+        g = self.g
+        kind = _simple(layer["@class"])
+        name = layer.get("layerName")
+        drop = layer.get("idropout")
+        if drop and kind != "DropoutLayer":
+            x = g.dropout(x, 1.0 - float(drop.get("p", 1.0)), name=f"{name}_idropout")
+        if kind in ("ConvolutionLayer", "Convolution2D"):
+            kh, kw = _pair(layer["kernelSize"])
+            sh, _ = _pair(layer["stride"])
+            if layer.get("convolutionMode") == "Same":
+                ph, pw = (kh - 1) // 2, (kw - 1) // 2
+            else:
+                ph, pw = _pair(layer.get("padding", [0, 0]))
+            x = g.conv(x, int(layer["nout"]), (kh, kw), sh, (ph, pw),
+                       bias=bool(layer.get("hasBias", True)), name=name)
+            return self._act(layer, x, name)
+        if kind in ("DenseLayer", "OutputLayer"):
+            x = g.fc(x, int(layer["nout"]), bias=bool(layer.get("hasBias", True)), name=name)
+            if kind == "OutputLayer":
+                return g.softmax(x, name=f"{name}_loss")
+            return self._act(layer, x, name)
+        if kind == "SubsamplingLayer":
+            k, _ = _pair(layer["kernelSize"])
+            s, _ = _pair(layer["stride"])
+            p, _ = _pair(layer.get("padding", [0, 0]))
+            mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
+            if mode is None:
+                raise UnsupportedLayer(f"pooling type {layer.get('poolingType')} of {name!r}")
+            same = layer.get("convolutionMode") == "Same"
+            return g.pool(x, k, s, 0 if same else p, mode, name=name, ceil=same)
+        if kind == "GlobalPoolingLayer":
+            return g.global_pool(x, name=name)
+        if kind == "BatchNormalization":
+            return g.bn(x, name=name)
+        if kind == "ActivationLayer":
+            return self._act(layer, x, name, force=True)
+        if kind == "DropoutLayer":
+            p = float((drop or {}).get("p", 0.5))
+            return g.dropout(x, 1.0 - p, name=name)
+        if kind == "LocalResponseNormalization":
+            return g.lrn(x, int(layer.get("n", 5)), float(layer.get("alpha", 1e-4)),
+                         float(layer.get("beta", 0.75)), float(layer.get("k", 2.0)), name=name)
+        raise UnsupportedLayer(f"DL4J layer type {kind} ({layer['@class']}) of layer {name!r} "
+                               "is not supported by the planner")
+
+    def _act(self, layer: dict[str, Any], x: int, name: str | None, force: bool = False) -> int:
+        fn = _activation(layer)
+        if fn is None and not force:
+            return x
+        if fn == "softmax":
+            raise UnsupportedLayer(f"softmax activation outside an output layer ({name!r})")
+        return self.g.act(x, fn or "relu", name=f"{name}_act" if not force else name)
+
+
+def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
+                         input_shape: tuple[int, ...] | None = None) -> Graph:
+    """Build the IR from DL4J configuration JSON (a string or the parsed document)."""
+    doc = json.loads(text) if isinstance(text, str) else text
+    if "confs" in doc:
+        return _multilayer(doc, batch, input_shape)
+    if "vertices" in doc:
+        return _graph(doc, batch, input_shape)
+    raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
+                     "(no 'confs' and no 'vertices')")
+
+
+def _dtype(doc: dict[str, Any]) -> str:
+    return _DTYPES.get(doc.get("dataType", "FLOAT"), "float32")
+
+
+def _infer_input(doc: dict[str, Any], first: dict[str, Any]) -> tuple[int, ...]:
+    pre = (doc.get("inputPreProcessors") or {}).get("0")
+    if pre and _simple(pre["@class"]) == "FeedForwardToCnnPreProcessor":
+        return (int(pre["numChannels"]), int(pre["inputHeight"]), int(pre["inputWidth"]))
+    if _simple(first["@class"]) in ("DenseLayer", "OutputLayer"):
+        return (int(first["nin"]),)
+    raise GraphError("DL4J JSON does not record this network's input shape: pass input_shape "
+                     "(C, H, W) or (features,)")
+
+
+def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None) -> Graph:
+    layers = [c["layer"] for c in doc["confs"]]
+    shape = tuple(input_shape) if input_shape else _infer_input(doc, layers[0])
+    g = Graph("dl4j_multilayer", batch, _dtype(doc))
+    b = _Builder(g)
+    x = g.data(*shape, name="input")
+    for layer in layers:
+        x = b.layer(layer, x)
+    g.validate()
+    return g
+
+
+def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None) -> Graph:
+    inputs = doc["networkInputs"]
+    if len(inputs) != 1:
+        raise GraphError(f"only single-input graphs are supported, got inputs {inputs}")
+    if input_shape is None:
+        raise GraphError("DL4J ComputationGraph JSON does not record input shapes: pass "
+                         "input_shape (C, H, W) or (features,)")
+    vin: dict[str, list[str]] = doc["vertexInputs"]
+    vertices: dict[str, dict[str, Any]] = doc["vertices"]
+    g = Graph("dl4j_graph", batch, _dtype(doc))
+    b = _Builder(g)
+    ids = {inputs[0]: g.data(*input_shape, name=inputs[0])}
+    pending = [v for v in vertices]
+    while pending:
+        progressed = False
+        for v in list(pending):
+            srcs = vin.get(v, [])
+            if not all(s in ids for s in srcs):
+                continue
+            ids[v] = _vertex(b, v, vertices[v], [ids[s] for s in srcs])
+            pending.remove(v)
+            progressed = True
+        if not progressed:
+            raise GraphError(f"graph has a cycle or unknown inputs among {pending}")
+    g.validate()
+    return g
+
+
+def _vertex(b: _Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> int:
+    kind = _simple(vertex["@class"])
+    g = b.g
+    if kind == "LayerVertex":
+        if len(xs) != 1:
+            raise GraphError(f"layer vertex {name!r} has {len(xs)} inputs")
+        layer = dict(vertex["layerConf"]["layer"])
+        layer.setdefault("layerName", name)
+        return b.layer(layer, xs[0])
+    if kind == "ElementWiseVertex":
+        op = vertex.get("op", "Add")
+        if op == "Add":
+            return g.join(xs, name=name)
+        return g.eltwise(xs, {"Product": "prod", "Max": "max"}.get(op, "sum"), name=name)
+    if kind == "MergeVertex":
+        return g.concat(xs, name=name)
+    raise UnsupportedLayer(f"DL4J vertex type {kind} ({vertex['@class']}) of vertex {name!r} "
+                           "is not supported by the planner")

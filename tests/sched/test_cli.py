@@ -1,0 +1,57 @@
+"""`pyd4j plan` end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from pyd4j.commands.plan import command, parse_bytes
+from pyd4j.sched import zoo
+from pyd4j.sched.bounds import lower_bound
+from pyd4j.sched.policies import make_plan
+from pyd4j.sched.simulator import simulate
+
+
+def run(*args: str) -> dict:
+    r = CliRunner().invoke(command, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_json_has_every_policy_and_the_bound() -> None:
+    doc = run("--model", "resnet50", "--batch", "8", "--device", "v100-16")
+    g = zoo.resnet(50, batch=8)
+    assert doc["lower_bound_bytes"] == lower_bound(g).lower_bound_bytes
+    assert list(doc["policies"]) == ["baseline", "liveness", "utp", "recompute", "superneurons"]
+    assert doc["policies"]["liveness"]["peak_bytes"] == simulate(make_plan(g, "liveness")).peak_bytes
+    for p in doc["policies"].values():
+        assert p["peak_bytes"] >= doc["lower_bound_bytes"] and p["time_s"] > 0
+
+
+def test_max_depth_and_max_batch(tmp_path: Path) -> None:
+    doc = run("--model", "resnet", "--max-depth", "--batch", "4", "--device", "k40c",
+              "--budget", "3GiB")
+    assert doc["depth"] > doc["baseline_depth"] > 0
+    assert (doc["depth"] - 2) % 3 == 0
+    # one more block in conv4_x would not fit
+    deeper = zoo.resnet(doc["depth"] + 3, batch=4)
+    assert simulate(make_plan(deeper, "superneurons")).peak_bytes > parse_bytes("3GiB")
+    doc = run("--model", "alexnet", "--max-batch", "--policy", "liveness", "--budget", "2GiB")
+    b = doc["max_batch"]["liveness"]
+    assert simulate(make_plan(zoo.alexnet(batch=b), "liveness")).peak_bytes <= 2 << 30
+    assert simulate(make_plan(zoo.alexnet(batch=b + 1), "liveness")).peak_bytes > 2 << 30
+
+
+def test_plot_and_dl4j_network(tmp_path: Path) -> None:
+    png = tmp_path / "t.png"
+    nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
+    doc = run("--network", str(nets / "deep_cnn_bn.json"), "--batch", "16", "--plot", str(png))
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert doc["layers"] == 26
+
+
+def test_table_output() -> None:
+    r = CliRunner().invoke(command, ["--model", "alexnet", "--batch", "4"])
+    assert r.exit_code == 0 and "recompute" in r.output and "lower bound" in r.output
