@@ -37,11 +37,15 @@ final class Sampler implements Runnable {
     private Method wsId, wsThread, wsSize, wsSpilled, wsPinned, wsMaxCycle, wsLastCycle, wsConfig, cfgInitial;
     private Class<?> wsClass;
     private long samples;
+    /** Read /proc/self/smaps about once a second: it costs ~1 ms, RSS alone cannot tell heap from native. */
+    private final long smapsEvery;
+    private final long heapReserved = heapReserved();
 
     Sampler(Sink sink, long intervalMs, boolean hooks) {
         this.sink = sink;
         this.intervalMs = intervalMs;
         this.hooks = hooks;
+        this.smapsEvery = Math.max(1, 1000 / Math.max(1, intervalMs));
     }
 
     void begin() {
@@ -130,6 +134,10 @@ final class Sampler implements Runnable {
             }
         }
         j.put("rss", rss()).put("threads", threads.getThreadCount());
+        if (samples % smapsEvery == 0) {
+            long heapRss = heapResident();
+            if (heapRss >= 0) j.put("heap_rss", heapRss);
+        }
         javacpp(j);
         j.put("iterations", Hooks.iterations.get());
         double score = Hooks.lastScore;
@@ -286,6 +294,67 @@ final class Sampler implements Runnable {
             long pages = 0;
             for (i++; i < n && statm[i] >= '0' && statm[i] <= '9'; i++) pages = pages * 10 + (statm[i] - '0');
             return pages * pageSize;
+        } catch (Throwable e) {
+            return -1;
+        }
+    }
+
+    /**
+     * Resident bytes of the Java heap: the run of adjacent anonymous mappings whose size is the
+     * reserved heap (MaxHeapSize). The heap's committed size is not resident until touched, so
+     * RSS minus committed heap would hide native growth behind heap pages being touched.
+     */
+    private long heapResident() {
+        if (heapReserved <= 0) return -1;
+        try (java.io.BufferedReader in = new java.io.BufferedReader(new java.io.FileReader("/proc/self/smaps"), 1 << 16)) {
+            long runStart = -1, runEnd = -1, runRss = 0, best = -1, bestDiff = Long.MAX_VALUE;
+            boolean anon = false;
+            long tolerance = Math.max(16L << 20, heapReserved / 50);
+            String line;
+            while ((line = in.readLine()) != null) {
+                int dash = line.indexOf('-');
+                int space = line.indexOf(' ');
+                if (dash > 0 && space > dash && isHex(line, 0, dash)) {
+                    long start = Long.parseUnsignedLong(line.substring(0, dash), 16);
+                    long end = Long.parseUnsignedLong(line.substring(dash + 1, space), 16);
+                    String[] parts = line.trim().split("\\s+");
+                    anon = parts.length < 6;
+                    if (anon && start == runEnd) {
+                        runEnd = end;
+                    } else {
+                        long diff = Math.abs((runEnd - runStart) - heapReserved);
+                        if (runStart >= 0 && diff <= tolerance && diff < bestDiff) {
+                            bestDiff = diff;
+                            best = runRss;
+                        }
+                        runStart = anon ? start : -1;
+                        runEnd = anon ? end : -1;
+                        runRss = 0;
+                    }
+                } else if (anon && line.startsWith("Rss:")) {
+                    runRss += Long.parseLong(line.substring(4, line.length() - 2).trim()) * 1024;
+                }
+            }
+            long diff = Math.abs((runEnd - runStart) - heapReserved);
+            if (runStart >= 0 && diff <= tolerance && diff < bestDiff) best = runRss;
+            return best;
+        } catch (Throwable e) {
+            return -1;
+        }
+    }
+
+    private static boolean isHex(String s, int from, int to) {
+        for (int i = from; i < to; i++) {
+            char c = s.charAt(i);
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+        }
+        return to > from;
+    }
+
+    private static long heapReserved() {
+        try {
+            com.sun.management.HotSpotDiagnosticMXBean bean = ManagementFactory.getPlatformMXBean(com.sun.management.HotSpotDiagnosticMXBean.class);
+            return Long.parseLong(bean.getVMOption("MaxHeapSize").getValue());
         } catch (Throwable e) {
             return -1;
         }

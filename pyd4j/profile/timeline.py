@@ -1,0 +1,222 @@
+"""A profiled run on disk: the agent's JSON lines (`timeline.jsonl`) plus `run.json` (how the job
+was started and how it ended), read back into arrays.
+
+The JSON lines are appended as they stream, so a run that crashed or was interrupted reads back
+as far as it got; a torn last line is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TIMELINE = "timeline.jsonl"
+RUN_META = "run.json"
+
+# Per-sample numeric series the report and the diagnosis use (agent field names).
+SERIES = (
+    "heap_used", "heap_committed", "heap_max", "nonheap_used", "nonheap_committed",
+    "direct_used", "mapped_used", "rss", "threads", "iterations",
+    "javacpp_total", "javacpp_physical", "javacpp_max", "javacpp_max_physical",
+)
+
+
+@dataclass
+class Timeline:
+    """Samples as numpy arrays (NaN where a sample lacks a value) plus the discrete events."""
+
+    run_dir: Path
+    start: dict[str, Any]
+    samples: list[dict[str, Any]]
+    gc_events: list[dict[str, Any]]
+    iter_events: list[dict[str, Any]]
+    epoch_events: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    end: dict[str, Any] | None
+    meta: dict[str, Any] = field(default_factory=dict)
+    torn_lines: int = 0
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Timeline":
+        """Read a run directory written by `pyd4j profile` (or the agent's out= file alone)."""
+        run_dir = Path(run_dir)
+        path = run_dir / TIMELINE if run_dir.is_dir() else run_dir
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no timeline at {path}: give the run directory `pyd4j profile` printed "
+                f"(it holds {TIMELINE} and {RUN_META})"
+            )
+        base = path.parent
+        start: dict[str, Any] = {}
+        samples, gcs, iters, epochs, errors = [], [], [], [], []
+        end = None
+        torn = 0
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    torn += 1  # the job died mid-write: keep everything before
+                    continue
+                kind = event.get("type")
+                if kind == "sample":
+                    samples.append(event)
+                elif kind == "gc":
+                    gcs.append(event)
+                elif kind == "iter":
+                    iters.append(event)
+                elif kind == "epoch":
+                    epochs.append(event)
+                elif kind == "error":
+                    errors.append(event)
+                elif kind == "start" and not start:
+                    start = event
+                elif kind == "end":
+                    end = event
+        meta_path = base / RUN_META
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn)
+
+    # -- arrays -------------------------------------------------------------------------------
+
+    @property
+    def t0(self) -> float:
+        """Epoch ms the timeline is measured from (JVM start when known)."""
+        if self.start.get("jvm_start"):
+            return float(self.start["jvm_start"])
+        return float(self.samples[0]["t"]) if self.samples else 0.0
+
+    def times(self) -> np.ndarray:
+        """Seconds since t0, one per sample."""
+        return (np.array([s["t"] for s in self.samples], dtype=float) - self.t0) / 1000.0
+
+    def series(self, name: str) -> np.ndarray:
+        """One numeric field per sample; NaN where absent."""
+        return np.array([float(s[name]) if s.get(name) is not None else np.nan for s in self.samples], dtype=float)
+
+    def heap_resident(self) -> np.ndarray:
+        """Resident bytes of the Java heap per sample (the agent reads smaps about once a second;
+        interpolated between reads). Falls back to committed heap where never measured."""
+        measured = self.series("heap_rss")
+        committed = self.series("heap_committed")
+        known = ~np.isnan(measured)
+        if not known.any():
+            return committed
+        x = np.arange(len(measured), dtype=float)
+        return np.interp(x, x[known], measured[known])
+
+    def native(self) -> np.ndarray:
+        """Native memory outside the JVM's own areas: RSS minus resident heap minus metaspace and
+        code cache. ND4J arrays live here (ND4J 1.0.0-M2.1 CPU buffers are not in JavaCPP's
+        totalBytes, only in RSS)."""
+        return self.series("rss") - self.heap_resident() - self.series("nonheap_committed")
+
+    def gc_totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cumulative GC count and GC time (ms), summed over collectors, one per sample."""
+        counts = np.array([sum(v[0] for v in s.get("gc", {}).values()) for s in self.samples], dtype=float)
+        millis = np.array([sum(v[1] for v in s.get("gc", {}).values()) for s in self.samples], dtype=float)
+        return counts, millis
+
+    def workspace_series(self) -> dict[str, dict[str, np.ndarray]]:
+        """Per workspace ('id@thread'): size, spilled, pinned, max_cycle as arrays over samples."""
+        keys: dict[str, None] = {}
+        for s in self.samples:
+            for w in s.get("ws", ()):
+                keys[f"{w['id']}@{w['thread']}"] = None
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for key in keys:
+            cols = {f: np.full(len(self.samples), np.nan) for f in ("size", "spilled", "pinned", "max_cycle", "initial")}
+            for i, s in enumerate(self.samples):
+                for w in s.get("ws", ()):
+                    if f"{w['id']}@{w['thread']}" == key:
+                        for f in cols:
+                            if w.get(f) is not None:
+                                cols[f][i] = w[f]
+            out[key] = cols
+        return out
+
+    # -- summaries ----------------------------------------------------------------------------
+
+    def peak(self, name: str) -> int | None:
+        """Largest value of a series, or None if never sampled."""
+        values = self.series(name) if self.samples else np.array([])
+        values = values[~np.isnan(values)]
+        return int(values.max()) if values.size else None
+
+    def live_heap_peak(self) -> int | None:
+        """Largest heap still in use right after a GC: the live set -Xmx must hold."""
+        after = [g["heap_after"] for g in self.gc_events if g.get("heap_after") is not None]
+        return max(after) if after else None
+
+    def peaks(self) -> dict[str, int | None]:
+        """The peaks a flag generator needs, in bytes."""
+        return {
+            "heap_used": self.peak("heap_used"),
+            "heap_live": self.live_heap_peak(),
+            "heap_committed": self.peak("heap_committed"),
+            "nonheap_used": self.peak("nonheap_used"),
+            "direct_used": self.peak("direct_used"),
+            "mapped_used": self.peak("mapped_used"),
+            "javacpp_total": self.peak("javacpp_total"),
+            "javacpp_physical": self.peak("javacpp_physical"),
+            "rss": self.peak("rss"),
+            "native": int(np.nanmax(self.native())) if self.samples else None,
+            "threads": self.peak("threads"),
+        }
+
+    def limits(self) -> dict[str, int | None]:
+        """The limits the job ran under, as the JVM and JavaCPP reported them."""
+        last = {}
+        for s in reversed(self.samples):
+            if s.get("javacpp_max") is not None:
+                last = s
+                break
+        heap_max = self.start.get("heap_max") or (self.samples[-1].get("heap_max") if self.samples else None)
+        return {
+            "heap_max": heap_max,
+            "max_direct": self.start.get("max_direct") if (self.start.get("max_direct") or -1) >= 0 else None,
+            "javacpp_max": last.get("javacpp_max"),
+            "javacpp_max_physical": last.get("javacpp_max_physical"),
+            "cgroup": self.meta.get("cgroup_limit_bytes"),
+        }
+
+    def iterations(self) -> int:
+        """Training iterations the job completed (0 if it has no DL4J listener hook)."""
+        counts = [s.get("iterations", 0) for s in self.samples]
+        ends = [self.end.get("iterations", 0)] if self.end else []
+        return int(max(counts + ends + [0]))
+
+    def iterations_per_second(self) -> float | None:
+        """Training speed from first to last iteration seen (excludes JVM and ND4J start-up)."""
+        marks = [(s["t"], s["iterations"]) for s in self.samples if s.get("iterations")]
+        if self.iter_events:
+            marks += [(e["t"], e["n"]) for e in self.iter_events]
+        if len(marks) < 2:
+            return None
+        marks.sort()
+        first = next(m for m in marks if m[1] >= 1)
+        last = marks[-1]
+        seconds = (last[0] - first[0]) / 1000.0
+        return (last[1] - first[1]) / seconds if seconds > 0 and last[1] > first[1] else None
+
+    def duration_s(self) -> float:
+        """Seconds from JVM start to the last line written."""
+        stamps = [s["t"] for s in self.samples] + ([self.end["t"]] if self.end else [])
+        return (max(stamps) - self.t0) / 1000.0 if stamps else 0.0
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.meta.get("returncode")
+
+    @property
+    def name(self) -> str:
+        """The job's main class (or jar) as the JVM reported it."""
+        command = self.start.get("command") or " ".join(self.meta.get("command", [])[-1:])
+        return (command or "job").split(" ")[0]
