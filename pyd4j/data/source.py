@@ -1,0 +1,337 @@
+"""Python batches -> DL4J DataSetIterator / MultiDataSetIterator, with async prefetch.
+
+The Java side (`org.pyd4j.data`) pulls each batch from a JPype proxy of `BatchSource` on
+AsyncDataSetIterator's prefetch thread; the proxy turns the Python batch into a DataSet whose
+arrays wrap the numpy memory (pyd4j.nd.from_numpy: no copy for C/F-ordered arrays of a shared
+dtype). JPype releases the GIL while the Python thread waits in fit(), and takes it for each
+callback, so the prefetch thread runs Python while the main thread trains.
+
+An exception in the Python source is kept here under an id; the Java side ends the prefetch
+stream, rethrows a PythonSourceException with that id on the fit() thread, and
+`source_errors()` re-raises the original Python exception object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+# ---- failures: id -> original Python exception ----------------------------------------------
+
+_failures: dict[int, BaseException] = {}
+_failures_lock = threading.Lock()
+_ids = itertools.count(1)
+_MAX_KEPT = 64
+
+
+def _remember(exc: BaseException) -> int:
+    with _failures_lock:
+        fid = next(_ids)
+        _failures[fid] = exc
+        while len(_failures) > _MAX_KEPT:  # failures nobody re-raised (fit() called from Java code)
+            _failures.pop(next(iter(_failures)))
+        return fid
+
+
+def original_exception(java_exception) -> BaseException | None:
+    """The Python exception behind a Java exception from a Python batch source, or None."""
+    import jpype  # noqa: PLC0415
+
+    found = jpype.JClass("org.pyd4j.data.PythonSourceException").find(java_exception)
+    if found is None:
+        return None
+    with _failures_lock:
+        return _failures.pop(int(found.getId()), None)
+
+
+@contextlib.contextmanager
+def source_errors() -> Iterator[None]:
+    """Around net.fit(...) on a pyd4j iterator: a failure of the Python source is re-raised as
+    the original Python exception; other Java exceptions become pyd4j.jvm Python ones."""
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.jvm import translate  # noqa: PLC0415
+
+    try:
+        yield
+    except jpype.JException as exc:
+        original = original_exception(exc)
+        if original is not None:
+            raise original from None
+        raise translate(exc) from None
+
+
+# ---- batches ---------------------------------------------------------------------------------
+
+_KEYS = ("features", "labels", "features_mask", "labels_mask")
+
+
+def _parts(batch: Any) -> tuple[Any, Any, Any, Any]:
+    """(features, labels, features_mask, labels_mask) from a tuple, list or dict batch."""
+    if isinstance(batch, dict):
+        unknown = set(batch) - set(_KEYS)
+        if unknown:
+            raise ValueError(f"batch dict has unknown keys {sorted(unknown)}; use {', '.join(_KEYS)}")
+        return tuple(batch.get(k) for k in _KEYS)  # type: ignore[return-value]
+    if isinstance(batch, (tuple, list)) and 2 <= len(batch) <= 4:
+        padded = list(batch) + [None] * (4 - len(batch))
+        return tuple(padded)  # type: ignore[return-value]
+    raise TypeError(
+        f"a batch must be (features, labels), (features, labels, features_mask, labels_mask), a dict "
+        f"with keys {', '.join(_KEYS)}, or an ND4J DataSet; got {type(batch).__name__}"
+        + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
+
+
+def _indarray(value: Any):
+    from pyd4j.nd import from_numpy  # noqa: PLC0415
+
+    if value is None:
+        return None
+    if hasattr(value, "isAttached"):  # already an INDArray
+        return value
+    return from_numpy(value if isinstance(value, np.ndarray) else np.asarray(value), copy=None)
+
+
+def to_dataset(batch: Any):
+    """An ND4J DataSet over the batch's numpy memory (no copy where pyd4j.nd can share it)."""
+    import jpype  # noqa: PLC0415
+
+    data_set = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+    if isinstance(batch, data_set):
+        return batch
+    f, l, fm, lm = _parts(batch)
+    if f is None:
+        raise ValueError("a batch needs features (got None)")
+    return data_set(_indarray(f), _indarray(l), _indarray(fm), _indarray(lm))
+
+
+def to_multidataset(batch: Any):
+    """An ND4J MultiDataSet from (features_list, labels_list[, fmasks, lmasks]) or a dict."""
+    import jpype  # noqa: PLC0415
+
+    mds = jpype.JClass("org.nd4j.linalg.dataset.MultiDataSet")
+    if isinstance(batch, jpype.JClass("org.nd4j.linalg.dataset.api.MultiDataSet")):
+        return batch
+    parts = _parts(batch)
+    arrays = jpype.JArray(jpype.JClass("org.nd4j.linalg.api.ndarray.INDArray"))
+
+    def many(value):
+        if value is None:
+            return None
+        seq = value if isinstance(value, (list, tuple)) else [value]
+        return arrays([_indarray(v) for v in seq])
+
+    f, l, fm, lm = (many(p) for p in parts)
+    return mds(f, l, fm, lm)
+
+
+# ---- sources ---------------------------------------------------------------------------------
+
+
+class PythonSource:
+    """A Python iterable, iterator/generator, or zero-argument callable seen as a BatchSource.
+
+    - re-iterable object (list, NumpyBatches, any class with __iter__): reset = iter() again
+    - iterator or generator: one pass only (reset raises; pass a function for more epochs)
+    - callable: called at every pass, must return an iterable (e.g. a generator function)
+    """
+
+    def __init__(self, source: Any, multi: bool = False) -> None:
+        if isinstance(source, Iterator):
+            self.kind = "iterator"
+        elif isinstance(source, Iterable):
+            self.kind = "iterable"
+        elif callable(source):
+            self.kind = "callable"
+        else:
+            raise TypeError(f"cannot read batches from a {type(source).__name__}: pass an iterable, a "
+                            f"generator, or a function returning an iterable")
+        self.source = source
+        self.multi = multi
+        self._convert = to_multidataset if multi else to_dataset
+        self._it: Iterator[Any] | None = None
+        self.batches = 0
+        self.samples = 0
+        self._started_once = False
+
+    def _open(self) -> Iterator[Any]:
+        if self.kind == "iterator":
+            return self.source
+        if self.kind == "iterable":
+            return iter(self.source)
+        made = self.source()
+        if not isinstance(made, Iterable):
+            raise TypeError(f"the batch function returned a {type(made).__name__}, not an iterable of batches")
+        return iter(made)
+
+    # --- BatchSource / MultiBatchSource (called from Java) ---
+    def next(self):
+        try:
+            if self._it is None:
+                self._it = self._open()
+                self._started_once = True
+            batch = next(self._it, None)
+            if batch is None:
+                return None
+            out = self._convert(batch)
+            self.batches += 1
+            return out
+        except BaseException as exc:  # noqa: BLE001  (every failure must reach the fit() caller)
+            self._raise_in_java(exc)
+
+    def reset(self) -> None:
+        try:
+            if self.kind == "iterator" and self._started_once:
+                raise RuntimeError(
+                    "this batch source is a one-shot iterator/generator and was already read; for several "
+                    "epochs pass a function that returns a new one, e.g. lambda: my_batches()")
+            self._it = None
+        except BaseException as exc:  # noqa: BLE001
+            self._raise_in_java(exc)
+
+    def resetSupported(self) -> bool:  # noqa: N802  (Java interface name)
+        return self.kind != "iterator"
+
+    @staticmethod
+    def _raise_in_java(exc: BaseException):
+        import jpype  # noqa: PLC0415
+
+        fid = _remember(exc)
+        raise jpype.JClass("org.pyd4j.data.PythonSourceException")(
+            jpype.JLong(fid), f"{type(exc).__name__}: {exc}")
+
+
+class NumpyBatches:
+    """Minibatches over in-memory numpy arrays, reshuffled at each pass (re-iterable).
+
+    Slices of C-ordered arrays are views, so batches reach ND4J without a copy; with shuffle=True
+    each batch is gathered once by numpy (one copy, as DL4J's own shuffling would make).
+    """
+
+    def __init__(self, features: np.ndarray, labels: np.ndarray, batch_size: int, shuffle: bool = True,
+                 seed: int | None = 0, drop_last: bool = False,
+                 features_mask: np.ndarray | None = None, labels_mask: np.ndarray | None = None) -> None:
+        n = len(features)
+        if len(labels) != n:
+            raise ValueError(f"features have {n} rows but labels {len(labels)}; they must match")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
+        self.features, self.labels = features, labels
+        self.features_mask, self.labels_mask = features_mask, labels_mask
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self._rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        n = len(self.features)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple]:
+        n = len(self.features)
+        order = self._rng.permutation(n) if self.shuffle else None
+        stop = n - (n % self.batch_size) if self.drop_last else n
+        for start in range(0, stop, self.batch_size):
+            if order is None:
+                sl: Any = slice(start, min(start + self.batch_size, n))
+            else:
+                sl = np.sort(order[start:start + self.batch_size])
+            parts = [self.features[sl], self.labels[sl]]
+            if self.features_mask is not None or self.labels_mask is not None:
+                parts += [None if self.features_mask is None else self.features_mask[sl],
+                          None if self.labels_mask is None else self.labels_mask[sl]]
+            yield tuple(np.ascontiguousarray(p) if p is not None else None for p in parts)
+
+
+# ---- prefetching iterators -------------------------------------------------------------------
+
+
+@dataclass
+class PrefetchIterator:
+    """A Python-fed DL4J iterator behind an async queue of `depth` batches.
+
+    `java` is the DataSetIterator (or MultiDataSetIterator) to hand to fit(); use as a context
+    manager, or call shutdown(), to stop the prefetch thread.
+    """
+
+    java: Any
+    source: PythonSource
+    depth: int
+    _proxy: Any = None
+
+    @property
+    def samples_consumed(self) -> int:
+        return int(self.java.samplesConsumed())
+
+    @property
+    def batches_consumed(self) -> int:
+        return int(self.java.batchesConsumed())
+
+    def reset(self) -> None:
+        with source_errors():
+            self.java.reset()
+
+    def shutdown(self) -> None:
+        self.java.shutdown()
+
+    def __enter__(self) -> "PrefetchIterator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def iterator(source: Any, prefetch: int = 4, batch_size: int = 0, multi: bool = False,
+             preprocessor: Any = None, copy_before_preprocess: bool = True,
+             use_workspace: bool = True) -> PrefetchIterator:
+    """A DL4J iterator fed by `source` (see PythonSource) with an async queue of `prefetch` batches.
+
+    preprocessor: an ND4J DataSetPreProcessor (MultiDataSetPreProcessor when multi), run on the
+    prefetch thread; batches are copied before it unless copy_before_preprocess=False (it would
+    otherwise change your numpy arrays in place).
+    use_workspace: AsyncDataSetIterator's circular workspace for the prefetch thread.
+    """
+    import jpype  # noqa: PLC0415
+
+    import pyd4j.jvm  # noqa: PLC0415
+
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+        raise ValueError(f"prefetch={prefetch!r} must be an int >= 1 (the async queue depth; DL4J's fit() uses 2)")
+    pyd4j.jvm.info()
+    py_source = source if isinstance(source, PythonSource) else PythonSource(source, multi=multi)
+    pkg = "org.pyd4j.data."
+    with pyd4j.jvm.java_errors():
+        if py_source.multi:
+            proxy = jpype.JProxy(pkg + "MultiBatchSource", inst=py_source)
+            inner = jpype.JClass(pkg + "PythonMultiDataSetIterator")(proxy)
+            wrapper = jpype.JClass(pkg + "PrefetchMultiDataSetIterator")
+        else:
+            proxy = jpype.JProxy(pkg + "BatchSource", inst=py_source)
+            inner = jpype.JClass(pkg + "PythonDataSetIterator")(proxy, jpype.JInt(batch_size))
+            wrapper = jpype.JClass(pkg + "PrefetchDataSetIterator")
+        inner.setCopyBeforePreProcess(bool(copy_before_preprocess))
+        if preprocessor is not None:
+            inner.setPreProcessor(preprocessor)
+        java = wrapper(inner, jpype.JInt(prefetch), bool(use_workspace))
+    return PrefetchIterator(java=java, source=py_source, depth=prefetch, _proxy=proxy)
+
+
+def prefetch_thread_names() -> list[str]:
+    """Names of live Java threads that are AsyncDataSetIterator prefetch threads (leak checks)."""
+    import jpype  # noqa: PLC0415
+
+    names = []
+    for thread in jpype.JClass("java.lang.Thread").getAllStackTraces().keySet():
+        name = str(thread.getName())
+        if "prefetch thread" in name:  # "ADSI prefetch thread", "AMDSI prefetch thread"
+            names.append(name)
+    return sorted(names)
+
+
+__all__ = [
+    "NumpyBatches", "PrefetchIterator", "PythonSource", "iterator", "original_exception",
+    "prefetch_thread_names", "source_errors", "to_dataset", "to_multidataset",
+]
