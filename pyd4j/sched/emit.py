@@ -81,6 +81,7 @@ def emit(graph: Graph, dec: Decisions) -> list[Step]:
         for j in need[i]:
             uses[j].append(pos)
     ptr = [0] * n
+    pinned: dict[int, int] = {}
     dy_alloc = [False] * n
     has_grad = [graph.has_grad(i) for i in range(n)]
 
@@ -104,13 +105,17 @@ def emit(graph: Graph, dec: Decisions) -> list[Step]:
             add(Step(A, 5 * j))
             add(Step(PRE, 5 * j))
         elif j in drop:
+            for u in inputs[j]:  # pinned: a nested rebuild must not release them
+                pinned[u] = pinned.get(u, 0) + 1
             for u in inputs[j]:
                 materialize(u, cur, pos)
             add(Step(A, 5 * j))
             add(Step(RC, j))
             valid[j] = True
             for u in inputs[j]:
-                if u not in cur and valid[u]:
+                pinned[u] -= 1
+            for u in inputs[j]:
+                if u not in cur and valid[u] and not pinned.get(u):
                     release_intermediate(u, pos)
             return
         else:
