@@ -46,4 +46,6 @@ def make_plan(graph: Graph, policy: str = "superneurons", cost: CostModel | None
         raise KeyError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     graph.validate()
     cost = cost or CostModel.for_device("k40c")
+    if cache and budget is None:
+        budget = cost.device.memory_bytes
     return _PLANNERS[policy](graph, cost, budget, cache)
