@@ -1,0 +1,72 @@
+"""`pyd4j tune -- java ...`: profile, recommend flags from measured peaks, verify by re-running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("tune", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None, help="directory for both runs")
+@click.option("--interval", "interval_ms", type=int, default=100, show_default=True, help="sampling interval, ms")
+@click.option("--total", default=None, help="memory budget for the whole process, e.g. 8g (default: cgroup limit or RAM)")
+@click.option("--headroom", type=float, default=0.15, show_default=True, help="fraction added over measured needs")
+@click.option("--no-verify", is_flag=True, help="skip the second run")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="stop each run after this many seconds")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+@click.argument("job", nargs=-1, type=click.UNPROCESSED)
+def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json, job) -> None:
+    """Run the job, compute -Xmx / MaxDirectMemorySize / JavaCPP limits from what it used, run it
+    again with them and print before/after.
+
+    \b
+    pyd4j tune -- java -cp job.jar com.acme.Train
+    """
+    from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
+    from pyd4j.output import emit_json, human_bytes, print_table  # noqa: PLC0415
+    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+    from pyd4j.profile.report import write_report  # noqa: PLC0415
+    from pyd4j.profile.tune import tune_job  # noqa: PLC0415
+
+    try:
+        doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
+                       verify=not no_verify, timeout_s=timeout_s)
+    except JobCommandError as err:
+        raise click.UsageError(str(err)) from None
+    except BudgetError as err:
+        raise click.ClickException(str(err)) from None
+    last = doc.get("after") or doc["before"]
+    doc["report"] = str(write_report(last["run_dir"])["html"])
+    if doc.get("after"):
+        write_report(doc["before"]["run_dir"])
+    if as_json:
+        emit_json(doc)
+        return
+    sides = [("before", doc["before"])] + ([("after", doc["after"])] if doc.get("after") else [])
+
+    def row(label, fn):
+        return [label, *(fn(s) for _, s in sides)]
+
+    speed = lambda s: f"{s['iterations_per_s']:.2f}" if s["iterations_per_s"] else "-"  # noqa: E731
+    print_table("pyd4j tune", ["", *(n for n, _ in sides)], [
+        row("exit code", lambda s: s["exit_code"]),
+        row("memory flags", lambda s: " ".join(s["jvm_memory_flags"]) or "(JVM defaults)"),
+        row("-Xmx", lambda s: human_bytes(s["limits"]["heap_max"])),
+        row("JavaCPP maxbytes", lambda s: human_bytes(s["limits"]["javacpp_max"])),
+        row("JavaCPP maxphysicalbytes", lambda s: human_bytes(s["limits"]["javacpp_max_physical"])),
+        row("peak heap used", lambda s: human_bytes(s["peaks"]["heap_used"])),
+        row("peak live heap", lambda s: human_bytes(s["peaks"]["heap_live"])),
+        row("peak native", lambda s: human_bytes(s["peaks"]["native"])),
+        row("peak RSS", lambda s: human_bytes(s["peaks"]["rss"])),
+        row("iterations/s", speed),
+        row("findings", lambda s: ", ".join(s["findings"]) or "none"),
+    ])
+    click.echo("recommended flags:")
+    click.echo("  " + " ".join(doc["recommended"]))
+    for arg, why in doc["reasons"].items():
+        click.echo(f"    {arg}: {why}")
+    if doc.get("after") is not None:
+        click.echo("verified: the second run finished cleanly with these flags" if doc["verified"]
+                   else "NOT verified: the second run still shows problems; see the report")
+    click.echo(f"report: {doc['report']}")

@@ -1,0 +1,98 @@
+"""`pyd4j tune`: profile a job once, compute JVM flags from what it really used, run it again with
+them, and compare. The flags come from pyd4j.memory.flags (the one flag generator), fed with the
+measured peaks through `measured_estimate`; `measured_need` below is the only arithmetic here:
+which measured number stands for which need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
+from pyd4j.profile.diagnose import Finding, diagnose
+from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, default_run_dir, profile_job
+from pyd4j.profile.timeline import Timeline
+from pyd4j.units import parse_bytes
+
+MIB = 1 << 20
+HEAP_PER_LIVE = 3.0          # heap = 3x the live set after GC: room for young collections
+MIN_HEAP = 256 * MIB
+
+
+@dataclass(frozen=True)
+class MeasuredNeed:
+    """What the job needs, read off a timeline (bytes), and where each number came from."""
+
+    offheap: int
+    heap: int
+    native: int
+    why: dict[str, str] = field(default_factory=dict)
+
+
+def measured_need(t: Timeline, findings: list[Finding] | None = None) -> MeasuredNeed:
+    """Peaks -> needs. A run that died at a limit only shows a lower bound: the need is then at
+    least what the finding's fix asks for."""
+    peaks, limits = t.peaks(), t.limits()
+    findings = diagnose(t) if findings is None else findings
+    offheap = max(peaks["native"] or 0, peaks["javacpp_total"] or 0)
+    why = {"offheap": f"peak native memory outside the JVM's areas ({offheap} B) or JavaCPP totalBytes, whichever is larger"}
+    live = peaks["heap_live"]
+    if live:
+        heap = max(int(live * HEAP_PER_LIVE), MIN_HEAP)
+        why["heap"] = f"{HEAP_PER_LIVE:g}x the largest live heap after GC ({live} B), at least {MIN_HEAP >> 20} MiB"
+    else:
+        heap = max(peaks["heap_used"] or 0, MIN_HEAP)
+        why["heap"] = "no GC happened: the largest heap used, at least 256 MiB"
+    native = peaks["nonheap_used"] or 0
+    why["native"] = "peak metaspace + code cache"
+    kinds = {f.kind: f for f in findings}
+    if "oom-heap" in kinds:
+        heap = max(heap, 2 * (limits["heap_max"] or 0))
+        why["heap"] += "; the run died of heap OOM, so at least twice the old -Xmx"
+    for kind in ("oom-javacpp-maxbytes", "oom-javacpp-maxphysicalbytes", "killed"):
+        if kind in kinds:
+            offheap = 2 * offheap
+            why["offheap"] += f"; the run died ({kind}), so twice the measured peak"
+            break
+    return MeasuredNeed(offheap=int(offheap), heap=int(heap), native=int(native), why=why)
+
+
+def recommend(t: Timeline, total: str | int | None = None, headroom: float = DEFAULT_HEADROOM) -> tuple[FlagSet, MeasuredNeed]:
+    """Flags for the measured run, from the flag generator."""
+    need = measured_need(t)
+    est = measured_estimate(need.offheap, need.heap, need.native, model=t.name)
+    return flags(est, total=parse_bytes(total, "budget") if total is not None else None, headroom=headroom), need
+
+
+def _side(run: JobRun) -> dict:
+    t = run.timeline
+    return {
+        "run_dir": str(run.run_dir), "exit_code": run.returncode, "interrupted": run.interrupted,
+        "wall_s": round(run.wall_s, 2), "iterations": t.iterations(), "iterations_per_s": t.iterations_per_second(),
+        "limits": t.limits(), "peaks": t.peaks(), "findings": [f.kind for f in diagnose(t)],
+        "jvm_memory_flags": [a for a in run.command if a.startswith(("-Xm", "-XX:MaxDirect", "-Dorg.bytedeco"))],
+    }
+
+
+def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: int = DEFAULT_INTERVAL_MS,
+             total: str | int | None = None, headroom: float = DEFAULT_HEADROOM, verify: bool = True,
+             on_sample: Callable[[dict], None] | None = None, timeout_s: float | None = None) -> dict:
+    """Profile, recommend, re-run with the recommendation; everything as one JSON-able document."""
+    from pyd4j.profile.command import JavaCommand  # noqa: PLC0415
+
+    out = Path(out_dir) if out_dir else default_run_dir(JavaCommand.parse(argv).title + "-tune")
+    before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s)
+    flagset, need = recommend(before.timeline, total=total, headroom=headroom)
+    doc = {"out_dir": str(out), "before": _side(before), "recommended": flagset.args(),
+           "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": need.__dict__,
+           "container_bytes": flagset.container_bytes, "notes": list(flagset.notes)}
+    if verify:
+        after = profile_job(argv, out / "after", interval_ms=interval_ms, extra_jvm_options=flagset.args(),
+                            drop_memory_flags=True, on_sample=on_sample, timeout_s=timeout_s)
+        doc["after"] = _side(after)
+        b, a = doc["before"]["iterations_per_s"], doc["after"]["iterations_per_s"]
+        doc["speedup"] = (a / b) if a and b else None
+        doc["verified"] = after.ok and not any(k.startswith(("oom", "killed", "leak")) for k in doc["after"]["findings"])
+    return doc
