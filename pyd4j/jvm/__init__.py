@@ -22,5 +22,14 @@ __all__ = [
     "ClasspathError", "DirectBufferOutOfMemoryError", "JavaCppOutOfMemoryError", "JavaError",
     "JavaInstall", "JavaNotFoundError", "JavaOutOfMemoryError", "JvmInfo", "JvmOptionError",
     "JvmOptions", "JvmRestartError", "classpath", "examples_jar", "find_java", "info", "is_started",
-    "java_command", "java_errors", "start", "translate",
+    "java_command", "java_errors", "start", "translate", "Gateway", "GatewayError",
 ]
+
+
+def __getattr__(name: str):
+    """`pyd4j.jvm.Gateway` without importing numpy and Py4J for every `import pyd4j.jvm`."""
+    if name in ("Gateway", "GatewayError"):
+        from pyd4j.jvm import gateway  # noqa: PLC0415
+
+        return getattr(gateway, name)
+    raise AttributeError(f"module 'pyd4j.jvm' has no attribute {name!r}")

@@ -71,14 +71,7 @@ public final class Buffers {
                                        long[] shape, long[] stride, char order) {
         DataType type = DataType.valueOf(dtype);
         long length = bytes / type.width();
-        Pointer pointer = new Pointer() {
-            {
-                this.address = address;
-                this.position = 0;
-                this.limit = bytes;
-                this.capacity = bytes;
-            }
-        };
+        Pointer pointer = at(address).capacity(bytes).limit(bytes);
         DataBuffer buffer = Nd4j.createBuffer(pointer, length, type);
         CLEANER.register(buffer, new KeepAlive(owner));
         return Nd4j.create(buffer, shape, stride, 0L, order, type);
@@ -143,24 +136,46 @@ public final class Buffers {
         }
     }
 
-    /** An INDArray over a shared-memory file (C order, no copy); the mapping lives as long as the array. */
-    public static INDArray wrapFile(String path, long bytes, String dtype, long[] shape) throws IOException {
-        return wrap(map(path, bytes), dtype, shape, Nd4j.getStrides(shape, 'c'), 'c');
+    /** A JavaCPP pointer at a raw address (for memcpy between ND4J memory and a mapping). */
+    static Pointer at(long where) {
+        // (A parameter named `address` would be shadowed by Pointer's own field in the initializer.)
+        return new Pointer() {
+            {
+                this.address = where;
+            }
+        };
     }
 
-    /** Copy {@code x} in C order into a shared-memory file of exactly its size. */
-    public static void copyToFile(INDArray x, String path) throws IOException {
-        long bytes = x.length() * x.dataType().width();
-        if (bytes == 0) {
-            return;
+    /** Whether x's elements lie densely in its own order ('c' or 'f'), so one memcpy moves them. */
+    public static boolean isDense(INDArray x) {
+        if (x.isEmpty()) {
+            return true;
         }
-        MappedByteBuffer mapped = map(path, bytes);
-        if (x.ordering() == 'c' && x.elementWiseStride() == 1) {
-            // Contiguous: one memcpy, whatever the dtype.
-            Pointer source = new Pointer() { { address = x.data().address() + x.offset() * x.data().getElementSize(); } };
-            Pointer.memcpy(new Pointer(mapped), source, bytes);
-        } else {
-            wrap(mapped, x.dataType().name(), x.shape(), Nd4j.getStrides(x.shape(), 'c'), 'c').assign(x);
+        long[] shape = x.shape();
+        long[] stride = x.stride();
+        long[] dense = Nd4j.getStrides(shape, x.ordering());
+        for (int i = 0; i < shape.length; i++) {
+            if (shape[i] > 1 && stride[i] != dense[i]) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** Address of x's first element. */
+    public static long firstElement(INDArray x) {
+        return x.data().address() + x.offset() * x.data().getElementSize();
+    }
+
+    /** Release a file mapping now rather than at some later GC (the copy is done with it). */
+    static void unmap(MappedByteBuffer mapped) {
+        try {
+            java.lang.reflect.Field f = Class.forName("sun.misc.Unsafe").getDeclaredField("theUnsafe");
+            f.setAccessible(true);
+            Object unsafe = f.get(null);
+            unsafe.getClass().getMethod("invokeCleaner", ByteBuffer.class).invoke(unsafe, mapped);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            // Not available: the mapping goes when the GC collects it.
         }
     }
 
