@@ -1,0 +1,71 @@
+"""Agent overhead: training iterations/s of the LeNet example job with and without the profiling
+agent, alternating in one run (same machine, same load), at a 100 ms sampling interval.
+
+Speed is what the job itself measures around its fit() calls (JOB_PEAKS line), so JVM and ND4J
+start-up do not count. Writes benchmarks/results/agent_overhead.json.
+
+    .venv/bin/python benchmarks/agent_overhead.py [--pairs 3] [--iterations 40] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from pyd4j.jvm import classpath, examples_jar, find_java
+from pyd4j.profile.launch import agent_option
+
+ROOT = Path(__file__).resolve().parent
+
+
+def run_once(with_agent: bool, iterations: int, batch: int, interval_ms: int) -> dict:
+    cp = os.pathsep.join([examples_jar(), *classpath()[1:]])
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = [agent_option(interval_ms, out=Path(tmp) / "t.jsonl")] if with_agent else []
+        cmd = [str(find_java().java), "-Xmx1g", *agent, "-cp", cp, "org.pyd4j.examples.TrainLeNetSynthetic",
+               str(iterations), str(batch), "2"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
+        samples = sum(1 for line in (Path(tmp) / "t.jsonl").read_text().splitlines() if '"sample"' in line) if with_agent else 0
+    peaks = json.loads(next(line for line in out.splitlines() if line.startswith("JOB_PEAKS ")).split(" ", 1)[1])
+    return {"agent": with_agent, "iterations_per_s": peaks["iterations"] / peaks["seconds"], "seconds": peaks["seconds"],
+            "samples": samples}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--interval", type=int, default=100)
+    args = parser.parse_args()
+    runs = []
+    for i in range(args.pairs):
+        order = (False, True) if i % 2 == 0 else (True, False)  # alternate to cancel drifts in load
+        for with_agent in order:
+            runs.append(run_once(with_agent, args.iterations, args.batch, args.interval))
+            print(runs[-1], flush=True)
+    base = statistics.median(r["iterations_per_s"] for r in runs if not r["agent"])
+    agent = statistics.median(r["iterations_per_s"] for r in runs if r["agent"])
+    result = {
+        "benchmark": "agent_overhead", "job": "org.pyd4j.examples.TrainLeNetSynthetic",
+        "iterations": args.iterations, "batch": args.batch, "interval_ms": args.interval, "pairs": args.pairs,
+        "baseline_iterations_per_s": base, "agent_iterations_per_s": agent,
+        "ratio": agent / base, "slowdown_percent": (1 - agent / base) * 100, "runs": runs,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "java": find_java().version},
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    out = ROOT / "results" / "agent_overhead.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"agent/baseline iterations/s = {result['ratio']:.3f} ({result['slowdown_percent']:+.1f}% slowdown) -> {out}")
+
+
+if __name__ == "__main__":
+    main()

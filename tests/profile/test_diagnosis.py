@@ -1,0 +1,116 @@
+"""Real fixture jobs under the real agent: each known memory behaviour gets the right diagnosis."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pyd4j.profile import Timeline, diagnose
+from pyd4j.profile.diagnose import fit_trend
+
+pytestmark = [pytest.mark.jvm, pytest.mark.slow]
+
+MIB = 1 << 20
+
+
+def kinds(run) -> list[str]:
+    return [f.kind for f in diagnose(run.timeline)]
+
+
+def test_healthy_job_has_no_false_leak(healthy_run):
+    t = healthy_run.timeline
+    assert healthy_run.returncode == 0
+    assert t.iterations() == 150  # every fit() counted by the attached listener
+    assert len(t.samples) >= 10
+    found = kinds(healthy_run)
+    assert not [k for k in found if k.startswith(("leak", "oom", "killed", "crash"))], found
+
+
+def test_offheap_leak_is_reported_with_slope_near_truth(leak_run):
+    assert leak_run.returncode == 0
+    leak = [f for f in diagnose(leak_run.timeline) if f.kind == "leak-offheap"]
+    assert leak, kinds(leak_run)
+    # The job keeps one 1 MiB float array per iteration.
+    slope = leak[0].numbers["slope_bytes_per_unit"]
+    assert 0.8 * MIB < slope < 1.5 * MIB, slope
+    assert leak[0].numbers["r2"] >= 0.9
+    assert "iteration" in leak[0].title
+
+
+def test_socket_transport_carried_the_timeline(leak_run):
+    # the leak job streamed over the token-checked loopback socket
+    assert leak_run.timeline.start["pid"] > 0
+    assert leak_run.timeline.end is not None
+
+
+def test_maxbytes_oom_names_maxbytes_and_its_flag(maxbytes_run):
+    assert maxbytes_run.returncode != 0
+    f = next(f for f in diagnose(maxbytes_run.timeline) if f.kind.startswith("oom"))
+    assert f.kind == "oom-javacpp-maxbytes"
+    assert f.flags and f.flags[0].startswith("-Dorg.bytedeco.javacpp.maxbytes=")
+    assert int(f.flags[0].split("=")[1]) > 64 * MIB
+    # the timeline shows JavaCPP totalBytes at the 64 MiB limit when it failed
+    t = maxbytes_run.timeline
+    assert t.limits()["javacpp_max"] == 64 * MIB
+    assert t.peaks()["javacpp_total"] > 0.85 * 64 * MIB
+    assert any("OutOfMemoryError" in e["class"] for e in t.errors)
+
+
+def test_heap_oom_is_heap_not_offheap(heap_run):
+    assert heap_run.returncode != 0
+    oom = [f for f in diagnose(heap_run.timeline) if f.kind.startswith("oom")]
+    assert [f.kind for f in oom] == ["oom-heap"]
+    assert oom[0].flags[0].startswith("-Xmx")
+    assert heap_run.timeline.limits()["heap_max"] <= 96 * MIB
+
+
+def test_partial_timeline_survives_a_kill(runs_root):
+    """SIGKILL the job mid-run: no process is left, the lines so far read back, diagnosis says 'killed'."""
+    import psutil
+
+    from conftest import fixture_command
+    from pyd4j.profile import profile_job
+
+    killed = {}
+
+    def kill_after_some(sample: dict) -> None:
+        if sample.get("iterations", 0) >= 20 and not killed:
+            pid = json.loads((runs_root / "killed" / "timeline.jsonl").read_text().splitlines()[0])["pid"]
+            killed["pid"] = pid
+            psutil.Process(pid).kill()
+
+    run = profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "killed", on_sample=kill_after_some, timeout_s=240)
+    assert run.returncode == -9
+    assert not psutil.pid_exists(killed["pid"]) or psutil.Process(killed["pid"]).status() == psutil.STATUS_ZOMBIE
+    t = Timeline.load(run.run_dir)
+    assert t.end is None and t.iterations() >= 20
+    assert kinds(run)[0] == "killed"
+
+
+def test_timeout_ends_the_whole_process_tree(runs_root):
+    import psutil
+
+    from conftest import fixture_command
+    from pyd4j.profile import profile_job
+
+    seen = {}
+    with pytest.raises(TimeoutError):
+        profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "timeout",
+                    on_sample=lambda s: seen.setdefault("pid", True), timeout_s=8)
+    t = Timeline.load(runs_root / "timeout")
+    pid = t.start["pid"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert len(t.samples) > 0
+
+
+def test_trend_fit_matches_numpy_on_a_hand_made_line():
+    x = np.arange(100, dtype=float)
+    y = 5 * MIB + 2 * MIB * x
+    trend = fit_trend(x, y, "iteration")
+    assert trend.slope == pytest.approx(2 * MIB)
+    assert trend.r2 == pytest.approx(1.0)
+    # warm-up (first 25 %) is excluded from the fit: a jump there does not count
+    y2 = np.where(x < 20, 0.0, 100 * MIB)
+    assert fit_trend(x, y2, "iteration").slope == pytest.approx(0.0, abs=1)
