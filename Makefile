@@ -31,6 +31,8 @@ $(NATIVE_LIB): $(NATIVE_SRC)
 demo: setup
 	.venv/bin/pyd4j doctor
 	$(PY) examples/quickstart.py
+	@# The main job: tune the Maven-built LeNet example (profile, flags from measured peaks, verify).
+	.venv/bin/pyd4j tune --out examples/target/demo-tune -- java -cp "examples/target/pyd4j-examples.jar:java/target/lib/*" org.pyd4j.examples.TrainLeNetSynthetic 20 16 2
 
 test: setup
 	$(PY) -m pytest

@@ -12,7 +12,7 @@ import click
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="run directory (default pyd4j-runs/<Main>-<time>)")
+              help="run directory (default runs/<Main>-<time>)")
 @click.option("--interval", "interval_ms", type=int, default=100, show_default=True, help="sampling interval, ms")
 @click.option("--socket", "use_socket", is_flag=True, help="stream over a loopback socket (with a token) instead of a file")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="stop the job after this many seconds")
@@ -41,7 +41,7 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
             raise click.UsageError("give either --python SCRIPT or a java command after --, not both")
         from pyd4j.profile.session import session  # noqa: PLC0415
 
-        run_dir = out_dir or Path("pyd4j-runs") / f"{script.stem}-session"
+        run_dir = out_dir or Path("runs") / f"{script.stem}-session"
         with session(run_dir, interval_ms=interval_ms):
             sys.argv = [str(script)]
             runpy.run_path(str(script), run_name="__main__")
@@ -77,7 +77,7 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
 def _latest_run(out_dir: Path | None) -> Path:
     if out_dir is not None:
         return out_dir
-    runs = sorted(Path("pyd4j-runs").glob("*/timeline.jsonl"), key=lambda p: p.stat().st_mtime)
+    runs = sorted(Path("runs").glob("*/timeline.jsonl"), key=lambda p: p.stat().st_mtime)
     if not runs:
         raise click.ClickException("no run directory was written")
     return runs[-1].parent

@@ -54,8 +54,8 @@ def agent_option(interval_ms: int, out: Path | None = None, port: int | None = N
     return f"-javaagent:{agent_jar()}={','.join(parts)}"
 
 
-def default_run_dir(title: str, root: Path = Path("pyd4j-runs")) -> Path:
-    """`pyd4j-runs/<MainClass>-<YYYYmmdd-HHMMSS>` under the current directory."""
+def default_run_dir(title: str, root: Path = Path("runs")) -> Path:
+    """`runs/<MainClass>-<YYYYmmdd-HHMMSS>` under the current directory."""
     short = title.rsplit(".", 1)[-1].rsplit("/", 1)[-1] or "job"
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in short)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -29,7 +29,7 @@ class SessionRun:
 
 
 @contextlib.contextmanager
-def session(run_dir: str | Path = "pyd4j-runs/session", interval_ms: int = DEFAULT_INTERVAL_MS) -> Iterator[SessionRun]:
+def session(run_dir: str | Path = "runs/session", interval_ms: int = DEFAULT_INTERVAL_MS) -> Iterator[SessionRun]:
     """Sample this process's JVM (started now with defaults if it is not running) while the block runs."""
     import jpype  # noqa: PLC0415
 
