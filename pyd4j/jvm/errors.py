@@ -33,8 +33,10 @@ class JavaCppOutOfMemoryError(JavaOutOfMemoryError):
 
     @property
     def limit_property(self) -> str:
-        """The system property to raise."""
-        if "maxPhysicalBytes" in str(self) or "Physical memory usage is too high" in str(self):
+        """The system property to raise. JavaCPP puts the limit that refused in the *cause*
+        ("Physical memory usage is too high" or "... > maxBytes"), so the whole chain is read."""
+        text = f"{self}\n{self.java_stacktrace}"
+        if "maxPhysicalBytes" in text or "Physical memory usage is too high" in text:
             return "org.bytedeco.javacpp.maxphysicalbytes"
         return "org.bytedeco.javacpp.maxbytes"
 

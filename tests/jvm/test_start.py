@@ -152,3 +152,19 @@ def test_java_exception_keeps_class_and_stack(jvm):
     assert "doesn't match data length" in str(err.value)
     assert "at org.nd4j.linalg.factory.Nd4j" in err.value.java_stacktrace
     assert err.value.__suppress_context__  # raised `from None`
+
+
+def test_javacpp_limit_is_read_from_the_cause_chain():
+    # JavaCPP's refusal at maxphysicalbytes: the top message names only the Pointer, the cause the limit.
+    physical = JavaCppOutOfMemoryError(
+        "Cannot allocate new LongPointer(6): totalBytes = 1K, physicalBytes = 3G",
+        java_class="java.lang.OutOfMemoryError",
+        java_stacktrace="Caused by: java.lang.OutOfMemoryError: Physical memory usage is too high: "
+                        "physicalBytes (3G) > maxPhysicalBytes (3G)")
+    assert physical.limit_property == "org.bytedeco.javacpp.maxphysicalbytes"
+    total = JavaCppOutOfMemoryError(
+        "Cannot allocate new FloatPointer(67108864): totalBytes = 1K, physicalBytes = 300M",
+        java_class="java.lang.OutOfMemoryError",
+        java_stacktrace="Caused by: java.lang.OutOfMemoryError: Failed to allocate memory within limits: "
+                        "totalBytes (1K + 256M) > maxBytes (128M)")
+    assert total.limit_property == "org.bytedeco.javacpp.maxbytes"
