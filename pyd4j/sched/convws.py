@@ -4,14 +4,22 @@ workspace fits in the device memory that is free at that step.
 Policies 0-3 use the algorithm without workspace (always possible). Given a device budget,
 this pass reads the live-bytes timeline of the plan and gives each CONV forward, backward and
 recompute record the fastest applicable algorithm with aligned(workspace) <= budget - live.
+Time-optimised plans ask the tensor cache to keep `fastest_workspaces` free before CONV steps
+(evicting cached tensors for it), so the fastest algorithm fits wherever memory allows.
 """
 
 from __future__ import annotations
 
 from pyd4j.sched.costmodel import CostModel
-from pyd4j.sched.graph import LayerType
+from pyd4j.sched.graph import Graph, LayerType
 from pyd4j.sched.plan import COMPUTE_OPS, Plan, Step, aligned
 from pyd4j.sched.simulator import live_timeline
+
+
+def fastest_workspaces(graph: Graph, cost: CostModel) -> list[int]:
+    """Aligned workspace of each CONV layer's fastest algorithm (0 for other layers)."""
+    return [aligned(cost.conv_options(graph, layer.id)[0][1])
+            if layer.type is LayerType.CONV else 0 for layer in graph.layers]
 
 
 def assign_workspaces(plan: Plan, cost: CostModel, budget: int) -> Plan:

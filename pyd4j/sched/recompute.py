@@ -18,10 +18,10 @@ steps needs.
 from __future__ import annotations
 
 from pyd4j.sched.bounds import layer_working_sets
-from pyd4j.sched.emit import Decisions, emit
+from pyd4j.sched.emit import Decisions
 from pyd4j.sched.graph import CHEAP, CHEAP_STRUCTURAL, Graph, LayerType
 from pyd4j.sched.plan import Plan, aligned
-from pyd4j.sched.pool import finish_pool
+from pyd4j.sched.pool import pooled_plan
 
 
 def recompute_decisions(graph: Graph) -> tuple[Decisions, dict[str, int]]:
@@ -71,8 +71,8 @@ def recompute_decisions(graph: Graph) -> tuple[Decisions, dict[str, int]]:
     return Decisions(True, frozenset(offload), frozenset(drop), frozenset(memory_centric)), stats
 
 
-def plan_recompute(graph: Graph, budget: int | None = None, lookahead: int = 2) -> Plan:
-    """Liveness + UTP + cost-aware recomputation."""
+def plan_recompute(graph: Graph, budget: int | None = None, lookahead: int = 2,
+                   reserve: list[int] | None = None) -> Plan:
+    """Liveness + UTP + cost-aware recomputation (tensor cache under `budget`)."""
     dec, stats = recompute_decisions(graph)
-    plan = Plan(graph, "recompute", emit(graph, dec), graph.nbytes_table(), {"recompute": stats})
-    return finish_pool(plan, budget, lookahead)
+    return pooled_plan(graph, "recompute", dec, budget, lookahead, reserve, {"recompute": stats})
