@@ -107,8 +107,18 @@ final class Sampler implements Runnable {
         } catch (Throwable ignored) {
             // exiting
         }
+        long samplerCpu = -1, processCpu = -1;
+        try {
+            if (thread != null) samplerCpu = threads.getThreadCpuTime(thread.getId());
+            java.lang.management.OperatingSystemMXBean os = ManagementFactory.getOperatingSystemMXBean();
+            if (os instanceof com.sun.management.OperatingSystemMXBean) processCpu = ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime();
+        } catch (Throwable ignored) {
+            // CPU accounting not supported here
+        }
+        // The agent's own cost, independent of machine load: sampler CPU over the process's CPU.
         sink.line(new Json().put("type", "end").put("t", System.currentTimeMillis()).put("reason", reason)
-                .put("samples", samples).put("iterations", Hooks.iterations.get()).close());
+                .put("samples", samples).put("iterations", Hooks.iterations.get())
+                .put("sampler_cpu_ns", samplerCpu).put("process_cpu_ns", processCpu).close());
         sink.close();
     }
 
