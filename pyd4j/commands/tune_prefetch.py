@@ -1,0 +1,97 @@
+"""`pyd4j tune-prefetch`: training throughput against async prefetch depth, and the depth to use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pyd4j.output import emit_json, human_bytes, print_table
+
+_EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
+_BUILTIN = {"digits-mlp": ("digits_mlp.json", None), "digits-lenet": ("digits_lenet.json", (1, 8, 8))}
+
+
+def load_network(model: str):
+    """A DL4J network from a configuration JSON file (MultiLayer or ComputationGraph), or a built-in name."""
+    import jpype  # noqa: PLC0415
+
+    path = Path(_EXAMPLES / _BUILTIN[model][0]) if model in _BUILTIN else Path(model)
+    if not path.is_file():
+        raise click.BadParameter(f"{model!r} is neither a DL4J configuration JSON file nor one of "
+                                 f"{', '.join(_BUILTIN)}", param_hint="--model")
+    text = path.read_text()
+    if '"vertices"' in text:
+        conf = jpype.JClass("org.deeplearning4j.nn.conf.ComputationGraphConfiguration").fromJson(text)
+        net = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph")(conf)
+    else:
+        conf = jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(text)
+        net = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf)
+    net.init()
+    return net
+
+
+def load_arrays(data: str | None):
+    """(x, y) float32 from an .npz with arrays x and y, or the digits CSV (train split, one-hot)."""
+    import numpy as np  # noqa: PLC0415
+
+    path = Path(data) if data else _EXAMPLES / "digits.csv"
+    if path.suffix == ".npz":
+        with np.load(path) as z:
+            if "x" not in z or "y" not in z:
+                raise click.BadParameter(f"{path} must hold arrays named x and y (has {sorted(z.files)})",
+                                         param_hint="--data")
+            return np.ascontiguousarray(z["x"], np.float32), np.ascontiguousarray(z["y"], np.float32)
+    rows = np.loadtxt(path, delimiter=",", dtype=np.int64)
+    train = rows[rows[:, 0] == 0]
+    return (np.ascontiguousarray(train[:, 2:], np.float32) / 16.0, np.eye(10, dtype=np.float32)[train[:, 1]])
+
+
+@click.command("tune-prefetch")
+@click.option("--model", default="digits-mlp", show_default=True,
+              help="DL4J configuration JSON file, or digits-mlp / digits-lenet.")
+@click.option("--data", default=None, help=".npz with arrays x, y (default: the digits training split).")
+@click.option("--shape", default=None, help="Reshape each sample, e.g. 1,8,8 for a CNN (digits-lenet sets it).")
+@click.option("--batch", default=64, show_default=True, type=int, help="Minibatch size.")
+@click.option("--depths", default="1,2,4,8,16", show_default=True, help="Queue depths to measure.")
+@click.option("--epochs", default=1, show_default=True, type=int, help="Epochs per measurement.")
+@click.option("--repeats", default=3, show_default=True, type=int, help="Measurements per depth (median kept).")
+@click.option("--tolerance", default=0.05, show_default=True, type=float,
+              help="Recommend the smallest depth within this fraction of the best.")
+@click.option("--threads", default=None, type=int, help="ND4J's maximum threads (small shared machines: 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def command(model: str, data: str | None, shape: str | None, batch: int, depths: str, epochs: int, repeats: int,
+            tolerance: float, threads: int | None, as_json: bool) -> None:
+    """Measure samples/s against prefetch depth for a network and data set; recommend a depth."""
+    import jpype  # noqa: PLC0415
+
+    import pyd4j.jvm  # noqa: PLC0415
+    from pyd4j.data import NumpyBatches  # noqa: PLC0415
+    from pyd4j.data.tune import tune_prefetch  # noqa: PLC0415
+
+    try:
+        depth_list = [int(d) for d in depths.split(",") if d.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{depths!r} must be comma-separated ints, e.g. 1,2,4,8", param_hint="--depths") from None
+    pyd4j.jvm.info()
+    if threads:
+        jpype.JClass("org.nd4j.linalg.factory.Nd4j").getEnvironment().setMaxThreads(threads)
+    with pyd4j.jvm.java_errors():
+        net = load_network(model)
+    x, y = load_arrays(data)
+    dims = tuple(int(s) for s in shape.split(",")) if shape else _BUILTIN.get(model, (None, None))[1]
+    if dims:
+        x = x.reshape((len(x), *dims))
+    source = NumpyBatches(x, y, batch_size=batch, shuffle=True, seed=0)
+    report = tune_prefetch(net, source, depths=depth_list, epochs=epochs, repeats=repeats, tolerance=tolerance)
+    doc = {"model": model, "batch": batch, "samples": len(x), **report.to_dict()}
+    if as_json:
+        emit_json(doc)
+        return
+    rows = [(r.depth, f"{r.samples_per_s:,.0f}", human_bytes(r.queue_bytes),
+             "recommended" if r.depth == report.recommended else ("best" if r.depth == report.best else ""))
+            for r in report.results]
+    print_table(f"prefetch depth for {model} (batch {batch})", ["depth", "samples/s", "queue memory", ""], rows)
+    speedup = report.speedup_vs_dl4j_default()
+    click.echo(f"recommended prefetch depth: {report.recommended}"
+               + (f" ({speedup:.2f}x DL4J's default depth 2)" if speedup else ""))
