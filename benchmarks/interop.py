@@ -55,7 +55,7 @@ def java_gc() -> None:
 
 
 def reps_for(nbytes: int) -> int:
-    return 11 if nbytes <= 16 * MiB else 5 if nbytes <= 256 * MiB else 3
+    return 11 if nbytes <= 16 * MiB else 7 if nbytes <= 256 * MiB else 3
 
 
 def bench_in_process(a: np.ndarray) -> dict:
