@@ -194,14 +194,19 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
 
     def prefetch_ahead(pos: int) -> None:
         # bring evicted tensors of the next `lookahead` steps back early, evicting only cache
-        # entries needed after them
+        # entries needed after them, and leaving room for the gradients those steps allocate
         nonlocal live
+        grads: dict[int, int] = {}
         for q in range(pos + 1, min(pos + 1 + lookahead, len(order))):
+            for j in inputs[order[q]]:
+                if has_grad[j] and not dy_alloc[j]:
+                    grads[j] = ysz[j]
+            room = sum(grads.values())
             for j in need[order[q]]:
                 if valid[j] or not host[j]:
                     continue
-                evict(ysz[j], q)
-                if live + ysz[j] > budget:  # type: ignore[operator]
+                evict(ysz[j] + room, q)
+                if live + ysz[j] + room > budget:  # type: ignore[operator]
                     return
                 add(Step(A, 5 * j))
                 add(Step(PRE, 5 * j))

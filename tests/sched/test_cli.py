@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from pyd4j.commands.plan import command, parse_bytes
@@ -28,6 +29,18 @@ def test_json_has_every_policy_and_the_bound() -> None:
     assert doc["policies"]["liveness"]["peak_bytes"] == simulate(make_plan(g, "liveness")).peak_bytes
     for p in doc["policies"].values():
         assert p["peak_bytes"] >= doc["lower_bound_bytes"] and p["time_s"] > 0
+        # the same device memory with delayed frees is never slower
+        assert p["at_min_peak"]["device_peak_bytes"] <= p["device_peak_bytes"]
+        assert p["at_min_peak"]["time_s"] <= p["time_s"] * (1 + 1e-9)
+    # baseline's overhead is the no-workspace convolution algorithm, nothing else
+    base = doc["policies"]["baseline"]
+    assert base["time_s"] == pytest.approx(doc["no_workspace_time_s"], rel=1e-9)
+    assert base["ideal_time_s"] == doc["ideal_time_s"] < doc["no_workspace_time_s"]
+    # a 16 GiB V100 holds everything: the time-optimised superneurons plan moves nothing
+    fast = doc["policies"]["superneurons"]["time_optimised"]
+    assert fast["fits"] and fast["budget_bytes"] == doc["capacity_bytes"]
+    assert fast["bytes_offloaded"] == fast["recompute_s"] == 0
+    assert fast["time_s"] == pytest.approx(doc["ideal_time_s"], rel=1e-9)
 
 
 def test_max_depth_and_max_batch(tmp_path: Path) -> None:
@@ -55,3 +68,4 @@ def test_plot_and_dl4j_network(tmp_path: Path) -> None:
 def test_table_output() -> None:
     r = CliRunner().invoke(command, ["--model", "alexnet", "--batch", "4"])
     assert r.exit_code == 0 and "recompute" in r.output and "lower bound" in r.output
+    assert "Time-optimised under a budget" in r.output and "no-workspace algorithm" in r.output
