@@ -1,0 +1,115 @@
+"""Real container memory limits: a fresh cgroup per run, OOM kills reported as such, groups always removed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pyd4j.memory import container
+from pyd4j.memory.container import ContainerError, ContainerUnavailable, leftover_groups, run_limited
+
+MiB = 1024**2
+CAN, WHERE = container.available()
+needs_cgroup = pytest.mark.skipif(not CAN, reason=f"no writable memory cgroup here: {WHERE}")
+
+# touch every page, so the memory is really charged (bytearray of zeros may stay untouched)
+ALLOC = "import sys; n = int(sys.argv[1]) * 1024 * 1024; b = bytearray(n); b[::4096] = b'x' * len(b[::4096]); print(n)"
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    before = leftover_groups()
+    yield
+    assert leftover_groups() == before, "a cgroup was left behind"
+
+
+@needs_cgroup
+def test_over_the_limit_is_oom_killed():
+    r = run_limited([sys.executable, "-c", ALLOC, "200"], 64 * MiB, timeout=60)
+    assert r.exit_code == -9 and r.killed_signal == 9
+    assert r.oom_killed and not r.ok
+    assert r.oom_kill_count >= 1 or r.failcnt >= 1
+    assert r.peak_bytes is not None and r.peak_bytes <= 64 * MiB + 4096  # the kernel holds it at the limit
+    assert r.describe().startswith("memory exhausted") and "64 MiB" in r.describe()
+
+
+@needs_cgroup
+def test_through_a_shell_137_is_still_an_oom_kill():
+    r = run_limited(["sh", "-c", f"{sys.executable} -c \"{ALLOC}\" 200; exit $?"], 64 * MiB, timeout=60)
+    assert r.exit_code == 137 and r.killed_signal == 9 and r.oom_killed
+
+
+@needs_cgroup
+def test_under_the_limit_succeeds_with_peak_measured():
+    r = run_limited([sys.executable, "-c", ALLOC, "40"], 256 * MiB, timeout=60)
+    assert r.ok and r.exit_code == 0 and r.oom_kill_count == 0
+    assert r.stdout.strip() == str(40 * MiB)
+    # peak covers the 40 MiB touched (plus the interpreter), and stays far below the limit
+    assert 40 * MiB <= r.peak_bytes < 256 * MiB
+    assert r.describe().startswith("ok under the 256 MiB")
+
+
+@needs_cgroup
+def test_non_oom_failure_is_not_called_memory():
+    r = run_limited([sys.executable, "-c", "raise SystemExit(3)"], 128 * MiB, timeout=60)
+    assert r.exit_code == 3 and not r.oom_killed and not r.ok
+    assert "not an OOM kill" in r.describe()
+
+
+@needs_cgroup
+def test_timeout_kills_and_removes_the_group():
+    r = run_limited([sys.executable, "-c", "import time; time.sleep(60)"], 128 * MiB, timeout=0.5)
+    assert r.timed_out and not r.ok and not r.oom_killed and r.seconds < 30
+
+
+@needs_cgroup
+def test_ctrl_c_kills_the_child_and_removes_the_group(monkeypatch):
+    started = []
+    real = subprocess.Popen.communicate
+
+    def interrupted(self, *args, **kwargs):
+        started.append(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_limited([sys.executable, "-c", "import time; time.sleep(60)"], 128 * MiB)
+    monkeypatch.setattr(subprocess.Popen, "communicate", real)
+    assert started and started[0].poll() is not None  # the child is dead, not orphaned
+
+
+@needs_cgroup
+def test_bad_limit_and_command():
+    with pytest.raises(ContainerError, match="at least"):
+        run_limited(["true"], 1000)
+    with pytest.raises(ContainerError, match="integer"):
+        run_limited(["true"], "1g")  # type: ignore[arg-type]
+    with pytest.raises(ContainerError, match="command not found: 'no-such-binary-xyz'"):
+        run_limited(["no-such-binary-xyz"], 64 * MiB)
+
+
+def test_unavailable_names_the_path_and_the_fix(tmp_path):
+    proc_self = tmp_path / "cgroup"
+    proc_self.write_text("4:memory:/job\n0::/job\n")
+    (tmp_path / "memory").mkdir()  # a v1 mount point without a memory hierarchy in it
+    with pytest.raises(ContainerUnavailable) as info:
+        run_limited(["true"], 64 * MiB, root=tmp_path, proc_self=proc_self)
+    assert "needs root or a delegated cgroup" in str(info.value)
+    assert "--memory" in str(info.value)
+    ok, why = container.available(root=tmp_path, proc_self=proc_self)
+    assert not ok and str(tmp_path) in why
+
+
+def test_unwritable_v1_group_is_reported_with_its_path(tmp_path):
+    proc_self = tmp_path / "cgroup"
+    proc_self.write_text("4:memory:/job\n")
+    mem = tmp_path / "memory"
+    (mem / "job").mkdir(parents=True)
+    (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    # a plain directory accepts mkdir, but the child has no memory.limit_in_bytes the kernel would create
+    with pytest.raises(ContainerUnavailable) as info:
+        container.create_group(64 * MiB, root=tmp_path, proc_self=proc_self)
+    assert [p for p, _ in info.value.tried] == [str(mem / "job"), str(mem)]
+    assert not any(p.name.startswith("pyd4j-limit-") for p in (mem / "job").iterdir())  # cleaned up
