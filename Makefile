@@ -35,6 +35,7 @@ demo: setup
 	.venv/bin/pyd4j tune --out examples/target/demo-tune -- java -cp "examples/target/pyd4j-examples.jar:java/target/lib/*" org.pyd4j.examples.TrainLeNetSynthetic 20 16 2
 
 test: setup
+	ctest --test-dir native/build --output-on-failure -j2
 	$(PY) -m pytest
 
 bench: setup
