@@ -54,7 +54,7 @@ class SimResult:
     def overhead(self) -> float:
         """Iteration time relative to an infinite-memory run, minus one."""
         # rounded: the same steps summed in another order differ in the last bits
-        return round(self.time_s / self.ideal_time_s - 1.0, 12) if self.ideal_time_s else 0.0
+        return round(self.time_s / self.ideal_time_s - 1.0, 12) + 0.0 if self.ideal_time_s else 0.0
 
     def as_dict(self) -> dict:
         return {
