@@ -1,28 +1,30 @@
-"""Do pyd4j's generated JVM flags hold real DL4J training runs, and how close is the estimate?
+"""Do pyd4j's generated JVM flags hold real DL4J training runs inside their container limit, and how close is the estimate?
 
 For each example network (examples/networks) at two minibatch sizes: estimate, generate flags,
 train a fixed number of iterations in a child JVM started with exactly those flags
 (org.pyd4j.examples.TrainSynthetic; -XX:+AlwaysPreTouch added so the whole heap is resident from the
-start, the worst case for RSS), sample real peaks, and compare:
+start, the worst case for RSS) inside a fresh memory cgroup limited to the generated container limit
+(pyd4j.memory.container: the kernel OOM-kills the job if the whole budget is too small), and compare:
 
   off-heap error   predicted ND4J off-heap / measured - 1, where measured = peak of
                    (RSS - committed heap - committed non-heap) minus the same after a batch-1 warm-up
-  budget ratio     generated container limit / measured peak RSS (VmHWM)   (target <= 1.5)
-  OOMs             runs that failed with the generated flags               (target 0)
+  need             max(peak RSS (VmHWM), the cgroup's peak charged memory)
+  budget ratio     generated container limit / need                               (target <= 1.5)
+  OOMs             runs that failed under the generated flags and container limit (target 0)
 
-Negative control: deep_cnn_bn at its larger batch with flags generated from half the estimate must
-fail, and pyd4j must classify the failure as memory exhaustion.
+Negative control: each network at its larger batch in a container at half the generated limit, with
+flags generated from half the estimate: must fail, and pyd4j must diagnose it as memory exhaustion
+(kernel OOM kill at the container limit, or a JavaCPP/heap OutOfMemoryError, whichever comes first).
 
 Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5]
+Needs a writable memory cgroup (root, or a delegated cgroup).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
-from pyd4j.jvm.errors import JavaCppOutOfMemoryError, python_class_for  # noqa: E402
+from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
 from pyd4j.memory.estimate import Estimate, estimate  # noqa: E402
 from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 
@@ -46,31 +48,33 @@ def options_for(fs: FlagSet) -> JvmOptions:
                          extra=["-XX:+AlwaysPreTouch"])
 
 
-def train(fs: FlagSet, network: str, batch: int, iterations: int) -> dict:
+def train(fs: FlagSet, network: str, batch: int, iterations: int, limit: int, timeout: float = 900) -> dict:
+    """TrainSynthetic with `fs`'s flags in a cgroup limited to `limit` bytes."""
     cmd = java_command(options_for(fs), "org.pyd4j.examples.TrainSynthetic",
                        [str(NETWORKS / f"{network}.json"), str(batch), str(iterations)], extra_classpath=[examples_jar()])
-    t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    line = next((l for l in reversed(proc.stdout.splitlines()) if l.startswith("{")), None)
-    result = json.loads(line) if line else {"status": "crashed", "error_class": "", "error": proc.stderr[-500:]}
-    result["exit_code"] = proc.returncode
-    result["wall_seconds"] = round(time.time() - t0, 1)
+    c = run_limited(cmd, limit, timeout=timeout)
+    line = next((l for l in reversed(c.stdout.splitlines()) if l.startswith("{")), None)
+    result = json.loads(line) if line else {"status": "killed" if c.oom_killed else "crashed", "error_class": "",
+                                            "error": c.stderr[-500:]}
+    d = diagnose(c)
+    if not c.ok and result.get("status") == "ok":
+        result["status"] = "failed"
+    result.update(exit_code=c.exit_code, wall_seconds=round(c.seconds, 1), container_limit_bytes=limit,
+                  cgroup_peak_bytes=c.peak_bytes, cgroup_oom_kills=c.oom_kill_count, cgroup_failcnt=c.failcnt,
+                  failure=d.kind, memory_exhausted=d.memory_exhausted, diagnosis=d.message)
     return result
-
-
-def classify(result: dict) -> str:
-    """pyd4j's reading of a failed run: the Python exception class the Java error maps to."""
-    if result.get("status") == "ok":
-        return "ok"
-    chain = [result.get("error_class") or "", "java.lang.OutOfMemoryError" if "OutOfMemoryError" in (result.get("error_class") or "") else ""]
-    cls = python_class_for([c for c in chain if c], result.get("error") or "")
-    return cls.__name__
 
 
 def scaled(est: Estimate, factor: float) -> Estimate:
     terms = tuple(replace(t, fixed_bytes=int(t.fixed_bytes * factor), per_sample_bytes=int(t.per_sample_bytes * factor))
                   for t in est.terms)
     return replace(est, terms=terms)
+
+
+def need_of(r: dict) -> int | None:
+    """What the run really needed: peak RSS, or the cgroup's peak charge when higher (page tables, kernel)."""
+    values = [v for v in (r.get("peak_rss_bytes"), r.get("cgroup_peak_bytes")) if v]
+    return max(values) if values else None
 
 
 def main() -> None:
@@ -85,57 +89,64 @@ def main() -> None:
         for batch in batches:
             est = base.at_batch(batch)
             fs = flags(est, refuse=False)
-            r = train(fs, network, batch, args.iterations)
+            r = train(fs, network, batch, args.iterations, fs.container_bytes)
             measured_offheap = r.get("peak_native_bytes", 0) - r.get("baseline_native_bytes", 0)
+            need = need_of(r)
             row = {
                 "network": network, "batch": batch, "iterations": args.iterations, "status": r["status"],
-                "failure": classify(r), "flags": fs.args(),
+                "failure": r["failure"], "diagnosis": r["diagnosis"], "flags": fs.args(),
                 "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
                 "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
                 "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),
+                "predicted_native_bytes": est.native_bytes,
+                "measured_native_bytes": (r["peak_rss_bytes"] - fs.heap_bytes - measured_offheap)
+                if r.get("peak_rss_bytes") else None,
                 "generated_container_bytes": fs.container_bytes, "maxphysicalbytes": fs.maxphysicalbytes,
-                "measured_peak_rss_bytes": r.get("peak_rss_bytes"),
-                "budget_ratio": round(fs.container_bytes / r["peak_rss_bytes"], 3) if r.get("peak_rss_bytes") else None,
+                "measured_peak_rss_bytes": r.get("peak_rss_bytes"), "cgroup_peak_bytes": r.get("cgroup_peak_bytes"),
+                "measured_need_bytes": need,
+                "budget_ratio": round(fs.container_bytes / need, 3) if need else None,
+                "cgroup_oom_kills": r.get("cgroup_oom_kills"),
                 "measured_peak_javacpp_total_bytes": r.get("peak_javacpp_total_bytes"),
                 "measured_peak_javacpp_physical_bytes": r.get("peak_physical_bytes"),
                 "breakdown": est.breakdown(), "train_seconds": r.get("seconds"), "raw": r,
             }
             rows.append(row)
             print(f"{network:13s} b={batch:5d} {r['status']:6s} off-heap pred {est.offheap_bytes / MiB:8.1f} MiB "
-                  f"meas {measured_offheap / MiB:8.1f} MiB err {row['offheap_error']}  budget/RSS {row['budget_ratio']}",
-                  flush=True)
+                  f"meas {measured_offheap / MiB:8.1f} MiB err {row['offheap_error']}  limit {fs.container_bytes / MiB:.0f} "
+                  f"MiB need {(need or 0) / MiB:.0f} MiB ratio {row['budget_ratio']}  {r['diagnosis'][:80]}", flush=True)
 
-    # negative control: flags from a fraction of the estimate. JavaCPP answers RSS over maxphysicalbytes
-    # with System.gc() and retries, and ND4J frees buffers whose Java wrappers are collected, so
-    # a run may survive a too-small limit by collecting harder; we record each fraction.
-    network, batch = "deep_cnn_bn", 128
+    # negative control: each network at its larger batch, container at half the generated limit and flags
+    # generated from half the estimate. It must fail, and the failure must be diagnosed as memory exhaustion.
     controls = []
-    for factor in (0.5, 0.3):
-        small = scaled(estimate(NETWORKS / f"{network}.json", batch), factor)
-        fs_small = flags(small, refuse=False)
-        r = train(fs_small, network, batch, args.iterations)
-        failure = classify(r)
-        controls.append({"network": network, "batch": batch, "fraction_of_estimate": factor, "flags": fs_small.args(),
-                         "status": r["status"], "failure": failure, "error_class": r.get("error_class"),
-                         "error": r.get("error"),
-                         "reported_as_memory_exhaustion": failure == JavaCppOutOfMemoryError.__name__,
-                         "fix": "raise -Dorg.bytedeco.javacpp.maxphysicalbytes (and the container limit) to the "
-                                "generated value" if failure == JavaCppOutOfMemoryError.__name__ else None,
-                         "raw": r})
-        print(f"negative control {network} b={batch} at {factor:g} x the estimate: {r['status']} -> {failure}: "
-              f"{(r.get('error') or '')[:160]}", flush=True)
-    control = controls
+    for network, batches in RUNS:
+        batch = batches[-1]
+        est = estimate(NETWORKS / f"{network}.json", batch)
+        full = flags(est, refuse=False)
+        half = flags(scaled(est, 0.5), refuse=False)
+        limit = full.container_bytes // 2
+        r = train(half, network, batch, args.iterations, limit, timeout=600)
+        controls.append({"network": network, "batch": batch, "fraction": 0.5, "flags": half.args(),
+                         "container_limit_bytes": limit, "generated_container_bytes": full.container_bytes,
+                         "status": r["status"], "failure": r["failure"], "reported_as_memory_exhaustion":
+                         r["memory_exhausted"], "diagnosis": r["diagnosis"], "error_class": r.get("error_class"),
+                         "error": r.get("error"), "raw": r})
+        print(f"negative control {network} b={batch} at 0.5x (limit {limit / MiB:.0f} MiB): {r['status']} -> "
+              f"{r['failure']}: {r['diagnosis'][:160]}", flush=True)
 
     ok = [x for x in rows if x["status"] == "ok"]
     errors = [abs(x["offheap_error"]) for x in ok if x["offheap_error"] is not None]
+    ratios = [x["budget_ratio"] for x in ok if x["budget_ratio"]]
     summary = {
-        "runs": len(rows), "ooms_with_generated_flags": sum(1 for x in rows if x["status"] != "ok"),
+        "runs": len(rows), "ooms_under_generated_flags_and_container_limit": sum(1 for x in rows if x["status"] != "ok"),
         "offheap_within_20pct": sum(1 for e in errors if e <= 0.20), "max_abs_offheap_error": max(errors, default=None),
         "median_abs_offheap_error": sorted(errors)[len(errors) // 2] if errors else None,
-        "max_budget_ratio": max((x["budget_ratio"] for x in ok if x["budget_ratio"]), default=None),
-        "negative_control": {str(c["fraction_of_estimate"]): c["failure"] for c in control},
+        "budget_within_1_5x_need": sum(1 for x in ratios if x <= 1.5),
+        "max_budget_ratio": max(ratios, default=None), "min_budget_ratio": min(ratios, default=None),
+        "negative_controls_failed": sum(1 for c in controls if c["status"] != "ok"),
+        "negative_controls_reported_as_memory_exhaustion": sum(1 for c in controls if c["reported_as_memory_exhaustion"]),
+        "negative_control": {f"{c['network']}@{c['batch']}": c["failure"] for c in controls},
     }
-    doc = {"benchmark": "flags_accuracy", "summary": summary, "runs": rows, "negative_control": control}
+    doc = {"benchmark": "flags_accuracy", "summary": summary, "runs": rows, "negative_control": controls}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -21,6 +21,7 @@ why each failed, and the fix.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -381,3 +382,47 @@ def leftover_groups(root: Path = CGROUP_ROOT, proc_self: Path = PROC_SELF_CGROUP
         except OSError:
             continue
     return sorted(set(found))
+
+
+# ----------------------------------------------------------------------------- what ended a JVM job
+
+_JAVA_OOM_LINE = re.compile(r"java\.lang\.OutOfMemoryError:?\s*(?P<msg>[^\"\n]*)|\"error_class\":\s*\"java\.lang\.OutOfMemoryError\",\s*"
+                            r"\"error\":\s*\"(?P<json>[^\"]*)\"")
+_FIXES = {
+    "JavaCppOutOfMemoryError": "raise -Dorg.bytedeco.javacpp.maxphysicalbytes (and the container limit) to the generated "
+                               "values, or lower the batch",
+    "DirectBufferOutOfMemoryError": "raise -XX:MaxDirectMemorySize (NIO direct buffers; ND4J arrays do not use them)",
+    "JavaOutOfMemoryError": "raise -Xmx/-Xms (the Java heap) to the generated value",
+}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why a job under a container limit ended. `kind` is 'ok', 'container_oom_kill', a pyd4j.jvm.errors class
+    name for a Java OutOfMemoryError, 'timeout' or 'failed' (not memory)."""
+
+    kind: str
+    memory_exhausted: bool
+    message: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def diagnose(result: ContainerResult) -> Diagnosis:
+    """Read a limited run's ending: the kernel's OOM kill first, then a Java OutOfMemoryError in its output."""
+    from pyd4j.jvm.errors import python_class_for  # noqa: PLC0415  (pure: a table lookup)
+
+    if result.timed_out:
+        return Diagnosis("timeout", False, result.describe())
+    if result.oom_killed:
+        return Diagnosis("container_oom_kill", True, result.describe())
+    match = _JAVA_OOM_LINE.search(f"{result.stdout}\n{result.stderr}")
+    if match:
+        text = (match.group("msg") or match.group("json") or "").strip()
+        cls = python_class_for(["java.lang.OutOfMemoryError"], text)
+        return Diagnosis(cls.__name__, True, f"memory exhausted inside the JVM: java.lang.OutOfMemoryError: {text} "
+                                            f"({cls.__doc__.splitlines()[0].strip()}); {_FIXES.get(cls.__name__, '')}")
+    if result.ok:
+        return Diagnosis("ok", False, result.describe())
+    return Diagnosis("failed", False, result.describe())

@@ -48,21 +48,25 @@ TRAIN_BACKEND_FACTOR = 2.0
 # AsyncDataSetIterator queue DL4J's fit() uses when it wraps an async-capable iterator.
 DL4J_FIT_PREFETCH_QUEUE = 2
 
-# JVM native overhead model (estimates; benchmarks/flags_accuracy.py measured RSS - heap - ND4J
-# off-heap at 176-264 MiB for the example networks on JDK 17, which this sum (239 MiB on 2 CPUs) + headroom covers).
-METASPACE_BYTES = 64 * MiB        # DL4J + ND4J + Jackson class metadata
-CODE_CACHE_BYTES = 32 * MiB       # JIT-compiled code after a few hundred iterations
-THREAD_STACK_BYTES = 1 * MiB      # default -Xss on x86_64 Linux
+# JVM native overhead model: what the process holds besides the heap and ND4J's arrays. Measured with
+# -XX:NativeMemoryTracking=summary (JDK 17, 2 CPUs, 64-96 MiB heap) on the example networks and with
+# RSS - heap - ND4J off-heap in benchmarks/flags_accuracy.py (112-156 MiB); this sum is ~150 MiB there.
+METASPACE_BYTES = 36 * MiB        # metaspace + class space + CDS archive: NMT 33-35 MiB for DL4J/ND4J/Jackson classes
+CODE_CACHE_BYTES = 16 * MiB       # JIT code: NMT 9-11 MiB after 5 iterations; C2 keeps compiling in longer jobs
+JVM_INTERNAL_BYTES = 16 * MiB     # symbols, compiler arenas, internal tables: NMT 14-16 MiB
+THREAD_STACK_BYTES = 256 * 1024   # resident part of a 1 MiB stack: NMT 1.2 MiB committed for ~30 threads
 JVM_THREADS = 32                  # GC, compiler, DL4J/ND4J service threads (plus one per CPU for OpenMP)
-GC_OVERHEAD_FRACTION = 0.05       # G1 remembered sets / card tables, as a share of the heap
-NATIVE_LIBRARIES_BYTES = 96 * MiB  # libnd4j + OpenBLAS/oneDNN resident code, static buffers, malloc arenas
+GC_BASE_BYTES = 38 * MiB          # G1 region tables, mark bitmaps, remembered sets: NMT 40-42 MiB at 64-96 MiB heap
+GC_OVERHEAD_FRACTION = 0.05       # ... plus this share of the heap (bitmaps and card tables grow with it)
+NATIVE_LIBRARIES_BYTES = 32 * MiB  # libnd4j/oneDNN/OpenBLAS resident code and static buffers: RSS - JVM (NMT) - arrays, 21-59 MiB
+NATIVE_PER_CPU_BYTES = 4 * MiB    # per OpenMP worker: GEMM packing buffer and malloc arena (not measured beyond 2 CPUs)
 
 # Java heap model (estimate): DL4J/ND4J objects besides the data, which lives off-heap.
-HEAP_BASE_BYTES = 96 * MiB        # classes' static state, configs, ND4J environment, INDArray wrappers
+HEAP_BASE_BYTES = 32 * MiB        # ND4J environment, configs, INDArray wrappers: 9-12 MiB used after a batch-1 warm-up, x~3
 HEAP_PER_LAYER_BYTES = 1 * MiB    # per layer/vertex: config objects, param views, gradient views
 HEAP_PER_STEP_BYTES = 64 * 1024   # per RNN time step and layer: per-step INDArray views during BPTT
 HEAP_GC_FACTOR = 2.0              # live set x 2: room for the collector to work without thrashing
-HEAP_MIN_BYTES = 256 * MiB
+HEAP_MIN_BYTES = 64 * MiB         # G1 below this spends its time collecting; measured peak heap used 11-71 MiB
 
 
 class EstimateError(ValueError):
@@ -542,11 +546,12 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
                       + f") x {HEAP_GC_FACTOR:g} for the collector, at least {HEAP_MIN_BYTES // MiB} MiB"))
     cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     threads = JVM_THREADS + cpus
-    native = METASPACE_BYTES + CODE_CACHE_BYTES + threads * THREAD_STACK_BYTES + int(heap * GC_OVERHEAD_FRACTION) + NATIVE_LIBRARIES_BYTES
+    native = jvm_native_bytes(heap, cpus)
     terms.append(Term("jvm_native", "native", "estimate", native, 0,
-                      f"metaspace {METASPACE_BYTES // MiB} MiB + code cache {CODE_CACHE_BYTES // MiB} MiB + "
-                      f"{threads} thread stacks + GC structures {GC_OVERHEAD_FRACTION:.0%} of heap + "
-                      f"libnd4j/BLAS resident code and allocator arenas {NATIVE_LIBRARIES_BYTES // MiB} MiB"))
+                      f"metaspace {METASPACE_BYTES // MiB} MiB + code cache {CODE_CACHE_BYTES // MiB} MiB + JVM internal "
+                      f"{JVM_INTERNAL_BYTES // MiB} MiB + {threads} thread stacks x {THREAD_STACK_BYTES // 1024} KiB + "
+                      f"G1 {GC_BASE_BYTES // MiB} MiB + {GC_OVERHEAD_FRACTION:.0%} of heap + libnd4j/oneDNN/OpenBLAS "
+                      f"{NATIVE_LIBRARIES_BYTES // MiB} MiB + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs"))
     notes = (
         "DL4J's report gives working memory as the largest layer's (not the sum): only one layer works at a time.",
         "dl4j-report terms are DL4J's NetworkMemoryReport; measured = read from the running JVM; estimate = pyd4j's model.",
@@ -555,6 +560,13 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
                     inputs=tuple(str(t) for t in in_types), parameter_count=n_params, layer_count=n_layers,
                     terms=tuple(terms), workspace_overallocation=ws_limit, prefetch_queue=prefetch_queue,
                     cpu_count=cpus, notes=notes)
+
+
+def jvm_native_bytes(heap_bytes: int, cpus: int) -> int:
+    """The JVM's and native libraries' resident memory outside the heap and ND4J's arrays."""
+    threads = JVM_THREADS + cpus
+    return (METASPACE_BYTES + CODE_CACHE_BYTES + JVM_INTERNAL_BYTES + threads * THREAD_STACK_BYTES + GC_BASE_BYTES
+            + int(heap_bytes * GC_OVERHEAD_FRACTION) + NATIVE_LIBRARIES_BYTES + NATIVE_PER_CPU_BYTES * cpus)
 
 
 def _layer_count(loaded: _Loaded) -> int:

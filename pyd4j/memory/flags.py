@@ -29,11 +29,11 @@ from pyd4j.memory.estimate import Estimate, EstimateError, Term, check_batch
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 MiB = 1024**2
-HEAP_ALIGN = 64 * MiB
-DEFAULT_HEADROOM = 0.15
-DEFAULT_MAX_DIRECT = 64 * MiB
-CONTAINER_MARGIN_MIN = 64 * MiB
-CONTAINER_MARGIN_FRACTION = 0.05
+HEAP_ALIGN = 16 * MiB            # -Xmx in whole 16 MiB: G1 regions are 1-4 MiB at these sizes, finer buys nothing
+DEFAULT_HEADROOM = 0.15          # estimate error seen in benchmarks/flags_accuracy.py is within +-21% off-heap
+DEFAULT_MAX_DIRECT = 16 * MiB    # NIO direct buffers only; NMT 'Other' (where they live) held 31 KB in DL4J training
+CONTAINER_MARGIN_MIN = 16 * MiB  # page tables and kernel memory charged to the cgroup, outside RSS
+CONTAINER_MARGIN_FRACTION = 0.05  # JavaCPP sees RSS over maxphysicalbytes only at its next Pointer: overshoot room
 CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS/cuDNN handles on the device (estimate)
 FORMATS = ("args", "env", "maven", "gradle", "spark", "k8s")
 
@@ -205,7 +205,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              "initial heap = maximum: the heap is committed once, so RSS is predictable and never grows past the plan"),
         Flag("-Xmx", f"-Xmx{jvm_size(s['heap'])}", s["heap"],
              f"Java heap for DL4J/ND4J objects (not array data, which is off-heap): {_human(est.heap_bytes)} estimated, "
-             f"rounded up to 64 MiB"),
+             f"rounded up to {HEAP_ALIGN // MiB} MiB"),
         Flag("-XX:MaxDirectMemorySize", f"-XX:MaxDirectMemorySize={jvm_size(direct)}", direct,
              "bounds java.nio direct buffers only (Netty, NIO file I/O); ND4J arrays are JavaCPP/libnd4j memory and "
              "ignore it, so it stays small"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.memory.estimate import EstimateError, estimate, parse_input_spec
+from pyd4j.memory.estimate import EstimateError, estimate, jvm_native_bytes, parse_input_spec
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818
@@ -29,6 +29,9 @@ def test_mlp_terms_against_hand_counts(jvm):
     sources = {t.name: t.source for t in e.terms}
     assert sources["parameters"] == "dl4j-report" and sources["workspace_overallocation"] == "measured"
     assert sources["java_heap"] == "estimate"
+    # heap: (32 MiB base + 1 MiB x 3 layers) x 2 for the collector = 70 MiB, above the 64 MiB floor
+    assert b["java_heap"] == 70 * 1024**2
+    assert b["jvm_native"] == jvm_native_bytes(70 * 1024**2, e.cpu_count)
     assert e.total_bytes == e.offheap_bytes + e.heap_bytes + e.native_bytes
 
 
@@ -40,6 +43,8 @@ def test_linear_in_batch_and_dtype(jvm):
     half = estimate(NETWORKS / "lenet.json", 32, dtype="bf16")
     assert half.term_bytes("parameters") * 2 == e32.term_bytes("parameters")
     infer = estimate(NETWORKS / "lenet.json", 32, mode="infer")
+    lstm = estimate(NETWORKS / "lstm.json", 32)  # 3 layers, 50 steps: 32 + 3 + 64 KiB x 50 x 3 = 44.375 MiB, x 2
+    assert lstm.term_bytes("java_heap") == int(44.375 * 2 * 1024**2)
     assert "gradients" not in infer.breakdown() and infer.offheap_bytes < e32.offheap_bytes
 
 

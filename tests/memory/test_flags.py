@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pyd4j.memory.estimate import Estimate, EstimateError, Term
+from pyd4j.memory.estimate import Estimate, EstimateError, Term, jvm_native_bytes
 from pyd4j.memory.flags import BudgetError, flags, largest_batch, measured_estimate, spark_conf
 
 MiB = 1024**2
@@ -29,18 +29,26 @@ def hand_estimate(batch: int = 100) -> Estimate:
 
 def test_hand_worked_flags():
     # batch 100: off-heap 200 MiB -> maxbytes 230 MiB; native 280 x 1.15 = 322 MiB;
-    # maxphysicalbytes = 230 + 256 (heap) + 64 (direct) + 322 = 872 MiB; margin max(64, 43.6) = 64 -> 936 MiB
+    # maxphysicalbytes = 230 + 256 (heap) + 16 (direct) + 322 = 824 MiB; margin max(16, ceil(41.2)) = 42 -> 866 MiB
     fs = flags(hand_estimate(100), total="4g", headroom=0.15)
     assert fs.maxbytes == 230 * MiB
     assert fs.heap_bytes == 256 * MiB
-    assert fs.max_direct_bytes == 64 * MiB
-    assert fs.maxphysicalbytes == 872 * MiB
-    assert fs.container_bytes == fs.total_bytes == 936 * MiB
-    assert fs.args() == ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=64m",
+    assert fs.max_direct_bytes == 16 * MiB
+    assert fs.maxphysicalbytes == 824 * MiB
+    assert fs.container_bytes == fs.total_bytes == 866 * MiB
+    assert fs.args() == ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=16m",
                          f"-Dorg.bytedeco.javacpp.maxbytes={230 * MiB}",
-                         f"-Dorg.bytedeco.javacpp.maxphysicalbytes={872 * MiB}"]
+                         f"-Dorg.bytedeco.javacpp.maxphysicalbytes={824 * MiB}"]
     assert all(f.reason for f in fs.flags)
     assert "NIO" in fs.flags[2].reason or "nio" in fs.flags[2].reason
+
+
+def test_jvm_native_hand_worked():
+    # 80 MiB heap, 2 CPUs: metaspace 36 + code 16 + internal 16 + (32 + 2) threads x 0.25 = 8.5
+    # + G1 38 + 5% x 80 = 4 + libraries 32 + 4 x 2 CPUs = 8  ->  158.5 MiB
+    assert jvm_native_bytes(80 * MiB, 2) == int(158.5 * MiB)
+    # 16 CPUs, 1 GiB heap: 36 + 16 + 16 + 48 x 0.25 = 12 + 38 + 51.2 + 32 + 64 = 265.2 MiB
+    assert jvm_native_bytes(1024 * MiB, 16) == int(265.2 * MiB)
 
 
 def test_zero_headroom_and_heap_rounding():
@@ -48,28 +56,29 @@ def test_zero_headroom_and_heap_rounding():
     terms = tuple(Term(t.name, t.region, t.source, 300 * MiB, 0, "") if t.name == "java_heap" else t for t in est.terms)
     fs = flags(Estimate(**{**est.__dict__, "terms": terms}), total="8g", headroom=0.0)
     assert fs.maxbytes == 200 * MiB
-    assert fs.heap_bytes == 320 * MiB  # 300 MiB rounded up to 64 MiB
-    assert fs.maxphysicalbytes == (200 + 320 + 64 + 280) * MiB
+    assert fs.heap_bytes == 304 * MiB  # 300 MiB rounded up to 16 MiB (19 x 16)
+    assert fs.maxphysicalbytes == (200 + 304 + 16 + 280) * MiB
 
 
 def test_largest_batch_hand_worked():
-    # container(b) = ceil(115 + 1.15 b) + 256 + 64 + 322 + 64 <= 1024  ->  1.15 b <= 203  ->  b = 176
+    # M(b) = ceil(115 + 1.15 b) + 256 + 16 + 322; container = M + ceil(0.05 M) <= 1024  ->  M <= 975
+    # (975 + 49 = 1024, 976 + 49 = 1025)  ->  ceil(115 + 1.15 b) <= 381  ->  b <= 231.3  ->  b = 231
     est = hand_estimate(1)
-    assert largest_batch(est, total="1g") == 176
-    flags(est.at_batch(176), total="1g")
+    assert largest_batch(est, total="1g") == 231
+    assert flags(est.at_batch(231), total="1g").container_bytes == 1024 * MiB
     with pytest.raises(BudgetError):
-        flags(est.at_batch(177), total="1g")
+        flags(est.at_batch(232), total="1g")
 
 
 def test_refusal_names_need_term_and_batch():
     with pytest.raises(BudgetError) as info:
         flags(hand_estimate(400), total="1g")
     err = info.value
-    assert err.largest_batch == 176
+    assert err.largest_batch == 231
     assert err.biggest_term == "activations"  # 400 MiB at batch 400, above native 280 and heap 256
-    # ceil(500 x 1.15) = 575; + heap 256 + direct 64 + native 322 = 1217; margin max(64, 60.85) = 64
-    assert err.needed_bytes == (ceil_mib(500 * 1.15) + 256 + 64 + 322 + 64) * MiB == 1281 * MiB
-    assert "largest minibatch that fits is 176" in str(err)
+    # ceil(500 x 1.15) = 575; + heap 256 + direct 16 + native 322 = 1169; margin max(16, ceil(58.45)) = 59
+    assert err.needed_bytes == (ceil_mib(500 * 1.15) + 256 + 16 + 322 + 59) * MiB == 1228 * MiB
+    assert "largest minibatch that fits is 231" in str(err)
 
 
 def ceil_mib(x: float) -> int:
@@ -98,7 +107,7 @@ def test_gpu_budget():
 def test_measured_estimate():
     fs = flags(measured_estimate(100 * MiB, 512 * MiB, 200 * MiB), total="4g", headroom=0.1)
     assert fs.maxbytes == 110 * MiB and fs.heap_bytes == 512 * MiB
-    assert fs.maxphysicalbytes == (110 + 512 + 64 + 220) * MiB
+    assert fs.maxphysicalbytes == (110 + 512 + 16 + 220) * MiB
 
 
 # ----------------------------------------------------------------------------- formats
@@ -132,18 +141,18 @@ def test_format_gradle(fs):
 def test_format_spark(fs):
     conf = spark_conf(fs)
     assert conf["spark.executor.memory"] == "256m"
-    assert conf["spark.executor.memoryOverhead"] == f"{936 - 256}m"  # container - heap: all off-heap + native
+    assert conf["spark.executor.memoryOverhead"] == f"{866 - 256}m"  # container - heap: all off-heap + native
     assert "-Xmx" not in conf["spark.executor.extraJavaOptions"]  # Spark refuses -Xmx there
     assert "-Dorg.bytedeco.javacpp.maxphysicalbytes" in conf["spark.driver.extraJavaOptions"]
     out = fs.render("spark")
     assert out.startswith("spark-submit")
     tokens = shlex.split(out.replace("\\\n", " ").split("#")[0])
-    assert "spark.executor.memoryOverhead=680m" in tokens
+    assert "spark.executor.memoryOverhead=610m" in tokens
 
 
 def test_format_k8s(fs):
     out = fs.render("k8s")
-    assert out.count('memory: "936Mi"') == 2
+    assert out.count('memory: "866Mi"') == 2
     assert "JAVA_TOOL_OPTIONS" in out
 
 
