@@ -98,11 +98,13 @@ def test_timeout_ends_the_whole_process_tree(runs_root):
     seen = {}
     with pytest.raises(TimeoutError):
         profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "timeout",
-                    on_sample=lambda s: seen.setdefault("pid", True), timeout_s=8)
+                    on_sample=lambda s: seen.setdefault("pid", True), timeout_s=14)
     t = Timeline.load(runs_root / "timeout")
     pid = t.start["pid"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert len(t.samples) > 0
+    # a healthy job stopped mid-run is still healthy: heap pages being touched are not a native leak
+    assert not [f.kind for f in diagnose(t) if f.kind.startswith("leak")]
 
 
 def test_trend_fit_matches_numpy_on_a_hand_made_line():

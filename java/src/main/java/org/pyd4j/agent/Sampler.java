@@ -79,7 +79,7 @@ final class Sampler implements Runnable {
         long next = System.nanoTime();
         while (running) {
             try {
-                sample();
+                sample(false);
                 sink.flush();
             } catch (Throwable e) {
                 // a failed sample is skipped, never thrown into the job
@@ -103,7 +103,7 @@ final class Sampler implements Runnable {
         ended = true;
         running = false;
         try {
-            sample();
+            sample(true);
         } catch (Throwable ignored) {
             // exiting
         }
@@ -122,7 +122,7 @@ final class Sampler implements Runnable {
         sink.close();
     }
 
-    private synchronized void sample() {
+    private synchronized void sample(boolean last) {
         long now = System.currentTimeMillis();
         MemoryUsage heap = memory.getHeapMemoryUsage();
         MemoryUsage nonHeap = memory.getNonHeapMemoryUsage();
@@ -144,7 +144,7 @@ final class Sampler implements Runnable {
             }
         }
         j.put("rss", rss()).put("threads", threads.getThreadCount());
-        if (samples % smapsEvery == 0) {
+        if (last || samples % smapsEvery == 0) {
             long heapRss = heapResident();
             if (heapRss >= 0) j.put("heap_rss", heapRss);
         }
@@ -311,13 +311,14 @@ final class Sampler implements Runnable {
 
     /**
      * Resident bytes of the Java heap: the run of adjacent anonymous mappings whose size is the
-     * reserved heap (MaxHeapSize). The heap's committed size is not resident until touched, so
+     * reserved heap (MaxHeapSize); of several such runs (a malloc arena can have the same size),
+     * the most resident one, since the heap always holds live objects. The heap's committed size is not resident until touched, so
      * RSS minus committed heap would hide native growth behind heap pages being touched.
      */
     private long heapResident() {
         if (heapReserved <= 0) return -1;
         try (java.io.BufferedReader in = new java.io.BufferedReader(new java.io.FileReader("/proc/self/smaps"), 1 << 16)) {
-            long runStart = -1, runEnd = -1, runRss = 0, best = -1, bestDiff = Long.MAX_VALUE;
+            long runStart = -1, runEnd = -1, runRss = 0, best = -1;
             boolean anon = false;
             long tolerance = Math.max(16L << 20, heapReserved / 50);
             String line;
@@ -333,10 +334,7 @@ final class Sampler implements Runnable {
                         runEnd = end;
                     } else {
                         long diff = Math.abs((runEnd - runStart) - heapReserved);
-                        if (runStart >= 0 && diff <= tolerance && diff < bestDiff) {
-                            bestDiff = diff;
-                            best = runRss;
-                        }
+                        if (runStart >= 0 && diff <= tolerance && runRss > best) best = runRss;
                         runStart = anon ? start : -1;
                         runEnd = anon ? end : -1;
                         runRss = 0;
@@ -346,7 +344,7 @@ final class Sampler implements Runnable {
                 }
             }
             long diff = Math.abs((runEnd - runStart) - heapReserved);
-            if (runStart >= 0 && diff <= tolerance && diff < bestDiff) best = runRss;
+            if (runStart >= 0 && diff <= tolerance && runRss > best) best = runRss;
             return best;
         } catch (Throwable e) {
             return -1;
