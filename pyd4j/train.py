@@ -23,18 +23,21 @@ from pyd4j.data.source import PrefetchIterator, iterator, source_errors
 class MemorySample:
     """Process memory as ND4J/JavaCPP and the JVM see it (bytes)."""
 
-    offheap: int        # JavaCPP Pointer.totalBytes(): ND4J arrays and workspaces
+    offheap: int        # resident minus JVM-committed heap and non-heap: ND4J arrays, workspaces
     physical: int       # JavaCPP Pointer.physicalBytes(): resident set of the process
     heap_used: int      # Java heap in use
+    javacpp: int        # JavaCPP Pointer.totalBytes() (ND4J M2.1's CPU buffers are not counted here)
 
 
 def memory_sample() -> MemorySample:
     import jpype  # noqa: PLC0415
 
     pointer = jpype.JClass("org.bytedeco.javacpp.Pointer")
-    runtime = jpype.JClass("java.lang.Runtime").getRuntime()
-    return MemorySample(offheap=int(pointer.totalBytes()), physical=int(pointer.physicalBytes()),
-                        heap_used=int(runtime.totalMemory() - runtime.freeMemory()))
+    mx = jpype.JClass("java.lang.management.ManagementFactory").getMemoryMXBean()
+    heap, nonheap = mx.getHeapMemoryUsage(), mx.getNonHeapMemoryUsage()
+    physical = int(pointer.physicalBytes())
+    return MemorySample(offheap=physical - int(heap.getCommitted()) - int(nonheap.getCommitted()),
+                        physical=physical, heap_used=int(heap.getUsed()), javacpp=int(pointer.totalBytes()))
 
 
 @dataclass

@@ -5,7 +5,6 @@ import java.lang.management.GarbageCollectorMXBean;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
-import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -108,11 +107,13 @@ public final class DigitsData {
         DataSet train = new DataSet(reshape.apply(digits.train.getFeatures()), digits.train.getLabels());
         DataSet test = new DataSet(reshape.apply(digits.test.getFeatures()), digits.test.getLabels());
 
-        AtomicLong peakOffHeap = new AtomicLong(Pointer.totalBytes());
+        // ND4J M2.1's CPU buffers live in libnd4j, outside JavaCPP's totalBytes(); off-heap is
+        // measured as resident memory minus what the JVM has committed (heap + non-heap).
+        AtomicLong peakOffHeap = new AtomicLong(offHeapBytes());
         AtomicLong peakPhysical = new AtomicLong(Pointer.physicalBytes());
         Thread sampler = new Thread(() -> {
             while (!Thread.currentThread().isInterrupted()) {
-                peakOffHeap.accumulateAndGet(Pointer.totalBytes(), Math::max);
+                peakOffHeap.accumulateAndGet(offHeapBytes(), Math::max);
                 peakPhysical.accumulateAndGet(Pointer.physicalBytes(), Math::max);
                 try {
                     Thread.sleep(20);
@@ -166,6 +167,13 @@ public final class DigitsData {
         return out;
     }
 
+    /** Resident bytes not committed by the JVM: ND4J arrays, workspaces, native libraries. */
+    static long offHeapBytes() {
+        java.lang.management.MemoryMXBean mx = ManagementFactory.getMemoryMXBean();
+        return Pointer.physicalBytes() - mx.getHeapMemoryUsage().getCommitted()
+                - mx.getNonHeapMemoryUsage().getCommitted();
+    }
+
     static long[] gcCountAndMillis() {
         long count = 0, millis = 0;
         for (GarbageCollectorMXBean gc : ManagementFactory.getGarbageCollectorMXBeans()) {
@@ -175,7 +183,4 @@ public final class DigitsData {
         return new long[] {count, millis};
     }
 
-    static Path path(String p) {
-        return Paths.get(p);
-    }
 }

@@ -1,0 +1,124 @@
+"""Python-fed training with async prefetch vs an in-JVM ListDataSetIterator, and depth 1..16.
+
+    .venv/bin/python benchmarks/prefetch.py [--net lenet] [--threads 1] [--out benchmarks/results/prefetch.json]
+
+In one process and one run, the same digits network (examples/python/digits.py) is trained on
+the same batches (digits training split, batch 64, no shuffling on either side):
+
+(a) from Python: NumpyBatches -> pyd4j.train.fit with AsyncDataSetIterator of depth `--depth`
+    (batches handed to ND4J without copies);
+(b) from the JVM: the batches copied into ND4J once, in a ListDataSetIterator, through DL4J's own
+    fit(iterator) (which wraps it in AsyncDataSetIterator, depth 2) — the usual Java job.
+
+After `--warmup` rounds of both, runs of (a) and (b) alternate, `--repeats` times, each `--epochs`
+epochs; figures are medians (best runs also kept), and the target is (a)/(b) >= 0.9. After each
+switch between the paths one settling run is discarded: switching makes the JIT recompile
+shared call sites (measured: C2 compiler threads took up to a quarter of a core after a switch). Then samples/s for prefetch depths 1..16 (interleaved, median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _digits_example():
+    spec = importlib.util.spec_from_file_location("digits_example", ROOT / "examples" / "python" / "digits.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", choices=["mlp", "lenet"], default="lenet")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--depth", type=int, default=4, help="prefetch depth of the Python-fed runs (a)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds of both paths")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--curve-repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OMP_NUM_THREADS for ND4J (1 on small shared machines; 0 = ND4J's default)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prefetch.json"))
+    args = parser.parse_args()
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read when ND4J's native library loads
+
+    import jpype
+
+    import pyd4j.jvm
+    from pyd4j.data import NumpyBatches
+    from pyd4j.data.tune import tune_prefetch
+    from pyd4j.nd import from_numpy
+    from pyd4j.train import fit
+
+    pyd4j.jvm.start(heap_max="2g")
+    digits = _digits_example()
+    d = digits.load()
+    x = digits.features_for(args.net, d["x_train"])
+    y = d["y_train"]
+    net = digits.NETS[args.net](42)
+    batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False)
+
+    data_set = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+    java_list = jpype.JClass("java.util.ArrayList")()
+    for f, l in batches:
+        java_list.add(data_set(from_numpy(f, copy=True), from_numpy(l, copy=True)))
+    list_iter = jpype.JClass("org.deeplearning4j.datasets.iterator.utilty.ListDataSetIterator")(java_list, args.batch)
+    n = len(x)
+
+    def run_python() -> float:
+        return fit(net, batches, epochs=args.epochs, prefetch=args.depth, progress=False).samples_per_s
+
+    def run_jvm() -> float:
+        t = time.perf_counter()
+        for _ in range(args.epochs):
+            list_iter.reset()
+            net.fit(list_iter)
+        return n * args.epochs / (time.perf_counter() - t)
+
+    for _ in range(args.warmup):  # JIT (both paths), workspace sizes
+        run_python(), run_jvm()
+    python_runs, jvm_runs = [], []
+    for i in range(args.repeats):
+        order = (run_python, run_jvm) if i % 2 == 0 else (run_jvm, run_python)
+        for fn in order:
+            fn()  # settling run after the switch (JIT re-profiles shared call sites), not counted
+            (python_runs if fn is run_python else jvm_runs).append(fn())
+    a, b = statistics.median(python_runs), statistics.median(jvm_runs)
+
+    report = tune_prefetch(net, batches, depths=range(1, 17), epochs=1, repeats=args.curve_repeats, warmup_epochs=0)
+    doc = {
+        "benchmark": "prefetch",
+        "network": f"digits_{args.net}", "params": int(net.numParams()), "batch": args.batch, "samples": n,
+        "epochs_per_run": args.epochs, "repeats": args.repeats,
+        "python_fed": {"prefetch": args.depth, "samples_per_s": a, "runs": python_runs},
+        "jvm_list_iterator": {"prefetch": 2, "samples_per_s": b, "runs": jvm_runs},
+        "ratio_python_over_jvm": a / b, "target_ratio": 0.9, "meets_target": a / b >= 0.9,
+        "ratio_best_runs": max(python_runs) / max(jvm_runs),
+        "depth_curve": [{"depth": r.depth, "samples_per_s": r.samples_per_s, "runs": r.runs}
+                        for r in report.results],
+        "recommended_depth": report.recommended, "best_depth": report.best,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": args.threads or None,
+                    "load_avg_1m_at_end": os.getloadavg()[0]},
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps({k: doc[k] for k in ("network", "ratio_python_over_jvm", "recommended_depth")}))
+    print(f"(a) python-fed {a:,.0f} samples/s  (b) ListDataSetIterator {b:,.0f} samples/s  ratio {a / b:.2f}")
+    print("depth curve: " + ", ".join(f"{r.depth}:{r.samples_per_s:,.0f}" for r in report.results))
+
+
+if __name__ == "__main__":
+    main()
