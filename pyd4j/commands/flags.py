@@ -4,6 +4,11 @@
 sources (term -> dl4j-report / measured / estimate), reasons (argument -> why), heap_bytes, maxbytes,
 maxphysicalbytes, max_direct_bytes, budget_bytes, rendered (the chosen --format). A budget that cannot hold
 the network exits 3 with ok=false, needed_bytes, biggest_term and largest_batch.
+
+`--verify -- java ... Main args` runs that Java job with the generated flags (inserted right after the
+java executable) inside a fresh memory cgroup limited to the generated container limit, and reports
+pass/fail (`verify` key in --json: ok, diagnosis kind, memory_exhausted, peak_bytes, exit_code). A
+failed job exits 4; a machine without a writable cgroup exits 2 and says why.
 """
 
 from __future__ import annotations
@@ -22,19 +27,31 @@ from pyd4j.output import emit_json, human_bytes, print_table
 @click.option("--headroom", default=0.15, show_default=True, type=float, help="Fraction added to estimates.")
 @click.option("--format", "fmt", default="args", show_default=True,
               type=click.Choice(["args", "env", "maven", "gradle", "spark", "k8s"]), help="Output format.")
+@click.option("--verify", is_flag=True,
+              help="Run the Java job given after -- with these flags inside a container at the generated limit.")
+@click.option("--timeout", default=3600.0, show_default=True, type=float, help="With --verify: seconds before the job is killed.")
+@click.argument("job", nargs=-1, type=click.UNPROCESSED)
 @handle_errors
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool, batch: int,
-            total: str | None, gpu_mem: str | None, headroom: float, fmt: str) -> None:
+            total: str | None, gpu_mem: str | None, headroom: float, fmt: str, verify: bool, timeout: float,
+            job: tuple[str, ...]) -> None:
     """JVM flags (-Xmx, maxbytes, maxphysicalbytes, ...) that hold a DL4J network, each with its reason."""
     from pyd4j.memory.estimate import estimate  # noqa: PLC0415
     from pyd4j.memory.flags import BudgetError, flags  # noqa: PLC0415
 
+    if job and not verify:
+        fail(f"a job command was given ({' '.join(job)[:80]}) without --verify; add --verify to run it", as_json)
+    if verify and not job:
+        fail("--verify needs the Java job after --, e.g. pyd4j flags ... --verify -- java -cp app.jar Main", as_json)
     est = estimate(model, batch, dtype=dtype, mode=mode, input=input_spec, prefetch_queue=prefetch)
     try:
         fs = flags(est, total=total, headroom=headroom, gpu_mem=gpu_mem)
     except BudgetError as err:
         fail(str(err), as_json, code=3, needed_bytes=err.needed_bytes, budget_bytes=err.budget_bytes,
              biggest_term=err.biggest_term, largest_batch=err.largest_batch, breakdown=err.breakdown)
+        return
+    if verify:
+        _verify(fs, list(job), timeout, as_json)
         return
     if as_json:
         emit_json({"ok": True, **fs.to_dict(), "rendered": fs.render(fmt)})
@@ -47,3 +64,36 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
         click.echo(f"budget {human_bytes(fs.budget_bytes)}: uses {human_bytes(fs.total_bytes)}, "
                    f"{human_bytes(fs.budget_bytes - fs.total_bytes)} to spare")
     click.echo(f"\n{fs.render(fmt)}")
+
+
+def verify_command(fs, job: list[str]) -> list[str]:
+    """The job with the generated flags right after the java executable (flags the job gives itself come later
+    and win, as the JVM takes the last of a repeated option)."""
+    return [job[0], *fs.args(), *job[1:]]
+
+
+def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
+    from pyd4j.memory.container import ContainerError, diagnose, run_limited  # noqa: PLC0415
+
+    if not job[0].rsplit("/", 1)[-1].startswith("java"):
+        fail(f"--verify runs a Java job: the command after -- must start with java, not {job[0]!r}", as_json)
+    own = [a for a in job[1:] if a.startswith(("-Xmx", "-Xms", "-XX:MaxDirectMemorySize", "-Dorg.bytedeco.javacpp.max"))]
+    try:
+        result = run_limited(verify_command(fs, job), fs.container_bytes, timeout=timeout, capture=as_json)
+    except ContainerError as err:
+        fail(str(err), as_json)
+        return
+    d = diagnose(result)
+    doc = {"ok": d.kind == "ok", **fs.to_dict(), "verify": {"ok": d.kind == "ok", "kind": d.kind,
+           "memory_exhausted": d.memory_exhausted, "diagnosis": d.message, "exit_code": result.exit_code,
+           "container_limit_bytes": fs.container_bytes, "peak_bytes": result.peak_bytes,
+           "seconds": result.seconds, "overridden_by_job": own}}
+    if as_json:
+        emit_json(doc)
+    else:
+        if own:
+            click.echo(f"note: the job sets {' '.join(own)} itself; those override the generated flags", err=True)
+        click.echo(f"{'PASS' if d.kind == 'ok' else 'FAIL'}: {d.message}")
+        click.echo(f"flags: {' '.join(fs.args())}; container limit {human_bytes(fs.container_bytes)}")
+    if d.kind != "ok":
+        raise SystemExit(4)

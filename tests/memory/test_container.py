@@ -113,3 +113,59 @@ def test_unwritable_v1_group_is_reported_with_its_path(tmp_path):
         container.create_group(64 * MiB, root=tmp_path, proc_self=proc_self)
     assert [p for p, _ in info.value.tried] == [str(mem / "job"), str(mem)]
     assert not any(p.name.startswith("pyd4j-limit-") for p in (mem / "job").iterdir())  # cleaned up
+
+
+# ----------------------------------------------------------------------------- pyd4j flags --verify
+
+def fake_java(tmp_path, body: str):
+    """A stand-in `java` (no JVM needed): prints its arguments, then runs `body` in Python."""
+    path = tmp_path / "java"
+    path.write_text(f"#!/bin/sh\necho \"ARGS $*\"\nexec {sys.executable} -c \"{body}\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@needs_cgroup
+def test_verify_passes_inserts_flags_and_fails_on_oom(tmp_path, capsys):
+    import json
+
+    from pyd4j.commands.flags import _verify, verify_command
+    from tests.memory.test_flags import hand_estimate
+    from pyd4j.memory.flags import flags
+
+    fs = flags(hand_estimate(1), total="8g")
+    assert verify_command(fs, ["java", "-cp", "a.jar", "Main"]) == ["java", *fs.args(), "-cp", "a.jar", "Main"]
+    _verify(fs, [fake_java(tmp_path, "print(1)"), "-cp", "a.jar", "Main"], 60, as_json=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] and doc["verify"]["kind"] == "ok" and doc["verify"]["container_limit_bytes"] == fs.container_bytes
+
+    hog = f"b = bytearray({fs.container_bytes + 256 * MiB}); b[::4096] = bytes(len(b[::4096]))"
+    with pytest.raises(SystemExit) as info:
+        _verify(fs, [fake_java(tmp_path, hog), "Main"], 60, as_json=True)
+    assert info.value.code == 4
+    doc = json.loads(capsys.readouterr().out)
+    assert not doc["ok"] and doc["verify"]["kind"] == "container_oom_kill" and doc["verify"]["memory_exhausted"]
+    assert "OOM killer" in doc["verify"]["diagnosis"]
+
+
+def test_diagnose_reads_java_out_of_memory_errors():
+    from pyd4j.memory.container import ContainerResult, diagnose
+
+    def ended(stdout="", stderr="", code=1):
+        return ContainerResult(command=("java",), limit_bytes=512 * MiB, cgroup_version=1, exit_code=code,
+                               oom_kill_count=0, failcnt=0, peak_bytes=300 * MiB, seconds=1.0, stdout=stdout,
+                               stderr=stderr)
+
+    d = diagnose(ended(stdout='{"status": "failed", "error_class": "java.lang.OutOfMemoryError", "error": '
+                              '"Cannot allocate new LongPointer(6): totalBytes = 256, physicalBytes = 785M"}'))
+    assert d.kind == "JavaCppOutOfMemoryError" and d.memory_exhausted and "maxphysicalbytes" in d.message
+    d = diagnose(ended(stderr='Exception in thread "main" java.lang.OutOfMemoryError: Java heap space\n'))
+    assert d.kind == "JavaOutOfMemoryError" and "-Xmx" in d.message
+    d = diagnose(ended(stderr="java.lang.OutOfMemoryError: Direct buffer memory\n"))
+    assert d.kind == "DirectBufferOutOfMemoryError" and "MaxDirectMemorySize" in d.message
+    d = diagnose(ended(stderr="Exception in thread main java.lang.IllegalStateException: bad\n"))
+    assert d.kind == "failed" and not d.memory_exhausted
+    killed = ContainerResult(command=("java",), limit_bytes=512 * MiB, cgroup_version=1, exit_code=-9,
+                             oom_kill_count=1, failcnt=3, peak_bytes=512 * MiB, seconds=1.0)
+    assert diagnose(killed).kind == "container_oom_kill" and diagnose(killed).memory_exhausted
+    assert diagnose(ended(code=0)).kind == "ok"
