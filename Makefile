@@ -38,8 +38,10 @@ test: setup
 	ctest --test-dir native/build --output-on-failure -j2
 	$(PY) -m pytest
 
+# Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
+BENCHMARKS := interop plan_speed depth flags_accuracy agent_overhead prefetch workspaces agent_gpu
 bench: setup
-	$(PY) benchmarks/interop.py
+	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 
 clean:
 	rm -rf .venv java/target native/build
