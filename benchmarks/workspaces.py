@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/workspaces.py [--repeats 2] [--out benchmarks/results/workspaces.json]
 
-Each run is a child JVM (`org.pyd4j.examples.DigitsMlp` / `DigitsLeNet`, -Xmx1g, OMP_NUM_THREADS
-as given) training on the digits split and printing one JSON line: test accuracy, samples/s,
+Each run is a child JVM (`org.pyd4j.examples.DigitsMlp` / `DigitsLeNet`, -Xms768m -Xmx768m
+-XX:+AlwaysPreTouch, OMP_NUM_THREADS as given) training on the digits split and printing one JSON line: test accuracy, samples/s,
 peak off-heap (resident minus JVM-committed heap and non-heap, sampled every 20 ms), peak RSS,
 GC count and GC time. ENABLED and NONE runs alternate; figures are medians of `--repeats`.
 """
@@ -33,7 +33,10 @@ def run(main_class: str, mode: str, epochs: int | None, threads: int) -> dict:
     args = ["--workspaces", mode, "--data", str(ROOT / "examples" / "data" / "digits.csv")]
     if epochs:
         args += ["--epochs", str(epochs)]
-    cmd = java_command(JvmOptions.of(heap_max="1g"), main_class, args, extra_classpath=[examples_jar()])
+    # Heap fixed and pre-touched, so that committed heap is resident and "RSS minus committed"
+    # is the memory outside the JVM's own pools: ND4J arrays and workspaces.
+    options = JvmOptions.of(heap_max="768m", heap_initial="768m", extra=["-XX:+AlwaysPreTouch"])
+    cmd = java_command(options, main_class, args, extra_classpath=[examples_jar()])
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     if out.returncode != 0:
