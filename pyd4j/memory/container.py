@@ -373,12 +373,13 @@ def run_limited(command: Sequence[str], limit_bytes: int, *, timeout: float | No
         group.remove()
 
 
-def leftover_groups(root: Path = CGROUP_ROOT, proc_self: Path = PROC_SELF_CGROUP) -> list[Path]:
-    """Groups this module created that still exist (for tests: there must be none)."""
+def leftover_groups(root: Path = CGROUP_ROOT, proc_self: Path = PROC_SELF_CGROUP, pid: int | None = None) -> list[Path]:
+    """Groups this module created (in process `pid`, default this one) that still exist; there should be none."""
+    prefix = f"{_PREFIX}{os.getpid() if pid is None else pid}-"
     found = []
     for _, parent in _candidates(root, proc_self):
         try:
-            found.extend(p for p in parent.iterdir() if p.is_dir() and p.name.startswith(_PREFIX))
+            found.extend(p for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix))
         except OSError:
             continue
     return sorted(set(found))
