@@ -5,8 +5,7 @@ sources (term -> dl4j-report / measured / estimate), reasons (argument -> why), 
 maxphysicalbytes, max_direct_bytes, budget_bytes, rendered (the chosen --format). A budget that cannot hold
 the network exits 3 with ok=false, needed_bytes, biggest_term and largest_batch.
 
-`--verify -- java ... Main args` runs that Java job with the generated flags (inserted right after the
-java executable) inside a fresh memory cgroup limited to the generated container limit, and reports
+`--verify -- java ... Main args` runs that Java job with the generated flags (replacing its own memory flags) inside a fresh memory cgroup limited to the generated container limit, and reports
 pass/fail (`verify` key in --json: ok, diagnosis kind, memory_exhausted, peak_bytes, exit_code). A
 failed job exits 4; a machine without a writable cgroup exits 2 and says why.
 """
@@ -67,19 +66,24 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
 
 
 def verify_command(fs, job: list[str]) -> list[str]:
-    """The job with the generated flags right after the java executable (flags the job gives itself come later
-    and win, as the JVM takes the last of a repeated option)."""
-    return [job[0], *fs.args(), *job[1:]]
+    """The job with its own memory flags replaced by the generated ones (the job's arguments untouched)."""
+    from pyd4j.profile.command import JavaCommand  # noqa: PLC0415  (the one parser of `java ... Main args`)
+
+    return JavaCommand.parse(job).argv(fs.args(), drop_memory_flags=True)
 
 
 def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
     from pyd4j.memory.container import ContainerError, diagnose, run_limited  # noqa: PLC0415
+    from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
 
-    if not job[0].rsplit("/", 1)[-1].startswith("java"):
-        fail(f"--verify runs a Java job: the command after -- must start with java, not {job[0]!r}", as_json)
-    own = [a for a in job[1:] if a.startswith(("-Xmx", "-Xms", "-XX:MaxDirectMemorySize", "-Dorg.bytedeco.javacpp.max"))]
     try:
-        result = run_limited(verify_command(fs, job), fs.container_bytes, timeout=timeout, capture=as_json)
+        own = JavaCommand.parse(job).memory_flags()
+        command = verify_command(fs, job)
+    except JobCommandError as err:
+        fail(str(err), as_json)
+        return
+    try:
+        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json)
     except ContainerError as err:
         fail(str(err), as_json)
         return
@@ -87,12 +91,12 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
     doc = {"ok": d.kind == "ok", **fs.to_dict(), "verify": {"ok": d.kind == "ok", "kind": d.kind,
            "memory_exhausted": d.memory_exhausted, "diagnosis": d.message, "exit_code": result.exit_code,
            "container_limit_bytes": fs.container_bytes, "peak_bytes": result.peak_bytes,
-           "seconds": result.seconds, "overridden_by_job": own}}
+           "seconds": result.seconds, "replaced_job_flags": own}}
     if as_json:
         emit_json(doc)
     else:
         if own:
-            click.echo(f"note: the job sets {' '.join(own)} itself; those override the generated flags", err=True)
+            click.echo(f"note: the job's own {' '.join(own)} replaced by the generated flags for this check", err=True)
         click.echo(f"{'PASS' if d.kind == 'ok' else 'FAIL'}: {d.message}")
         click.echo(f"flags: {' '.join(fs.args())}; container limit {human_bytes(fs.container_bytes)}")
     if d.kind != "ok":

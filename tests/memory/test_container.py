@@ -134,7 +134,9 @@ def test_verify_passes_inserts_flags_and_fails_on_oom(tmp_path, capsys):
     from pyd4j.memory.flags import flags
 
     fs = flags(hand_estimate(1), total="8g")
-    assert verify_command(fs, ["java", "-cp", "a.jar", "Main"]) == ["java", *fs.args(), "-cp", "a.jar", "Main"]
+    # the job's own -Xmx goes, its arguments stay (java itself may be resolved to a full path)
+    assert verify_command(fs, ["java", "-Xmx9g", "-cp", "a.jar", "Main", "-Xmx1g"])[1:] == \
+        [*fs.args(), "-cp", "a.jar", "Main", "-Xmx1g"]
     _verify(fs, [fake_java(tmp_path, "print(1)"), "-cp", "a.jar", "Main"], 60, as_json=True)
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] and doc["verify"]["kind"] == "ok" and doc["verify"]["container_limit_bytes"] == fs.container_bytes
