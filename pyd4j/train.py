@@ -51,6 +51,7 @@ class FitResult:
     peak_offheap: int
     peak_physical: int
     score: float | None
+    wait_seconds: float           # fit() waiting for the next batch; near 0 when prefetch hides the source
     epoch_seconds: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +148,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         pass
     start_samples = it.samples_consumed
     start_batches = it.batches_consumed
+    start_wait = it.wait_seconds
     monitor = _Monitor(it, total, epochs, show=progress)
     monitor.sample()
     monitor.start()
@@ -173,7 +175,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     return FitResult(epochs=epochs, samples=samples, batches=it.batches_consumed - start_batches,
                      seconds=seconds, samples_per_s=samples / seconds if seconds > 0 else 0.0,
                      prefetch=it.depth, peak_offheap=monitor.peak_offheap, peak_physical=monitor.peak_physical,
-                     score=score, epoch_seconds=epoch_seconds)
+                     score=score, wait_seconds=it.wait_seconds - start_wait, epoch_seconds=epoch_seconds)
 
 
 def evaluate(net, features, labels, batch_size: int = 256) -> float:

@@ -270,6 +270,11 @@ class PrefetchIterator:
     def batches_consumed(self) -> int:
         return int(self.java.batchesConsumed())
 
+    @property
+    def wait_seconds(self) -> float:
+        """Time fit() spent waiting for batches (an empty queue): the source is the bottleneck."""
+        return int(self.java.waitNanos()) / 1e9
+
     def reset(self) -> None:
         with source_errors():
             self.java.reset()

@@ -25,6 +25,7 @@ public class PrefetchDataSetIterator implements DataSetIterator {
     private final int depth;
     private final AtomicLong samples = new AtomicLong();
     private final AtomicLong batches = new AtomicLong();
+    private final AtomicLong waitNanos = new AtomicLong();
 
     public PrefetchDataSetIterator(PythonDataSetIterator source, int depth, boolean useWorkspace) {
         if (depth < 1) {
@@ -38,7 +39,10 @@ public class PrefetchDataSetIterator implements DataSetIterator {
 
     @Override
     public boolean hasNext() {
-        if (async.hasNext()) {
+        long t = System.nanoTime();
+        boolean more = async.hasNext();  // blocks while the queue is empty
+        waitNanos.addAndGet(System.nanoTime() - t);
+        if (more) {
             return true;
         }
         source.rethrowFailure();
@@ -122,6 +126,11 @@ public class PrefetchDataSetIterator implements DataSetIterator {
 
     public long batchesConsumed() {
         return batches.get();
+    }
+
+    /** Nanoseconds the consumer (fit) spent waiting for the next batch: the source or queue is too slow. */
+    public long waitNanos() {
+        return waitNanos.get();
     }
 
     public PythonDataSetIterator source() {

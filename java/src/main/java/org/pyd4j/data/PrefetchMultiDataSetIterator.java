@@ -17,6 +17,7 @@ public class PrefetchMultiDataSetIterator implements MultiDataSetIterator {
     private final int depth;
     private final AtomicLong samples = new AtomicLong();
     private final AtomicLong batches = new AtomicLong();
+    private final AtomicLong waitNanos = new AtomicLong();
 
     public PrefetchMultiDataSetIterator(PythonMultiDataSetIterator source, int depth, boolean useWorkspace) {
         if (depth < 1) {
@@ -30,7 +31,10 @@ public class PrefetchMultiDataSetIterator implements MultiDataSetIterator {
 
     @Override
     public boolean hasNext() {
-        if (async.hasNext()) {
+        long t = System.nanoTime();
+        boolean more = async.hasNext();  // blocks while the queue is empty
+        waitNanos.addAndGet(System.nanoTime() - t);
+        if (more) {
             return true;
         }
         source.rethrowFailure();
@@ -94,6 +98,11 @@ public class PrefetchMultiDataSetIterator implements MultiDataSetIterator {
 
     public long batchesConsumed() {
         return batches.get();
+    }
+
+    /** Nanoseconds the consumer (fit) spent waiting for the next batch: the source or queue is too slow. */
+    public long waitNanos() {
+        return waitNanos.get();
     }
 
     public PythonMultiDataSetIterator source() {
