@@ -297,13 +297,20 @@ tasks.withType(JavaExec).configureEach {{ jvmArgs nd4jJvmArgs }}
 // with the application plugin: application {{ applicationDefaultJvmArgs = nd4jJvmArgs }}"""
 
 
+# Spark keeps 300 MiB of every executor/driver heap for itself and refuses a heap under 1.5x that.
+SPARK_RESERVED_HEAP = 300 * MiB
+SPARK_MIN_HEAP = 450 * MiB
+
+
 def spark_conf(fs: FlagSet) -> dict[str, str]:
-    """spark-submit --conf values: heap as spark.*.memory, everything off-heap in memoryOverhead."""
+    """spark-submit --conf values: heap (plus Spark's own reserved 300 MiB, at least Spark's 450 MiB
+    minimum) as spark.*.memory, everything off-heap in memoryOverhead."""
     extra = " ".join(f.arg for f in fs.flags if f.name not in ("-Xms", "-Xmx"))  # Spark forbids -Xmx here
     overhead = _mib_up(fs.container_bytes - fs.heap_bytes)
+    heap = _mib_up(max(fs.heap_bytes + SPARK_RESERVED_HEAP, SPARK_MIN_HEAP))
     conf = {}
     for role in ("executor", "driver"):
-        conf[f"spark.{role}.memory"] = f"{fs.heap_bytes // MiB}m"
+        conf[f"spark.{role}.memory"] = f"{heap // MiB}m"
         conf[f"spark.{role}.memoryOverhead"] = f"{overhead // MiB}m"
         conf[f"spark.{role}.extraJavaOptions"] = extra
     return conf

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 import sys
@@ -140,9 +141,11 @@ def test_format_gradle(fs):
 
 def test_format_spark(fs):
     conf = spark_conf(fs)
-    assert conf["spark.executor.memory"] == "256m"
+    assert conf["spark.executor.memory"] == f"{256 + 300}m"  # + the 300 MiB Spark reserves for itself
     assert conf["spark.executor.memoryOverhead"] == f"{866 - 256}m"  # container - heap: all off-heap + native
     assert "-Xmx" not in conf["spark.executor.extraJavaOptions"]  # Spark refuses -Xmx there
+    small = dataclasses.replace(fs, heap_bytes=64 * MiB)
+    assert spark_conf(small)["spark.executor.memory"] == "450m"  # Spark's minimum executor heap
     assert "-Dorg.bytedeco.javacpp.maxphysicalbytes" in conf["spark.driver.extraJavaOptions"]
     out = fs.render("spark")
     assert out.startswith("spark-submit")
