@@ -590,6 +590,39 @@ class ScopedArray:
         return f"ScopedArray(shape={list(self._array.shape())}, workspace={self.workspace_name!r})"
 
 
+_LEAK_MARKERS = ("leaked workspace pointer", "no longer open", "was closed")
+
+
+@contextlib.contextmanager
+def scope_panic() -> Iterator[None]:
+    """ND4J's SCOPE_PANIC profiling mode for the block: any op reading an array from a closed
+    workspace scope raises WorkspaceScopeError, for raw INDArrays too (not only ScopedArray).
+
+    ND4J 1.0.0-M2.1 starts in SCOPE_PANIC; code that switched profiling to another mode (e.g.
+    OPERATIONS) loses the check, and then a stale array reads re-used memory silently. This
+    block makes sure the check is on and turns ND4J's ND4JIllegalStateException into
+    WorkspaceScopeError; the previous mode is restored after."""
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.jvm import JavaError  # noqa: PLC0415
+
+    executioner = _nd4j().getExecutioner()
+    modes = jpype.JClass("org.nd4j.linalg.api.ops.executioner.OpExecutioner$ProfilingMode")
+    previous = executioner.getProfilingMode()
+    executioner.setProfilingMode(modes.SCOPE_PANIC)
+    try:
+        yield
+    except (jpype.JException, JavaError) as exc:
+        message = str(exc.getMessage()) if isinstance(exc, jpype.JException) else str(exc)
+        if any(marker in message for marker in _LEAK_MARKERS):
+            raise WorkspaceScopeError(
+                f"an INDArray was used after its workspace scope closed (ND4J: {message.splitlines()[0]}). "
+                f"Keep it with .leverage() or .detach() before the scope closes") from None
+        raise
+    finally:
+        executioner.setProfilingMode(previous)
+
+
 # ---- debug and GC knobs ----------------------------------------------------------------------
 
 
@@ -708,6 +741,6 @@ __all__ = [
     "ResetPolicy", "ScopedArray", "SpillPolicy", "Workspace", "WorkspaceConfig", "WorkspaceConfigError",
     "WorkspaceConflictError", "WorkspaceMode", "WorkspaceScopeError", "WorkspaceStats", "check_usable",
     "current_workspace", "debug_mode", "destroy", "destroy_all", "detach", "gc_settings", "get_debug_mode",
-    "get_gc", "get_workspace_mode", "leverage", "outside_workspaces", "scope_problem", "set_debug_mode",
+    "get_gc", "get_workspace_mode", "leverage", "outside_workspaces", "scope_panic", "scope_problem", "set_debug_mode",
     "set_gc", "set_workspace_mode", "stats", "workspace", "workspace_names",
 ]

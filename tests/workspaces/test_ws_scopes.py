@@ -174,3 +174,29 @@ def test_network_workspace_mode(nd4j):
     assert wsp.get_workspace_mode(net) == {"training": wsp.WorkspaceMode.NONE, "inference": wsp.WorkspaceMode.ENABLED}
     wsp.set_workspace_mode(net, training="ENABLED")
     assert str(net.getLayerWiseConfigurations().getTrainingWorkspaceMode().name()) == "ENABLED"
+
+
+def test_scope_panic_guards_raw_indarrays(nd4j):
+    from pyd4j.jvm import java_errors
+
+    cfg = WorkspaceConfig(initial_size="64k", policy_learning="NONE")
+    import jpype
+
+    executioner = jpype.JClass("org.nd4j.linalg.factory.Nd4j").getExecutioner()
+    modes = jpype.JClass("org.nd4j.linalg.api.ops.executioner.OpExecutioner$ProfilingMode")
+    before = executioner.getProfilingMode()
+    executioner.setProfilingMode(modes.DISABLED)  # as code that turned profiling off would leave it
+    with wsp.workspace("T_PANIC", cfg):
+        raw = nd4j.ones(4, 4)  # not wrapped in ScopedArray
+    with wsp.scope_panic():
+        with wsp.workspace("T_PANIC", cfg):
+            ok = nd4j.ones(4, 4)
+            assert float(ok.sumNumber().doubleValue()) == 16.0  # in-scope use is fine
+        with pytest.raises(WorkspaceScopeError, match="T_PANIC"):
+            with wsp.scope_panic():
+                raw.addi(1.0)
+        with pytest.raises(WorkspaceScopeError):
+            with wsp.scope_panic(), java_errors():
+                raw.sumNumber()
+    assert str(executioner.getProfilingMode().name()) == "DISABLED"  # restored
+    executioner.setProfilingMode(before)
