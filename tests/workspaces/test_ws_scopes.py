@@ -200,3 +200,19 @@ def test_scope_panic_guards_raw_indarrays(nd4j):
                 raw.sumNumber()
     assert str(executioner.getProfilingMode().name()) == "DISABLED"  # restored
     executioner.setProfilingMode(before)
+
+
+def test_circular_workspace_pins_oversized_allocations(nd4j):
+    """Circular mode (what AsyncDataSetIterator uses): a cycle larger than the learned block is
+    served by pinned allocations, kept for two more steps, and counted in pinned_bytes."""
+    cfg = WorkspaceConfig(policy_reset="ENDOFBUFFER_REACHED", overallocation_limit=1.0)
+    sizes = []
+    for n in (32, 32, 200, 200):
+        with wsp.workspace("T_CIRC", cfg) as ws:
+            nd4j.rand(n, n)
+            sizes.append(ws.stats())
+    assert sizes[0].type == "CIRCULAR"
+    assert sizes[0].spilled_bytes == 32 * 32 * 4 and sizes[0].current_size == 0  # learning cycle
+    assert sizes[1].current_size > 0 and sizes[1].pinned_bytes == 0           # block learned
+    assert sizes[2].pinned_bytes == 200 * 200 * 4 and sizes[2].pinned_count == 1
+    assert sizes[3].pinned_bytes == 2 * 200 * 200 * 4
