@@ -27,12 +27,12 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
 
 
 def human_bytes(n: float | int | None) -> str:
-    """1536 -> '1.5 KiB'."""
+    """1536 -> '1.5 KiB', 64 MiB -> '64 MiB' (no '.0'): the one formatter for people."""
     if n is None:
         return "-"
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
         value /= 1024
-    return f"{value:.1f} TiB"
+    return f"{value:.1f}".removesuffix(".0") + " TiB"

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from pyd4j.output import human_bytes
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 _PREFIX = "pyd4j-limit-"
@@ -93,8 +95,8 @@ class ContainerResult:
 
     def describe(self) -> str:
         """One line: how it ended, in terms a user can act on."""
-        limit = _human(self.limit_bytes)
-        peak = f", peak {_human(self.peak_bytes)}" if self.peak_bytes is not None else ""
+        limit = human_bytes(self.limit_bytes)
+        peak = f", peak {human_bytes(self.peak_bytes)}" if self.peak_bytes is not None else ""
         if self.timed_out:
             return f"timed out after {self.seconds:.0f} s under the {limit} container limit{peak}"
         if self.oom_killed:
@@ -113,10 +115,6 @@ class ContainerResult:
             d.pop("stdout")
             d.pop("stderr")
         return d
-
-
-def _human(n: int) -> str:
-    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / MiB:.0f} MiB"
 
 
 def _read(path: Path) -> str | None:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyd4j.memory.estimate import Estimate, EstimateError, Term, check_batch
+from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 MiB = 1024**2
@@ -179,10 +180,6 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
     return lo
 
 
-def _human(n: int) -> str:
-    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / MiB:.0f} MiB"
-
-
 def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAULT_HEADROOM,
           gpu_mem: int | str | None = None, max_direct: int | str = DEFAULT_MAX_DIRECT,
           refuse: bool = True) -> FlagSet:
@@ -204,22 +201,22 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
         Flag("-Xms", f"-Xms{jvm_size(s['heap'])}", s["heap"],
              "initial heap = maximum: the heap is committed once, so RSS is predictable and never grows past the plan"),
         Flag("-Xmx", f"-Xmx{jvm_size(s['heap'])}", s["heap"],
-             f"Java heap for DL4J/ND4J objects (not array data, which is off-heap): {_human(est.heap_bytes)} estimated, "
+             f"Java heap for DL4J/ND4J objects (not array data, which is off-heap): {human_bytes(est.heap_bytes)} estimated, "
              f"rounded up to {HEAP_ALIGN // MiB} MiB"),
         Flag("-XX:MaxDirectMemorySize", f"-XX:MaxDirectMemorySize={jvm_size(direct)}", direct,
              "bounds java.nio direct buffers only (Netty, NIO file I/O); ND4J arrays are JavaCPP/libnd4j memory and "
              "ignore it, so it stays small"),
         Flag("org.bytedeco.javacpp.maxbytes", f"-Dorg.bytedeco.javacpp.maxbytes={s['maxbytes']}", s["maxbytes"],
-             f"JavaCPP-tracked off-heap: ND4J off-heap estimate {_human(est.offheap_bytes)} + {pct} headroom "
+             f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom "
              f"(JavaCPP's default would be -Xmx, unrelated to the network)"),
         Flag("org.bytedeco.javacpp.maxphysicalbytes", f"-Dorg.bytedeco.javacpp.maxphysicalbytes={s['maxphysicalbytes']}",
              s["maxphysicalbytes"],
              f"the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + heap + direct "
-             f"+ JVM native {_human(est.native_bytes)} + {pct}"),
+             f"+ JVM native {human_bytes(est.native_bytes)} + {pct}"),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [
-        f"container memory limit {_human(s['container'])} = maxphysicalbytes + {_human(s['margin'])} margin: JavaCPP "
+        f"container memory limit {human_bytes(s['container'])} = maxphysicalbytes + {human_bytes(s['margin'])} margin: JavaCPP "
         f"notices RSS over maxphysicalbytes only at its next allocation",
     ]
     gpu_need = _gpu_need(est, headroom) if gpu_b is not None else None
@@ -240,10 +237,10 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
             (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch))
         fit = (f"the largest minibatch that fits is {best}" if best else
                f"no minibatch fits: even batch 1 needs more (the fixed part alone is "
-               f"{_human(sum(t.fixed_bytes for t in est.terms))})")
+               f"{human_bytes(sum(t.fixed_bytes for t in est.terms))})")
         raise BudgetError(
-            f"{where} {_human(have)} cannot hold {est.model} at batch {est.batch} ({est.mode}, {est.dtype}): it needs "
-            f"{_human(needed)}; the biggest term is {biggest.name} = {_human(biggest.bytes_at(est.batch))} "
+            f"{where} {human_bytes(have)} cannot hold {est.model} at batch {est.batch} ({est.mode}, {est.dtype}): it needs "
+            f"{human_bytes(needed)}; the biggest term is {biggest.name} = {human_bytes(biggest.bytes_at(est.batch))} "
             f"({biggest.source}); {fit}. Lower --batch, or raise the budget",
             needed_bytes=needed, budget_bytes=have, biggest_term=biggest.name, largest_batch=best,
             breakdown=est.breakdown())
