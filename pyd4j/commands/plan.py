@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
 from pyd4j.output import emit_json, human_bytes, print_table
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
-
-
-def parse_bytes(text: str) -> int:
-    """'8GiB' -> 8589934592; plain numbers are bytes."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise click.BadParameter(f"{text!r} is not a size like 8GiB, 500MB or 1073741824")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+from pyd4j.units import SizeError, parse_bytes
 
 
 @click.command("plan")
@@ -66,7 +55,10 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         cost = CostModel.for_device(device, devices_json)
     except KeyError as e:
         raise click.BadParameter(str(e.args[0]), param_hint="--device") from None
-    cap = parse_bytes(budget) if budget else cost.device.memory_bytes
+    try:
+        cap = parse_bytes(budget, "--budget") if budget else cost.device.memory_bytes
+    except SizeError as e:
+        raise click.BadParameter(str(e)) from None
     chosen = list(policies) or list(POLICIES)
 
     def build(b: int):

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pyd4j.commands.plan import command, parse_bytes
+from pyd4j.commands.plan import command
 from pyd4j.sched import zoo
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.policies import make_plan
 from pyd4j.sched.simulator import simulate
+from pyd4j.units import parse_bytes
 
 
 def run(*args: str) -> dict:
