@@ -30,10 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from pyd4j.memory.machine import CGROUP_ROOT, PROC_SELF_CGROUP, own_cgroup_paths
 from pyd4j.output import human_bytes
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 _PREFIX = "pyd4j-limit-"
 _MIN_LIMIT = 4 * 1024**2  # below this the kernel cannot even exec a shell; a limit that small is a typo
 MiB = 1024**2
@@ -154,20 +153,6 @@ def _int(path: Path) -> int | None:
         return None
 
 
-def _own_paths(proc_self: Path) -> tuple[str | None, str | None]:
-    """This process's (v1 memory, v2 unified) cgroup paths."""
-    v1 = v2 = None
-    for line in (_read(proc_self) or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            v2 = parts[2]
-        elif "memory" in parts[1].split(","):
-            v1 = parts[2]
-    return v1, v2
-
-
 @dataclass
 class _Group:
     path: Path
@@ -225,7 +210,7 @@ class _Group:
 
 def _candidates(root: Path, proc_self: Path) -> list[tuple[int, Path]]:
     """Where a child group may be created, most specific first (nested groups keep the parent's limit)."""
-    v1_own, v2_own = _own_paths(proc_self)
+    v1_own, v2_own = own_cgroup_paths(proc_self)
     out: list[tuple[int, Path]] = []
     if (root / "cgroup.controllers").exists():  # unified hierarchy mounted at the root
         v2_roots = [root]

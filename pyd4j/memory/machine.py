@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 _CGROUP_UNLIMITED = 1 << 62  # cgroup v1 reports "no limit" as a huge page-aligned number
 
 
@@ -48,13 +50,15 @@ def physical_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def cgroup_limit_bytes(root: Path = Path("/sys/fs/cgroup"), proc_self: Path = Path("/proc/self/cgroup")) -> int | None:
+def cgroup_limit_bytes(root: Path = CGROUP_ROOT, proc_self: Path = PROC_SELF_CGROUP) -> int | None:
     """The memory limit of this process's cgroup (v2 `memory.max` or v1 `memory.limit_in_bytes`), or None."""
-    relative = _own_cgroup_path(proc_self)
+    v1, v2 = own_cgroup_paths(proc_self)
     candidates = []
-    for rel in ([relative] if relative else []) + [""]:
-        candidates.append(root / rel.lstrip("/") / "memory.max")
-        candidates.append(root / "memory" / rel.lstrip("/") / "memory.limit_in_bytes")
+    if v2 is not None:
+        candidates.append(root / v2.lstrip("/") / "memory.max")
+    if v1 is not None:
+        candidates.append(root / "memory" / v1.lstrip("/") / "memory.limit_in_bytes")
+    candidates += [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]  # a limit on the whole mount
     for path in candidates:
         try:
             text = path.read_text().strip()
@@ -70,16 +74,22 @@ def cgroup_limit_bytes(root: Path = Path("/sys/fs/cgroup"), proc_self: Path = Pa
     return None
 
 
-def _own_cgroup_path(proc_self: Path) -> str | None:
+def own_cgroup_paths(proc_self: Path = PROC_SELF_CGROUP) -> tuple[str | None, str | None]:
+    """This process's (v1 memory, v2 unified) cgroup paths from /proc/self/cgroup; None where absent."""
     try:
         lines = proc_self.read_text().splitlines()
     except OSError:
-        return None
+        return None, None
+    v1 = v2 = None
     for line in lines:
         parts = line.split(":", 2)
-        if len(parts) == 3 and (parts[0] == "0" or "memory" in parts[1].split(",")):
-            return parts[2]
-    return None
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "memory" in parts[1].split(","):
+            v1 = parts[2]
+    return v1, v2
 
 
 def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
