@@ -14,6 +14,8 @@ from typing import Iterator
 class JavaError(Exception):
     """A Java exception seen from Python. `java_class` and `java_stacktrace` keep the Java side."""
 
+    fix = ""  # what the user should change, where the exception class alone tells it
+
     def __init__(self, message: str, java_class: str = "", java_stacktrace: str = "") -> None:
         super().__init__(message)
         self.java_class = java_class
@@ -27,9 +29,14 @@ class JavaError(Exception):
 class JavaOutOfMemoryError(JavaError, MemoryError):
     """java.lang.OutOfMemoryError from the Java heap (raise -Xmx)."""
 
+    fix = "raise -Xmx/-Xms (the Java heap) to the generated value"
+
 
 class JavaCppOutOfMemoryError(JavaOutOfMemoryError):
     """ND4J off-heap memory refused by JavaCPP's maxbytes / maxphysicalbytes limits."""
+
+    fix = ("raise -Dorg.bytedeco.javacpp.maxphysicalbytes (and the container limit) to the generated values, "
+           "or lower the batch")
 
     @property
     def limit_property(self) -> str:
@@ -43,6 +50,8 @@ class JavaCppOutOfMemoryError(JavaOutOfMemoryError):
 
 class DirectBufferOutOfMemoryError(JavaOutOfMemoryError):
     """NIO direct buffer memory exhausted (raise -XX:MaxDirectMemorySize)."""
+
+    fix = "raise -XX:MaxDirectMemorySize (NIO direct buffers; ND4J arrays do not use them)"
 
 
 class JavaIllegalArgumentError(JavaError, ValueError):

@@ -372,12 +372,6 @@ def leftover_groups(root: Path = CGROUP_ROOT, proc_self: Path = PROC_SELF_CGROUP
 
 _JAVA_OOM_LINE = re.compile(r"java\.lang\.OutOfMemoryError:?\s*(?P<msg>[^\"\n]*)|\"error_class\":\s*\"java\.lang\.OutOfMemoryError\",\s*"
                             r"\"error\":\s*\"(?P<json>[^\"]*)\"")
-_FIXES = {
-    "JavaCppOutOfMemoryError": "raise -Dorg.bytedeco.javacpp.maxphysicalbytes (and the container limit) to the generated "
-                               "values, or lower the batch",
-    "DirectBufferOutOfMemoryError": "raise -XX:MaxDirectMemorySize (NIO direct buffers; ND4J arrays do not use them)",
-    "JavaOutOfMemoryError": "raise -Xmx/-Xms (the Java heap) to the generated value",
-}
 
 
 @dataclass(frozen=True)
@@ -406,7 +400,7 @@ def diagnose(result: ContainerResult) -> Diagnosis:
         text = (match.group("msg") or match.group("json") or "").strip()
         cls = python_class_for(["java.lang.OutOfMemoryError"], text)
         return Diagnosis(cls.__name__, True, f"memory exhausted inside the JVM: java.lang.OutOfMemoryError: {text} "
-                                            f"({cls.__doc__.splitlines()[0].strip()}); {_FIXES.get(cls.__name__, '')}")
+                                            f"({cls.__doc__.splitlines()[0].strip()}); {cls.fix}")
     if result.ok:
         return Diagnosis("ok", False, result.describe())
     return Diagnosis("failed", False, result.describe())
