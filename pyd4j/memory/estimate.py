@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import sys
@@ -596,7 +595,3 @@ def _label_elements(loaded: _Loaded, in_types: list) -> int:
         return sum(int(types.get(o).arrayElementsPerExample()) for o in conf.getNetworkOutputs())
     types = conf.getLayerActivationTypes(in_types[0])
     return int(types.get(types.size() - 1).arrayElementsPerExample())
-
-
-def round_up(n: float, unit: int = MiB) -> int:
-    return int(math.ceil(n / unit) * unit)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -359,8 +358,3 @@ def _near_limits(t: Timeline) -> list[Finding]:
                                f"raise {flag} before a larger batch or dataset tips it over", [],
                                {"peak": peak, "limit": limit}))
     return out
-
-
-def findings_for(run_dir: str | Path) -> list[Finding]:
-    """Diagnose a run directory."""
-    return diagnose(Timeline.load(run_dir))

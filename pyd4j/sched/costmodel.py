@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -92,11 +92,6 @@ def default_doc() -> dict[str, Any]:
     return _DEFAULT
 
 
-def device_names() -> list[str]:
-    doc = default_doc()
-    return sorted(doc["devices"]) + sorted(doc["aliases"])
-
-
 @dataclass
 class CostModel:
     """Device profile + conv-algorithm table + per-layer step times (memoised per graph)."""
@@ -135,11 +130,6 @@ class CostModel:
         algos = tuple(ConvAlgo(**a) for a in doc["conv_algorithms"])
         return cls(profile, algos, doc["compute_efficiency"], doc["transfer_latency_s"],
                    doc["host_memory_bytes"])
-
-    def with_device(self, **changes: Any) -> "CostModel":
-        """A copy with some device fields replaced (e.g. memory_bytes)."""
-        return CostModel(replace(self.device, **changes), self.algos, self.efficiency,
-                         self.latency_s, self.host_memory_bytes)
 
     # -- step times -------------------------------------------------------------------------
     def _roofline(self, flops: float, nbytes: float, speed: float = 1.0) -> float:
