@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -14,6 +16,24 @@ def emit_json(document: Any) -> None:
     """Print one JSON document on stdout (what `--json` promises)."""
     json.dump(document, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what the JVM or native code prints to stderr, so `--json` stays one document on stdout."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

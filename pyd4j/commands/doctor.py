@@ -26,28 +26,13 @@ keys are nested objects; a dotted name such as `java.version` means `doc["java"]
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 import click
 
-from pyd4j.output import emit_json, human_bytes, print_table
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send whatever the JVM or native code prints to stderr, so `--json` stays one document."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+from pyd4j.output import emit_json, human_bytes, print_table, stdout_to_stderr
 
 
 def _check(checks: list[dict], name: str, ok: bool, detail: str) -> bool:
@@ -99,7 +84,7 @@ def diagnose() -> dict[str, Any]:
     doc["interop"] = {}
     if java_ok and cp_ok:
         try:
-            with _stdout_to_stderr():
+            with stdout_to_stderr():
                 _probe_nd4j(doc, checks, np)
         except Exception as err:  # noqa: BLE001  (the doctor reports every failure as a check)
             _check(checks, "nd4j", False, f"{type(err).__name__}: {err}")

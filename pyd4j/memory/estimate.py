@@ -15,14 +15,14 @@ The dataclasses here import nothing from Java: only the functions that read a ne
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
+
+from pyd4j.output import stdout_to_stderr
 
 MiB = 1024**2
 
@@ -311,7 +311,7 @@ def _from_json(text: str, kind: str, where: str):
 
     cls = ComputationGraphConfiguration if kind == "ComputationGraph" else MultiLayerConfiguration
     try:
-        with _stdout_to_stderr():
+        with stdout_to_stderr():
             return cls.fromJson(text)
     except jpype.JException as exc:
         message = _all_messages(exc)
@@ -338,26 +338,8 @@ def start_jvm():
     """The in-process JVM (started with defaults if nothing started it yet)."""
     import pyd4j.jvm  # noqa: PLC0415
 
-    with _stdout_to_stderr():
+    with stdout_to_stderr():
         return pyd4j.jvm.start() if not pyd4j.jvm.is_started() else pyd4j.jvm.info()
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Native/Java output during JVM work goes to stderr, so `--json` stays one document on stdout."""
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError):
-        yield
-        return
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa: A002
@@ -470,7 +452,7 @@ def estimate(model: Any, batch: int, dtype: str = "float32", mode: str = "train"
     loaded = load(model, input)
     from pyd4j.jvm import java_errors  # noqa: PLC0415
 
-    with java_errors(), _stdout_to_stderr():
+    with java_errors(), stdout_to_stderr():
         return _estimate_loaded(loaded, batch, dtype, mode, prefetch_queue, cpu_count)
 
 
