@@ -190,3 +190,18 @@ def test_computation_graph_multidataset(jvm, xy):
     from pyd4j.nd import to_numpy
     acc = (to_numpy(out, copy=True).argmax(1) == y.argmax(1)).mean()
     assert acc >= 0.9
+
+
+def test_java_error_mid_fit_stops_prefetch_thread(net, xy):
+    """A DL4J failure on the fit thread (bad batch shape) while the prefetch queue is full:
+    the Java error reaches Python and fit() stops the prefetch thread blocked on the queue."""
+    from pyd4j.jvm import JavaError
+
+    x, y = xy
+    good = list(data.NumpyBatches(x, y, batch_size=20, shuffle=False))
+    bad = (np.ones((20, 5), np.float32), y[:20])  # 5 features, the net takes 8
+    before = data.prefetch_thread_names()
+    box = run_with_deadline(lambda: fit(net, good[:3] + [bad] + good[3:], prefetch=2, progress=False), 60)
+    assert isinstance(box.get("error"), JavaError), box
+    time.sleep(0.3)
+    assert data.prefetch_thread_names() == before
