@@ -54,6 +54,12 @@ class DirectBufferOutOfMemoryError(JavaOutOfMemoryError):
     fix = "raise -XX:MaxDirectMemorySize (NIO direct buffers; ND4J arrays do not use them)"
 
 
+class MetaspaceOutOfMemoryError(JavaOutOfMemoryError):
+    """Class metadata space exhausted (raise -XX:MaxMetaspaceSize, or look for a class-loader leak)."""
+
+    fix = "raise -XX:MaxMetaspaceSize, or look for a class-loader leak (classes loaded again and again)"
+
+
 class JavaIllegalArgumentError(JavaError, ValueError):
     """java.lang.IllegalArgumentException."""
 
@@ -96,6 +102,7 @@ EXCEPTION_TABLE: dict[str, type[JavaError]] = {
 # Messages that tell one OutOfMemoryError from another (JavaCPP's Pointer.deallocator and NIO Bits).
 _JAVACPP_OOM = re.compile(r"maxBytes|maxPhysicalBytes|Physical memory usage is too high|Cannot allocate new \w*Pointer")
 _DIRECT_OOM = re.compile(r"Direct buffer memory|Cannot reserve .* direct buffer memory")
+_METASPACE_OOM = re.compile(r"Metaspace|Compressed class space")
 
 
 def python_class_for(java_classes: list[str], message: str) -> type[JavaError]:
@@ -109,6 +116,8 @@ def python_class_for(java_classes: list[str], message: str) -> type[JavaError]:
                 return JavaCppOutOfMemoryError
             if _DIRECT_OOM.search(message):
                 return DirectBufferOutOfMemoryError
+            if _METASPACE_OOM.search(message):
+                return MetaspaceOutOfMemoryError
         return cls
     return JavaError
 

@@ -17,7 +17,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from pyd4j.jvm.errors import DirectBufferOutOfMemoryError, JavaCppOutOfMemoryError, JavaOutOfMemoryError, python_class_for
+from pyd4j.jvm.errors import (
+    DirectBufferOutOfMemoryError,
+    JavaCppOutOfMemoryError,
+    JavaOutOfMemoryError,
+    MetaspaceOutOfMemoryError,
+    python_class_for,
+)
 from pyd4j.output import human_bytes
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size
@@ -133,12 +139,12 @@ def _oom(t: Timeline) -> list[Finding]:
                 "raise -XX:MaxDirectMemorySize (NIO direct buffers only; ND4J arrays are bounded by JavaCPP's limits)",
                 [f"-XX:MaxDirectMemorySize={jvm_size(new)}"], {"limit": limits["max_direct"], "peak": peaks["direct_used"]},
             ))
-        elif "Metaspace" in text:
+        elif cls is MetaspaceOutOfMemoryError:
             if "oom-metaspace" in seen:
                 continue
             seen.add("oom-metaspace")
             out.append(Finding("oom-metaspace", "error", "Metaspace exhausted", [f"error: {text[:300]}"],
-                               "raise -XX:MaxMetaspaceSize, or look for a class-loader leak", ["-XX:MaxMetaspaceSize=512m"]))
+                               MetaspaceOutOfMemoryError.fix, ["-XX:MaxMetaspaceSize=512m"]))
         elif cls is JavaOutOfMemoryError:
             if "oom-heap" in seen:
                 continue

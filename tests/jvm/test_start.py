@@ -19,6 +19,7 @@ from pyd4j.jvm.errors import (
     JavaError,
     JavaIllegalStateError,
     JavaOutOfMemoryError,
+    MetaspaceOutOfMemoryError,
     python_class_for,
 )
 from pyd4j.jvm.java import major_version
@@ -66,6 +67,7 @@ def test_exception_table_picks_most_specific_class():
     assert python_class_for(chain, "Cannot allocate new FloatPointer(10): totalBytes = 1, physicalBytes = 2 > maxBytes") is JavaCppOutOfMemoryError
     assert python_class_for(chain, "Java heap space") is JavaOutOfMemoryError
     assert python_class_for(chain, "Direct buffer memory") is DirectBufferOutOfMemoryError
+    assert python_class_for(chain, "Metaspace") is MetaspaceOutOfMemoryError
     assert python_class_for(["org.nd4j.linalg.exception.ND4JIllegalStateException", "java.lang.RuntimeException"], "x") is JavaIllegalStateError
     assert python_class_for(["com.example.Unknown", "java.lang.Exception"], "x") is JavaError
     assert issubclass(JavaOutOfMemoryError, MemoryError)
