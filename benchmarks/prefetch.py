@@ -5,10 +5,14 @@
 In one process and one run, the same digits network (examples/python/digits.py) is trained on
 the same batches (digits training split, batch 64, no shuffling on either side):
 
-(a) from Python: NumpyBatches -> pyd4j.train.fit with AsyncDataSetIterator of depth `--depth`
-    (batches handed to ND4J without copies);
-(b) from the JVM: the batches copied into ND4J once, in a ListDataSetIterator, through DL4J's own
-    fit(iterator) (which wraps it in AsyncDataSetIterator, depth 2) — the usual Java job.
+(a) from Python: NumpyBatches -> pyd4j.train.fit with AsyncDataSetIterator of depth `--depth`,
+    the numpy arrays wrapped once without copies and sliced into batches on the Java side
+    (pyd4j's default for NumpyBatches); and (a') the same with every batch produced by Python
+    and handed over through the Python callback (slice_in_java=False: the path of any Python
+    iterable or generator);
+(b) from the JVM: the batches copied into ND4J once, one list element per minibatch, in a
+    ListDataSetIterator, through DL4J's own fit(iterator) (which wraps it in AsyncDataSetIterator,
+    depth 2) — the usual Java job, with no per-batch work left at all.
 
 After `--warmup` rounds of both, runs of (a) and (b) alternate, `--repeats` times, each `--epochs`
 epochs; figures are medians (best runs also kept), and the target is (a)/(b) >= 0.9. After each
@@ -70,12 +74,15 @@ def main() -> None:
     y = d["y_train"]
     net = digits.NETS[args.net](42)
     batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False)
+    py_batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False, slice_in_java=False)
 
     data_set = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
     java_list = jpype.JClass("java.util.ArrayList")()
     for f, l in batches:
         java_list.add(data_set(from_numpy(f, copy=True), from_numpy(l, copy=True)))
-    list_iter = jpype.JClass("org.deeplearning4j.datasets.iterator.utilty.ListDataSetIterator")(java_list, args.batch)
+    # one list element per minibatch, so one element per next(): ListDataSetIterator's second
+    # argument counts list elements, not examples
+    list_iter = jpype.JClass("org.deeplearning4j.datasets.iterator.utilty.ListDataSetIterator")(java_list, 1)
     n = len(x)
 
     waits: list[float] = []
@@ -85,6 +92,10 @@ def main() -> None:
         waits.append(result.wait_seconds / result.seconds)
         return result.samples_per_s
 
+    def run_callback() -> float:
+        result = fit(net, py_batches, epochs=args.epochs, prefetch=args.depth, progress=False)
+        return result.samples_per_s
+
     def run_jvm() -> float:
         t = time.perf_counter()
         for _ in range(args.epochs):
@@ -92,24 +103,29 @@ def main() -> None:
             net.fit(list_iter)
         return n * args.epochs / (time.perf_counter() - t)
 
-    for _ in range(args.warmup):  # JIT (both paths), workspace sizes
-        run_python(), run_jvm()
-    python_runs, jvm_runs = [], []
+    for _ in range(args.warmup):  # JIT (all paths), workspace sizes
+        run_python(), run_callback(), run_jvm()
+    python_runs, callback_runs, jvm_runs = [], [], []
+    runs_of = {run_python: python_runs, run_callback: callback_runs, run_jvm: jvm_runs}
     for i in range(args.repeats):
-        order = (run_python, run_jvm) if i % 2 == 0 else (run_jvm, run_python)
+        order = [run_python, run_callback, run_jvm]
+        order = order[i % 3:] + order[:i % 3]
         for fn in order:
             fn()  # settling run after the switch (JIT re-profiles shared call sites), not counted
-            (python_runs if fn is run_python else jvm_runs).append(fn())
+            runs_of[fn].append(fn())
     a, b = statistics.median(python_runs), statistics.median(jvm_runs)
+    a_cb = statistics.median(callback_runs)
     wait_fraction = statistics.median(waits)
 
-    report = tune_prefetch(net, batches, depths=range(1, 17), epochs=1, repeats=args.curve_repeats, warmup_epochs=0)
+    report = tune_prefetch(net, py_batches, depths=range(1, 17), epochs=1, repeats=args.curve_repeats, warmup_epochs=0)
     doc = {
         "benchmark": "prefetch",
         "network": f"digits_{args.net}", "params": int(net.numParams()), "batch": args.batch, "samples": n,
         "epochs_per_run": args.epochs, "repeats": args.repeats,
         "python_fed": {"prefetch": args.depth, "samples_per_s": a, "runs": python_runs,
                        "fit_waited_for_data_fraction": wait_fraction},
+        "python_callback_per_batch": {"prefetch": args.depth, "samples_per_s": a_cb, "runs": callback_runs,
+                                      "ratio_over_jvm": a_cb / b},
         "jvm_list_iterator": {"prefetch": 2, "samples_per_s": b, "runs": jvm_runs},
         "ratio_python_over_jvm": a / b, "target_ratio": 0.9, "meets_target": a / b >= 0.9,
         "ratio_best_runs": max(python_runs) / max(jvm_runs),
@@ -122,7 +138,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps({k: doc[k] for k in ("network", "ratio_python_over_jvm", "recommended_depth")}))
-    print(f"(a) python-fed {a:,.0f} samples/s  (b) ListDataSetIterator {b:,.0f} samples/s  ratio {a / b:.2f}")
+    print(f"(a) python-fed {a:,.0f} samples/s  (a') per-batch callback {a_cb:,.0f}  "
+          f"(b) ListDataSetIterator {b:,.0f} samples/s  ratio {a / b:.2f} / {a_cb / b:.2f}")
     print("depth curve: " + ", ".join(f"{r.depth}:{r.samples_per_s:,.0f}" for r in report.results))
 
 

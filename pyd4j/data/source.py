@@ -209,13 +209,17 @@ class PythonSource:
 class NumpyBatches:
     """Minibatches over in-memory numpy arrays, reshuffled at each pass (re-iterable).
 
-    Slices of C-ordered arrays are views, so batches reach ND4J without a copy; with shuffle=True
-    each batch is gathered once by numpy (one copy, as DL4J's own shuffling would make).
+    With slice_in_java=True (default) `pyd4j.data.iterator` wraps each whole array once (no copy)
+    and Java slices the batches (org.pyd4j.data.ArrayBatchSource): no Python runs per batch.
+    Iterated from Python (slice_in_java=False, or any other use), slices of C-ordered arrays are
+    views, so batches reach ND4J without a copy. With shuffle=True each batch is gathered once
+    (one copy, as DL4J's own shuffling makes); Java and Python draw different permutations.
     """
 
     def __init__(self, features: np.ndarray, labels: np.ndarray, batch_size: int, shuffle: bool = True,
                  seed: int | None = 0, drop_last: bool = False,
-                 features_mask: np.ndarray | None = None, labels_mask: np.ndarray | None = None) -> None:
+                 features_mask: np.ndarray | None = None, labels_mask: np.ndarray | None = None,
+                 slice_in_java: bool = True) -> None:
         n = len(features)
         if len(labels) != n:
             raise ValueError(f"features have {n} rows but labels {len(labels)}; they must match")
@@ -224,6 +228,7 @@ class NumpyBatches:
         self.features, self.labels = features, labels
         self.features_mask, self.labels_mask = features_mask, labels_mask
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.seed, self.slice_in_java = seed, slice_in_java
         self._rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
@@ -309,7 +314,11 @@ def iterator(source: Any, prefetch: int = 4, batch_size: int = 0, multi: bool = 
     py_source = source if isinstance(source, PythonSource) else PythonSource(source, multi=multi)
     pkg = "org.pyd4j.data."
     with pyd4j.jvm.java_errors():
-        if py_source.multi:
+        if isinstance(source, NumpyBatches) and source.slice_in_java and not multi:
+            proxy = _array_source(source)
+            inner = jpype.JClass(pkg + "PythonDataSetIterator")(proxy, jpype.JInt(source.batch_size))
+            wrapper = jpype.JClass(pkg + "PrefetchDataSetIterator")
+        elif py_source.multi:
             proxy = jpype.JProxy(pkg + "MultiBatchSource", inst=py_source)
             inner = jpype.JClass(pkg + "PythonMultiDataSetIterator")(proxy)
             wrapper = jpype.JClass(pkg + "PrefetchMultiDataSetIterator")
@@ -322,6 +331,19 @@ def iterator(source: Any, prefetch: int = 4, batch_size: int = 0, multi: bool = 
             inner.setPreProcessor(preprocessor)
         java = wrapper(inner, jpype.JInt(prefetch), bool(use_workspace))
     return PrefetchIterator(java=java, source=py_source, depth=prefetch, _proxy=proxy)
+
+
+def _array_source(batches: NumpyBatches):
+    """org.pyd4j.data.ArrayBatchSource over the whole arrays, wrapped once without copying."""
+    import jpype  # noqa: PLC0415
+
+    def whole(a):
+        return None if a is None else _indarray(np.ascontiguousarray(a))
+
+    seed = batches.seed if batches.seed is not None else int(np.random.default_rng().integers(2**62))
+    return jpype.JClass("org.pyd4j.data.ArrayBatchSource")(
+        whole(batches.features), whole(batches.labels), whole(batches.features_mask), whole(batches.labels_mask),
+        jpype.JInt(batches.batch_size), bool(batches.shuffle), jpype.JLong(seed), bool(batches.drop_last))
 
 
 def prefetch_thread_names() -> list[str]:

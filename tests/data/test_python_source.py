@@ -205,3 +205,39 @@ def test_java_error_mid_fit_stops_prefetch_thread(net, xy):
     assert isinstance(box.get("error"), JavaError), box
     time.sleep(0.3)
     assert data.prefetch_thread_names() == before
+
+
+def _drain(it) -> list[np.ndarray]:
+    from pyd4j.nd import to_numpy
+
+    out = []
+    while it.java.hasNext():
+        ds = it.java.next()
+        out.append((to_numpy(ds.getFeatures().dup(), copy=True), to_numpy(ds.getLabels().dup(), copy=True)))
+    return out
+
+
+@pytest.mark.parametrize("slice_in_java", [True, False])
+def test_numpy_batches_in_java_and_python_agree(jvm, xy, slice_in_java):
+    x, y = xy
+    x = x[:103].copy()
+    y = y[:103].copy()
+    with data.iterator(data.NumpyBatches(x, y, 25, shuffle=False, slice_in_java=slice_in_java), prefetch=2) as it:
+        batches = _drain(it)
+    assert [len(f) for f, _ in batches] == [25, 25, 25, 25, 3]
+    np.testing.assert_array_equal(np.concatenate([f for f, _ in batches]), x)
+    np.testing.assert_array_equal(np.concatenate([l for _, l in batches]), y)
+    with data.iterator(data.NumpyBatches(x, y, 25, shuffle=True, seed=5, slice_in_java=slice_in_java),
+                       prefetch=2) as it:
+        epochs = []
+        for _ in range(2):
+            it.reset()
+            epochs.append(_drain(it))
+    for epoch in epochs:  # every row exactly once, with its own label
+        f = np.concatenate([b[0] for b in epoch])
+        l = np.concatenate([b[1] for b in epoch])
+        order = np.lexsort(f.T[::-1])
+        ref = np.lexsort(x.T[::-1])
+        np.testing.assert_array_equal(f[order], x[ref])
+        np.testing.assert_array_equal(l[order], y[ref])
+    assert not np.array_equal(np.concatenate([b[0] for b in epochs[0]]), np.concatenate([b[0] for b in epochs[1]]))

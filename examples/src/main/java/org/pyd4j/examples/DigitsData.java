@@ -108,7 +108,9 @@ public final class DigitsData {
         DataSet test = new DataSet(reshape.apply(digits.test.getFeatures()), digits.test.getLabels());
 
         // ND4J M2.1's CPU buffers live in libnd4j, outside JavaCPP's totalBytes(); off-heap is
-        // measured as resident memory minus what the JVM has committed (heap + non-heap).
+        // measured as resident memory minus what the JVM has committed (heap + non-heap). It is
+        // exact only when the committed heap is resident (-Xms = -Xmx and -XX:+AlwaysPreTouch, as
+        // benchmarks/workspaces.py runs it); otherwise untouched heap makes it low, even negative.
         AtomicLong peakOffHeap = new AtomicLong(offHeapBytes());
         AtomicLong peakPhysical = new AtomicLong(Pointer.physicalBytes());
         Thread sampler = new Thread(() -> {
@@ -132,8 +134,8 @@ public final class DigitsData {
         for (int epoch = 0; epoch < epochs; epoch++) {
             long t = System.nanoTime();
             train.shuffle(seed + epoch);
-            List<DataSet> batches = train.batchBy(batch);
-            net.fit(new ListDataSetIterator<>(batches, batch));
+            // the usual DL4J idiom: a list of single examples, merged `batch` at a time
+            net.fit(new ListDataSetIterator<>(train.asList(), batch));
             samples += train.numExamples();
             if (epoch == 0) {
                 firstEpochNanos = System.nanoTime() - t;
