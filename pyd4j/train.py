@@ -124,7 +124,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     iterable (called every epoch), a one-shot generator (epochs=1 only), or a PrefetchIterator.
     Batches: (features, labels[, features_mask, labels_mask]) numpy arrays, a dict, or a DataSet;
     lists of arrays per slot for multi-input/-output graphs.
-    prefetch: async queue depth (DL4J's own fit() fixes 2); see pyd4j.tune for choosing it.
+    prefetch: async queue depth (DL4J's own fit() fixes 2); pyd4j.data.tune.tune_prefetch measures it.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be an int >= 1")
