@@ -16,7 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyd4j.data.source import PrefetchIterator, iterator, source_errors
+from pyd4j.data.source import PrefetchIterator, iterator
+from pyd4j.jvm.errors import java_errors
 
 
 @dataclass
@@ -158,7 +159,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         for epoch in range(epochs):
             monitor.epoch = epoch
             te = time.perf_counter()
-            with source_errors():
+            with java_errors():
                 net.fit(it.java)
             epoch_seconds.append(time.perf_counter() - te)
     finally:

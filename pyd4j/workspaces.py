@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from pyd4j.jvm.errors import WorkspaceScopeError, java_errors
 from pyd4j.units import SizeError, parse_bytes
 
 _INT_MAX = 2**31 - 1
@@ -88,10 +89,6 @@ class WorkspaceConfigError(ValueError):
         super().__init__(message)
         self.rule = rule
         self.enforced_by = enforced_by
-
-
-class WorkspaceScopeError(RuntimeError):
-    """An array was used after the workspace scope that holds its memory was closed."""
 
 
 class WorkspaceConflictError(RuntimeError):
@@ -422,7 +419,6 @@ def workspace(name: str, config: WorkspaceConfig | None = None) -> Iterator[Work
     ND4J keeps one workspace per name per thread and re-uses its memory scope after scope;
     nesting scopes of different names gives parent/child workspaces (see `leverage`).
     """
-    from pyd4j.jvm import java_errors  # noqa: PLC0415
 
     cfg = config or WorkspaceConfig()
     nd4j = _nd4j()
@@ -590,9 +586,6 @@ class ScopedArray:
         return f"ScopedArray(shape={list(self._array.shape())}, workspace={self.workspace_name!r})"
 
 
-_LEAK_MARKERS = ("leaked workspace pointer", "no longer open", "was closed")
-
-
 @contextlib.contextmanager
 def scope_panic() -> Iterator[None]:
     """ND4J's SCOPE_PANIC profiling mode for the block: any op reading an array from a closed
@@ -600,25 +593,17 @@ def scope_panic() -> Iterator[None]:
 
     ND4J 1.0.0-M2.1 starts in SCOPE_PANIC; code that switched profiling to another mode (e.g.
     OPERATIONS) loses the check, and then a stale array reads re-used memory silently. This
-    block makes sure the check is on and turns ND4J's ND4JIllegalStateException into
-    WorkspaceScopeError; the previous mode is restored after."""
+    block makes sure the check is on (pyd4j.jvm.java_errors turns ND4J's complaint into
+    WorkspaceScopeError); the previous mode is restored after."""
     import jpype  # noqa: PLC0415
-
-    from pyd4j.jvm import JavaError  # noqa: PLC0415
 
     executioner = _nd4j().getExecutioner()
     modes = jpype.JClass("org.nd4j.linalg.api.ops.executioner.OpExecutioner$ProfilingMode")
     previous = executioner.getProfilingMode()
     executioner.setProfilingMode(modes.SCOPE_PANIC)
     try:
-        yield
-    except (jpype.JException, JavaError) as exc:
-        message = str(exc.getMessage()) if isinstance(exc, jpype.JException) else str(exc)
-        if any(marker in message for marker in _LEAK_MARKERS):
-            raise WorkspaceScopeError(
-                f"an INDArray was used after its workspace scope closed (ND4J: {message.splitlines()[0]}). "
-                f"Keep it with .leverage() or .detach() before the scope closes") from None
-        raise
+        with java_errors():
+            yield
     finally:
         executioner.setProfilingMode(previous)
 

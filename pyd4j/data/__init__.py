@@ -5,14 +5,12 @@ from pyd4j.data.source import (
     PrefetchIterator,
     PythonSource,
     iterator,
-    original_exception,
     prefetch_thread_names,
-    source_errors,
     to_dataset,
     to_multidataset,
 )
 
 __all__ = [
-    "NumpyBatches", "PrefetchIterator", "PythonSource", "iterator", "original_exception",
-    "prefetch_thread_names", "source_errors", "to_dataset", "to_multidataset",
+    "NumpyBatches", "PrefetchIterator", "PythonSource", "iterator",
+    "prefetch_thread_names", "to_dataset", "to_multidataset",
 ]

@@ -6,65 +6,19 @@ arrays wrap the numpy memory (pyd4j.nd.from_numpy: no copy for C/F-ordered array
 dtype). JPype releases the GIL while the Python thread waits in fit(), and takes it for each
 callback, so the prefetch thread runs Python while the main thread trains.
 
-An exception in the Python source is kept here under an id; the Java side ends the prefetch
-stream, rethrows a PythonSourceException with that id on the fit() thread, and
-`source_errors()` re-raises the original Python exception object.
+An exception in the Python source is kept under an id (pyd4j.jvm.errors); the Java side ends
+the prefetch stream, rethrows an org.pyd4j.PythonException with that id on the fit() thread,
+and `pyd4j.jvm.java_errors()` around fit() re-raises the original Python exception object.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-# ---- failures: id -> original Python exception ----------------------------------------------
-
-_failures: dict[int, BaseException] = {}
-_failures_lock = threading.Lock()
-_ids = itertools.count(1)
-_MAX_KEPT = 64
-
-
-def _remember(exc: BaseException) -> int:
-    with _failures_lock:
-        fid = next(_ids)
-        _failures[fid] = exc
-        while len(_failures) > _MAX_KEPT:  # failures nobody re-raised (fit() called from Java code)
-            _failures.pop(next(iter(_failures)))
-        return fid
-
-
-def original_exception(java_exception) -> BaseException | None:
-    """The Python exception behind a Java exception from a Python batch source, or None."""
-    import jpype  # noqa: PLC0415
-
-    found = jpype.JClass("org.pyd4j.data.PythonSourceException").find(java_exception)
-    if found is None:
-        return None
-    with _failures_lock:
-        return _failures.pop(int(found.getId()), None)
-
-
-@contextlib.contextmanager
-def source_errors() -> Iterator[None]:
-    """Around net.fit(...) on a pyd4j iterator: a failure of the Python source is re-raised as
-    the original Python exception; other Java exceptions become pyd4j.jvm Python ones."""
-    import jpype  # noqa: PLC0415
-
-    from pyd4j.jvm import translate  # noqa: PLC0415
-
-    try:
-        yield
-    except jpype.JException as exc:
-        original = original_exception(exc)
-        if original is not None:
-            raise original from None
-        raise translate(exc) from None
-
+from pyd4j.jvm.errors import java_errors, remember_python_exception
 
 # ---- batches ---------------------------------------------------------------------------------
 
@@ -201,8 +155,8 @@ class PythonSource:
     def _raise_in_java(exc: BaseException):
         import jpype  # noqa: PLC0415
 
-        fid = _remember(exc)
-        raise jpype.JClass("org.pyd4j.data.PythonSourceException")(
+        fid = remember_python_exception(exc)
+        raise jpype.JClass("org.pyd4j.PythonException")(
             jpype.JLong(fid), f"{type(exc).__name__}: {exc}")
 
 
@@ -281,7 +235,7 @@ class PrefetchIterator:
         return int(self.java.waitNanos()) / 1e9
 
     def reset(self) -> None:
-        with source_errors():
+        with java_errors():
             self.java.reset()
 
     def shutdown(self) -> None:
@@ -359,6 +313,6 @@ def prefetch_thread_names() -> list[str]:
 
 
 __all__ = [
-    "NumpyBatches", "PrefetchIterator", "PythonSource", "iterator", "original_exception",
-    "prefetch_thread_names", "source_errors", "to_dataset", "to_multidataset",
+    "NumpyBatches", "PrefetchIterator", "PythonSource", "iterator",
+    "prefetch_thread_names", "to_dataset", "to_multidataset",
 ]

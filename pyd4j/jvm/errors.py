@@ -7,7 +7,9 @@ Each translated exception keeps the Java class name and the Java stack trace, an
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
+import threading
 from typing import Iterator
 
 
@@ -68,6 +70,13 @@ class JavaIllegalStateError(JavaError, RuntimeError):
     """java.lang.IllegalStateException (ND4J's ND4JIllegalStateException among them)."""
 
 
+class WorkspaceScopeError(JavaIllegalStateError):
+    """An INDArray used after the workspace scope holding its memory closed (ND4J's
+    'leaked workspace pointer' check, or pyd4j.workspaces' own check)."""
+
+    fix = "keep the array with .leverage() (to the parent workspace) or .detach() before the scope closes"
+
+
 class JavaIndexError(JavaError, IndexError):
     """java.lang.IndexOutOfBoundsException and its kin."""
 
@@ -91,6 +100,7 @@ EXCEPTION_TABLE: dict[str, type[JavaError]] = {
     "java.lang.OutOfMemoryError": JavaOutOfMemoryError,
     "org.nd4j.linalg.exception.ND4JIllegalArgumentException": JavaIllegalArgumentError,
     "org.nd4j.linalg.exception.ND4JIllegalStateException": JavaIllegalStateError,
+    "org.nd4j.linalg.workspace.ND4JWorkspaceException": JavaIllegalStateError,
     "java.lang.IllegalArgumentException": JavaIllegalArgumentError,
     "java.lang.IllegalStateException": JavaIllegalStateError,
     "java.lang.IndexOutOfBoundsException": JavaIndexError,
@@ -103,6 +113,7 @@ EXCEPTION_TABLE: dict[str, type[JavaError]] = {
 _JAVACPP_OOM = re.compile(r"maxBytes|maxPhysicalBytes|Physical memory usage is too high|Cannot allocate new \w*Pointer")
 _DIRECT_OOM = re.compile(r"Direct buffer memory|Cannot reserve .* direct buffer memory")
 _METASPACE_OOM = re.compile(r"Metaspace|Compressed class space")
+_WORKSPACE_SCOPE = re.compile(r"leaked workspace pointer|no longer open|was closed")
 
 
 def python_class_for(java_classes: list[str], message: str) -> type[JavaError]:
@@ -118,6 +129,8 @@ def python_class_for(java_classes: list[str], message: str) -> type[JavaError]:
                 return DirectBufferOutOfMemoryError
             if _METASPACE_OOM.search(message):
                 return MetaspaceOutOfMemoryError
+        if cls is JavaIllegalStateError and _WORKSPACE_SCOPE.search(message):
+            return WorkspaceScopeError
         return cls
     return JavaError
 
@@ -152,15 +165,52 @@ def translate(throwable) -> JavaError:
     message = str(root.getMessage()) if root.getMessage() is not None else ""
     chain = _class_chain(root)
     cls = python_class_for(chain, message)
+    if cls is WorkspaceScopeError:
+        message = f"{message}; {WorkspaceScopeError.fix}"
     return cls(message, java_class=chain[0], java_stacktrace=_stacktrace(throwable))
+
+
+# Python exceptions raised inside Python code that Java called back (e.g. a batch source on
+# DL4J's prefetch thread) travel through Java as org.pyd4j.PythonException carrying an id;
+# java_errors() raises the original object again in the Python caller.
+_python_exceptions: dict[int, BaseException] = {}
+_python_exceptions_lock = threading.Lock()
+_python_exception_ids = itertools.count(1)
+_MAX_KEPT = 64  # failures nobody re-raises (the Java caller was not Python) are dropped oldest first
+
+
+def remember_python_exception(exc: BaseException) -> int:
+    """Keep `exc` under a new id, for the Java exception that carries it to its Python caller."""
+    with _python_exceptions_lock:
+        key = next(_python_exception_ids)
+        _python_exceptions[key] = exc
+        while len(_python_exceptions) > _MAX_KEPT:
+            _python_exceptions.pop(next(iter(_python_exceptions)))
+        return key
+
+
+def original_python_exception(throwable) -> BaseException | None:
+    """The Python exception a Java exception carries (anywhere in its cause chain), or None."""
+    candidate = throwable
+    while candidate is not None:
+        if "org.pyd4j.PythonException" in _class_chain(candidate):
+            with _python_exceptions_lock:
+                return _python_exceptions.pop(int(candidate.getId()), None)
+        cause = candidate.getCause()
+        candidate = None if cause is None or cause.equals(candidate) else cause
+    return None
 
 
 @contextlib.contextmanager
 def java_errors() -> Iterator[None]:
-    """Run Java calls; a Java exception leaves as the matching Python exception."""
+    """Run Java calls; a Java exception leaves as the matching Python exception, or as the
+    original Python exception when Java was only carrying one back from a Python callback."""
     import jpype  # noqa: PLC0415
 
     try:
         yield
     except jpype.JException as exc:
+        original = original_python_exception(exc)
+        if original is not None:
+            raise original from None
         raise translate(exc) from None

@@ -8,6 +8,8 @@ import time
 import numpy as np
 import pytest
 
+import pyd4j.jvm
+
 from pyd4j import data
 from pyd4j.train import evaluate, fit
 
@@ -100,7 +102,7 @@ def test_net_fit_directly_also_gets_original_exception(net, xy):
 
     with data.iterator(source, prefetch=2) as it:
         with pytest.raises(ZeroDivisionError, match="my pipeline"):
-            with data.source_errors():
+            with pyd4j.jvm.java_errors():
                 net.fit(it.java)
 
 

@@ -1,5 +1,7 @@
 package org.pyd4j.data;
 
+import org.pyd4j.PythonException;
+
 import java.util.List;
 import java.util.NoSuchElementException;
 import java.util.concurrent.atomic.AtomicLong;
@@ -14,7 +16,7 @@ import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
  *
  * <p>Reports {@code asyncSupported() == false}, so fit() uses it as is instead of wrapping it
  * again with DL4J's fixed depth of 2. A failure of the Python source ends the prefetch stream and
- * is rethrown here, on the thread that runs fit(), as a {@link PythonSourceException}.
+ * is rethrown here, on the thread that runs fit(), as a {@link PythonException}.
  * Call {@link #shutdown()} when done: it stops the prefetch thread.
  */
 public class PrefetchDataSetIterator implements DataSetIterator {

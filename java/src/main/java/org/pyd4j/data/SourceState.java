@@ -1,5 +1,7 @@
 package org.pyd4j.data;
 
+import org.pyd4j.PythonException;
+
 import java.util.NoSuchElementException;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -28,7 +30,7 @@ final class SourceState<T> {
             if (deferFailures) {
                 return false;
             }
-            throw PythonSourceException.rethrowable(failure);
+            throw PythonException.rethrowable(failure);
         }
         if (pending != null) {
             return true;
@@ -72,7 +74,7 @@ final class SourceState<T> {
     void rethrowFailure() {
         Throwable f = failure;
         if (f != null) {
-            throw PythonSourceException.rethrowable(f);
+            throw PythonException.rethrowable(f);
         }
     }
 }
