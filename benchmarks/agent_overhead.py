@@ -4,7 +4,7 @@ agent, alternating in one run (same machine, same load), at a 100 ms sampling in
 Speed is what the job itself measures around its fit() calls (JOB_PEAKS line), so JVM and ND4J
 start-up do not count. Writes benchmarks/results/agent_overhead.json.
 
-    .venv/bin/python benchmarks/agent_overhead.py [--pairs 3] [--iterations 40] [--batch 32]
+    .venv/bin/python benchmarks/agent_overhead.py [--pairs 6] [--iterations 120] [--batch 32]
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ def run_once(with_agent: bool, iterations: int, batch: int, interval_ms: int) ->
         agent = [agent_option(interval_ms, out=Path(tmp) / "t.jsonl")] if with_agent else []
         cmd = [str(find_java().java), "-Xmx1g", *agent, "-cp", cp, "org.pyd4j.examples.TrainLeNetSynthetic",
                str(iterations), str(batch), "2"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
+        # One OpenMP thread: on a small shared machine ND4J's spinning OpenMP workers make single
+        # runs swing by 10x, which would drown a few-percent difference.
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True, env=env).stdout
         lines = (Path(tmp) / "t.jsonl").read_text().splitlines() if with_agent else []
         samples = sum(1 for line in lines if '"sample"' in line)
         end = next((json.loads(line) for line in lines if '"type":"end"' in line), {})
@@ -43,8 +46,8 @@ def run_once(with_agent: bool, iterations: int, batch: int, interval_ms: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--iterations", type=int, default=120)  # long enough that JIT warm-up does not dominate
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--interval", type=int, default=100)
     args = parser.parse_args()
@@ -54,6 +57,9 @@ def main() -> None:
         for with_agent in order:
             runs.append(run_once(with_agent, args.iterations, args.batch, args.interval))
             print(runs[-1], flush=True)
+    # Each pair ran back to back, so its ratio cancels slow drifts in machine load.
+    paired = [(a if a["agent"] else b)["iterations_per_s"] / (b if a["agent"] else a)["iterations_per_s"]
+              for a, b in zip(runs[0::2], runs[1::2])]
     base = statistics.median(r["iterations_per_s"] for r in runs if not r["agent"])
     agent = statistics.median(r["iterations_per_s"] for r in runs if r["agent"])
     cpu_share = statistics.median(r["sampler_cpu_s"] / r["process_cpu_s"] for r in runs if r["agent"] and r["process_cpu_s"])
@@ -62,6 +68,7 @@ def main() -> None:
         "iterations": args.iterations, "batch": args.batch, "interval_ms": args.interval, "pairs": args.pairs,
         "baseline_iterations_per_s": base, "agent_iterations_per_s": agent,
         "ratio": agent / base, "slowdown_percent": (1 - agent / base) * 100,
+        "paired_ratios": paired, "median_paired_ratio": statistics.median(paired),
         # Load-independent: the sampler thread's CPU time over the whole process's CPU time.
         "sampler_cpu_share": cpu_share, "runs": runs,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "java": find_java().version},
@@ -70,7 +77,8 @@ def main() -> None:
     out = ROOT / "results" / "agent_overhead.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"agent/baseline iterations/s = {result['ratio']:.3f} ({result['slowdown_percent']:+.1f}% slowdown); "
+    print(f"agent/baseline iterations/s = {result['ratio']:.3f} ({result['slowdown_percent']:+.1f}% slowdown; "
+          f"pairs {', '.join(f'{r:.3f}' for r in paired)}); "
           f"sampler CPU share {cpu_share:.2%} -> {out}")
 
 

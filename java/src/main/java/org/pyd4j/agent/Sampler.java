@@ -37,7 +37,9 @@ final class Sampler implements Runnable {
     private Method wsId, wsThread, wsSize, wsSpilled, wsPinned, wsMaxCycle, wsLastCycle, wsConfig, cfgInitial;
     private Class<?> wsClass;
     private long samples;
-    /** Read /proc/self/smaps about once a second: it costs ~1 ms, RSS alone cannot tell heap from native. */
+    /** The sampler thread's own CPU time, updated by it after every sample (it may be gone at exit). */
+    private volatile long samplerCpuNanos = -1;
+    /** Read /proc/self/smaps about every 5 s: a full parse costs several ms of CPU, and RSS alone cannot tell heap from native. */
     private final long smapsEvery;
     private final long heapReserved = heapReserved();
 
@@ -45,7 +47,7 @@ final class Sampler implements Runnable {
         this.sink = sink;
         this.intervalMs = intervalMs;
         this.hooks = hooks;
-        this.smapsEvery = Math.max(1, 1000 / Math.max(1, intervalMs));
+        this.smapsEvery = Math.max(1, 5000 / Math.max(1, intervalMs));
     }
 
     void begin() {
@@ -81,6 +83,7 @@ final class Sampler implements Runnable {
             try {
                 sample(false);
                 sink.flush();
+                samplerCpuNanos = threads.getCurrentThreadCpuTime();
             } catch (Throwable e) {
                 // a failed sample is skipped, never thrown into the job
             }
@@ -109,7 +112,9 @@ final class Sampler implements Runnable {
         }
         long samplerCpu = -1, processCpu = -1;
         try {
-            if (thread != null) samplerCpu = threads.getThreadCpuTime(thread.getId());
+            // -1 once the sampler thread has ended: fall back to what it recorded itself.
+            long live = thread != null ? threads.getThreadCpuTime(thread.getId()) : -1;
+            samplerCpu = Math.max(live, samplerCpuNanos);
             java.lang.management.OperatingSystemMXBean os = ManagementFactory.getOperatingSystemMXBean();
             if (os instanceof com.sun.management.OperatingSystemMXBean) processCpu = ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime();
         } catch (Throwable ignored) {
