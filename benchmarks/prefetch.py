@@ -48,7 +48,9 @@ def main() -> None:
     parser.add_argument("--net", choices=["mlp", "lenet"], default="lenet")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--depth", type=int, default=4, help="prefetch depth of the Python-fed runs (a)")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="epochs per timed run (default: lenet 2, mlp 20, so each run lasts about a second; "
+                             "shorter runs measure fit()'s fixed start-up, not throughput)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds of both paths")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--curve-repeats", type=int, default=3)
@@ -56,6 +58,8 @@ def main() -> None:
                         help="OMP_NUM_THREADS for ND4J (1 on small shared machines; 0 = ND4J's default)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prefetch.json"))
     args = parser.parse_args()
+    if args.epochs is None:
+        args.epochs = {"lenet": 2, "mlp": 20}[args.net]
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read when ND4J's native library loads
 
