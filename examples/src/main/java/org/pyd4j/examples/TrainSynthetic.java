@@ -211,7 +211,7 @@ public final class TrainSynthetic {
                 for (int i = 0; i < outs.size(); i++) {
                     lShapes[i] = shape(types.get(outs.get(i)), batch);
                 }
-                net.fit(new RandomMultiIterator(fShapes, lShapes, iterations, batch));
+                net.fit(new RandomMultiIterator(fShapes, lShapes, iterations));
             } else {
                 MultiLayerConfiguration conf = MultiLayerConfiguration.fromJson(json);
                 List<InputType> types = conf.getLayerActivationTypes(inputs.get(0));
@@ -222,38 +222,73 @@ public final class TrainSynthetic {
         }
     }
 
-    /** Random minibatches, made fresh per call like a real loader's. */
-    static final class RandomIterator implements DataSetIterator {
+    /**
+     * Counting, reset and preprocessor bookkeeping of the random iterators: {@code total} batches of
+     * type B, each made fresh per call like a real loader's; P is the batch type's preprocessor.
+     */
+    abstract static class RandomBatches<B, P> {
+        final int total;
+        int served;
+        P pre;
+
+        RandomBatches(int total) {
+            this.total = total;
+        }
+
+        abstract B make();
+
+        public B next() {
+            served++;
+            return make();
+        }
+
+        public B next(int num) {
+            return next();
+        }
+
+        public boolean hasNext() {
+            return served < total;
+        }
+
+        public boolean resetSupported() {
+            return true;
+        }
+
+        public boolean asyncSupported() {
+            return true;
+        }
+
+        public void reset() {
+            served = 0;
+        }
+
+        public void setPreProcessor(P p) {
+            pre = p;
+        }
+
+        public P getPreProcessor() {
+            return pre;
+        }
+    }
+
+    /** Random DataSets for a MultiLayerNetwork. */
+    static final class RandomIterator extends RandomBatches<DataSet, DataSetPreProcessor> implements DataSetIterator {
         final long[] fShape;
         final long[] lShape;
-        final int total;
         final int batch;
-        int served;
-        DataSetPreProcessor pre;
 
         RandomIterator(long[] fShape, long[] lShape, int total, int batch) {
+            super(total);
             this.fShape = fShape;
             this.lShape = lShape;
-            this.total = total;
             this.batch = batch;
         }
 
         @Override
-        public DataSet next(int num) {
-            return next();
-        }
-
-        @Override
-        public DataSet next() {
-            served++;
+        DataSet make() {
             INDArray f = Nd4j.rand(DataType.FLOAT, fShape);
             INDArray l = Nd4j.rand(DataType.FLOAT, lShape);
             return new DataSet(f, l);
-        }
-
-        @Override
-        public boolean hasNext() {
-            return served < total;
         }
 
         @Override
@@ -267,33 +302,8 @@ public final class TrainSynthetic {
         }
 
         @Override
-        public boolean resetSupported() {
-            return true;
-        }
-
-        @Override
-        public boolean asyncSupported() {
-            return true;
-        }
-
-        @Override
-        public void reset() {
-            served = 0;
-        }
-
-        @Override
         public int batch() {
             return batch;
-        }
-
-        @Override
-        public void setPreProcessor(DataSetPreProcessor p) {
-            pre = p;
-        }
-
-        @Override
-        public DataSetPreProcessor getPreProcessor() {
-            return pre;
         }
 
         @Override
@@ -303,29 +313,19 @@ public final class TrainSynthetic {
     }
 
     /** Random MultiDataSets for a ComputationGraph. */
-    static final class RandomMultiIterator implements MultiDataSetIterator {
+    static final class RandomMultiIterator extends RandomBatches<MultiDataSet, MultiDataSetPreProcessor>
+            implements MultiDataSetIterator {
         final long[][] fShapes;
         final long[][] lShapes;
-        final int total;
-        final int batch;
-        int served;
-        MultiDataSetPreProcessor pre;
 
-        RandomMultiIterator(long[][] fShapes, long[][] lShapes, int total, int batch) {
+        RandomMultiIterator(long[][] fShapes, long[][] lShapes, int total) {
+            super(total);
             this.fShapes = fShapes;
             this.lShapes = lShapes;
-            this.total = total;
-            this.batch = batch;
         }
 
         @Override
-        public MultiDataSet next(int num) {
-            return next();
-        }
-
-        @Override
-        public MultiDataSet next() {
-            served++;
+        MultiDataSet make() {
             INDArray[] f = new INDArray[fShapes.length];
             for (int i = 0; i < f.length; i++) {
                 f[i] = Nd4j.rand(DataType.FLOAT, fShapes[i]);
@@ -335,36 +335,6 @@ public final class TrainSynthetic {
                 l[i] = Nd4j.rand(DataType.FLOAT, lShapes[i]);
             }
             return new MultiDataSet(f, l);
-        }
-
-        @Override
-        public boolean hasNext() {
-            return served < total;
-        }
-
-        @Override
-        public boolean resetSupported() {
-            return true;
-        }
-
-        @Override
-        public boolean asyncSupported() {
-            return true;
-        }
-
-        @Override
-        public void reset() {
-            served = 0;
-        }
-
-        @Override
-        public void setPreProcessor(MultiDataSetPreProcessor p) {
-            pre = p;
-        }
-
-        @Override
-        public MultiDataSetPreProcessor getPreProcessor() {
-            return pre;
         }
     }
 }
