@@ -169,6 +169,15 @@ Allocation alloc_device(Agent* a, uint64_t size, uint64_t id_for_msg) {
   return al;
 }
 
+// Gives b a device block of its size; stream s waits for the block's earlier users first.
+void take_device_block(Agent* a, Buffer& b, Stream* s, uint64_t id_for_msg) {
+  Allocation al = alloc_device(a, b.size, id_for_msg);
+  wait_all(a, s, al.wait_for);
+  b.has_dev = true;
+  b.dev_offset = al.offset;
+  b.dev_reserved = al.size;
+}
+
 Allocation alloc_host(Agent* a, uint64_t size, uint64_t id) {
   Allocation al;
   if (!a->host->allocate(size, &al)) {
@@ -266,6 +275,16 @@ void need(bool ok, const std::string& msg) {
   if (!ok) throw AgentError(PYD4J_AGENT_ERR_INVALID_ARGUMENT, msg);
 }
 
+// One guarded API call on buffer `id`: f(buffer) runs under the agent's lock.
+template <class F>
+int on_buffer(Agent* a, uint64_t id, F&& f) {
+  return guarded([&] {
+    need(a != nullptr, "agent must not be NULL");
+    std::lock_guard<std::mutex> lk(a->m);
+    f(lookup(a, id));
+  });
+}
+
 }  // namespace
 }  // namespace pyd4j
 
@@ -326,13 +345,9 @@ int pyd4j_agent_alloc(pyd4j_agent* a, uint64_t size, uint64_t* out_id) {
     need(a && out_id, "agent and out_id must not be NULL");
     need(size > 0, "size=0: buffers must hold at least one byte");
     std::lock_guard<std::mutex> lk(a->m);
-    Allocation al = alloc_device(a, size, 0);
-    wait_all(a, a->compute.get(), al.wait_for);
     Buffer b;
     b.size = size;
-    b.has_dev = true;
-    b.dev_offset = al.offset;
-    b.dev_reserved = al.size;
+    take_device_block(a, b, a->compute.get(), 0);
     const uint64_t id = a->next_id++;
     a->buffers.emplace(id, std::move(b));
     *out_id = id;
@@ -356,10 +371,7 @@ int pyd4j_agent_register_external(pyd4j_agent* a, void* ptr, uint64_t size, uint
 }
 
 int pyd4j_agent_offload(pyd4j_agent* a, uint64_t id, int release) {
-  return guarded([&] {
-    need(a != nullptr, "agent must not be NULL");
-    std::lock_guard<std::mutex> lk(a->m);
-    Buffer& b = lookup(a, id);
+  return on_buffer(a, id, [&](Buffer& b) {
     if (b.state != PYD4J_AGENT_RESIDENT)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
                        "buffer " + std::to_string(id) + " has no device contents (state " +
@@ -382,10 +394,7 @@ int pyd4j_agent_offload(pyd4j_agent* a, uint64_t id, int release) {
 }
 
 int pyd4j_agent_release_device(pyd4j_agent* a, uint64_t id) {
-  return guarded([&] {
-    need(a != nullptr, "agent must not be NULL");
-    std::lock_guard<std::mutex> lk(a->m);
-    Buffer& b = lookup(a, id);
+  return on_buffer(a, id, [&](Buffer& b) {
     if (!b.has_host)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
                        "buffer " + std::to_string(id) +
@@ -399,30 +408,20 @@ int pyd4j_agent_release_device(pyd4j_agent* a, uint64_t id) {
 }
 
 int pyd4j_agent_reserve_device(pyd4j_agent* a, uint64_t id) {
-  return guarded([&] {
-    need(a != nullptr, "agent must not be NULL");
-    std::lock_guard<std::mutex> lk(a->m);
-    Buffer& b = lookup(a, id);
+  return on_buffer(a, id, [&](Buffer& b) {
     if (b.state != PYD4J_AGENT_HOST)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
                        "buffer " + std::to_string(id) +
                            " already has a device block; only HOST buffers can reserve one");
     if (!b.external) {
-      Allocation al = alloc_device(a, b.size, id);
-      wait_all(a, a->prefetch.get(), al.wait_for);  // the prefetch writes it first
-      b.has_dev = true;
-      b.dev_offset = al.offset;
-      b.dev_reserved = al.size;
+      take_device_block(a, b, a->prefetch.get(), id);  // the prefetch writes it first
     }
     b.state = PYD4J_AGENT_RESERVED;
   });
 }
 
 int pyd4j_agent_drop_host(pyd4j_agent* a, uint64_t id) {
-  return guarded([&] {
-    need(a != nullptr, "agent must not be NULL");
-    std::lock_guard<std::mutex> lk(a->m);
-    Buffer& b = lookup(a, id);
+  return on_buffer(a, id, [&](Buffer& b) {
     if (!b.has_host)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
                        "buffer " + std::to_string(id) + " has no host copy to drop");
@@ -439,10 +438,7 @@ int pyd4j_agent_drop_host(pyd4j_agent* a, uint64_t id) {
 }
 
 int pyd4j_agent_prefetch(pyd4j_agent* a, uint64_t id) {
-  return guarded([&] {
-    need(a != nullptr, "agent must not be NULL");
-    std::lock_guard<std::mutex> lk(a->m);
-    Buffer& b = lookup(a, id);
+  return on_buffer(a, id, [&](Buffer& b) {
     if (b.state == PYD4J_AGENT_RESIDENT)
       throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
                        "buffer " + std::to_string(id) +
@@ -453,11 +449,7 @@ int pyd4j_agent_prefetch(pyd4j_agent* a, uint64_t id) {
       // block allocated by reserve_device, which ordered the prefetch stream already
       if (b.external) a->rt->stream_wait(s, a->rt->record(a->compute.get()));
     } else if (!b.external) {
-      Allocation al = alloc_device(a, b.size, id);
-      wait_all(a, s, al.wait_for);
-      b.has_dev = true;
-      b.dev_offset = al.offset;
-      b.dev_reserved = al.size;
+      take_device_block(a, b, s, id);
     } else {
       // The owner may have used its memory on the compute stream meanwhile.
       a->rt->stream_wait(s, a->rt->record(a->compute.get()));
@@ -508,10 +500,7 @@ int pyd4j_agent_synchronize(pyd4j_agent* a) {
 }
 
 int pyd4j_agent_free(pyd4j_agent* a, uint64_t id) {
-  return guarded([&] {
-    need(a != nullptr, "agent must not be NULL");
-    std::lock_guard<std::mutex> lk(a->m);
-    Buffer& b = lookup(a, id);
+  return on_buffer(a, id, [&](Buffer& b) {
     EventList tags;
     if (b.last_copy) tags.push_back(b.last_copy);
     if (b.has_dev && !b.external) {
