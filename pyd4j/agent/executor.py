@@ -57,6 +57,16 @@ def _unwindow(xp: Any, dwin: Any, shape: tuple[int, ...], kh: int, kw: int, stri
     return dxp[:, :, ph:ph + h, pw:pw + w]
 
 
+def _conv_cols(xp: Any, layer: Layer, x: Any) -> Any:
+    """A conv layer's input patches (im2col): one row of C*KH*KW values per output position."""
+    a = layer.attrs
+    kh, kw = a["kernel"]
+    (ph, pw), s = a["pad"], a["stride"]
+    n, _, oh, ow = layer.out_shape
+    _, win = _windows(xp, x, kh, kw, s, ph, pw, oh, ow, 0.0)
+    return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, -1)
+
+
 def _split_params(layer: Layer, w: Any) -> list[Any]:
     out, off = [], 0
     for shape in layer.param_shapes:
@@ -77,13 +87,8 @@ def forward(xp: Any, layer: Layer, xs: list[Any], w: Any, seed: int) -> Any:
     a = layer.attrs
     if t is LayerType.CONV:
         kernel, bias = (_split_params(layer, w) + [None])[:2]
-        x = xs[0]
-        kh, kw = a["kernel"]
-        (ph, pw), s = a["pad"], a["stride"]
         n, k, oh, ow = layer.out_shape
-        _, win = _windows(xp, x, kh, kw, s, ph, pw, oh, ow, 0.0)
-        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, -1)
-        out = cols @ kernel.reshape(k, -1).T
+        out = _conv_cols(xp, layer, xs[0]) @ kernel.reshape(k, -1).T
         if bias is not None:
             out = out + bias
         return out.reshape(n, oh, ow, k).transpose(0, 3, 1, 2)
@@ -150,8 +155,7 @@ def backward(xp: Any, layer: Layer, xs: list[Any], y: Any, dy: Any | None, w: An
         kh, kw = a["kernel"]
         (ph, pw), s = a["pad"], a["stride"]
         n, k, oh, ow = layer.out_shape
-        _, win = _windows(xp, x, kh, kw, s, ph, pw, oh, ow, 0.0)
-        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, -1)
+        cols = _conv_cols(xp, layer, x)
         do = dy.transpose(0, 2, 3, 1).reshape(-1, k)
         grads = [(do.T @ cols).reshape(-1)]
         if len(params) > 1:
