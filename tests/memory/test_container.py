@@ -9,6 +9,9 @@ import pytest
 
 from pyd4j.memory import container
 from pyd4j.memory.container import ContainerError, ContainerUnavailable, leftover_groups, run_limited
+# Imported at collection: pytest rewrites test modules with ast.parse, which CPython 3.11 can refuse
+# ("AST constructor recursion depth mismatch") when it first happens mid-session after JVM callbacks.
+from tests.memory.test_flags import hand_estimate
 
 MiB = 1024**2
 CAN, WHERE = container.available()
@@ -130,7 +133,6 @@ def test_verify_passes_inserts_flags_and_fails_on_oom(tmp_path, capsys):
     import json
 
     from pyd4j.commands.flags import _verify, verify_command
-    from tests.memory.test_flags import hand_estimate
     from pyd4j.memory.flags import flags
 
     fs = flags(hand_estimate(1), total="8g")
