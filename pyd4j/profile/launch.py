@@ -25,10 +25,25 @@ import psutil
 
 from pyd4j.jvm.classpath import HELPER_JAR, ClasspathError
 from pyd4j.memory.machine import cgroup_limit_bytes
-from pyd4j.profile.command import JavaCommand
+from pyd4j.profile.command import JavaCommand, JobCommandError
 from pyd4j.profile.timeline import RUN_META, TIMELINE, Timeline
 
 DEFAULT_INTERVAL_MS = 100
+# How long a connection to the socket receiver may take to send its hello line before it is
+# dropped, so a silent local process cannot hold the one accept slot the agent needs.
+HELLO_TIMEOUT_S = 5.0
+
+
+class RunDirError(JobCommandError):
+    """The run directory given already holds files; a run never overwrites them."""
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run directory that exists and is not empty: the run and its report would write
+    timeline.jsonl, run.json, stdout.log, stderr.log, report.html, ... over what is there."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise RunDirError(f"run directory {run_dir} already exists and is not empty; pyd4j does not overwrite "
+                          f"earlier runs or other files: give a new or empty directory with --out, or remove it")
 
 
 def agent_jar() -> Path:
@@ -118,26 +133,53 @@ class _SocketReceiver(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
-            while not self.stop.is_set():
-                try:
-                    conn, _ = self.server.accept()
-                except OSError:
-                    continue
-                with conn, conn.makefile("r", encoding="utf-8", errors="replace") as lines:
-                    first = lines.readline()
+        try:
+            with self.path.open("ab") as out:
+                while not self.stop.is_set():
                     try:
-                        hello = json.loads(first)
-                    except json.JSONDecodeError:
-                        hello = {}
-                    if hello.get("type") != "hello" or not secrets.compare_digest(str(hello.get("token", "")), self.token):
-                        self.rejected += 1  # a local process without the token: drop it
+                        conn, _ = self.server.accept()
+                    except OSError:
                         continue
-                    for line in lines:
-                        out.write(line)
-                        out.flush()
-                    return
-        self.server.close()
+                    with conn:
+                        rest = self._hello(conn)
+                        if rest is None:
+                            self.rejected += 1  # a local process without the token: drop it
+                            continue
+                        conn.settimeout(None)
+                        for chunk in iter(lambda: conn.recv(1 << 16), b""):
+                            out.write(rest + chunk)
+                            out.flush()
+                            rest = b""
+                        out.write(rest)
+                        return
+        finally:
+            self.server.close()
+
+    def _hello(self, conn: socket.socket) -> bytes | None:
+        """Read the first line within HELLO_TIMEOUT_S; the bytes after it if it carries the token."""
+        deadline = time.monotonic() + HELLO_TIMEOUT_S
+        data = b""
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0 or len(data) > 4096:
+                return None
+            conn.settimeout(left)
+            try:
+                chunk = conn.recv(4096)
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        first, rest = data.split(b"\n", 1)
+        try:
+            hello = json.loads(first)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if not isinstance(hello, dict) or hello.get("type") != "hello" \
+                or not secrets.compare_digest(str(hello.get("token", "")).encode(), self.token.encode()):
+            return None
+        return rest
 
 
 def profile_job(
@@ -162,6 +204,7 @@ def profile_job(
     """
     command = JavaCommand.parse(argv)
     run_dir = Path(run_dir) if run_dir else default_run_dir(command.title)
+    check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     timeline_path = (run_dir / TIMELINE).resolve()
     timeline_path.write_text("")

@@ -12,7 +12,7 @@ from typing import Callable
 
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
 from pyd4j.profile.diagnose import Finding, diagnose
-from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, default_run_dir, profile_job
+from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, check_run_dir, default_run_dir, profile_job
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import parse_bytes
 
@@ -83,6 +83,8 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     from pyd4j.profile.command import JavaCommand  # noqa: PLC0415
 
     out = Path(out_dir) if out_dir else default_run_dir(JavaCommand.parse(argv).title + "-tune")
+    for side in ("before", "after") if verify else ("before",):
+        check_run_dir(out / side)  # refuse before running anything, not after the first run
     before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s)
     flagset, need = recommend(before.timeline, total=total, headroom=headroom)
     doc = {"out_dir": str(out), "before": _side(before), "recommended": flagset.args(),
