@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 
 import click
 
@@ -16,7 +17,30 @@ from pyd4j import __version__
 from pyd4j import commands
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Subcommands whose arguments click refuses keep the `--json` promise.
+
+    A bad argument (an unknown choice, a missing file, a `click.BadParameter` raised by the
+    command) is printed by click as usage text on stderr. With `--json` among the subcommand's
+    own options (before any `--`), it becomes the same document `fail()` prints for the
+    commands' own errors, `{"ok": false, "error": ...}`, on stdout, with click's exit status.
+    """
+
+    def invoke(self, ctx: click.Context):
+        args = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        own = args[: args.index("--")] if "--" in args else args
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as err:
+            if "--json" not in own[1:]:
+                raise
+            from pyd4j.output import emit_json  # noqa: PLC0415
+
+            emit_json({"ok": False, "error": err.format_message()})
+            sys.exit(err.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pyd4j")
 def main() -> None:
     """Memory and performance toolkit for Deeplearning4j / ND4J."""

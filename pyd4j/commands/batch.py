@@ -24,9 +24,14 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
     budget = total if total is not None or gpu_mem is not None else default_total()
     best = largest_batch(est, total=budget, gpu_mem=gpu_mem, headroom=headroom)
     if best == 0:
-        fail(f"not even minibatch 1 of {est.model} fits (total {total or human_bytes(budget)}, gpu {gpu_mem}); "
-             f"batch 1 needs {human_bytes(flags(est, total=None, headroom=headroom, refuse=False).total_bytes)}",
-             as_json, code=3, largest_batch=0)
+        need = flags(est, total=None, headroom=headroom, gpu_mem=gpu_mem, refuse=False)
+        limits = [f"--total {total}" if total is not None else f"the machine's {human_bytes(budget)}"] if budget else []
+        limits += [f"--gpu-mem {gpu_mem}"] if gpu_mem is not None else []
+        fail(f"not even minibatch 1 of {est.model} fits in {' and '.join(limits)}: batch 1 needs "
+             f"{human_bytes(need.total_bytes)} of host memory"
+             + (f" and {human_bytes(need.gpu_need_bytes)} of GPU memory" if gpu_mem is not None and need.gpu_need_bytes else "")
+             + "; raise the budget, or try --dtype float16 or --mode infer",
+             as_json, code=3, largest_batch=0, needed_bytes=need.total_bytes)
         return
     fs = flags(est.at_batch(best), total=budget, headroom=headroom, gpu_mem=gpu_mem)
     doc = {"ok": True, "model": est.model, "mode": est.mode, "dtype": est.dtype, "largest_batch": best,

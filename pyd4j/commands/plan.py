@@ -15,9 +15,9 @@ from pyd4j.units import SizeError, parse_bytes
               help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4")
 @click.option("--network", "network_json", type=click.Path(exists=True, dir_okay=False),
               help="a DL4J MultiLayerConfiguration / ComputationGraphConfiguration JSON instead")
-@click.option("--depth", type=int, help="ResNet depth N for --model resnet")
-@click.option("--batch", default=32, show_default=True, type=int)
-@click.option("--image", default=227, show_default=True, type=int, help="input height/width")
+@click.option("--depth", type=click.IntRange(min=1), help="ResNet depth N for --model resnet")
+@click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--image", default=227, show_default=True, type=click.IntRange(min=1), help="input height/width")
 @click.option("--device", default="k40c", show_default=True)
 @click.option("--devices", "devices_json", type=click.Path(exists=True, dir_okay=False),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
@@ -56,17 +56,26 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     except KeyError as e:
         raise click.BadParameter(str(e.args[0]), param_hint="--device") from None
     try:
-        cap = parse_bytes(budget, "--budget") if budget else cost.device.memory_bytes
+        cap = parse_bytes(budget, "--budget") if budget is not None else cost.device.memory_bytes
     except SizeError as e:
         raise click.BadParameter(str(e)) from None
+    if cap <= 0:
+        raise click.BadParameter(f"{budget!r} leaves plans no device memory; give more than 0 bytes, "
+                                 f"e.g. --budget 8g (default: the device's {human_bytes(cost.device.memory_bytes)})",
+                                 param_hint="--budget")
     chosen = list(policies) or list(POLICIES)
 
     def build(b: int):
         if network_json:
             from pyd4j.sched.dl4j_json import graph_from_dl4j_json
 
-            return graph_from_dl4j_json(Path(network_json).read_text(), batch=b,
-                                        input_shape=_input_shape(network_json))
+            try:
+                return graph_from_dl4j_json(Path(network_json).read_text(), batch=b,
+                                            input_shape=_input_shape(network_json))
+            except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError, GraphError, a malformed layer
+                raise click.BadParameter(
+                    f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
+                    "(examples/networks/ has five), or a zoo network with --model", param_hint="--network") from None
         try:
             return zoo.build(model, batch=b, image=image, depth=depth)
         except ValueError as e:

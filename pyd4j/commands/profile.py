@@ -27,9 +27,12 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     \b
     pyd4j profile -- java -Xmx2g -cp job.jar com.acme.Train --epochs 3
     pyd4j profile --python train.py
+
+    Exits with the job's own exit status when the job fails (1 if it has none), after the
+    summary and report, so scripts notice; 130 when stopped.
     """
     from pyd4j.output import emit_json, print_table  # noqa: PLC0415
-    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+    from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
     from pyd4j.profile.diagnose import diagnose  # noqa: PLC0415
     from pyd4j.profile.launch import profile_job  # noqa: PLC0415
     from pyd4j.profile.live import LiveView  # noqa: PLC0415
@@ -48,6 +51,10 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         timeline = Timeline.load(run_dir)
         interrupted = False
     else:
+        try:
+            JavaCommand.parse(list(job))  # a bad command is refused before the live view or any JVM starts
+        except JobCommandError as err:
+            raise click.UsageError(str(err)) from None
         live = contextlib.nullcontext(None) if as_json else LiveView(" ".join(job[-2:]) if job else "job")
         interrupted = False
         try:
@@ -72,6 +79,9 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         _print_summary(doc, print_table)
     if interrupted:
         sys.exit(130)
+    code = doc.get("exit_code")
+    if code not in (None, 0):
+        sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
 
 
 def _latest_run(out_dir: Path | None) -> Path:

@@ -8,7 +8,7 @@ import click
 
 
 @click.command("report")
-@click.argument("run_dir", type=click.Path(exists=True, path_type=Path))
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None, help="where to write (default: the run directory)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document (summary, findings, file paths)")
 def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:

@@ -22,13 +22,30 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
 
     \b
     pyd4j tune -- java -cp job.jar com.acme.Train
+
+    Exits 1 when the first run dies before its first iteration for a reason other than memory
+    (a wrong class path, a missing main class): there is nothing to tune until the command runs.
     """
     from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
     from pyd4j.output import emit_json, human_bytes, print_table  # noqa: PLC0415
-    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+    from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
     from pyd4j.profile.report import write_report  # noqa: PLC0415
     from pyd4j.profile.tune import tune_job  # noqa: PLC0415
+    from pyd4j.units import SizeError, parse_bytes  # noqa: PLC0415
 
+    # Bad arguments are refused here, before the job runs (a run can take hours).
+    try:
+        JavaCommand.parse(list(job))
+    except JobCommandError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        budget = parse_bytes(total, "--total") if total is not None else None
+    except SizeError as err:
+        raise click.BadParameter(str(err)) from None
+    if budget is not None and budget <= 0:
+        raise click.BadParameter(f"{total!r} must be more than 0 bytes; write e.g. '8g'", param_hint="--total")
+    if not 0 <= headroom <= 4:
+        raise click.BadParameter(f"{headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)", param_hint="--headroom")
     try:
         doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
                        verify=not no_verify, timeout_s=timeout_s)
@@ -40,6 +57,17 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
     doc["report"] = str(write_report(last["run_dir"])["html"])
     if doc.get("after"):
         write_report(doc["before"]["run_dir"])
+    before = doc["before"]
+    if before["exit_code"] not in (0, None) and not before["interrupted"] and not before["iterations"] \
+            and "crash" in before["findings"]:
+        why = "; ".join(_crash_evidence(before["run_dir"]))
+        message = (f"the job exited with code {before['exit_code']} before its first iteration, not for lack of "
+                   f"memory ({why}); fix the java command (see {before['run_dir']}/stderr.log) and tune again")
+        if as_json:
+            emit_json({"ok": False, "error": message, **doc})
+        else:
+            click.echo(f"Error: {message}", err=True)
+        raise SystemExit(1)
     if as_json:
         emit_json(doc)
         return
@@ -70,3 +98,11 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         click.echo("verified: the second run finished cleanly with these flags" if doc["verified"]
                    else "NOT verified: the second run still shows problems; see the report")
     click.echo(f"report: {doc['report']}")
+
+
+def _crash_evidence(run_dir: str) -> list[str]:
+    """What the crash finding of the first run says (the job's last stderr lines)."""
+    from pyd4j.profile.diagnose import diagnose  # noqa: PLC0415
+    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
+
+    return [e for f in diagnose(Timeline.load(Path(run_dir))) if f.kind == "crash" for e in f.evidence]

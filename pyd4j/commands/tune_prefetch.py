@@ -12,15 +12,25 @@ _EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
 _BUILTIN = {"digits-mlp": ("digits_mlp.json", None), "digits-lenet": ("digits_lenet.json", (1, 8, 8))}
 
 
-def load_network(model: str):
-    """A DL4J network from a configuration JSON file (MultiLayer or ComputationGraph), or a built-in name."""
-    import jpype  # noqa: PLC0415
+def network_text(model: str) -> str:
+    """The configuration JSON of --model, checked without a JVM: a readable DL4J configuration file or a built-in."""
+    from pyd4j.memory.estimate import EstimateError, read_config_file  # noqa: PLC0415
 
     path = Path(_EXAMPLES / _BUILTIN[model][0]) if model in _BUILTIN else Path(model)
     if not path.is_file():
         raise click.BadParameter(f"{model!r} is neither a DL4J configuration JSON file nor one of "
                                  f"{', '.join(_BUILTIN)}", param_hint="--model")
-    text = path.read_text()
+    try:
+        return read_config_file(path)[0]
+    except EstimateError as err:
+        raise click.BadParameter(str(err), param_hint="--model") from None
+
+
+def load_network(model: str):
+    """A DL4J network from a configuration JSON file (MultiLayer or ComputationGraph), or a built-in name."""
+    import jpype  # noqa: PLC0415
+
+    text = network_text(model)
     if '"vertices"' in text:
         conf = jpype.JClass("org.deeplearning4j.nn.conf.ComputationGraphConfiguration").fromJson(text)
         net = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph")(conf)
@@ -36,6 +46,15 @@ def load_arrays(data: str | None):
     import numpy as np  # noqa: PLC0415
 
     path = Path(data) if data else _EXAMPLES / "digits.csv"
+    try:
+        return _read_arrays(path, np)
+    except (OSError, ValueError, IndexError) as err:
+        raise click.BadParameter(f"cannot read {path}: {err}; give an .npz with arrays x and y "
+                                 f"(np.savez(path, x=x, y=y)), or leave --data out for the digits set",
+                                 param_hint="--data") from None
+
+
+def _read_arrays(path: Path, np):
     if path.suffix == ".npz":
         with np.load(path) as z:
             if "x" not in z or "y" not in z:
@@ -50,15 +69,15 @@ def load_arrays(data: str | None):
 @click.command("tune-prefetch")
 @click.option("--model", default="digits-mlp", show_default=True,
               help="DL4J configuration JSON file, or digits-mlp / digits-lenet.")
-@click.option("--data", default=None, help=".npz with arrays x, y (default: the digits training split).")
+@click.option("--data", default=None, type=click.Path(exists=True, dir_okay=False), help=".npz with arrays x, y (default: the digits training split).")
 @click.option("--shape", default=None, help="Reshape each sample, e.g. 1,8,8 for a CNN (digits-lenet sets it).")
-@click.option("--batch", default=64, show_default=True, type=int, help="Minibatch size.")
+@click.option("--batch", default=64, show_default=True, type=click.IntRange(min=1), help="Minibatch size.")
 @click.option("--depths", default="1,2,4,8,16", show_default=True, help="Queue depths to measure.")
-@click.option("--epochs", default=1, show_default=True, type=int, help="Epochs per measurement.")
-@click.option("--repeats", default=3, show_default=True, type=int, help="Measurements per depth (median kept).")
+@click.option("--epochs", default=1, show_default=True, type=click.IntRange(min=1), help="Epochs per measurement.")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1), help="Measurements per depth (median kept).")
 @click.option("--tolerance", default=0.05, show_default=True, type=float,
               help="Recommend the smallest depth within this fraction of the best.")
-@click.option("--threads", default=None, type=int, help="ND4J's maximum threads (small shared machines: 1).")
+@click.option("--threads", default=None, type=click.IntRange(min=1), help="ND4J's maximum threads (small shared machines: 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def command(model: str, data: str | None, shape: str | None, batch: int, depths: str, epochs: int, repeats: int,
             tolerance: float, threads: int | None, as_json: bool) -> None:
@@ -73,15 +92,23 @@ def command(model: str, data: str | None, shape: str | None, batch: int, depths:
         depth_list = [int(d) for d in depths.split(",") if d.strip()]
     except ValueError:
         raise click.BadParameter(f"{depths!r} must be comma-separated ints, e.g. 1,2,4,8", param_hint="--depths") from None
+    if not depth_list or min(depth_list) < 1:
+        raise click.BadParameter(f"{depths!r}: every depth must be >= 1 (a queue of 0 is no prefetch), e.g. 1,2,4,8",
+                                 param_hint="--depths")
+    network_text(model)  # a bad --model is refused before the JVM starts
+    x, y = load_arrays(data)
+    try:
+        dims = tuple(int(s) for s in shape.split(",")) if shape else _BUILTIN.get(model, (None, None))[1]
+        if dims:
+            x = x.reshape((len(x), *dims))
+    except ValueError as err:
+        raise click.BadParameter(f"{shape!r} does not fit samples of {x.shape[1:]}: {err}; give per-sample "
+                                 "dimensions as comma-separated ints, e.g. 1,8,8", param_hint="--shape") from None
     pyd4j.jvm.info()
     if threads:
         jpype.JClass("org.nd4j.linalg.factory.Nd4j").getEnvironment().setMaxThreads(threads)
     with pyd4j.jvm.java_errors():
         net = load_network(model)
-    x, y = load_arrays(data)
-    dims = tuple(int(s) for s in shape.split(",")) if shape else _BUILTIN.get(model, (None, None))[1]
-    if dims:
-        x = x.reshape((len(x), *dims))
     source = NumpyBatches(x, y, batch_size=batch, shuffle=True, seed=0)
     report = tune_prefetch(net, source, depths=depth_list, epochs=epochs, repeats=repeats, tolerance=tolerance)
     doc = {"model": model, "batch": batch, "samples": len(x), **report.to_dict()}

@@ -274,7 +274,8 @@ def _read_json_file(path: Path) -> tuple[str, dict[str, Any]]:
     try:
         text = path.read_text()
     except OSError as err:
-        raise EstimateError(f"cannot read network configuration {path}: {err.strerror}") from None
+        raise EstimateError(f"cannot read network configuration {path}: {err.strerror}; give the path of a JSON "
+                            f"written by conf.toJson() (examples/networks/ has five)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -294,8 +295,15 @@ def _kind_of(doc: dict[str, Any], where: str) -> str:
         return "MultiLayerNetwork"
     raise EstimateError(
         f"{where} is JSON but not a DL4J network configuration (no 'confs' for a MultiLayerConfiguration, "
-        f"no 'vertices' for a ComputationGraphConfiguration)"
+        f"no 'vertices' for a ComputationGraphConfiguration); write it with conf.toJson()"
     )
+
+
+def read_config_file(path: str | Path) -> tuple[str, str]:
+    """(JSON text, 'MultiLayerNetwork' or 'ComputationGraph') of a DL4J configuration file, checked
+    without a JVM; raises EstimateError naming the file and what is wrong with it."""
+    text, doc = _read_json_file(Path(path))
+    return text, _kind_of(doc, str(path))
 
 
 _UNKNOWN_TYPE = re.compile(r"Could not resolve type id '([^']+)'|Unknown layer type[^:]*: ?([\w.$]+)|ClassNotFoundException:? ?([\w.$]+)")

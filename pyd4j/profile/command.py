@@ -30,12 +30,12 @@ class JavaCommand:
     def parse(cls, argv: list[str] | tuple[str, ...]) -> "JavaCommand":
         """Split `java [options] Main args...`; raises JobCommandError naming what is missing."""
         if not argv:
-            raise JobCommandError("no job command: write it after `--`, e.g. `pyd4j profile -- java -cp job.jar com.acme.Train`")
+            raise JobCommandError("no job command: write it after `--`, e.g. `-- java -cp job.jar com.acme.Train`")
         java = argv[0]
         if not java.endswith("java"):
             raise JobCommandError(
                 f"the job command must start with `java` (got {java!r}); "
-                f"write e.g. `pyd4j profile -- java -Xmx2g -cp job.jar com.acme.Train`"
+                f"write e.g. `-- java -Xmx2g -cp job.jar com.acme.Train`"
             )
         if java == "java":
             java = str(find_java().java)  # JAVA_HOME first, as for every JVM pyd4j starts

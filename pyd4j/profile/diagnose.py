@@ -88,6 +88,15 @@ def _error_texts(timeline: Timeline) -> list[str]:
     return texts
 
 
+def _stderr_tail(timeline: Timeline, lines: int = 3) -> list[str]:
+    """The job's last few stderr lines (stack frames left out): why a job that never reached ND4J died."""
+    stderr = timeline.run_dir / "stderr.log"
+    if not stderr.exists():
+        return []
+    text = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines()]
+    return [ln for ln in text if ln and not ln.startswith("at ")][-lines:]
+
+
 def _last(timeline: Timeline, name: str) -> float | None:
     values = timeline.series(name) if timeline.samples else np.array([])
     values = values[~np.isnan(values)]
@@ -178,7 +187,7 @@ def _oom(t: Timeline) -> list[Finding]:
             [], {"rss_peak": rss, "cgroup_limit": cgroup},
         ))
     elif not out and code not in (None, 0) and not t.meta.get("interrupted"):
-        msgs = [f"{e.get('class')}: {e.get('message')}" for e in t.errors]
+        msgs = [f"{e.get('class')}: {e.get('message')}" for e in t.errors] or _stderr_tail(t)
         out.append(Finding("crash", "error", f"The job exited with code {code}", msgs or ["see stderr.log in the run directory"],
                            "read the job's stderr.log; no memory limit was reported as the cause"))
     return out
