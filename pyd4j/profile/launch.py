@@ -53,13 +53,17 @@ def agent_jar() -> Path:
     return HELPER_JAR
 
 
-def agent_option(interval_ms: int, out: Path | None = None, port: int | None = None, hooks: bool = True) -> str:
-    """The -javaagent option. Files are given last since a path may hold '=' (not ',')."""
+def agent_option(interval_ms: int, out: Path | None = None, port: int | None = None, hooks: bool = True,
+                 parent: int | None = None) -> str:
+    """The -javaagent option. Files are given last since a path may hold '=' (not ',').
+    With `parent`, the job ends itself when that process (pyd4j) is gone."""
     if interval_ms < 1:
         raise ValueError(f"sampling interval {interval_ms} ms is too small; use 1 ms or more (default {DEFAULT_INTERVAL_MS})")
     parts = [f"interval={interval_ms}"]
     if not hooks:
         parts.append("hooks=false")
+    if parent is not None:
+        parts.append(f"parent={parent}")
     if port is not None:
         parts.append(f"port={port}")
     elif out is not None:
@@ -215,9 +219,9 @@ def profile_job(
         receiver = _SocketReceiver(timeline_path, token)
         receiver.start()
         env["PYD4J_AGENT_TOKEN"] = token
-        agent = agent_option(interval_ms, port=receiver.port, hooks=hooks)
+        agent = agent_option(interval_ms, port=receiver.port, hooks=hooks, parent=os.getpid())
     elif transport == "file":
-        agent = agent_option(interval_ms, out=timeline_path, hooks=hooks)
+        agent = agent_option(interval_ms, out=timeline_path, hooks=hooks, parent=os.getpid())
     else:
         raise ValueError(f"transport {transport!r}: use 'file' or 'socket'")
     full = command.argv([agent, *extra_jvm_options], drop_memory_flags=drop_memory_flags)

@@ -9,6 +9,7 @@ import pytest
 
 from pyd4j.profile import Timeline, diagnose
 from pyd4j.profile.diagnose import fit_trend
+from tests.profile.conftest import fixture_command
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
@@ -70,7 +71,6 @@ def test_partial_timeline_survives_a_kill(runs_root):
     """SIGKILL the job mid-run: no process is left, the lines so far read back, diagnosis says 'killed'."""
     import psutil
 
-    from conftest import fixture_command
     from pyd4j.profile import profile_job
 
     killed = {}
@@ -92,7 +92,6 @@ def test_partial_timeline_survives_a_kill(runs_root):
 def test_timeout_ends_the_whole_process_tree(runs_root):
     import psutil
 
-    from conftest import fixture_command
     from pyd4j.profile import profile_job
 
     seen = {}

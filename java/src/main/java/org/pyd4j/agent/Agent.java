@@ -77,8 +77,27 @@ public final class Agent {
             Sampler s = new Sampler(sink, interval, hooks);
             s.begin();
             sampler = s;
+            if (opts.containsKey("parent")) watchParent(Long.parseLong(opts.get("parent")));
         } catch (Throwable e) {
             warn("profiling agent not started (" + e + "); the job runs unprofiled");
+        }
+    }
+
+    /**
+     * End the job when the pyd4j process that started and watches it is gone (even killed with
+     * SIGKILL), so a job pyd4j launched never runs on unwatched. Exit runs the shutdown hooks, so
+     * the timeline still gets its end line.
+     */
+    private static void watchParent(long pid) {
+        Runnable stop = () -> {
+            warn("pyd4j (pid " + pid + "), which started this job, is gone: stopping the job");
+            System.exit(143);
+        };
+        java.util.Optional<ProcessHandle> parent = ProcessHandle.of(pid);
+        if (parent.isEmpty()) {
+            stop.run();
+        } else {
+            parent.get().onExit().thenRun(stop);
         }
     }
 
