@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -54,7 +55,8 @@ def train(fs: FlagSet, network: str, batch: int, iterations: int, limit: int, ti
     """TrainSynthetic with `fs`'s flags in a cgroup limited to `limit` bytes."""
     cmd = java_command(options_for(fs), "org.pyd4j.examples.TrainSynthetic",
                        [str(NETWORKS / f"{network}.json"), str(batch), str(iterations)], extra_classpath=[examples_jar()])
-    c = run_limited(cmd, limit, timeout=timeout)
+    with tempfile.TemporaryDirectory() as scratch:  # DL4J writes its OOM crash dumps into the job's cwd
+        c = run_limited(cmd, limit, timeout=timeout, cwd=scratch)
     line = next((l for l in reversed(c.stdout.splitlines()) if l.startswith("{")), None)
     result = json.loads(line) if line else {"status": "killed" if c.oom_killed else "crashed", "error_class": "",
                                             "error": c.stderr[-500:]}
