@@ -42,9 +42,14 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     if script is not None:
         if job:
             raise click.UsageError("give either --python SCRIPT or a java command after --, not both")
+        from pyd4j.profile.launch import RunDirError, check_run_dir, default_run_dir  # noqa: PLC0415
         from pyd4j.profile.session import session  # noqa: PLC0415
 
-        run_dir = out_dir or Path("runs") / f"{script.stem}-session"
+        run_dir = out_dir or default_run_dir(f"{script.stem}-session")
+        try:
+            check_run_dir(run_dir)
+        except RunDirError as err:
+            raise click.UsageError(str(err)) from None
         with session(run_dir, interval_ms=interval_ms):
             sys.argv = [str(script)]
             runpy.run_path(str(script), run_name="__main__")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from pyd4j.profile.launch import DEFAULT_INTERVAL_MS
+from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, check_run_dir, default_run_dir
 from pyd4j.profile.timeline import RUN_META, TIMELINE, Timeline
 
 
@@ -29,16 +29,18 @@ class SessionRun:
 
 
 @contextlib.contextmanager
-def session(run_dir: str | Path = "runs/session", interval_ms: int = DEFAULT_INTERVAL_MS) -> Iterator[SessionRun]:
-    """Sample this process's JVM (started now with defaults if it is not running) while the block runs."""
+def session(run_dir: str | Path | None = None, interval_ms: int = DEFAULT_INTERVAL_MS) -> Iterator[SessionRun]:
+    """Sample this process's JVM (started now with defaults if it is not running) while the block runs.
+    `run_dir` (default `runs/session-<time>`) must be new or empty: earlier runs are never overwritten."""
     import jpype  # noqa: PLC0415
 
     import pyd4j.jvm  # noqa: PLC0415
 
     if interval_ms < 1:
         raise ValueError(f"sampling interval {interval_ms} ms is too small; use 1 ms or more")
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir("session")
+    check_run_dir(run_dir)
     pyd4j.jvm.info()  # the running JVM, or one started with default options
-    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = (run_dir / TIMELINE).resolve()
     if "," in str(path):

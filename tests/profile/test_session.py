@@ -24,3 +24,15 @@ def test_session_samples_this_process(jvm, tmp_path):
     assert t.peak("javacpp_physical") > 32 << 20  # JavaCPP saw this process's RSS
     assert t.limits()["heap_max"] == 2 << 30  # the session JVM's -Xmx2g
     del kept
+
+
+def test_session_refuses_a_directory_with_files(tmp_path):
+    from pyd4j.profile.launch import RunDirError
+
+    used = tmp_path / "earlier"
+    used.mkdir()
+    (used / "timeline.jsonl").write_text("my earlier run\n")
+    with pytest.raises(RunDirError, match="not empty"):
+        with session(used):
+            pass
+    assert (used / "timeline.jsonl").read_text() == "my earlier run\n"  # untouched
