@@ -176,7 +176,8 @@ def test_job_that_cannot_start(tmp_path, as_json):
         doc = json.loads(out)
         assert doc["exit_code"] == 1
         assert any("NoSuchMain" in e for f in doc["findings"] for e in f["evidence"]), doc["findings"]
-    check(["tune", *json_flag, "--no-verify", "--out", str(tmp_path / "t"), "--",
+    check(["tune", *json_flag, "--out", str(tmp_path / "t"), "--",
            "java", "-cp", str(tmp_path), "NoSuchMain"], 1,
           ("exited with code 1 before its first iteration", "NoSuchMain", "stderr.log", "fix the java command"),
           as_json, jvm_allowed=True)
+    assert not (tmp_path / "t" / "after").exists()  # no second run of a job that cannot start

@@ -30,7 +30,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
     from pyd4j.output import emit_json, human_bytes, print_table  # noqa: PLC0415
     from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
     from pyd4j.profile.report import write_report  # noqa: PLC0415
-    from pyd4j.profile.tune import tune_job  # noqa: PLC0415
+    from pyd4j.profile.tune import JobFailedError, tune_job  # noqa: PLC0415
     from pyd4j.units import SizeError, parse_bytes  # noqa: PLC0415
 
     # Bad arguments are refused here, before the job runs (a run can take hours).
@@ -53,21 +53,17 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         raise click.UsageError(str(err)) from None
     except BudgetError as err:
         raise click.ClickException(str(err)) from None
+    except JobFailedError as err:
+        write_report(err.doc["before"]["run_dir"])
+        if as_json:
+            emit_json({"ok": False, "error": str(err), **err.doc})
+        else:
+            click.echo(f"Error: {err}", err=True)
+        raise SystemExit(1) from None
     last = doc.get("after") or doc["before"]
     doc["report"] = str(write_report(last["run_dir"])["html"])
     if doc.get("after"):
         write_report(doc["before"]["run_dir"])
-    before = doc["before"]
-    if before["exit_code"] not in (0, None) and not before["interrupted"] and not before["iterations"] \
-            and "crash" in before["findings"]:
-        why = "; ".join(_crash_evidence(before["run_dir"]))
-        message = (f"the job exited with code {before['exit_code']} before its first iteration, not for lack of "
-                   f"memory ({why}); fix the java command (see {before['run_dir']}/stderr.log) and tune again")
-        if as_json:
-            emit_json({"ok": False, "error": message, **doc})
-        else:
-            click.echo(f"Error: {message}", err=True)
-        raise SystemExit(1)
     if as_json:
         emit_json(doc)
         return
@@ -100,9 +96,3 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
     click.echo(f"report: {doc['report']}")
 
 
-def _crash_evidence(run_dir: str) -> list[str]:
-    """What the crash finding of the first run says (the job's last stderr lines)."""
-    from pyd4j.profile.diagnose import diagnose  # noqa: PLC0415
-    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
-
-    return [e for f in diagnose(Timeline.load(Path(run_dir))) if f.kind == "crash" for e in f.evidence]

@@ -76,6 +76,24 @@ def _side(run: JobRun) -> dict:
     }
 
 
+class JobFailedError(RuntimeError):
+    """The job died before its first iteration for a reason other than memory: there is nothing
+    to tune, and no point in a second run. `doc` holds what the first run showed."""
+
+    def __init__(self, message: str, doc: dict) -> None:
+        super().__init__(message)
+        self.doc = doc
+
+
+def _failed_before_first_iteration(before: JobRun, side: dict) -> str | None:
+    """Why the first run never trained (its crash evidence), or None when it did or ran out of memory."""
+    if side["exit_code"] in (0, None) or side["interrupted"] or side["iterations"] or "crash" not in side["findings"]:
+        return None
+    evidence = [e for f in diagnose(before.timeline) if f.kind == "crash" for e in f.evidence]
+    return (f"the job exited with code {side['exit_code']} before its first iteration, not for lack of memory "
+            f"({'; '.join(evidence)}); fix the java command (see {side['run_dir']}/stderr.log) and tune again")
+
+
 def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: int = DEFAULT_INTERVAL_MS,
              total: str | int | None = None, headroom: float = DEFAULT_HEADROOM, verify: bool = True,
              on_sample: Callable[[dict], None] | None = None, timeout_s: float | None = None) -> dict:
@@ -86,8 +104,12 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     for side in ("before", "after") if verify else ("before",):
         check_run_dir(out / side)  # refuse before running anything, not after the first run
     before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s)
+    first = _side(before)
+    failure = _failed_before_first_iteration(before, first)
+    if failure:
+        raise JobFailedError(failure, {"out_dir": str(out), "before": first})
     flagset, need = recommend(before.timeline, total=total, headroom=headroom)
-    doc = {"out_dir": str(out), "before": _side(before), "recommended": flagset.args(),
+    doc = {"out_dir": str(out), "before": first, "recommended": flagset.args(),
            "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": need.__dict__,
            "container_bytes": flagset.container_bytes, "notes": list(flagset.notes)}
     if verify:
