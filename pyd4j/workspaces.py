@@ -22,7 +22,7 @@ import dataclasses
 import enum
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from pyd4j.jvm.errors import WorkspaceScopeError, java_errors
