@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
 
 import click
 
@@ -22,7 +21,7 @@ class _Group(click.Group):
 
     A bad argument (an unknown choice, a missing file, a `click.BadParameter` raised by the
     command) is printed by click as usage text on stderr. With `--json` among the subcommand's
-    own options (before any `--`), it becomes the same document `fail()` prints for the
+    own options (before any `--`), it becomes the document `pyd4j.output.fail()` prints for the
     commands' own errors, `{"ok": false, "error": ...}`, on stdout, with click's exit status.
     """
 
@@ -34,10 +33,9 @@ class _Group(click.Group):
         except click.ClickException as err:
             if "--json" not in own[1:]:
                 raise
-            from pyd4j.output import emit_json  # noqa: PLC0415
+            from pyd4j.output import fail  # noqa: PLC0415
 
-            emit_json({"ok": False, "error": err.format_message()})
-            sys.exit(err.exit_code)
+            fail(err.format_message(), as_json=True, code=err.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, NoReturn, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -56,3 +56,15 @@ def human_bytes(n: float | int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
         value /= 1024
     return f"{value:.1f}".removesuffix(".0") + " TiB"
+
+
+def fail(message: str, as_json: bool, code: int = 2, **extra: Any) -> NoReturn:
+    """A command's error, keeping the `--json` promise: one `{"ok": false, "error": ...}` document
+    on stdout with --json, a line on stderr otherwise; then exit non-zero."""
+    import click  # noqa: PLC0415
+
+    if as_json:
+        emit_json({"ok": False, "error": message, **extra})
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pyd4j.memory.cli_common import fail, handle_errors, network_options
-from pyd4j.output import emit_json, human_bytes, print_table
+from pyd4j.memory.cli_common import handle_errors, network_options
+from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
 @click.command("batch")

@@ -27,7 +27,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
     (a wrong class path, a missing main class): there is nothing to tune until the command runs.
     """
     from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
-    from pyd4j.output import emit_json, human_bytes, print_table  # noqa: PLC0415
+    from pyd4j.output import emit_json, fail, human_bytes, print_table  # noqa: PLC0415
     from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
     from pyd4j.profile.report import write_report  # noqa: PLC0415
     from pyd4j.profile.tune import JobFailedError, tune_job  # noqa: PLC0415
@@ -55,11 +55,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         raise click.ClickException(str(err)) from None
     except JobFailedError as err:
         write_report(err.doc["before"]["run_dir"])
-        if as_json:
-            emit_json({"ok": False, "error": str(err), **err.doc})
-        else:
-            click.echo(f"Error: {err}", err=True)
-        raise SystemExit(1) from None
+        fail(str(err), as_json, code=1, **err.doc)
     last = doc.get("after") or doc["before"]
     doc["report"] = str(write_report(last["run_dir"])["html"])
     if doc.get("after"):

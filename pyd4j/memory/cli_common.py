@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import sys
-from typing import Any, Callable
+from typing import Callable
 
 import click
 
 from pyd4j.memory.estimate import EstimateError
-from pyd4j.output import emit_json, human_bytes, print_table
+from pyd4j.output import fail, human_bytes, print_table
 
 
 def network_options(func: Callable) -> Callable:
@@ -29,15 +28,6 @@ def network_options(func: Callable) -> Callable:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def fail(message: str, as_json: bool, code: int = 2, **extra: Any) -> None:
-    """A clear error: JSON on stdout with --json, a line on stderr otherwise; exit non-zero."""
-    if as_json:
-        emit_json({"ok": False, "error": message, **extra})
-    else:
-        click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 def handle_errors(func: Callable) -> Callable:
