@@ -109,8 +109,6 @@ class PythonSource:
         self.multi = multi
         self._convert = to_multidataset if multi else to_dataset
         self._it: Iterator[Any] | None = None
-        self.batches = 0
-        self.samples = 0
         self._started_once = False
 
     def _open(self) -> Iterator[Any]:
@@ -130,11 +128,7 @@ class PythonSource:
                 self._it = self._open()
                 self._started_once = True
             batch = next(self._it, None)
-            if batch is None:
-                return None
-            out = self._convert(batch)
-            self.batches += 1
-            return out
+            return None if batch is None else self._convert(batch)
         except BaseException as exc:  # noqa: BLE001  (every failure must reach the fit() caller)
             self._raise_in_java(exc)
 
