@@ -13,12 +13,15 @@ and `pyd4j.jvm.java_errors()` around fit() re-raises the original Python excepti
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from pyd4j.jvm.errors import java_errors, remember_python_exception
+from pyd4j.nd import from_numpy
 
 # ---- batches ---------------------------------------------------------------------------------
 
@@ -41,9 +44,20 @@ def _parts(batch: Any) -> tuple[Any, Any, Any, Any]:
         + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
 
 
-def _indarray(value: Any):
-    from pyd4j.nd import from_numpy  # noqa: PLC0415
+@functools.cache
+def _nd4j() -> SimpleNamespace:
+    """The ND4J classes every batch needs, looked up once (the JVM runs by the first batch)."""
+    import jpype  # noqa: PLC0415
 
+    return SimpleNamespace(
+        DataSet=jpype.JClass("org.nd4j.linalg.dataset.DataSet"),
+        MultiDataSet=jpype.JClass("org.nd4j.linalg.dataset.MultiDataSet"),
+        MultiDataSetApi=jpype.JClass("org.nd4j.linalg.dataset.api.MultiDataSet"),
+        INDArrays=jpype.JArray(jpype.JClass("org.nd4j.linalg.api.ndarray.INDArray")),
+    )
+
+
+def _indarray(value: Any):
     if value is None:
         return None
     if hasattr(value, "isAttached"):  # already an INDArray
@@ -53,9 +67,7 @@ def _indarray(value: Any):
 
 def to_dataset(batch: Any):
     """An ND4J DataSet over the batch's numpy memory (no copy where pyd4j.nd can share it)."""
-    import jpype  # noqa: PLC0415
-
-    data_set = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+    data_set = _nd4j().DataSet
     if isinstance(batch, data_set):
         return batch
     f, l, fm, lm = _parts(batch)
@@ -66,22 +78,17 @@ def to_dataset(batch: Any):
 
 def to_multidataset(batch: Any):
     """An ND4J MultiDataSet from (features_list, labels_list[, fmasks, lmasks]) or a dict."""
-    import jpype  # noqa: PLC0415
-
-    mds = jpype.JClass("org.nd4j.linalg.dataset.MultiDataSet")
-    if isinstance(batch, jpype.JClass("org.nd4j.linalg.dataset.api.MultiDataSet")):
+    java = _nd4j()
+    if isinstance(batch, java.MultiDataSetApi):
         return batch
-    parts = _parts(batch)
-    arrays = jpype.JArray(jpype.JClass("org.nd4j.linalg.api.ndarray.INDArray"))
 
     def many(value):
         if value is None:
             return None
         seq = value if isinstance(value, (list, tuple)) else [value]
-        return arrays([_indarray(v) for v in seq])
+        return java.INDArrays([_indarray(v) for v in seq])
 
-    f, l, fm, lm = (many(p) for p in parts)
-    return mds(f, l, fm, lm)
+    return java.MultiDataSet(*(many(p) for p in _parts(batch)))
 
 
 # ---- sources ---------------------------------------------------------------------------------
