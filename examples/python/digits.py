@@ -9,7 +9,6 @@ workspace mode, and report test accuracy.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +118,9 @@ def main() -> None:
     args = parser.parse_args()
     summary = train(args.net, args.epochs, args.prefetch, args.batch, args.workspaces, progress=not args.json)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        from pyd4j.output import emit_json
+
+        emit_json(summary)
     else:
         print(f"{summary['example']}: test accuracy {summary['test_accuracy']:.3f} "
               f"({summary['samples_per_s']:,.0f} samples/s, workspaces {args.workspaces})")
