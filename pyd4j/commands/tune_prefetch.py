@@ -43,18 +43,18 @@ def load_network(model: str):
 
 def load_arrays(data: str | None):
     """(x, y) float32 from an .npz with arrays x and y, or the digits CSV (train split, one-hot)."""
-    import numpy as np  # noqa: PLC0415
-
     path = Path(data) if data else _EXAMPLES / "digits.csv"
     try:
-        return _read_arrays(path, np)
+        return _read_arrays(path)
     except (OSError, ValueError, IndexError) as err:
         raise click.BadParameter(f"cannot read {path}: {err}; give an .npz with arrays x and y "
                                  f"(np.savez(path, x=x, y=y)), or leave --data out for the digits set",
                                  param_hint="--data") from None
 
 
-def _read_arrays(path: Path, np):
+def _read_arrays(path: Path):
+    import numpy as np  # noqa: PLC0415
+
     if path.suffix == ".npz":
         with np.load(path) as z:
             if "x" not in z or "y" not in z:
