@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import pyd4j.jvm
 from pyd4j.jvm.errors import WorkspaceScopeError, java_errors
 from pyd4j.units import SizeError, parse_bytes
 
@@ -209,7 +210,7 @@ class WorkspaceConfig:
         """ND4J's WorkspaceConfiguration (needs the JVM: pyd4j.jvm.start())."""
         import jpype  # noqa: PLC0415
 
-        _ensure_jvm()
+        pyd4j.jvm.info()
         builder = jpype.JClass("org.nd4j.linalg.api.memory.conf.WorkspaceConfiguration").builder()
         for name, (java_name, kind) in _FIELDS.items():
             value = getattr(self, name)
@@ -333,16 +334,10 @@ def _check_creatable(cfg: WorkspaceConfig) -> None:
 # ---- scopes ----------------------------------------------------------------------------------
 
 
-def _ensure_jvm() -> None:
-    import pyd4j.jvm  # noqa: PLC0415
-
-    pyd4j.jvm.info()
-
-
 def _nd4j():
     import jpype  # noqa: PLC0415
 
-    _ensure_jvm()
+    pyd4j.jvm.info()
     return jpype.JClass("org.nd4j.linalg.factory.Nd4j")
 
 
