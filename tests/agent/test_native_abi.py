@@ -97,6 +97,27 @@ def test_external_numpy_buffer_survives_swap_in_place(agent):
     assert s["bytes_offloaded"] == s["bytes_prefetched"] == 77_777
 
 
+def test_external_buffer_rebound_to_fresh_memory_comes_back_there(agent):
+    if agent.is_cuda:
+        pytest.skip("registers host memory; the CUDA build registers device memory")
+    arr = pattern(50_001, 3)
+    want = arr.copy()
+    buf = agent.register_external(arr.ctypes.data, arr.nbytes)
+    agent.offload(buf, release=True)
+    fresh = [np.zeros_like(arr), np.zeros_like(arr)]
+    for dst in fresh:  # a checkpoint read twice, each time into a new array
+        agent.rebind_external(buf, dst.ctypes.data)
+        agent.prefetch(buf)
+        agent.wait(buf)
+        assert np.array_equal(dst, want)
+        assert agent.info(buf).device_ptr == dst.ctypes.data
+        agent.release_device(buf)  # back to HOST: the host slot still holds the contents
+    with pytest.raises(AgentError, match="lives in the device arena"):
+        arena_buf = agent.alloc(16)
+        agent.offload(arena_buf, release=True)
+        agent.rebind_external(arena_buf, arr.ctypes.data)
+
+
 def test_errors_carry_codes_numbers_and_fixes(agent):
     with pytest.raises(AgentOutOfDeviceMemory) as e:
         agent.alloc(4 * MiB + 1)
