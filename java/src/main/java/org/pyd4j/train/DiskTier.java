@@ -40,9 +40,10 @@ import com.sun.jna.Pointer;
  *
  * <p>The file is created in the chosen directory (default: {@code java.io.tmpdir}) and unlinked
  * as soon as it is open: it never outlives the JVM, even one that is killed, and its disk space
- * returns when the tier closes. It grows as slots are taken, never beyond {@code maxBytes},
- * and shrinks when its end is released. Slots are page-rounded lists of extents
- * ({@link FileSpace}): a fragmented file needs more mappings per copy, never more room.
+ * returns when the tier closes. It grows as slots are taken, never beyond {@code maxBytes}, and
+ * keeps its length until the tier closes (the next iteration rewrites the same pages, which the
+ * kernel may still cache). Slots are page-rounded lists of extents ({@link FileSpace}): a
+ * fragmented file needs more mappings per copy, never more room.
  *
  * <p>Contiguous arrays (any order, views included) are copied from where they lie; a strided
  * view is first copied on the calling thread into a detached contiguous array, which the tier
@@ -149,7 +150,7 @@ public final class DiskTier implements OffloadTier {
                 source = owned;
             }
         } catch (RuntimeException | Error e) {
-            releaseSpace(entry.extents);
+            space.release(entry.extents);
             throw e;
         }
         long address = spec.bytes == 0 ? 0 : ArraySpec.hostAddress(source);
@@ -223,7 +224,7 @@ public final class DiskTier implements OffloadTier {
         if (entry.fresh != null) {
             entry.fresh.close();
         }
-        releaseSpace(entry.extents);
+        space.release(entry.extents);
     }
 
     @Override
@@ -251,7 +252,7 @@ public final class DiskTier implements OffloadTier {
             if (e.fresh != null && stopped) {
                 e.fresh.close();
             }
-            releaseSpace(e.extents);
+            space.release(e.extents);
         }
         try {
             channel.close();
@@ -279,7 +280,7 @@ public final class DiskTier implements OffloadTier {
         return maxBytes;
     }
 
-    /** The file's length now (it grows with the slots in use and shrinks when its end is freed). */
+    /** The file's length: the most its slots ever needed at once, page-rounded. */
     public long fileLength() {
         synchronized (space) {
             return fileLength;
@@ -304,7 +305,7 @@ public final class DiskTier implements OffloadTier {
                         + "(new DiskTier(directory, maxBytes)) or release keys before offloading more");
             }
             try {
-                resize(space.end(), key);
+                grow(space.end(), key);
             } catch (RuntimeException e) {
                 space.release(extents);
                 throw e;
@@ -313,26 +314,17 @@ public final class DiskTier implements OffloadTier {
         }
     }
 
-    private void releaseSpace(List<FileSpace.Extent> extents) {
-        synchronized (space) {
-            space.release(extents);
-            resize(space.end(), -1);
-        }
-    }
-
-    private void resize(long length, int key) {  // holds space
-        if (length == fileLength) {
+    private void grow(long length, int key) {  // holds space
+        if (length <= fileLength) {
             return;
         }
         try {
-            if (length > fileLength) {
-                long usable = Files.getFileStore(directory).getUsableSpace();
-                if (length - fileLength > usable) {
-                    throw new IllegalStateException("the disk tier's file in " + directory
-                            + " cannot grow by " + (length - fileLength) + " bytes for key " + key
-                            + ": that file system has " + usable + " bytes free; free space there "
-                            + "or give the tier a directory on a larger disk");
-                }
+            long usable = Files.getFileStore(directory).getUsableSpace();
+            if (length - fileLength > usable) {
+                throw new IllegalStateException("the disk tier's file in " + directory
+                        + " cannot grow by " + (length - fileLength) + " bytes for key " + key
+                        + ": that file system has " + usable + " bytes free; free space there "
+                        + "or give the tier a directory on a larger disk");
             }
             raf.setLength(length);
             fileLength = length;
