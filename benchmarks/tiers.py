@@ -18,8 +18,9 @@ Per tier, measured in one run:
    (tanh(x @ W)), forward then backward (two matrix products per layer), the way a plan uses a
    tier: each layer's input is offloaded right after the layer's forward step and closed one
    step later (after `awaitOffloaded`); in backward each input is prefetched one step ahead and
-   taken when its step starts. The layer width is calibrated so that one forward step takes
-   about as long as copying its input out (`compute_over_copy`). Reported: the tier's
+   taken when its step starts (the network's input and the last layer's input stay in memory,
+   as a plan keeps them). The layer width is calibrated so that one forward step takes about
+   as long as the tier's offload of its input (`compute_over_copy`, both timed back to back). Reported: the tier's
    `hiddenShare()` (1 - time the loop waited for copies / time the copies ran) and the
    iteration time against the same loop keeping every activation in memory (no tier).
 """
@@ -121,35 +122,27 @@ def throughput(env: Env, kind: str, arrays: int, mib: int, repeats: int, directo
 
 
 def iteration(env: Env, weights: list, x, tier) -> float:
-    """One forward/backward pass of the synthetic network; seconds."""
+    """One forward/backward pass of the synthetic network; seconds. With a tier, the inputs of
+    layers 1 .. L-2 are offloaded (the network's input belongs to the data, and the last
+    layer's input is needed again at once, so a plan keeps both)."""
+    n = len(weights)
+    offloaded = set(range(1, n - 1)) if tier is not None else set()
     t0 = time.perf_counter()
     acts = [x]
     for i, w in enumerate(weights):
-        a = acts[i]
-        out = env.Transforms.tanh(a.mmul(w), False)
-        if tier is not None and i > 0:
-            tier.offload(i, a)
-            if i > 1:  # one forward step of overlap, then the input's memory goes back
-                tier.awaitOffloaded(i - 1)
-                acts[i - 1].close()
-                acts[i - 1] = None
-        acts.append(out)
-    if tier is not None and len(weights) > 1:
-        last = len(weights) - 1
-        tier.awaitOffloaded(last)
-        acts[last].close()
-        acts[last] = None
-    grad = acts[-1].dup()
-    acts[-1].close()
-    for i in reversed(range(len(weights))):
-        if tier is not None and i > 0:
-            if i == len(weights) - 1:
-                tier.prefetch(i)
-            if i > 1:
-                tier.prefetch(i - 1)  # one backward step ahead
-            a = tier.take(i)
-        else:
-            a = acts[i]
+        acts.append(env.Transforms.tanh(acts[i].mmul(w), False))
+        if i in offloaded:
+            tier.offload(i, acts[i])  # written behind the next forward step
+        if i - 1 in offloaded:
+            tier.awaitOffloaded(i - 1)
+            acts[i - 1].close()  # its memory goes back
+            acts[i - 1] = None
+    grad = acts[n].dup()
+    acts[n].close()
+    for i in reversed(range(n)):
+        if i - 1 in offloaded:
+            tier.prefetch(i - 1)  # read ahead of the next backward step
+        a = tier.take(i) if i in offloaded else acts[i]
         d_w = a.transpose().mmul(grad)
         new_grad = grad.mmul(weights[i].transpose())
         d_w.close()
@@ -157,33 +150,43 @@ def iteration(env: Env, weights: list, x, tier) -> float:
         grad = new_grad
         if i > 0:
             a.close()
-            if tier is not None:
-                tier.release(i)
+        if i in offloaded:
+            tier.release(i)
     grad.close()
     return time.perf_counter() - t0
 
 
-def forward_step_seconds(env: Env, batch: int, width: int) -> float:
-    x, w = env.rand(batch, width), env.rand(width, width)
-    times = []
-    for _ in range(4):
-        t0 = time.perf_counter()
-        env.Transforms.tanh(x.mmul(w), False).close()
-        times.append(time.perf_counter() - t0)
-    x.close()
-    w.close()
-    return statistics.median(times[1:])
+def calibrate(env: Env, kind: str, mib: int, directory: str | None) -> tuple[int, int, float]:
+    """The layer width (and batch, for `mib` MiB activations) whose forward step lasts about as
+    long as the tier's copy of its input: both timed back to back, medians of three."""
+    best = None
+    tier = env.tier(kind, 2 * mib * MiB + MiB, directory)
+    try:
+        for width in (32, 64, 128, 256, 512, 1024):
+            batch = max(1, mib * MiB // 4 // width)
+            x, w = env.rand(batch, width), env.rand(width, width)
+            compute, copy = [], []
+            for _ in range(4):
+                t0 = time.perf_counter()
+                env.Transforms.tanh(x.mmul(w), False).close()
+                compute.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                tier.offload(0, x)
+                tier.awaitOffloaded(0)
+                copy.append(time.perf_counter() - t0)
+                tier.release(0)
+            x.close()
+            w.close()
+            ratio = statistics.median(compute[1:]) / statistics.median(copy[1:])
+            if best is None or abs(ratio - 1) < abs(best[2] - 1):
+                best = (width, batch, ratio)
+    finally:
+        tier.close()
+    return best
 
 
-def overlap(env: Env, kind: str, copy_GBps: float, layers: int, mib: int, repeats: int, directory: str | None) -> dict:
-    # Width such that one forward step lasts about as long as offloading its input.
-    candidates = []
-    for width in (32, 64, 128, 256, 512, 1024):
-        batch = max(1, mib * MiB // 4 // width)
-        compute = forward_step_seconds(env, batch, width)
-        copy = batch * width * 4 / (copy_GBps * 1e9)
-        candidates.append((abs(compute / copy - 1.0), width, batch, compute / copy))
-    _, width, batch, ratio = min(candidates)
+def overlap(env: Env, kind: str, layers: int, mib: int, repeats: int, directory: str | None) -> dict:
+    width, batch, ratio = calibrate(env, kind, mib, directory)
     weights = [env.rand(width, width).muli(1.0 / width ** 0.5) for _ in range(layers)]
     x = env.rand(batch, width)
     plain, tiered, shares = [], [], []
@@ -239,8 +242,7 @@ def main() -> None:
         print(f"{name}: offload {tp['offload_GBps']:.2f} GB/s ({tp['offload_over_plain']:.2f} of plain "
               f"{tp['plain_GBps']:.2f}), prefetch {tp['prefetch_GBps']:.2f} GB/s ({tp['prefetch_over_plain']:.2f})",
               flush=True)
-        copy_GBps = 2 / (1 / tp["offload_GBps"] + 1 / tp["prefetch_GBps"])
-        ov = overlap(env, kind, copy_GBps, args.layers, args.mib, args.repeats, args.dir)
+        ov = overlap(env, kind, args.layers, args.mib, args.repeats, args.dir)
         print(f"{name}: width {ov['width']} (compute/copy {ov['compute_over_copy']:.2f}), hidden "
               f"{ov['hidden_share']:.0%}, iteration {ov['tier_over_no_tier_time']:.2f}x no tier", flush=True)
         tiers[name] = {"throughput": {**tp, "runs": runs}, "overlap": ov}

@@ -403,6 +403,31 @@ def test_threads_driving_their_own_keys(nd, tiers, kind):
     assert s.bytesOffloaded == s.bytesPrefetched == 4 * 4 * sum(64 * (64 + k) * 4 for k in range(8))
 
 
+@pytest.mark.parametrize("kind", TIERS)
+def test_release_without_await_or_take_waits_for_the_copies(nd, tiers, kind):
+    """A plan may drop a key it offloaded: release waits for the key's copies, so the source
+    can be closed right after it and the slot's next array is not mixed with the old one."""
+    rng = np.random.default_rng(81)
+    tier = nd.tier(kind, 8 * MiB)
+    tiers.append(tier)
+    for round_ in range(6):
+        x, _ = nd.filled("DOUBLE", (512, 512), "c", rng)  # 2 MiB
+        tier.offload(7, x)
+        if round_ % 2:
+            tier.prefetch(7)  # a read-back nobody takes: the tier closes it
+        tier.release(7)
+        x.close()
+    y_src, ref = nd.filled("DOUBLE", (512, 512), "c", rng)
+    tier.offload(7, y_src)
+    y = tier.take(7)
+    assert_same(y, ref, "c", "DOUBLE", "the slot's new array")
+    y.close()
+    tier.release(7)
+    y_src.close()
+    s = tier.stats()
+    assert s.bytesHeld == 0 and s.bytesOffloaded == 7 * 512 * 512 * 8
+
+
 def test_disk_slots_span_gaps_so_a_fragmented_file_still_fills_to_its_limit(nd, tiers, tmp_path):
     from pyd4j.jvm.errors import JavaIllegalStateError
 

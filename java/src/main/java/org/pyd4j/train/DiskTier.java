@@ -25,6 +25,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
 
 import com.sun.jna.Pointer;
 
@@ -110,6 +111,10 @@ public final class DiskTier implements OffloadTier {
         if (directory == null || !Files.isDirectory(directory)) {
             throw new IllegalArgumentException("directory " + directory + " does not exist or is "
                     + "not a directory; create it, or give the disk tier another directory");
+        }
+        if (!Nd4j.getEnvironment().isCPU()) {
+            throw new IllegalStateException("DiskTier copies host memory, but ND4J runs on a "
+                    + "device backend whose arrays live in device memory; use PinnedHostTier");
         }
         this.directory = directory.toAbsolutePath();
         this.maxBytes = maxBytes;
