@@ -1,7 +1,7 @@
 """The planned trainer's offload tiers on real ND4J (CPU backend): DiskTier and PinnedHostTier
 (side-agent host build). Writes benchmarks/results/tiers.json.
 
-    .venv/bin/python benchmarks/tiers.py [--arrays 8] [--mib 32] [--repeats 3] [--dir DIR]
+    .venv/bin/python benchmarks/tiers.py [--arrays 8] [--mib 16] [--repeats 3] [--dir DIR]
 
 Per tier, measured in one run:
 
@@ -14,13 +14,14 @@ Per tier, measured in one run:
    the same rounds; the figures are ratios tier / plain (medians of `--repeats`). The disk tier writes into the
    kernel's page cache: on a machine with memory to spare the bytes reach the disk later, in
    the background, and reads back come from the cache.
-2. Copies hidden behind compute. A synthetic network of `--layers` dense layers
-   (tanh(x @ W)), forward then backward (two matrix products per layer), the way a plan uses a
+2. Copies hidden behind compute. A synthetic network of `--layers` linear layers (x @ W, W
+   scaled by 1/sqrt(width)), forward then backward (two matrix products per layer), the way a plan uses a
    tier: each layer's input is offloaded right after the layer's forward step and closed one
    step later (after `awaitOffloaded`); in backward each input is prefetched one step ahead and
    taken when its step starts (the network's input and the last layer's input stay in memory,
-   as a plan keeps them). The layer width is calibrated so that one forward step takes about
-   as long as the tier's offload of its input (`compute_over_copy`, both timed back to back). Reported: the tier's
+   as a plan keeps them). The layer width is calibrated so that a layer's compute (forward and
+   backward products) lasts about as long as the tier's round trip of its input
+   (`compute_over_copy`, both timed back to back; the narrowest layer may still take longer). Reported: the tier's
    `hiddenShare()` (1 - time the loop waited for copies / time the copies ran) and the
    iteration time against the same loop keeping every activation in memory (no tier).
 """
@@ -52,7 +53,6 @@ class Env:
         self.jpype = jpype
         self.Nd4j = jpype.JClass("org.nd4j.linalg.factory.Nd4j")
         self.DataType = jpype.JClass("org.nd4j.linalg.api.buffer.DataType")
-        self.Transforms = jpype.JClass("org.nd4j.linalg.ops.transforms.Transforms")
         self.Pointer = jpype.JClass("org.bytedeco.javacpp.Pointer")
         self.DiskTier = jpype.JClass("org.pyd4j.train.DiskTier")
         self.PinnedHostTier = jpype.JClass("org.pyd4j.train.PinnedHostTier")
@@ -74,8 +74,9 @@ class Env:
 
 
 def throughput(env: Env, kind: str, arrays: int, mib: int, repeats: int, directory: str | None) -> list[dict]:
-    """`repeats` rounds on one tier after a warm-up round (the steady state of training, where
-    the tier's file or pool is reused every iteration), each against a plain copy."""
+    """A first round on a new tier, then `repeats` rounds on the same tier (the steady state of
+    training, where the tier's file or pool is reused every iteration), each against plain
+    copies timed in the same round."""
     size, total = mib * MiB, arrays * mib * MiB
     srcs = [env.floats(size // 4, i + 1) for i in range(arrays)]
     dsts = [env.floats(size // 4, 0) for _ in range(arrays)]
@@ -109,11 +110,12 @@ def throughput(env: Env, kind: str, arrays: int, mib: int, repeats: int, directo
                     raise AssertionError(f"{kind}: array {key} came back wrong")
                 b.close()
                 tier.release(key)
-            if r > 0:  # round 0 warms up the tier, the copy routines and the JIT
-                rounds.append({"plain_GBps": total / plain / 1e9, "plain_fresh_GBps": total / plain_fresh / 1e9,
-                               "offload_GBps": total / out / 1e9, "prefetch_GBps": total / into / 1e9,
-                               "offload_over_plain": plain / out, "prefetch_over_plain": plain / into,
-                               "prefetch_over_plain_fresh": plain_fresh / into})
+            # Round 0 warms up the tier (new file pages, new pool pages), the copy routines and
+            # the JIT; it is kept apart as "first_round".
+            rounds.append({"plain_GBps": total / plain / 1e9, "plain_fresh_GBps": total / plain_fresh / 1e9,
+                           "offload_GBps": total / out / 1e9, "prefetch_GBps": total / into / 1e9,
+                           "offload_over_plain": plain / out, "prefetch_over_plain": plain / into,
+                           "prefetch_over_plain_fresh": plain_fresh / into})
     finally:
         tier.close()
         for a in srcs + dsts:
@@ -130,7 +132,7 @@ def iteration(env: Env, weights: list, x, tier) -> float:
     t0 = time.perf_counter()
     acts = [x]
     for i, w in enumerate(weights):
-        acts.append(env.Transforms.tanh(acts[i].mmul(w), False))
+        acts.append(acts[i].mmul(w))
         if i in offloaded:
             tier.offload(i, acts[i])  # written behind the next forward step
         if i - 1 in offloaded:
@@ -157,22 +159,27 @@ def iteration(env: Env, weights: list, x, tier) -> float:
 
 
 def calibrate(env: Env, kind: str, mib: int, directory: str | None) -> tuple[int, int, float]:
-    """The layer width (and batch, for `mib` MiB activations) whose forward step lasts about as
-    long as the tier's copy of its input: both timed back to back, medians of three."""
+    """The layer width (and batch, for `mib` MiB activations) whose layer step -- its forward
+    product and its two backward products -- lasts about as long as the tier's round trip of
+    its input (offload, then take): both timed back to back, medians of three."""
     best = None
     tier = env.tier(kind, 2 * mib * MiB + MiB, directory)
     try:
-        for width in (32, 64, 128, 256, 512, 1024):
+        for width in (4, 8, 16, 32, 64, 128, 256, 512, 1024):
             batch = max(1, mib * MiB // 4 // width)
             x, w = env.rand(batch, width), env.rand(width, width)
             compute, copy = [], []
             for _ in range(4):
                 t0 = time.perf_counter()
-                env.Transforms.tanh(x.mmul(w), False).close()
+                y = x.mmul(w)
+                x.transpose().mmul(y).close()
+                y.mmul(w.transpose()).close()
+                y.close()
                 compute.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 tier.offload(0, x)
                 tier.awaitOffloaded(0)
+                tier.take(0).close()
                 copy.append(time.perf_counter() - t0)
                 tier.release(0)
             x.close()
@@ -227,7 +234,7 @@ def overlap(env: Env, kind: str, layers: int, mib: int, repeats: int, directory:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arrays", type=int, default=8)
-    parser.add_argument("--mib", type=int, default=32, help="size of each array (throughput) and activation (overlap)")
+    parser.add_argument("--mib", type=int, default=16, help="size of each array (throughput) and activation (overlap)")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="directory of the disk tier's file (default: java.io.tmpdir)")
@@ -237,7 +244,7 @@ def main() -> None:
     env = Env()
     tiers = {}
     for kind, name in (("disk", "disk"), ("pinned", "pinned-host")):
-        runs = throughput(env, kind, args.arrays, args.mib, args.repeats, args.dir)
+        first, *runs = throughput(env, kind, args.arrays, args.mib, args.repeats, args.dir)
         tp = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         print(f"{name}: offload {tp['offload_GBps']:.2f} GB/s ({tp['offload_over_plain']:.2f} of plain "
               f"{tp['plain_GBps']:.2f}), prefetch {tp['prefetch_GBps']:.2f} GB/s ({tp['prefetch_over_plain']:.2f})",
@@ -245,7 +252,7 @@ def main() -> None:
         ov = overlap(env, kind, args.layers, args.mib, args.repeats, args.dir)
         print(f"{name}: width {ov['width']} (compute/copy {ov['compute_over_copy']:.2f}), hidden "
               f"{ov['hidden_share']:.0%}, iteration {ov['tier_over_no_tier_time']:.2f}x no tier", flush=True)
-        tiers[name] = {"throughput": {**tp, "runs": runs}, "overlap": ov}
+        tiers[name] = {"throughput": {**tp, "runs": runs, "first_round": first}, "overlap": ov}
     directory = args.dir or str(env.jpype.JClass("java.lang.System").getProperty("java.io.tmpdir"))
     store = str(env.jpype.JClass("java.nio.file.Files").getFileStore(env.Paths.get(directory)).type())
     doc = {"benchmark": "tiers", "arrays": args.arrays, "mib": args.mib, "repeats": args.repeats,
