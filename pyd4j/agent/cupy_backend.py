@@ -139,6 +139,17 @@ class CupyBackend:
         self._stats.live_bytes -= aligned(self._size.pop(key), self.alignment)
         self._stats.n_free += 1
 
+    def rename(self, src: int, dst: int) -> None:
+        if dst in self._size:
+            raise ValueError(f"tensor {dst} is already allocated; free it first")
+        if src not in self._size:
+            raise KeyError(f"tensor {src} is not allocated on the device")
+        self._mem[dst] = self._mem.pop(src, None)
+        self._size[dst] = self._size.pop(src)
+        ev = self._last.get(src)
+        if ev is not None:
+            self._last[dst] = ev
+
     def view(self, key: int, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = np.dtype(dtype)
         mem = self._mem.get(key)

@@ -86,6 +86,14 @@ class HostBackend:
             self._holes[h - 1] = (self._holes[h - 1][0], self._holes[h - 1][1] + self._holes[h][1])
             del self._holes[h]
 
+    def rename(self, src: int, dst: int) -> None:
+        if dst in self._blocks:
+            raise ValueError(f"tensor {dst} is already allocated")
+        try:
+            self._blocks[dst] = self._blocks.pop(src)
+        except KeyError:
+            raise ValueError(f"tensor {src} is not allocated") from None
+
     def _compact(self) -> None:
         """Move live blocks to the bottom of the arena (views taken before are invalid)."""
         top = 0

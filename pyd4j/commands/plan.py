@@ -19,6 +19,9 @@ from pyd4j.units import SizeError, parse_bytes
 @click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--image", default=227, show_default=True, type=click.IntRange(min=1), help="input height/width")
 @click.option("--device", default="k40c", show_default=True)
+@click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
+              help="dependency profile: what each layer's steps read and write (default: dl4j for "
+              "--network, cudnn -- as the SuperNeurons code -- for --model)")
 @click.option("--devices", "devices_json", type=click.Path(exists=True, dir_okay=False),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
 @click.option("--policy", "policies", multiple=True,
@@ -38,7 +41,8 @@ from pyd4j.units import SizeError, parse_bytes
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
 def command(model: str, network_json: str | None, depth: int | None, batch: int, image: int,
-            device: str, devices_json: str | None, policies: tuple[str, ...],
+            device: str, deps_profile: str | None, devices_json: str | None,
+            policies: tuple[str, ...],
             budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host") -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
@@ -64,6 +68,11 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                                  f"e.g. --budget 8g (default: the device's {human_bytes(cost.device.memory_bytes)})",
                                  param_hint="--budget")
     chosen = list(policies) or list(POLICIES)
+    profile = deps_profile or ("dl4j" if network_json else "cudnn")
+    if execute and profile != "cudnn":
+        raise click.BadParameter(f"the executor's kernels read what the cudnn profile keeps, not "
+                                 f"{profile!r}; pass --profile cudnn with --execute",
+                                 param_hint="--profile")
 
     def build(b: int):
         if network_json:
@@ -71,13 +80,14 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
 
             try:
                 return graph_from_dl4j_json(Path(network_json).read_text(), batch=b,
-                                            input_shape=_input_shape(network_json))
+                                            input_shape=_input_shape(network_json),
+                                            profile=profile)
             except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError, GraphError, a malformed layer
                 raise click.BadParameter(
                     f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
                     "(examples/networks/ has five), or a zoo network with --model", param_hint="--network") from None
         try:
-            return zoo.build(model, batch=b, image=image, depth=depth)
+            return zoo.build(model, batch=b, image=image, depth=depth).with_profile(profile)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--model") from None
 
@@ -85,10 +95,11 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         if network_json or not model.lower().startswith("resnet"):
             raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
         policy = chosen[-1]
-        best = max_resnet_depth(policy, cost, batch, image, cap)
-        base = max_resnet_depth("baseline", cost, batch, image, cap)
-        live = max_resnet_depth("liveness", cost, batch, image, cap)
+        best = max_resnet_depth(policy, cost, batch, image, cap, profile)
+        base = max_resnet_depth("baseline", cost, batch, image, cap, profile)
+        live = max_resnet_depth("liveness", cost, batch, image, cap, profile)
         doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
+               "profile": profile,
                "capacity_bytes": cap, "policy": policy, "depth": best.value,
                "baseline_depth": base.value, "liveness_depth": live.value,
                "ratio_to_baseline": best.value / base.value if base.value else None,
@@ -140,6 +151,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     no_ws = ideal_time(next(iter(plans.values())), cost, fastest_conv=False)
     doc = {
         "model": g.name, "layers": len(g), "batch": batch, "device": cost.device.key,
+        "profile": g.profile.name,
         "capacity_bytes": cap, "lower_bound_bytes": bound.lower_bound_bytes,
         "resident_bytes": bound.resident_bytes, "l_peak_bytes": bound.l_peak_bytes,
         "l_peak_layer": bound.l_peak_layer, "workspace_bytes": bound.workspace_bytes,

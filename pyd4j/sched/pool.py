@@ -21,7 +21,9 @@ from pyd4j.sched.simulator import live_timeline
 
 
 def conv_outputs(graph: Graph) -> frozenset[int]:
-    return frozenset(l.id for l in graph.layers if l.type is LayerType.CONV)
+    """Outputs of CONV layers -- or of the in-place steps that take over their buffers."""
+    owner = graph.deps.inplace_owner()
+    return frozenset(owner[l.id] for l in graph.layers if l.type is LayerType.CONV)
 
 
 def plan_utp(graph: Graph, budget: int | None = None, lookahead: int = 2) -> Plan:

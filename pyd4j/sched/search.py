@@ -78,12 +78,12 @@ def max_batch(build: Callable[[int], Graph], policy: str, cost: CostModel,
 
 
 def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int = 227,
-                     capacity: int | None = None) -> SearchResult:
+                     capacity: int | None = None, profile: str = "cudnn") -> SearchResult:
     """Deepest bottleneck ResNet-N (extra blocks in conv4_x) whose plan fits `capacity`."""
     cap = capacity if capacity is not None else cost.device.memory_bytes
 
     def graph(k: int) -> Graph:
-        return zoo.resnet(stages=(3, 4, k, 3), batch=batch, image=image)
+        return zoo.resnet(stages=(3, 4, k, 3), batch=batch, image=image).with_profile(profile)
 
     def peak(k: int) -> int:
         return peak_bytes(make_plan(graph(k), policy, cost, cap))

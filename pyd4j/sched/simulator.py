@@ -10,16 +10,19 @@ offload to finish. Host copies live from OFFLOAD to their last PREFETCH; when pi
 
 `simulate` raises `InfeasiblePlan` naming the record when a plan reads a tensor before it is
 produced or after it was freed (a free of a live tensor), frees or allocates twice, prefetches
-without a host copy, leaves a backward step out, or goes over `budget`.
+without a host copy, renames a buffer without the in-place step before it, leaves a backward
+step out, or goes over `budget`. Reads and writes are the dependency model's
+(`pyd4j.sched.deps`), so a plan holding less than its steps need is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyd4j.sched.bounds import resident_tensors
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import LayerType
-from pyd4j.sched.plan import Op, Plan, aligned
+from pyd4j.sched.plan import Op, Plan, aligned, state_tid
 
 
 class InfeasiblePlan(ValueError):
@@ -35,7 +38,7 @@ class SimResult:
     """What a plan costs. Bytes are aligned device bytes unless named otherwise."""
 
     policy: str
-    peak_bytes: int  # live tensors, without convolution workspace
+    peak_bytes: int  # live tensors + mandatory scratch, without optional algorithm workspace
     device_peak_bytes: int  # with workspace: what the device must hold
     peak_index: int
     host_peak_bytes: int
@@ -93,23 +96,36 @@ def ideal_time(plan: Plan, cost: CostModel, fastest_conv: bool = True) -> float:
 
 def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = None,
              timeline: bool = True) -> SimResult:
-    """Replay `plan`; raise `InfeasiblePlan` if it cannot run (within `budget` bytes)."""
+    """Replay `plan`; raise `InfeasiblePlan` if it cannot run (within `budget` bytes).
+
+    What each compute record reads and writes is the graph's dependency model
+    (`pyd4j.sched.deps`): its reads must be valid, the gradients it writes allocated (or
+    renamed into place by the MOVE right after it), its parameters, momentum, state and -- for a
+    BACKWARD record -- dW allocated; its mandatory scratch counts towards the peak."""
     cost = cost or CostModel.for_device("k40c")
     g = plan.graph
+    d = g.deps
     layers = g.layers
     n = len(layers)
     nb = plan.nbytes
     asz = [aligned(b) for b in nb]
     steps = plan.steps
     fwd, bwd, upd = cost.layer_times(g)
-    inputs = [tuple(dict.fromkeys(layer.inputs)) for layer in layers]
     is_conv = [layer.type is LayerType.CONV for layer in layers]
     has_grad = [g.has_grad(i) for i in range(n)]
-    grad_inputs = [g.grad_inputs(i) for i in range(n)]
-    need_dy = [len(c) for c in g.consumers]
+    need_dy = [0] * n
+    for i in range(n):
+        for j in d.bwd_dx[i]:
+            need_dy[j] += 1
     has_params = [bool(layer.param_shapes) for layer in layers]
+    state_t = [state_tid(n, i) if d.state_bytes[i] else -1 for i in range(n)]
+    resident = resident_tensors(g)
+    is_resident = bytearray(len(nb))
+    for t in resident:
+        is_resident[t] = 1
+    started = False
 
-    nt = 5 * n
+    nt = len(nb)
     alloc = bytearray(nt)
     valid = bytearray(nt)
     host = bytearray(nt)
@@ -134,6 +150,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     off_bytes = pre_bytes = 0
     tl: list[int] = [] if timeline else None  # type: ignore[assignment]
     tl_add = tl.append if timeline else None
+    expect_move: tuple[int, int] | None = None  # (dst, src) the next record must rename
 
     def fail(k: int, reason: str) -> InfeasiblePlan:
         return InfeasiblePlan(k, plan.describe(steps[k]), reason)
@@ -145,17 +162,36 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                               "(free of a live tensor)")
             raise fail(k, f"reads {plan.tensor_name(t)} before it is produced")
 
-    A, F, OFF, PRE, FW, BW, RC = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
-                                  Op.BACKWARD, Op.RECOMPUTE)
+    def drop_host_copy(t: int) -> None:
+        nonlocal host_live, disk_live
+        host[t] = 0
+        if on_disk[t]:
+            disk_live -= asz[t]
+        else:
+            host_live -= asz[t]
+
+    def in_place(k: int, dst: int, src: int, what: str) -> None:
+        nonlocal expect_move
+        nxt = steps[k + 1] if k + 1 < len(steps) else None
+        if nxt is None or nxt.op != Op.MOVE or nxt.arg != dst or nxt.src != src:
+            raise fail(k, f"writes {plan.tensor_name(dst)}, which is not allocated ({what})")
+        check_read(k, src)
+        expect_move = (dst, src)
+
+    A, F, OFF, PRE, FW, BW, RC, MV = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
+                                      Op.BACKWARD, Op.RECOMPUTE, Op.MOVE)
     for k, s in enumerate(steps):
         op = s.op
         t = s.arg
         extra = 0
+        if expect_move is not None and op != MV:
+            raise fail(k, "the MOVE of the in-place step before is missing")
         if op == A:
+            if not 0 <= t < nt or not nb[t]:
+                raise fail(k, f"{plan.tensor_name(t) if 0 <= t < nt else t} is not a tensor "
+                              "of this graph")
             if alloc[t]:
                 raise fail(k, f"{plan.tensor_name(t)} is already allocated")
-            if not nb[t]:
-                raise fail(k, f"{plan.tensor_name(t)} is not a tensor of this graph")
             alloc[t] = 1
             live += asz[t]
             if budget is not None and live > budget:
@@ -163,6 +199,14 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
         elif op == F:
             if not alloc[t]:
                 raise fail(k, f"frees {plan.tensor_name(t)}, which is not allocated")
+            if is_resident[t]:
+                raise fail(k, f"frees {plan.tensor_name(t)}, which stays allocated for the "
+                              "whole run")
+            if t % 5 == 1 and t < 5 * n and valid[t]:
+                j = t // 5
+                if not (done_bwd[j] if d.bwd_dy[j] else dy_count[j] >= need_dy[j]):
+                    raise fail(k, f"frees {plan.tensor_name(t)} before its backward step read "
+                                  f"it ({dy_count[j]} of {need_dy[j]} contributions summed)")
             alloc[t] = valid[t] = 0
             freed_at[t] = k
             live -= asz[t]
@@ -170,16 +214,27 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                 stall_s += off_end[t] - tc
                 tc = off_end[t]
             if host[t] and last_pre[t] < k:
-                _drop_host = True
-            else:
-                _drop_host = False
-            if _drop_host:
-                host[t] = 0
-                if on_disk[t]:
-                    disk_live -= asz[t]
-                else:
-                    host_live -= asz[t]
+                drop_host_copy(t)
+        elif op == MV:
+            src = s.src
+            if expect_move != (t, src):
+                raise fail(k, "renames a buffer without the in-place step right before it")
+            expect_move = None
+            if alloc[t]:
+                raise fail(k, f"{plan.tensor_name(t)} is already allocated")
+            if asz[t] != asz[src]:
+                raise fail(k, f"{plan.tensor_name(src)} ({asz[src]} bytes) cannot hold "
+                              f"{plan.tensor_name(t)} ({asz[t]} bytes)")
+            alloc[src] = valid[src] = 0
+            freed_at[src] = k
+            alloc[t] = valid[t] = 1
+            if off_end[src] > ready[t]:
+                ready[t] = off_end[src]
+            if host[src] and last_pre[src] < k:
+                drop_host_copy(src)
         elif op == OFF:
+            if t % 5 != 0 or t >= 5 * n:
+                raise fail(k, "only layer outputs (Y) move between device and host")
             check_read(k, t)
             if not host[t]:
                 host[t] = 1
@@ -195,6 +250,8 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             off_end[t] = td
             off_bytes += asz[t]
         elif op == PRE:
+            if t % 5 != 0 or t >= 5 * n:
+                raise fail(k, "only layer outputs (Y) move between device and host")
             if not alloc[t]:
                 raise fail(k, f"prefetches {plan.tensor_name(t)} into an unallocated buffer")
             if not host[t]:
@@ -210,48 +267,72 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             i = t
             if not 0 <= i < n:
                 raise fail(k, f"layer {i} is not in the graph")
+            if not started:
+                started = True
+                missing_res = [r for r in resident if not alloc[r]]
+                if missing_res:
+                    raise fail(k, f"{plan.tensor_name(missing_res[0])} and "
+                                  f"{len(missing_res) - 1} more resident tensors are not "
+                                  "allocated before the first compute step")
             base = 5 * i
+            if state_t[i] >= 0 and not alloc[state_t[i]]:
+                raise fail(k, f"state of {layers[i].name} is not allocated")
             if op == BW:
                 if done_bwd[i]:
                     raise fail(k, "backward step runs twice")
-                reads = inputs[i] + (i,)
+                reads = d.bwd_reads[i]
                 for j in reads:
                     check_read(k, 5 * j)
-                if has_grad[i]:
+                if d.bwd_dy[i]:
                     if not valid[base + 1] or dy_count[i] < need_dy[i]:
                         raise fail(k, f"gradient of {layers[i].name} is incomplete "
                                       f"({dy_count[i]} of {need_dy[i]} contributions)")
-                for j in grad_inputs[i]:
-                    if not alloc[5 * j + 1]:
-                        raise fail(k, f"writes {layers[j].name}:DY, which is not allocated")
-                    valid[5 * j + 1] = 1
+                ip = d.bwd_inplace[i]
+                for j in d.bwd_dx[i]:
+                    tj = 5 * j + 1
+                    if not alloc[tj]:
+                        if ip is None or ip[0] != j:
+                            raise fail(k, f"writes {layers[j].name}:DY, which is not allocated")
+                        in_place(k, tj, ip[1], "and not written in place")
+                    else:
+                        valid[tj] = 1
                     dy_count[j] += 1
-                if has_params[i] and not (alloc[base + 2] and alloc[base + 3] and alloc[base + 4]):
-                    raise fail(k, f"parameters/gradients/momentum of {layers[i].name} not allocated")
+                if has_params[i] and not (alloc[base + 2] and alloc[base + 4]):
+                    raise fail(k, f"parameters/momentum of {layers[i].name} not allocated")
+                if d.bwd_dw[i] and not alloc[base + 3]:
+                    raise fail(k, f"writes {layers[i].name}:DW, which is not allocated")
                 done_bwd[i] = 1
                 dur = (cost.conv_time(g, i, True, s.algo) if is_conv[i] else bwd[i]) + upd[i]
+                extra = d.ws_bwd[i]
             else:
-                for j in inputs[i]:
+                reads = d.fwd_reads[i] if op == FW else d.rc_reads[i]
+                for j in reads:
                     check_read(k, 5 * j)
-                reads = inputs[i]
                 if not alloc[base]:
-                    raise fail(k, f"writes {layers[i].name}:Y, which is not allocated")
+                    j = d.fwd_inplace[i]
+                    if j < 0:
+                        raise fail(k, f"writes {layers[i].name}:Y, which is not allocated")
+                    in_place(k, base, 5 * j, "and not written in place")
+                else:
+                    valid[base] = 1
                 if has_params[i] and not alloc[base + 2]:
                     raise fail(k, f"parameters of {layers[i].name} not allocated")
-                valid[base] = 1
                 dur = cost.conv_time(g, i, False, s.algo) if is_conv[i] else fwd[i]
+                extra = d.ws_fwd[i] if op == FW else d.ws_rc[i]
             if s.ws:
                 if not is_conv[i]:
                     raise fail(k, "workspace on a non-CONV step")
                 if s.ws < cost.algos[s.algo].workspace(layers[i], g):
                     raise fail(k, f"workspace {s.ws} is smaller than algorithm "
                                   f"{cost.algos[s.algo].name} needs")
-                extra = aligned(s.ws)
             elif s.algo and is_conv[i] and cost.algos[s.algo].workspace(layers[i], g):
                 raise fail(k, f"algorithm {cost.algos[s.algo].name} needs a workspace")
-            if budget is not None and live + extra > budget:
-                raise fail(k, f"{live} live + {extra} workspace bytes exceed the budget of "
-                              f"{budget} bytes")
+            if budget is not None and live + extra + aligned(s.ws) > budget:
+                raise fail(k, f"{live} live + {extra + aligned(s.ws)} workspace bytes exceed "
+                              f"the budget of {budget} bytes")
+            if live + extra > peak:
+                peak = live + extra
+            extra += aligned(s.ws)
             start = tc
             for j in reads:
                 r = ready[5 * j]
@@ -273,11 +354,10 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
         if rel:
             for t2 in rel:
                 if host[t2]:
-                    host[t2] = 0
-                    if on_disk[t2]:
-                        disk_live -= asz[t2]
-                    else:
-                        host_live -= asz[t2]
+                    drop_host_copy(t2)
+    if expect_move is not None:
+        raise InfeasiblePlan(len(steps), "end of plan", "the MOVE of the last in-place step "
+                             "is missing")
     missing = [layers[i].name for i in range(n) if g.has_backward(i) and not done_bwd[i]]
     if missing:
         raise InfeasiblePlan(len(steps), "end of plan",
@@ -289,33 +369,37 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                      pre_bytes, len(steps), tl or [])
 
 
-def peak_bytes(plan: Plan) -> int:
-    """Peak live tensor bytes only (no checks, no timing): the fast path searches use."""
-    asz = [aligned(b) for b in plan.nbytes]
-    live = peak = 0
-    A, F = Op.ALLOC, Op.FREE
+def step_scratch(plan: Plan) -> list[int]:
+    """Mandatory scratch (aligned bytes) of each record under the graph's dependency model
+    (0 for memory records)."""
+    d = plan.graph.deps
+    table = {Op.FORWARD: d.ws_fwd, Op.BACKWARD: d.ws_bwd, Op.RECOMPUTE: d.ws_rc}
+    out = []
     for s in plan.steps:
-        if s.op == A:
-            live += asz[s.arg]
-            if live > peak:
-                peak = live
-        elif s.op == F:
-            live -= asz[s.arg]
-    return peak
+        ws = table.get(s.op)
+        out.append(ws[s.arg] if ws is not None else 0)
+    return out
+
+
+def peak_bytes(plan: Plan) -> int:
+    """`SimResult.peak_bytes` without checks or timing: the fast path searches use."""
+    return max(live_timeline(plan), default=0)
 
 
 def live_timeline(plan: Plan) -> list[int]:
-    """Live tensor bytes after each record (no workspace)."""
+    """Bytes held at each record: live tensors plus the record's mandatory scratch (no
+    optional algorithm workspace)."""
     asz = [aligned(b) for b in plan.nbytes]
     live = 0
     out = []
     A, F = Op.ALLOC, Op.FREE
-    for s in plan.steps:
-        if s.op == A:
+    for s, ws in zip(plan.steps, step_scratch(plan)):
+        op = s.op
+        if op == A:
             live += asz[s.arg]
-        elif s.op == F:
+        elif op == F:
             live -= asz[s.arg]
-        out.append(live)
+        out.append(live + ws)
     return out
 
 

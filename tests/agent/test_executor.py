@@ -137,3 +137,13 @@ def test_host_backend_allocator() -> None:
     assert np.array_equal(b.download(9, (64,), np.float32), np.full(64, 7, np.float32))
     st = b.stats()
     assert st.bytes_offloaded == 256 and st.bytes_prefetched == 256 and st.host_bytes == 256
+
+
+def test_executor_refuses_a_profile_that_drops_what_its_kernels_read() -> None:
+    """Under the dl4j profile an ActivationLayer's backward keeps x and dy only; the numpy ACT
+    kernel reads y too (tanh, sigmoid), so a dl4j plan could free y before the kernel reads it."""
+    g = zoo.small_cnn().with_profile("dl4j")
+    params = init_params(g)
+    x, labels = random_batch(g)
+    with pytest.raises(ValueError, match="ACT kernel reads \\['y'\\].*'dl4j'.*with_profile"):
+        execute(make_plan(g, "liveness"), HostBackend(), x, labels, params)
