@@ -17,7 +17,12 @@ from pyd4j.units import SizeError, parse_bytes
               help="a DL4J MultiLayerConfiguration / ComputationGraphConfiguration JSON instead")
 @click.option("--depth", type=click.IntRange(min=1), help="ResNet depth N for --model resnet")
 @click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--image", default=227, show_default=True, type=click.IntRange(min=1), help="input height/width")
+@click.option("--image", type=click.IntRange(min=1),
+              help="input height/width (default: the network's, 227; inception_v4 299)")
+@click.option("--layout", default="standard", show_default=True,
+              type=click.Choice(["standard", "paper"]),
+              help="ResNet-N stages: standard (3, 4, k, 3) or the SuperNeurons code's deepest "
+              "network (6, 32, k, 6)")
 @click.option("--device", default="k40c", show_default=True)
 @click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
               help="dependency profile: what each layer's steps read and write (default: dl4j for "
@@ -40,8 +45,9 @@ from pyd4j.units import SizeError, parse_bytes
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
-def command(model: str, network_json: str | None, depth: int | None, batch: int, image: int,
-            device: str, deps_profile: str | None, devices_json: str | None,
+def command(model: str, network_json: str | None, depth: int | None, batch: int,
+            image: int | None, layout: str, device: str, deps_profile: str | None,
+            devices_json: str | None,
             policies: tuple[str, ...],
             budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host") -> None:
@@ -87,7 +93,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                     f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
                     "(examples/networks/ has five), or a zoo network with --model", param_hint="--network") from None
         try:
-            return zoo.build(model, batch=b, image=image, depth=depth).with_profile(profile)
+            return zoo.build(model, batch=b, image=image, depth=depth,
+                             layout=layout).with_profile(profile)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--model") from None
 
@@ -95,11 +102,12 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         if network_json or not model.lower().startswith("resnet"):
             raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
         policy = chosen[-1]
-        best = max_resnet_depth(policy, cost, batch, image, cap, profile)
-        base = max_resnet_depth("baseline", cost, batch, image, cap, profile)
-        live = max_resnet_depth("liveness", cost, batch, image, cap, profile)
+        image = image or zoo.DEFAULT_IMAGE
+        best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        base = max_resnet_depth("baseline", cost, batch, image, cap, profile, layout)
+        live = max_resnet_depth("liveness", cost, batch, image, cap, profile, layout)
         doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
-               "profile": profile,
+               "profile": profile, "layout": layout,
                "capacity_bytes": cap, "policy": policy, "depth": best.value,
                "baseline_depth": base.value, "liveness_depth": live.value,
                "ratio_to_baseline": best.value / base.value if base.value else None,

@@ -78,12 +78,15 @@ def max_batch(build: Callable[[int], Graph], policy: str, cost: CostModel,
 
 
 def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int = 227,
-                     capacity: int | None = None, profile: str = "cudnn") -> SearchResult:
-    """Deepest bottleneck ResNet-N (extra blocks in conv4_x) whose plan fits `capacity`."""
+                     capacity: int | None = None, profile: str = "cudnn",
+                     layout: str = "standard") -> SearchResult:
+    """Deepest bottleneck ResNet-N (extra blocks in conv4_x of `layout`, see
+    `pyd4j.sched.zoo.resnet_stages`) whose plan fits `capacity`."""
     cap = capacity if capacity is not None else cost.device.memory_bytes
+    a, b, d = zoo.LAYOUTS[layout]
 
     def graph(k: int) -> Graph:
-        return zoo.resnet(stages=(3, 4, k, 3), batch=batch, image=image).with_profile(profile)
+        return zoo.resnet(stages=(a, b, k, d), batch=batch, image=image).with_profile(profile)
 
     def peak(k: int) -> int:
         return peak_bytes(make_plan(graph(k), policy, cost, cap))
@@ -97,5 +100,5 @@ def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int =
     if best < 1:
         return SearchResult(0, None, evals)
     g = graph(best)
-    return SearchResult(zoo.resnet_depth((3, 4, best, 3)),
+    return SearchResult(zoo.resnet_depth((a, b, best, d)),
                         simulate(make_plan(g, policy, cost, cap), cost), evals)
