@@ -54,6 +54,7 @@ class BackendStats:
 
     live_bytes: int = 0
     peak_bytes: int = 0
+    arena_peak_bytes: int = 0  # high-water of the address range (fragmentation included)
     n_alloc: int = 0
     n_free: int = 0
     bytes_offloaded: int = 0

@@ -608,6 +608,7 @@ class NativeBackend:
         out = BackendStats(**vars(self._stats))
         out.live_bytes = int(s["device_in_use"])
         out.peak_bytes = int(s["device_peak"])
+        out.arena_peak_bytes = int(s["device_high_water"])
         out.host_bytes = int(s["host_in_use"])
         out.host_peak_bytes = int(s["host_peak"])
         return out

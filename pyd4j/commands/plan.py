@@ -182,10 +182,11 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         f"{g.name}, batch {batch}, on {cost.device.name}, minimum memory: lower bound "
         f"{human_bytes(bound.lower_bound_bytes)} (resident {human_bytes(bound.resident_bytes)} "
         f"+ l_peak {human_bytes(bound.l_peak_bytes)} at {bound.l_peak_layer})",
-        ["policy", "peak", "/bound", "+workspace", "time", "overhead", "delayed frees",
-         "fits"],
+        ["policy", "peak", "/bound", "+workspace", "arena", "time", "overhead",
+         "delayed frees", "fits"],
         [(p, human_bytes(r.peak_bytes), f"{r.peak_bytes / bound.lower_bound_bytes:.3f}",
-          human_bytes(r.device_peak_bytes), f"{r.time_s * 1e3:.0f} ms", f"{r.overhead:+.0%}",
+          human_bytes(r.device_peak_bytes), human_bytes(r.arena_peak_bytes),
+          f"{r.time_s * 1e3:.0f} ms", f"{r.overhead:+.0%}",
           f"{extra[p]['at_min_peak']['overhead']:+.0%}", "yes" if r.peak_bytes <= cap else "no")
          for p, r in mins.items()])
     print_table(
@@ -197,6 +198,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
           f"{e['recompute_s'] * 1e3:.0f} ms", "yes" if e["fits"] else "no")
          for p, e in ((p, extra[p]["time_optimised"]) for p in results)])
     click.echo(
+        "arena: the high-water of a first-fit allocator that never moves a buffer (fragmentation "
+        "included).\n"
         "delayed frees: the overhead with the same device memory as the minimum-memory plan, the "
         "tensor cache deciding what to free and when.\n"
         f"overhead = iteration time vs an infinite-memory run ({ideal * 1e3:.1f} ms: no copies, "
@@ -249,7 +252,10 @@ def _execute(g, plans: dict, results: dict, backend: str) -> dict:
     out = {}
     for p, plan in plans.items():
         r = results[p]
-        b = make(budget_bytes=r.device_peak_bytes)
+        if backend == "cupy":  # the budget is on CuPy's pool bytes, placed by CuPy's own policy
+            b = make(budget_bytes=cupy_budget(r.arena_peak_bytes))
+        else:  # first-fit arenas: the simulated high-water is what they need
+            b = make(budget_bytes=r.device_peak_bytes, arena_bytes=r.arena_peak_bytes)
         try:
             t = time.perf_counter()
             run = execute(plan, b, x, labels, params)
@@ -259,12 +265,20 @@ def _execute(g, plans: dict, results: dict, backend: str) -> dict:
             b.close()
         diff = max((float(np.max(np.abs(run.grads[k] - ref.grads[k]))) for k in ref.grads), default=0.0)
         out[p] = {"planned_peak_bytes": r.device_peak_bytes, "measured_peak_bytes": run.stats.peak_bytes,
+                  "planned_arena_peak_bytes": r.arena_peak_bytes,
+                  "measured_arena_peak_bytes": run.stats.arena_peak_bytes,
                   "planned_time_s": r.time_s, "measured_time_s": elapsed,
                   "bytes_offloaded": run.stats.bytes_offloaded,
                   "bytes_prefetched": run.stats.bytes_prefetched,
                   "grads_equal_reference": all(np.array_equal(run.grads[k], ref.grads[k]) for k in ref.grads),
                   "max_abs_grad_diff": diff}
     return {"backend": backend, "library": library, "policies": out}
+
+
+def cupy_budget(arena_peak_bytes: int) -> int:
+    """Pool bytes a plan gets on CuPy: its simulated first-fit high-water plus room for CuPy's
+    512-byte rounding and its own placement (measured on a GPU, see benchmarks/agent_gpu.py)."""
+    return int(arena_peak_bytes * 1.25) + (1 << 20)
 
 
 def _input_shape(network_json: str) -> tuple[int, ...] | None:

@@ -1,7 +1,10 @@
 """The one simulator: replays any plan, checks it, and says exactly what it costs.
 
 Memory is accounted in program order (see `pyd4j.sched.plan`): peak device bytes is the maximum,
-over records, of the aligned bytes of live allocations (plus the step's convolution workspace).
+over records, of the aligned bytes of live allocations (plus the step's scratch and convolution
+workspace). The same allocations are placed in a first-fit arena (`pyd4j.sched.arena`) that
+never moves a buffer: its high-water mark, fragmentation included, is reported next to the
+accounted peak.
 Time uses three streams -- compute, device-to-host and host-to-device copies -- with the usual
 CUDA semantics: an async copy starts when both its stream is free and the host thread reaches
 the record; a compute step waits for the prefetches it reads; FREE of a tensor waits for its
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyd4j.sched.arena import FirstFit
 from pyd4j.sched.bounds import resident_tensors
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import LayerType
@@ -52,6 +56,7 @@ class SimResult:
     bytes_prefetched: int
     n_records: int
     timeline: list[int] = field(repr=False, default_factory=list)
+    arena_peak_bytes: int = 0  # first-fit arena high-water (fragmentation included)
 
     @property
     def overhead(self) -> float:
@@ -63,6 +68,7 @@ class SimResult:
         return {
             "peak_bytes": self.peak_bytes,
             "device_peak_bytes": self.device_peak_bytes,
+            "arena_peak_bytes": self.arena_peak_bytes,
             "host_peak_bytes": self.host_peak_bytes,
             "disk_peak_bytes": self.disk_peak_bytes,
             "time_s": self.time_s,
@@ -151,6 +157,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     tl: list[int] = [] if timeline else None  # type: ignore[assignment]
     tl_add = tl.append if timeline else None
     expect_move: tuple[int, int] | None = None  # (dst, src) the next record must rename
+    arena = FirstFit()  # where the buffers sit: fragmentation, as a real allocator sees it
 
     def fail(k: int, reason: str) -> InfeasiblePlan:
         return InfeasiblePlan(k, plan.describe(steps[k]), reason)
@@ -194,6 +201,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                 raise fail(k, f"{plan.tensor_name(t)} is already allocated")
             alloc[t] = 1
             live += asz[t]
+            arena.alloc(t, nb[t])
             if budget is not None and live > budget:
                 raise fail(k, f"{live} live bytes exceed the budget of {budget} bytes")
         elif op == F:
@@ -210,6 +218,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             alloc[t] = valid[t] = 0
             freed_at[t] = k
             live -= asz[t]
+            arena.free(t)
             if off_end[t] > tc:
                 stall_s += off_end[t] - tc
                 tc = off_end[t]
@@ -228,6 +237,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             alloc[src] = valid[src] = 0
             freed_at[src] = k
             alloc[t] = valid[t] = 1
+            arena.rename(src, t)
             if off_end[src] > ready[t]:
                 ready[t] = off_end[src]
             if host[src] and last_pre[src] < k:
@@ -333,6 +343,9 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             if live + extra > peak:
                 peak = live + extra
             extra += aligned(s.ws)
+            if extra:  # the executor's scratch block for this step
+                arena.alloc(-1, extra)
+                arena.free(-1)
             start = tc
             for j in reads:
                 r = ready[5 * j]
@@ -366,7 +379,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     total = max(tc, td, th)
     return SimResult(plan.policy, peak, dev_peak, peak_k, host_peak, disk_peak, total,
                      ideal_time(plan, cost), compute_s, recompute_s, stall_s, off_bytes,
-                     pre_bytes, len(steps), tl or [])
+                     pre_bytes, len(steps), tl or [], arena.high_water)
 
 
 def step_scratch(plan: Plan) -> list[int]:

@@ -117,8 +117,10 @@ def test_time_optimised_plans_execute_exactly(net, policy: str) -> None:
         plan = make_plan(g, policy, budget=budget, cache=True)
         sim = simulate(plan, budget=budget)
         moved += sim.bytes_prefetched
-        res = execute(plan, HostBackend(budget_bytes=sim.device_peak_bytes), x, labels, params)
+        res = execute(plan, HostBackend(budget_bytes=sim.device_peak_bytes,
+                                        arena_bytes=sim.arena_peak_bytes), x, labels, params)
         assert all(np.array_equal(res.grads[k], ref.grads[k]) for k in ref.grads)
         assert res.stats.peak_bytes == sim.device_peak_bytes
+        assert res.stats.arena_peak_bytes == sim.arena_peak_bytes
         assert res.stats.bytes_prefetched == sim.bytes_prefetched
     assert moved > 0
