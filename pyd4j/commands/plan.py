@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pyd4j.output import emit_json, human_bytes, print_table
+from pyd4j.sched.plan import gc_paused
 from pyd4j.units import SizeError, parse_bytes
 
 
@@ -45,6 +46,7 @@ from pyd4j.units import SizeError, parse_bytes
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
+@gc_paused
 def command(model: str, network_json: str | None, depth: int | None, batch: int,
             image: int | None, layout: str, device: str, deps_profile: str | None,
             devices_json: str | None,
@@ -56,7 +58,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     from pyd4j.sched import zoo
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.costmodel import CostModel
-    from pyd4j.sched.policies import POLICIES, make_plan
+    from pyd4j.sched.policies import POLICIES, evaluate, make_plan
     from pyd4j.sched.search import max_batch as search_batch
     from pyd4j.sched.search import max_resnet_depth
     from pyd4j.sched.simulator import ideal_time, simulate
@@ -143,11 +145,13 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     mins = {}
     for p in chosen:
         small = make_plan(g, p, cost, cap)
-        rs = simulate(small, cost, timeline=bool(plot) and not cache)
+        rs = (simulate(small, cost) if plot and not cache else evaluate(small, cost))
         # the same device memory as the minimum-memory plan, frees delayed by the tensor cache
-        at_min = simulate(make_plan(g, p, cost, rs.device_peak_bytes, cache=True), cost)
+        at_min = evaluate(make_plan(g, p, cost, rs.device_peak_bytes, cache=True), cost,
+                          arena=False)
         fast_plan = make_plan(g, p, cost, cap, cache=True)
-        fast = simulate(fast_plan, cost, timeline=bool(plot) and cache)
+        fast = (simulate(fast_plan, cost) if plot and cache
+                else evaluate(fast_plan, cost, arena=cache))
         plans[p], results[p] = (fast_plan, fast) if cache else (small, rs)
         mins[p] = rs
         timelines[p] = results[p].timeline

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 
-from pyd4j.sched.plan import ALIGNMENT, aligned
+from pyd4j.sched.plan import ALIGNMENT
 
 
 class ArenaFull(MemoryError):
@@ -45,8 +45,9 @@ class FirstFit:
         """Place `key` (error if live) and return its offset; `ArenaFull` if nothing fits."""
         if key in self.blocks:
             raise ValueError(f"tensor {key} is already allocated")
-        size = aligned(nbytes, self.alignment)
-        offset = self._take(size) if size else 0
+        a = self.alignment
+        size = -(-nbytes // a) * a
+        offset = self._take(size) if size and self._starts else (0 if not size else None)
         if offset is None:
             if self.capacity is not None and self.top + size > self.capacity:
                 largest = max([*self._sizes.values(), self.capacity - self.top], default=0)

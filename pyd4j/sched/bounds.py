@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyd4j.sched.graph import Graph, LayerType
-from pyd4j.sched.plan import aligned, state_tid
+from pyd4j.sched.plan import aligned, gc_paused, state_tid
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,7 @@ def resident_bytes(graph: Graph) -> int:
     """Parameters + momentum (+ gradients when kept) + persistent state, aligned per tensor."""
     d = graph.deps
     copies = 3 if d.keep_dw else 2
-    params = sum(copies * aligned(layer.param_bytes) for layer in graph.layers
-                 if layer.param_shapes)
-    return params + d.resident_state_bytes
+    return copies * sum(d.psz) + d.resident_state_bytes
 
 
 def held_gradients(graph: Graph) -> list[int]:
@@ -92,7 +90,7 @@ def held_gradients(graph: Graph) -> list[int]:
             last[j] = pos[j]
     m = len(order)
     diff = [0] * (m + 1)
-    ysz = [aligned(layer.out_bytes) for layer in layers]
+    ysz = d.ysz
     for j in range(n):
         if first[j] >= 0 and last[j] - first[j] > 1:
             diff[first[j] + 1] += ysz[j]
@@ -109,9 +107,12 @@ def held_gradients(graph: Graph) -> list[int]:
 def step_working_sets(graph: Graph) -> tuple[list[int], list[int]]:
     """(need of each FORWARD step, need of each BACKWARD step) per layer id (0: no such step);
     a BACKWARD step's need includes the gradients held across it (`held_gradients`)."""
+    memo = graph._memo.get("step_working_sets")
+    if memo is not None:
+        return memo
     d = graph.deps
     layers = graph.layers
-    ysz = [aligned(layer.out_bytes) for layer in layers]
+    ysz = d.ysz
     held = held_gradients(graph)
     fwd, bwd = [], []
     for layer in layers:
@@ -131,8 +132,9 @@ def step_working_sets(graph: Graph) -> tuple[list[int], list[int]]:
         if ip is not None:
             need -= ysz[ip[0]]
         if d.bwd_dw[i] and not d.keep_dw:
-            need += aligned(layer.param_bytes)
+            need += d.psz[i]
         bwd.append(need + held[i])
+    graph._memo["step_working_sets"] = (fwd, bwd)
     return fwd, bwd
 
 
@@ -142,6 +144,7 @@ def layer_working_sets(graph: Graph) -> list[int]:
     return [max(f, b) for f, b in zip(fwd, bwd)]
 
 
+@gc_paused
 def lower_bound(graph: Graph, costmodel=None) -> Bound:
     """The bound for `graph`; with a cost model, also the largest fastest-algorithm workspace."""
     fwd, bwd = step_working_sets(graph)

@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyd4j.sched.plan import aligned
+from pyd4j.sched.plan import ALIGNMENT, aligned
 
 if TYPE_CHECKING:
     from pyd4j.sched.graph import Graph, Layer
@@ -259,6 +259,10 @@ class GraphDeps:
     state_bytes: list[int]  # persistent extra state, aligned (one tensor per layer)
     state_names: list[dict[str, int]]  # its parts, unaligned
     keep_dw: bool
+    ysz: list[int]  # aligned bytes of each layer's output (and of its gradient)
+    psz: list[int]  # aligned bytes of each layer's parameters (W, dW, M each)
+    nbytes: list[int]  # unaligned bytes of every tensor id (0: not a tensor of the graph)
+    asz: list[int]  # the same, aligned
 
     @property
     def resident_state_bytes(self) -> int:
@@ -291,43 +295,66 @@ def graph_deps(graph: "Graph") -> GraphDeps:
 
 
 def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
-    from pyd4j.sched.plan import Kind, tid  # noqa: PLC0415 - plan imports nothing of ours
+    from pyd4j.sched.graph import LayerType  # noqa: PLC0415 - graph imports this module
 
     layers = graph.layers
     n = len(layers)
     cons = graph.consumers
+    obytes = [layer.out_bytes for layer in layers]
+    pbytes = [layer.param_bytes for layer in layers]
+    ysz = [aligned(b) for b in obytes]
+    psz = [aligned(b) for b in pbytes]
+    no_grad = (LayerType.DATA, LayerType.SOFTMAX)
+    has_grad = [layer.type not in no_grad for layer in layers]
     fwd_reads, rc_reads, bwd_reads = [], [], []
     bwd_dy, bwd_dx, bwd_dw = [], [], []
     ws_fwd, ws_bwd, ws_rc, algo_ws = [], [], [], []
     state_bytes, state_names = [], []
     entries = []
+    flags: dict[int, tuple] = {}  # per entry: what its steps read and write
+    none = StepDeps()
     for layer in layers:
+        i = layer.id
         e = prof.of(layer)
         entries.append(e)
-        ins = tuple(dict.fromkeys(layer.inputs))
-        fwd_reads.append(ins if "x" in e.forward.reads else ())
-        rc_reads.append(ins if "x" in e.recompute.reads else ())
-        has_bwd = graph.has_backward(layer.id)
+        f = flags.get(id(e))
+        if f is None:
+            b = e.backward or none
+            f = flags[id(e)] = ("x" in e.forward.reads, "x" in e.recompute.reads,
+                                "x" in b.reads, "y" in b.reads, "dy" in b.reads,
+                                "dx" in b.writes, "dw" in b.writes,
+                                e.forward.algorithm_workspace or b.algorithm_workspace,
+                                bool(e.forward.workspace), bool(b.workspace),
+                                bool(e.recompute.workspace))
+        fx, rx, bx, by, bdy, bdx, bdw, aw, wf, wb, wr = f
+        ins = layer.inputs if len(layer.inputs) < 2 else tuple(dict.fromkeys(layer.inputs))
+        fwd_reads.append(ins if fx else ())
+        rc_reads.append(ins if rx else ())
+        has_bwd = layer.type is not LayerType.DATA
         b = e.backward
         if has_bwd and b is None:
             raise DepsError(f"profile {prof.name!r} has no backward step for "
                             f"{layer.type.value} layer {layer.name!r}")
         if not has_bwd:
-            b = StepDeps()
-        reads = ins if "x" in b.reads else ()
-        if "y" in b.reads:
-            reads = reads + (layer.id,) if layer.id not in reads else reads
+            bx = by = bdy = bdx = bdw = wb = False
+        reads = ins if bx else ()
+        if by and i not in reads:
+            reads = reads + (i,)
         bwd_reads.append(reads)
-        bwd_dy.append("dy" in b.reads and graph.has_grad(layer.id))
-        bwd_dx.append(tuple(graph.grad_inputs(layer.id)) if "dx" in b.writes else ())
-        bwd_dw.append(bool(layer.param_shapes) and "dw" in b.writes)
-        ws_fwd.append(aligned(e.forward.workspace.of(graph, layer)))
-        ws_bwd.append(aligned(b.workspace.of(graph, layer)) if has_bwd else 0)
-        ws_rc.append(aligned(e.recompute.workspace.of(graph, layer)))
-        algo_ws.append(e.forward.algorithm_workspace or b.algorithm_workspace)
-        parts = {k: s.of(graph, layer) for k, s in e.state.items()}
-        state_names.append(parts)
-        state_bytes.append(aligned(sum(parts.values())))
+        bwd_dy.append(bdy and has_grad[i])
+        bwd_dx.append(tuple(j for j in ins if has_grad[j]) if bdx else ())
+        bwd_dw.append(bdw and bool(layer.param_shapes))
+        ws_fwd.append(aligned(e.forward.workspace.of(graph, layer)) if wf else 0)
+        ws_bwd.append(aligned(b.workspace.of(graph, layer)) if wb else 0)
+        ws_rc.append(aligned(e.recompute.workspace.of(graph, layer)) if wr else 0)
+        algo_ws.append(aw)
+        if e.state:
+            parts = {k: s.of(graph, layer) for k, s in e.state.items()}
+            state_names.append(parts)
+            state_bytes.append(aligned(sum(parts.values())))
+        else:
+            state_names.append({})
+            state_bytes.append(0)
     read_in_bwd = [False] * n
     for reads in bwd_reads:
         for j in reads:
@@ -339,18 +366,28 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
         e = entries[i]
         if e.forward.inplace == "x" and len(layer.inputs) == 1:
             j = layer.inputs[0]
-            if (cons[j] == [i] and not read_in_bwd[j]
-                    and aligned(layers[j].out_bytes) == aligned(layer.out_bytes)):
+            if cons[j] == [i] and not read_in_bwd[j] and ysz[j] == ysz[i]:
                 fwd_inplace[i] = j
         src_role = e.backward.inplace if e.backward is not None else None
         if src_role and graph.has_backward(i) and len(set(layer.inputs)) == len(layer.inputs):
             if src_role == "dy" and not bwd_dy[i]:
                 continue
-            source = tid(i, Kind.DY if src_role == "dy" else Kind.Y)
+            source = 5 * i + (1 if src_role == "dy" else 0)  # tid(i, DY / Y)
             for j in bwd_dx[i]:
-                if cons[j][-1] == i and aligned(layers[j].out_bytes) == aligned(layer.out_bytes):
+                if cons[j][-1] == i and ysz[j] == ysz[i]:
                     bwd_inplace[i] = (j, source)
                     break
+    nbytes = [0] * (6 * n)
+    for layer in layers:
+        i = layer.id
+        base = 5 * i
+        nbytes[base] = obytes[i]
+        if has_grad[i]:
+            nbytes[base + 1] = obytes[i]
+        if pbytes[i]:
+            nbytes[base + 2] = nbytes[base + 3] = nbytes[base + 4] = pbytes[i]
+        nbytes[5 * n + i] = state_bytes[i]
+    asz = [-(-b // ALIGNMENT) * ALIGNMENT for b in nbytes]
     return GraphDeps(prof, fwd_reads, rc_reads, bwd_reads, bwd_dy, bwd_dx, bwd_dw, fwd_inplace,
                      bwd_inplace, ws_fwd, ws_bwd, ws_rc, algo_ws, state_bytes, state_names,
-                     prof.keep_dw)
+                     prof.keep_dw, ysz, psz, nbytes, asz)

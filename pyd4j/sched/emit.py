@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 
 from pyd4j.sched.graph import Graph
-from pyd4j.sched.plan import Kind, Op, Step, aligned, state_tid
+from pyd4j.sched.plan import Kind, Op, Step, state_tid
 
 _Y, _DY, _W, _DW, _M = (int(k) for k in Kind)
 
@@ -88,23 +88,23 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
     caching = budget is not None and free
     steps: list[Step] = []
     add = steps.append
+    new, S = tuple.__new__, Step  # records built without the NamedTuple's Python __new__
     A, F, OFF, PRE, FW, BW, RC, MV = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
                                       Op.BACKWARD, Op.RECOMPUTE, Op.MOVE)
-    ysz = [aligned(layer.out_bytes) for layer in layers]
-    psz = [aligned(layer.param_bytes) for layer in layers]
+    ysz, psz = d.ysz, d.psz
     keep_dw = d.keep_dw
     live = 0
     for layer in layers:
         if layer.param_shapes:
             base = 5 * layer.id
-            add(Step(A, base + _W))
+            add(new(S, (A, base + _W, 0, 0, -1)))
             if keep_dw:
-                add(Step(A, base + _DW))
-            add(Step(A, base + _M))
+                add(new(S, (A, base + _DW, 0, 0, -1)))
+            add(new(S, (A, base + _M, 0, 0, -1)))
             live += (3 if keep_dw else 2) * psz[layer.id]
     for i, nbytes in enumerate(d.state_bytes):
         if nbytes:
-            add(Step(A, state_tid(n, i)))
+            add(new(S, (A, state_tid(n, i), 0, 0, -1)))
             live += nbytes
     ws_fwd, ws_bwd, ws_rc = d.ws_fwd, d.ws_bwd, d.ws_rc
 
@@ -147,7 +147,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 return
             heapq.heappop(heap)
             cached[j] = valid[j] = False
-            add(Step(F, 5 * j))
+            add(new(S, (F, 5 * j, 0, 0, -1)))
             live -= ysz[j]
             if j in offload:
                 host[j] = evicted[j] = True
@@ -156,7 +156,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
         nonlocal live
         if caching:
             evict(nbytes, -2)
-        add(Step(A, t))
+        add(new(S, (A, t, 0, 0, -1)))
         live += nbytes
 
     def release(j: int) -> None:
@@ -169,7 +169,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 heapq.heappush(heap, (-nxt, j))
             return
         cached[j] = valid[j] = False
-        add(Step(F, 5 * j))
+        add(new(S, (F, 5 * j, 0, 0, -1)))
         live -= ysz[j]
 
     fwd_inplace = [j if j >= 0 and j not in offload and j not in drop and i not in drop else -1
@@ -179,19 +179,19 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
         if j >= 0:  # the output takes over its input's buffer
             if caching and room(i, ws_fwd):
                 evict(room(i, ws_fwd), -1)
-            add(Step(FW, i))
-            add(Step(MV, 5 * i, src=5 * j))
+            add(new(S, (FW, i, 0, 0, -1)))
+            add(new(S, (MV, 5 * i, 0, 0, 5 * j)))
             valid[j] = False
             live += ysz[i] - ysz[j]
         else:
             alloc(5 * i, ysz[i])
             if caching and room(i, ws_fwd):
                 evict(room(i, ws_fwd), -1)
-            add(Step(FW, i))
+            add(new(S, (FW, i, 0, 0, -1)))
         valid[i] = True
         if i in offload:
             off_at.append(len(steps))
-            add(Step(OFF, 5 * i))
+            add(new(S, (OFF, 5 * i, 0, 0, -1)))
             if not caching:
                 host[i] = True
         if free:
@@ -223,7 +223,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             return
         if host[j]:
             alloc(5 * j, ysz[j])
-            add(Step(PRE, 5 * j))
+            add(new(S, (PRE, 5 * j, 0, 0, -1)))
         elif j in drop:
             ins = d.rc_reads[j]
             for u in ins:  # pinned: a nested rebuild must not release them
@@ -233,7 +233,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             alloc(5 * j, ysz[j])
             if caching and room(j, ws_rc):
                 evict(room(j, ws_rc), pos + lookahead)
-            add(Step(RC, j))
+            add(new(S, (RC, j, 0, 0, -1)))
             valid[j] = True
             for u in ins:
                 pinned[u] -= 1
@@ -266,8 +266,8 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 evict(ysz[j] + extra, q)
                 if live + ysz[j] + extra > budget:  # type: ignore[operator]
                     return
-                add(Step(A, 5 * j))
-                add(Step(PRE, 5 * j))
+                add(new(S, (A, 5 * j, 0, 0, -1)))
+                add(new(S, (PRE, 5 * j, 0, 0, -1)))
                 live += ysz[j]
                 valid[j] = cached[j] = True
                 heapq.heappush(heap, (-q, j))
@@ -295,11 +295,11 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 alloc(5 * i + _DW, psz[i])
             if caching and room(i, ws_bwd):
                 evict(room(i, ws_bwd), pos + lookahead)
-            add(Step(BW, i))
+            add(new(S, (BW, i, 0, 0, -1)))
             moved_dy = False
             if ip is not None:
                 tj, src = ip
-                add(Step(MV, 5 * tj + _DY, src=src))
+                add(new(S, (MV, 5 * tj + _DY, 0, 0, src)))
                 dy_alloc[tj] = True
                 if src == 5 * i + _Y:
                     valid[i] = cached[i] = False
@@ -308,14 +308,14 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                     moved_dy = True
                     live += ysz[tj] - ysz[i]
             if dw:
-                add(Step(F, 5 * i + _DW))
+                add(new(S, (F, 5 * i + _DW, 0, 0, -1)))
                 live -= psz[i]
             for j in at_pos[pos]:
                 ptr[j] += 1
             if not free:
                 continue
             if has_grad[i] and dy_alloc[i] and not moved_dy:
-                add(Step(F, 5 * i + _DY))
+                add(new(S, (F, 5 * i + _DY, 0, 0, -1)))
                 live -= ysz[i]
             # a host copy needed by the next step is kept, unless that step first rebuilds a
             # dropped tensor: then it comes back after the rebuild instead of sitting through it

@@ -121,6 +121,7 @@ class Graph:
         self.layers: list[Layer] = []
         self._consumers: list[list[int]] | None = None
         self._deps: _deps.GraphDeps | None = None
+        self._memo: dict[str, Any] = {}  # derived tables (bounds, decisions), reset on change
 
     @property
     def deps(self) -> "_deps.GraphDeps":
@@ -187,11 +188,8 @@ class Graph:
 
     def nbytes_table(self) -> list[int]:
         """nbytes[t] for every tensor id (0 where a layer does not own that kind); state
-        tensors' sizes are already aligned."""
-        table = [0] * (len(self.layers) * 6)
-        for t in self.tensors():
-            table[t.id] = t.nbytes
-        return table
+        tensors' sizes are already aligned. A copy of the dependency model's table."""
+        return list(self.deps.nbytes)
 
     def validate(self) -> None:
         """Check topological order, inputs and that every sink is a SOFTMAX loss."""
@@ -232,6 +230,7 @@ class Graph:
         self.layers.append(layer)
         self._consumers = None
         self._deps = None
+        self._memo = {}
         return i
 
     def shape(self, i: int) -> tuple[int, ...]:

@@ -32,7 +32,15 @@ the input batch. FC and SOFTMAX outputs are checkpoints kept on the device (smal
 
 
 def recompute_decisions(graph: Graph) -> tuple[Decisions, dict[str, int]]:
-    """Which outputs to drop, offload, and which segments run memory-centric."""
+    """Which outputs to drop, offload, and which segments run memory-centric (memoised on the
+    graph)."""
+    memo = graph._memo.get("recompute_decisions")
+    if memo is None:
+        memo = graph._memo["recompute_decisions"] = _decisions(graph)
+    return memo[0], dict(memo[1])
+
+
+def _decisions(graph: Graph) -> tuple[Decisions, dict[str, int]]:
     layers = graph.layers
     cons = graph.consumers
     d = graph.deps
@@ -75,15 +83,16 @@ def recompute_decisions(graph: Graph) -> tuple[Decisions, dict[str, int]]:
     memory_centric: set[int] = set()
     n_speed = 0
     for members in segments.values():
-        mem = sum(aligned(layers[i].out_bytes) for i in members)
+        ysz = d.ysz
+        mem = sum(ysz[i] for i in members)
         borders = {j for i in members for j in d.rc_reads[i] if j not in drop}
-        mem += sum(aligned(layers[j].out_bytes) for j in borders)
+        mem += sum(ysz[j] for j in borders)
         grads = 0
         for i in members:
-            g = aligned(layers[i].out_bytes) if d.bwd_dy[i] else 0
-            g += sum(aligned(layers[j].out_bytes) for j in d.bwd_dx[i])
+            g = ysz[i] if d.bwd_dy[i] else 0
+            g += sum(ysz[j] for j in d.bwd_dx[i])
             if d.bwd_inplace[i] is not None:
-                g -= aligned(layers[d.bwd_inplace[i][0]].out_bytes)
+                g -= ysz[d.bwd_inplace[i][0]]
             grads = max(grads, g)
         if mem + grads <= l_peak:
             n_speed += 1

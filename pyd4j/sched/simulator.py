@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pyd4j.sched.arena import FirstFit
 from pyd4j.sched.bounds import resident_tensors
 from pyd4j.sched.costmodel import CostModel
-from pyd4j.sched.graph import LayerType
-from pyd4j.sched.plan import Op, Plan, aligned, state_tid
+from pyd4j.sched.graph import Graph, LayerType
+from pyd4j.sched.plan import Op, Plan, aligned, gc_paused, state_tid
 
 
 class InfeasiblePlan(ValueError):
@@ -83,6 +83,15 @@ class SimResult:
 
 
 def ideal_time(plan: Plan, cost: CostModel, fastest_conv: bool = True) -> float:
+    """See `_ideal_time` (memoised per graph and cost model)."""
+    memo = cost._memo(plan.graph)
+    key = ("ideal_time", fastest_conv)
+    if key not in memo:
+        memo[key] = _ideal_time(plan, cost, fastest_conv)
+    return memo[key]
+
+
+def _ideal_time(plan: Plan, cost: CostModel, fastest_conv: bool = True) -> float:
     """Iteration time with infinite memory: every step once, no copies, and the fastest
     convolution algorithms (unlimited workspace); with `fastest_conv=False`, the no-workspace
     algorithm instead -- the compute time of the baseline and liveness plans, so the gap between
@@ -100,21 +109,23 @@ def ideal_time(plan: Plan, cost: CostModel, fastest_conv: bool = True) -> float:
     return total
 
 
+@gc_paused
 def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = None,
-             timeline: bool = True) -> SimResult:
+             timeline: bool = True, arena: bool = True) -> SimResult:
     """Replay `plan`; raise `InfeasiblePlan` if it cannot run (within `budget` bytes).
 
     What each compute record reads and writes is the graph's dependency model
     (`pyd4j.sched.deps`): its reads must be valid, the gradients it writes allocated (or
     renamed into place by the MOVE right after it), its parameters, momentum, state and -- for a
-    BACKWARD record -- dW allocated; its mandatory scratch counts towards the peak."""
+    BACKWARD record -- dW allocated; its mandatory scratch counts towards the peak. With
+    `arena=False` the first-fit placement is skipped (`arena_peak_bytes` is then 0)."""
     cost = cost or CostModel.for_device("k40c")
     g = plan.graph
     d = g.deps
     layers = g.layers
     n = len(layers)
     nb = plan.nbytes
-    asz = [aligned(b) for b in nb]
+    asz = d.asz if nb == d.nbytes else [aligned(b) for b in nb]
     steps = plan.steps
     fwd, bwd, upd = cost.layer_times(g)
     is_conv = [layer.type is LayerType.CONV for layer in layers]
@@ -144,20 +155,19 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     # last PREFETCH of each tensor: its host copy can be dropped after it
     last_pre = [-1] * nt
     for k, s in enumerate(steps):
-        if s.op == Op.PREFETCH:
-            last_pre[s.arg] = k
+        if s[0] == 3:  # PREFETCH
+            last_pre[s[1]] = k
 
     live = peak = dev_peak = peak_k = 0
     host_live = host_peak = disk_live = disk_peak = 0
     host_cap = cost.host_memory_bytes
-    host_release: dict[int, list[int]] = {}
     tc = td = th = 0.0
     compute_s = recompute_s = stall_s = 0.0
     off_bytes = pre_bytes = 0
     tl: list[int] = [] if timeline else None  # type: ignore[assignment]
     tl_add = tl.append if timeline else None
     expect_move: tuple[int, int] | None = None  # (dst, src) the next record must rename
-    arena = FirstFit()  # where the buffers sit: fragmentation, as a real allocator sees it
+    place = FirstFit()  # where the buffers sit: fragmentation, as a real allocator sees it
 
     def fail(k: int, reason: str) -> InfeasiblePlan:
         return InfeasiblePlan(k, plan.describe(steps[k]), reason)
@@ -185,11 +195,28 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
         check_read(k, src)
         expect_move = (dst, src)
 
-    A, F, OFF, PRE, FW, BW, RC, MV = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
-                                      Op.BACKWARD, Op.RECOMPUTE, Op.MOVE)
+    A, F, OFF, PRE, FW, BW, RC, MV = (int(o) for o in (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH,
+                                                       Op.FORWARD, Op.BACKWARD, Op.RECOMPUTE,
+                                                       Op.MOVE))
+    bwd_reads, fwd_reads, rc_reads = d.bwd_reads, d.fwd_reads, d.rc_reads
+    bwd_dy, bwd_dx, bwd_dw, bwd_inplace = d.bwd_dy, d.bwd_dx, d.bwd_dw, d.bwd_inplace
+    ws_fwd, ws_bwd, ws_rc = d.ws_fwd, d.ws_bwd, d.ws_rc
+    if arena:
+        arena_alloc, arena_free, arena_rename = place.alloc, place.free, place.rename
+    else:
+        arena_alloc = arena_rename = lambda a, b: None  # noqa: E731
+        arena_free = lambda a: None  # noqa: E731
+    transfer_time = cost.transfer_time
+    ctimes: dict[tuple[int, bool, int], float] = {}
+
+    def conv_time(g: Graph, i: int, backward: bool, algo: int) -> float:
+        key = (i, backward, algo)
+        t = ctimes.get(key)
+        if t is None:
+            t = ctimes[key] = cost.conv_time(g, i, backward, algo)
+        return t
     for k, s in enumerate(steps):
-        op = s.op
-        t = s.arg
+        op, t, s_ws, s_algo, s_src = s
         extra = 0
         if expect_move is not None and op != MV:
             raise fail(k, "the MOVE of the in-place step before is missing")
@@ -201,7 +228,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                 raise fail(k, f"{plan.tensor_name(t)} is already allocated")
             alloc[t] = 1
             live += asz[t]
-            arena.alloc(t, nb[t])
+            arena_alloc(t, nb[t])
             if budget is not None and live > budget:
                 raise fail(k, f"{live} live bytes exceed the budget of {budget} bytes")
         elif op == F:
@@ -218,14 +245,14 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             alloc[t] = valid[t] = 0
             freed_at[t] = k
             live -= asz[t]
-            arena.free(t)
+            arena_free(t)
             if off_end[t] > tc:
                 stall_s += off_end[t] - tc
                 tc = off_end[t]
             if host[t] and last_pre[t] < k:
                 drop_host_copy(t)
         elif op == MV:
-            src = s.src
+            src = s_src
             if expect_move != (t, src):
                 raise fail(k, "renames a buffer without the in-place step right before it")
             expect_move = None
@@ -237,7 +264,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             alloc[src] = valid[src] = 0
             freed_at[src] = k
             alloc[t] = valid[t] = 1
-            arena.rename(src, t)
+            arena_rename(src, t)
             if off_end[src] > ready[t]:
                 ready[t] = off_end[src]
             if host[src] and last_pre[src] < k:
@@ -245,7 +272,8 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
         elif op == OFF:
             if t % 5 != 0 or t >= 5 * n:
                 raise fail(k, "only layer outputs (Y) move between device and host")
-            check_read(k, t)
+            if not valid[t]:
+                check_read(k, t)
             if not host[t]:
                 host[t] = 1
                 if host_live + asz[t] > host_cap:
@@ -256,7 +284,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     host_live += asz[t]
                     host_peak = max(host_peak, host_live)
             start = td if td > tc else tc
-            td = start + cost.transfer_time(nb[t], bool(on_disk[t]))
+            td = start + transfer_time(nb[t], bool(on_disk[t]))
             off_end[t] = td
             off_bytes += asz[t]
         elif op == PRE:
@@ -267,12 +295,12 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             if not host[t]:
                 raise fail(k, f"prefetches {plan.tensor_name(t)}, which has no host copy")
             start = max(th, tc, off_end[t])
-            th = start + cost.transfer_time(nb[t], bool(on_disk[t]))
+            th = start + transfer_time(nb[t], bool(on_disk[t]))
             ready[t] = th
             valid[t] = 1
             pre_bytes += asz[t]
             if last_pre[t] == k:  # host copy no longer needed once this copy is done
-                host_release.setdefault(k, []).append(t)
+                drop_host_copy(t)
         else:
             i = t
             if not 0 <= i < n:
@@ -290,15 +318,16 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             if op == BW:
                 if done_bwd[i]:
                     raise fail(k, "backward step runs twice")
-                reads = d.bwd_reads[i]
+                reads = bwd_reads[i]
                 for j in reads:
-                    check_read(k, 5 * j)
-                if d.bwd_dy[i]:
+                    if not valid[5 * j]:
+                        check_read(k, 5 * j)
+                if bwd_dy[i]:
                     if not valid[base + 1] or dy_count[i] < need_dy[i]:
                         raise fail(k, f"gradient of {layers[i].name} is incomplete "
                                       f"({dy_count[i]} of {need_dy[i]} contributions)")
-                ip = d.bwd_inplace[i]
-                for j in d.bwd_dx[i]:
+                ip = bwd_inplace[i]
+                for j in bwd_dx[i]:
                     tj = 5 * j + 1
                     if not alloc[tj]:
                         if ip is None or ip[0] != j:
@@ -309,15 +338,16 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     dy_count[j] += 1
                 if has_params[i] and not (alloc[base + 2] and alloc[base + 4]):
                     raise fail(k, f"parameters/momentum of {layers[i].name} not allocated")
-                if d.bwd_dw[i] and not alloc[base + 3]:
+                if bwd_dw[i] and not alloc[base + 3]:
                     raise fail(k, f"writes {layers[i].name}:DW, which is not allocated")
                 done_bwd[i] = 1
-                dur = (cost.conv_time(g, i, True, s.algo) if is_conv[i] else bwd[i]) + upd[i]
-                extra = d.ws_bwd[i]
+                dur = (conv_time(g, i, True, s_algo) if is_conv[i] else bwd[i]) + upd[i]
+                extra = ws_bwd[i]
             else:
-                reads = d.fwd_reads[i] if op == FW else d.rc_reads[i]
+                reads = fwd_reads[i] if op == FW else rc_reads[i]
                 for j in reads:
-                    check_read(k, 5 * j)
+                    if not valid[5 * j]:
+                        check_read(k, 5 * j)
                 if not alloc[base]:
                     j = d.fwd_inplace[i]
                     if j < 0:
@@ -327,25 +357,27 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     valid[base] = 1
                 if has_params[i] and not alloc[base + 2]:
                     raise fail(k, f"parameters of {layers[i].name} not allocated")
-                dur = cost.conv_time(g, i, False, s.algo) if is_conv[i] else fwd[i]
-                extra = d.ws_fwd[i] if op == FW else d.ws_rc[i]
-            if s.ws:
+                dur = conv_time(g, i, False, s_algo) if is_conv[i] else fwd[i]
+                extra = ws_fwd[i] if op == FW else ws_rc[i]
+            aws = 0
+            if s_ws:
                 if not is_conv[i]:
                     raise fail(k, "workspace on a non-CONV step")
-                if s.ws < cost.algos[s.algo].workspace(layers[i], g):
-                    raise fail(k, f"workspace {s.ws} is smaller than algorithm "
-                                  f"{cost.algos[s.algo].name} needs")
-            elif s.algo and is_conv[i] and cost.algos[s.algo].workspace(layers[i], g):
-                raise fail(k, f"algorithm {cost.algos[s.algo].name} needs a workspace")
-            if budget is not None and live + extra + aligned(s.ws) > budget:
-                raise fail(k, f"{live} live + {extra + aligned(s.ws)} workspace bytes exceed "
+                if s_ws < cost.conv_workspace(g, i, s_algo):
+                    raise fail(k, f"workspace {s_ws} is smaller than algorithm "
+                                  f"{cost.algos[s_algo].name} needs")
+                aws = aligned(s_ws)
+            elif s_algo and is_conv[i] and cost.conv_workspace(g, i, s_algo):
+                raise fail(k, f"algorithm {cost.algos[s_algo].name} needs a workspace")
+            if budget is not None and live + extra + aws > budget:
+                raise fail(k, f"{live} live + {extra + aws} workspace bytes exceed "
                               f"the budget of {budget} bytes")
             if live + extra > peak:
                 peak = live + extra
-            extra += aligned(s.ws)
+            extra += aws
             if extra:  # the executor's scratch block for this step
-                arena.alloc(-1, extra)
-                arena.free(-1)
+                arena_alloc(-1, extra)
+                arena_free(-1)
             start = tc
             for j in reads:
                 r = ready[5 * j]
@@ -363,11 +395,6 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             peak_k = k
         if tl_add is not None:
             tl_add(live + extra)
-        rel = host_release.pop(k, None)
-        if rel:
-            for t2 in rel:
-                if host[t2]:
-                    drop_host_copy(t2)
     if expect_move is not None:
         raise InfeasiblePlan(len(steps), "end of plan", "the MOVE of the last in-place step "
                              "is missing")
@@ -379,19 +406,15 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     total = max(tc, td, th)
     return SimResult(plan.policy, peak, dev_peak, peak_k, host_peak, disk_peak, total,
                      ideal_time(plan, cost), compute_s, recompute_s, stall_s, off_bytes,
-                     pre_bytes, len(steps), tl or [], arena.high_water)
+                     pre_bytes, len(steps), tl or [], place.high_water)
 
 
 def step_scratch(plan: Plan) -> list[int]:
     """Mandatory scratch (aligned bytes) of each record under the graph's dependency model
     (0 for memory records)."""
     d = plan.graph.deps
-    table = {Op.FORWARD: d.ws_fwd, Op.BACKWARD: d.ws_bwd, Op.RECOMPUTE: d.ws_rc}
-    out = []
-    for s in plan.steps:
-        ws = table.get(s.op)
-        out.append(ws[s.arg] if ws is not None else 0)
-    return out
+    table = (None, None, None, None, d.ws_fwd, d.ws_bwd, d.ws_rc, None)
+    return [0 if (ws := table[s[0]]) is None else ws[s[1]] for s in plan.steps]
 
 
 def peak_bytes(plan: Plan) -> int:
@@ -402,17 +425,22 @@ def peak_bytes(plan: Plan) -> int:
 def live_timeline(plan: Plan) -> list[int]:
     """Bytes held at each record: live tensors plus the record's mandatory scratch (no
     optional algorithm workspace)."""
-    asz = [aligned(b) for b in plan.nbytes]
+    d = plan.graph.deps
+    nb = plan.nbytes
+    asz = d.asz if nb == d.nbytes else [aligned(b) for b in nb]
+    table = (None, None, None, None, d.ws_fwd, d.ws_bwd, d.ws_rc, None)
     live = 0
     out = []
-    A, F = Op.ALLOC, Op.FREE
-    for s, ws in zip(plan.steps, step_scratch(plan)):
-        op = s.op
-        if op == A:
-            live += asz[s.arg]
-        elif op == F:
-            live -= asz[s.arg]
-        out.append(live + ws)
+    add = out.append
+    for s in plan.steps:
+        op = s[0]
+        if op == 0:
+            live += asz[s[1]]
+            add(live)
+        elif op == 1:
+            live -= asz[s[1]]
+            add(live)
+        else:
+            ws = table[op]
+            add(live if ws is None else live + ws[s[1]])
     return out
-
-
