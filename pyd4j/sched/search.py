@@ -14,9 +14,10 @@ from typing import Callable
 
 from pyd4j.sched import zoo
 from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.deps import Profile
 from pyd4j.sched.graph import Graph
 from pyd4j.sched.plan import gc_paused
-from pyd4j.sched.policies import make_plan, minimum_peak
+from pyd4j.sched.policies import evaluate, make_plan, minimum_peak
 from pyd4j.sched.simulator import SimResult, simulate
 
 
@@ -84,17 +85,25 @@ def max_batch(build: Callable[[int], Graph], policy: str, cost: CostModel,
 
 @gc_paused
 def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int = 227,
-                     capacity: int | None = None, profile: str = "cudnn",
-                     layout: str = "standard") -> SearchResult:
+                     capacity: int | None = None, profile: "str | Profile" = "cudnn",
+                     layout: str = "standard", fit: str = "peak") -> SearchResult:
     """Deepest bottleneck ResNet-N (extra blocks in conv4_x of `layout`, see
-    `pyd4j.sched.zoo.resnet_stages`) whose plan fits `capacity`."""
+    `pyd4j.sched.zoo.resnet_stages`) whose plan fits `capacity`: its accounted peak
+    (`fit="peak"`), or the high-water of a first-fit arena holding its minimum-memory plan
+    without optional workspace (`fit="arena"`: fragmentation included)."""
     cap = capacity if capacity is not None else cost.device.memory_bytes
     a, b, d = zoo.LAYOUTS[layout]
+    if fit not in ("peak", "arena"):
+        raise ValueError(f"fit {fit!r} not in ('peak', 'arena')")
 
     def graph(k: int) -> Graph:
         return zoo.resnet(stages=(a, b, k, d), batch=batch, image=image).with_profile(profile)
 
-    best, evals = _largest(lambda k: minimum_peak(graph(k), policy), cap, 1)
+    def arena(k: int) -> int:
+        return evaluate(make_plan(graph(k), policy, cost, 0), cost).arena_peak_bytes
+
+    best, evals = _largest(
+        arena if fit == "arena" else (lambda k: minimum_peak(graph(k), policy)), cap, 1)
     if best < 1:
         return SearchResult(0, None, evals)
     g = graph(best)

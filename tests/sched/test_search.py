@@ -33,3 +33,23 @@ def test_largest_needs_few_plans_on_an_affine_peak() -> None:
 def test_minimum_peak_is_the_plans_peak(net, policy: str) -> None:
     g = net()
     assert minimum_peak(g, policy) == simulate(make_plan(g, policy)).peak_bytes
+
+
+def test_depth_that_fits_a_first_fit_arena() -> None:
+    """Placing the plan in an arena that never moves a buffer needs at least the accounted
+    bytes, so the arena-fit depth is never deeper; at it the arena fits, one block deeper not."""
+    from pyd4j.sched.costmodel import CostModel
+    from pyd4j.sched.policies import evaluate
+    from pyd4j.sched.search import max_resnet_depth
+
+    cost = CostModel.for_device("k40c")
+    cap = 1 << 30
+    peak = max_resnet_depth("superneurons", cost, batch=2, image=64, capacity=cap)
+    arena = max_resnet_depth("superneurons", cost, batch=2, image=64, capacity=cap, fit="arena")
+    assert 0 < arena.value <= peak.value
+
+    def arena_of(depth: int) -> int:
+        g = zoo.resnet(depth, batch=2, image=64)
+        return evaluate(make_plan(g, "superneurons", cost, 0), cost).arena_peak_bytes
+
+    assert arena_of(arena.value) <= cap < arena_of(arena.value + 3)
