@@ -21,7 +21,7 @@ from __future__ import annotations
 from pyd4j.sched.bounds import layer_working_sets
 from pyd4j.sched.emit import Decisions
 from pyd4j.sched.graph import CHEAP, Graph, LayerType
-from pyd4j.sched.plan import Plan, aligned
+from pyd4j.sched.plan import Plan
 from pyd4j.sched.pool import pooled_plan
 
 OFFLOADED = frozenset({LayerType.CONV, LayerType.JOIN, LayerType.FORK, LayerType.CONCAT,
