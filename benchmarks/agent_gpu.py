@@ -199,16 +199,18 @@ def train(backend_name: str, steps: int, gpu: bool) -> dict:
         b.synchronize()
         dt_free = time.perf_counter() - t
         b.close()
-        b = make(budget_bytes=sim.device_peak_bytes)
+        if backend_name == "cupy":  # the budget is on CuPy's pool bytes
+            from pyd4j.commands.plan import cupy_budget
+
+            b = make(budget_bytes=cupy_budget(sim.arena_peak_bytes))
+        else:
+            b = make(budget_bytes=sim.device_peak_bytes, arena_bytes=sim.arena_peak_bytes)
         t = time.perf_counter()
         run = execute(plan, b, x, labels, p_plan)
         b.synchronize()
         dt_plan = time.perf_counter() - t
         measured_peak = max(measured_peak, run.stats.peak_bytes)
-        if hasattr(b, "agent_stats"):
-            high_water = max(high_water, int(b.agent_stats()["device_high_water"]))
-        elif hasattr(b, "copy_stats"):
-            high_water = max(high_water, int(b.copy_stats()["pool_total_bytes"]))
+        high_water = max(high_water, run.stats.arena_peak_bytes)
         b.close()
         for k in ref.grads:
             same = np.array_equal(ref.grads[k], run.grads[k]) and np.array_equal(ref.params[k], run.params[k])
@@ -232,6 +234,7 @@ def train(backend_name: str, steps: int, gpu: bool) -> dict:
         "planned_peak_bytes": sim.device_peak_bytes,
         "measured_peak_bytes": measured_peak,
         "arena_high_water_bytes": high_water,
+        "simulated_arena_high_water_bytes": sim.arena_peak_bytes,
         "peak_ratio": measured_peak / sim.device_peak_bytes,
         "peak_target_ratio": 1.1,
         "bytes_offloaded_per_step": sim.bytes_offloaded,

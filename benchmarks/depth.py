@@ -1,7 +1,16 @@
-"""Zoo peaks per policy vs the lower bound (batch 32, 227x227) with the iteration-time overhead
-of the minimum-memory plans, of the same memory with delayed frees, and of the time-optimised
-superneurons plan under the device's memory (tensor cache), and the deepest trainable ResNet on a 12 GB K40c profile (batch 16, 227x227, SGD momentum state on
-the device), per policy, next to the SuperNeurons paper's claims.
+"""The SuperNeurons planner on the K40c profile, under the `cudnn` dependency model and the zoo
+as the release code builds it:
+
+1. zoo peaks per policy vs the lower bound (batch 32, each network at its code's input size),
+   the arena high-water of a first-fit allocator next to the accounted peak, and the
+   iteration-time overhead of the minimum-memory plans, of the same memory with delayed frees,
+   and of the time-optimised superneurons plan under the device's memory;
+2. ResNet-152 at batch 32 as the budget shrinks (time-optimised superneurons);
+3. the deepest trainable ResNet (batch 16, 227x227), per policy, for the standard block
+   layout (3, 4, k, 3) and the release code's (6, 32, k, 6), on the nominal 12 GiB and on the
+   memory a K40c leaves with ECC on (NVIDIA's Tesla K40 board specification BD-06902-001:
+   about 6.25% less, ~11.25 GB; the CUDA context and cuDNN handles are not deducted), with what
+   the deepest plan's peak is made of.
 
 Writes benchmarks/results/depth.json.
 """
@@ -15,15 +24,18 @@ from pathlib import Path
 from pyd4j.sched import zoo
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.deps import profile
 from pyd4j.sched.policies import POLICIES, make_plan
-from pyd4j.sched.simulator import simulate
 from pyd4j.sched.search import max_resnet_depth
+from pyd4j.sched.simulator import simulate
 
 OUT = Path(__file__).parent / "results" / "depth.json"
+NOMINAL = 12 * 2**30
+USABLE = NOMINAL * 15 // 16  # ECC on: 6.25% of the memory holds the check bits
+KEEP_DW = profile("cudnn", {"profiles": {"cudnn": {"keep_dw": True}}})
 
 
-def main() -> None:
-    cost = CostModel.for_device("k40c")
+def zoo_table(cost: CostModel) -> dict:
     nets = {}
     for model in ("alexnet", "vgg16", "vgg19", "resnet50", "resnet101", "resnet152",
                   "inception_v4"):
@@ -35,9 +47,11 @@ def main() -> None:
                   for p, r in res.items()}
         base = res["baseline"].peak_bytes
         nets[model] = {
-            "layers": len(g), "lower_bound_bytes": bound.lower_bound_bytes,
+            "layers": len(g), "params": g.n_params, "image": g.layers[0].out_shape[2],
+            "lower_bound_bytes": bound.lower_bound_bytes,
             "resident_bytes": bound.resident_bytes, "l_peak_bytes": bound.l_peak_bytes,
-            "policies": {p: {"peak_bytes": r.peak_bytes,
+            "l_peak_layer": bound.l_peak_layer,
+            "policies": {p: {"peak_bytes": r.peak_bytes, "arena_peak_bytes": r.arena_peak_bytes,
                              "peak_over_bound": r.peak_bytes / bound.lower_bound_bytes,
                              "reduction_vs_baseline": 1 - r.peak_bytes / base,
                              "time_s": r.time_s, "overhead": r.overhead}
@@ -53,8 +67,11 @@ def main() -> None:
         print(model, {p: round(v["peak_over_bound"], 3) for p, v in nets[model]["policies"].items()},
               "overhead min-memory / delayed frees / time-optimised:",
               f"{res['superneurons'].overhead:+.1%} / {at_min['superneurons'].overhead:+.1%} / "
-              f"{cached.overhead:+.1%}")
-    # graceful degradation: time-optimised superneurons on ResNet-152 as the budget shrinks
+              f"{cached.overhead:+.1%}", flush=True)
+    return nets
+
+
+def budget_sweep(cost: CostModel) -> list[dict]:
     g = zoo.build("resnet152", batch=32)
     sweep = []
     for gib in (1.4, 2, 4, 6, 8, 10, 12):
@@ -63,21 +80,67 @@ def main() -> None:
         sweep.append({"budget_bytes": budget, "device_peak_bytes": r.device_peak_bytes,
                       "time_s": r.time_s, "overhead": r.overhead,
                       "bytes_offloaded": r.bytes_offloaded, "recompute_s": r.recompute_s})
-        print("resnet152 budget", gib, "GiB", f"{r.overhead:+.1%}")
-    rows = {}
-    for policy in POLICIES:
-        t = time.perf_counter()
-        r = max_resnet_depth(policy, cost, batch=16, image=227)
-        rows[policy] = {"depth": r.value, "peak_bytes": r.result.peak_bytes,
-                        "time_s": r.result.time_s, "overhead": r.result.overhead,
-                        "search_s": time.perf_counter() - t, "plans_evaluated": r.evaluations}
-        print(policy, rows[policy])
-    doc = {"device": cost.device.name, "capacity_bytes": cost.device.memory_bytes, "batch": 16,
-           "image": 227, "zoo_batch32": nets, "resnet152_batch32_budget_sweep": sweep,
-           "policies": rows,
-           "ratio_to_baseline": rows["superneurons"]["depth"] / rows["baseline"]["depth"],
-           "ratio_to_liveness": rows["superneurons"]["depth"] / rows["liveness"]["depth"],
-           "paper": {"deepest_resnet_k40c": 2500, "ratio_to_frameworks": 3.2432}}
+        print("resnet152 budget", gib, "GiB", f"{r.overhead:+.1%}", flush=True)
+    return sweep
+
+
+def depths(cost: CostModel) -> dict:
+    out = {}
+    for layout in ("standard", "paper"):
+        for label, cap in (("nominal", NOMINAL), ("usable", USABLE)):
+            rows = {}
+            for policy in POLICIES:
+                t = time.perf_counter()
+                r = max_resnet_depth(policy, cost, batch=16, image=227, capacity=cap,
+                                     layout=layout)
+                row = {"depth": r.value, "search_s": time.perf_counter() - t,
+                       "plans_evaluated": r.evaluations}
+                if r.result is not None:
+                    g = zoo.resnet(r.value, batch=16, layout=layout)
+                    b = lower_bound(g)
+                    row.update({"peak_bytes": r.result.peak_bytes,
+                                "arena_peak_bytes": r.result.arena_peak_bytes,
+                                "time_s": r.result.time_s, "overhead": r.result.overhead,
+                                "lower_bound_bytes": b.lower_bound_bytes,
+                                "resident_bytes": b.resident_bytes,
+                                "parameter_bytes": 2 * sum(g.deps.psz),
+                                "state_bytes": g.deps.resident_state_bytes,
+                                "resident_share_of_peak": b.resident_bytes / r.result.peak_bytes})
+                rows[policy] = row
+                print(layout, label, policy, {k: row[k] for k in ("depth", "plans_evaluated")},
+                      flush=True)
+            # the same plans placed in a first-fit arena (fragmentation), and with dW allocated
+            # for the whole run as the release code does
+            arena = max_resnet_depth("superneurons", cost, batch=16, image=227, capacity=cap,
+                                     layout=layout, fit="arena")
+            kept = max_resnet_depth("superneurons", cost, batch=16, image=227, capacity=cap,
+                                    layout=layout, profile=KEEP_DW)
+            rows["superneurons_arena_fit"] = {"depth": arena.value,
+                                              "plans_evaluated": arena.evaluations}
+            rows["superneurons_dw_kept"] = {"depth": kept.value,
+                                            "plans_evaluated": kept.evaluations,
+                                            "peak_bytes": kept.result.peak_bytes}
+            print(layout, label, "arena fit", arena.value, "dW kept", kept.value, flush=True)
+            base, live = rows["baseline"]["depth"], rows["liveness"]["depth"]
+            out[f"{layout}_{label}"] = {
+                "layout": layout, "stages": list(zoo.LAYOUTS[layout]), "capacity_bytes": cap,
+                "policies": rows,
+                "ratio_to_baseline": rows["superneurons"]["depth"] / base if base else None,
+                "ratio_to_liveness": rows["superneurons"]["depth"] / live if live else None}
+    return out
+
+
+def main() -> None:
+    cost = CostModel.for_device("k40c")
+    nets = zoo_table(cost)
+    sweep = budget_sweep(cost)
+    deep = depths(cost)
+    doc = {"device": cost.device.name, "profile": "cudnn", "nominal_bytes": NOMINAL,
+           "usable_bytes": USABLE, "batch": 16, "image": 227, "zoo_batch32": nets,
+           "resnet152_batch32_budget_sweep": sweep, "deepest_resnet": deep,
+           "paper": {"deepest_resnet_k40c": 2500, "ratio_to_frameworks": 3.2432,
+                     "release_code_deepest": "testing/residual_imagenet_max.cpp: stages "
+                                             "(6, 32, 788, 6), ResNet-2498"}}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {OUT}")

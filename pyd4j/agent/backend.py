@@ -22,6 +22,8 @@ Rules an executor follows (and a backend may rely on):
   `wait(key)` blocks until transfers of that key are done; executors call `wait` before a
   compute step reads a prefetched tensor.
 - the host copy of a key lives until `drop_host(key)` or `close()`.
+- `rename(src, dst)` follows an in-place compute step (a MOVE record); a plan renames only
+  buffers without a transfer in flight.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class BackendStats:
 
     live_bytes: int = 0
     peak_bytes: int = 0
+    arena_peak_bytes: int = 0  # high-water of the address range (fragmentation included)
     n_alloc: int = 0
     n_free: int = 0
     bytes_offloaded: int = 0
@@ -75,6 +78,10 @@ class Backend(Protocol):
 
     def free(self, key: int) -> None:
         """Release the device buffer of `key` (waits for its pending offload)."""
+
+    def rename(self, src: int, dst: int) -> None:
+        """The device buffer of `src` becomes `dst`'s (an in-place step wrote `dst` there): no
+        copy, no allocation; `src` is no longer allocated, its host copy (if any) stays `src`'s."""
 
     def view(self, key: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """Array (type `xp.ndarray`) over the first bytes of `key`'s buffer."""

@@ -14,8 +14,12 @@ Ordering rules:
 - prefetch copies on the prefetch stream; `wait(key)` makes the compute stream wait for it
   (no host block); `synchronize` blocks the host.
 
-Accounting follows the simulator: `aligned(nbytes)` per live buffer; the budget is a hard limit
-on that sum. CuPy's own pool bytes (rounded to 512) are reported separately by `pool_stats`.
+The budget is a hard limit on the bytes CuPy's memory pool holds from the device
+(`MemoryPool.set_limit`): its rounding (512 bytes), the blocks it caches and fragmentation count,
+as they would on a real card. `stats().arena_peak_bytes` is the pool's high-water mark, to set
+against the simulator's arena high-water; `peak_bytes` stays the accounted peak (sum of
+`aligned(nbytes)` of live buffers), to set against the simulator's peak. `PoolBudget` holds that
+logic and runs on the CPU with any pool-like object.
 
 Importing this module does not import CuPy; constructing a `CupyBackend` does.
 """
@@ -76,6 +80,35 @@ class PinnedSlots:
         self._holes = merged
 
 
+class PoolBudget:
+    """The budget on a memory pool's own bytes. `pool` has `malloc(size)`, `total_bytes()` and
+    `free_all_blocks()`, and enforces its limit by raising one of `oom` (CuPy: `set_limit`
+    and `OutOfMemoryError`); a refused request is retried once after the pool returned its
+    cached blocks, then reported as `OutOfDeviceMemory` with the pool's bytes."""
+
+    def __init__(self, pool: Any, budget_bytes: int | None, oom: tuple[type, ...] = (MemoryError,)
+                 ) -> None:
+        self.pool = pool
+        self.budget_bytes = budget_bytes
+        self.oom = oom
+        self.high_water = 0
+
+    def malloc(self, key: int, nbytes: int) -> Any:
+        try:
+            mem = self.pool.malloc(nbytes)
+        except self.oom:
+            self.pool.free_all_blocks()
+            try:
+                mem = self.pool.malloc(nbytes)
+            except self.oom as e:
+                total = int(self.pool.total_bytes())
+                raise OutOfDeviceMemory(key, nbytes, total,
+                                        self.budget_bytes if self.budget_bytes is not None
+                                        else total) from e
+        self.high_water = max(self.high_water, int(self.pool.total_bytes()))
+        return mem
+
+
 class CupyBackend:
     """`Backend` over CuPy (see the module doc)."""
 
@@ -93,8 +126,8 @@ class CupyBackend:
         self._device.use()
         self.pool = cupy.cuda.MemoryPool()
         if budget_bytes is not None:
-            # CuPy rounds to 512 bytes: leave it room, the hard limit is our own accounting
-            self.pool.set_limit(size=int(budget_bytes * 1.25) + (1 << 20))
+            self.pool.set_limit(size=int(budget_bytes))
+        self._budget = PoolBudget(self.pool, budget_bytes, (cupy.cuda.memory.OutOfMemoryError,))
         self._prev_allocator = cupy.cuda.get_allocator()
         cupy.cuda.set_allocator(self.pool.malloc)
         self.compute = cupy.cuda.Stream(non_blocking=True)
@@ -120,13 +153,12 @@ class CupyBackend:
             raise ValueError(f"tensor {key} is already allocated; free it first")
         size = aligned(nbytes, self.alignment)
         st = self._stats
-        if self.budget_bytes is not None and st.live_bytes + size > self.budget_bytes:
-            raise OutOfDeviceMemory(key, nbytes, st.live_bytes, self.budget_bytes)
         with self.compute:
-            self._mem[key] = self.pool.malloc(size) if size else None
+            self._mem[key] = self._budget.malloc(key, size) if size else None
         self._size[key] = int(nbytes)
         st.live_bytes += size
         st.peak_bytes = max(st.peak_bytes, st.live_bytes)
+        st.arena_peak_bytes = self._budget.high_water
         st.n_alloc += 1
 
     def free(self, key: int) -> None:
@@ -138,6 +170,17 @@ class CupyBackend:
         self._mem.pop(key, None)
         self._stats.live_bytes -= aligned(self._size.pop(key), self.alignment)
         self._stats.n_free += 1
+
+    def rename(self, src: int, dst: int) -> None:
+        if dst in self._size:
+            raise ValueError(f"tensor {dst} is already allocated; free it first")
+        if src not in self._size:
+            raise KeyError(f"tensor {src} is not allocated on the device")
+        self._mem[dst] = self._mem.pop(src, None)
+        self._size[dst] = self._size.pop(src)
+        ev = self._last.get(src)
+        if ev is not None:
+            self._last[dst] = ev
 
     def view(self, key: int, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = np.dtype(dtype)

@@ -139,9 +139,42 @@ def forward(xp: Any, layer: Layer, xs: list[Any], w: Any, seed: int) -> Any:
     raise ValueError(f"the executor cannot run {t.value} layer {layer.name!r}")
 
 
+KERNEL_READS: dict[str, frozenset[str]] = {
+    "CONV": frozenset({"x", "dy", "w"}), "FC": frozenset({"x", "dy", "w"}),
+    "POOL": frozenset({"x", "dy"}), "ACT": frozenset({"x", "y", "dy"}),
+    "BN": frozenset({"x", "dy", "w"}), "LRN": frozenset({"x", "y", "dy"}),
+    "DROPOUT": frozenset({"dy"}), "SOFTMAX": frozenset({"y"}), "CONCAT": frozenset({"dy"}),
+    "FORK": frozenset({"dy"}), "JOIN": frozenset({"dy"}), "ELTWISE.sum": frozenset({"dy"}),
+    "ELTWISE.prod": frozenset({"x", "dy"}), "ELTWISE.max": frozenset({"x", "y", "dy"}),
+}
+"""What the backward kernels below read, by layer key: a plan runs here only when its graph's
+dependency profile keeps at least these tensors for each backward step (`check_profile`)."""
+
+
+def check_profile(graph: Graph) -> None:
+    """Refuse a graph whose dependency profile lets a backward step drop a tensor the kernels
+    here read (the plan would free it before the kernel reads it)."""
+    prof = graph.profile
+    for layer in graph.layers:
+        if not graph.has_backward(layer.id):
+            continue
+        variant = layer.attrs.get("variant")
+        key = f"{layer.type.value}.{variant}" if variant else layer.type.value
+        need = KERNEL_READS.get(key, KERNEL_READS.get(layer.type.value, frozenset()))
+        step = prof.of(layer).backward
+        missing = need - (step.reads if step is not None else frozenset())
+        if missing:
+            raise ValueError(
+                f"the executor's {key} kernel reads {sorted(missing)} in backward, which profile "
+                f"{prof.name!r} does not keep for layer {layer.name!r}; plan the graph under a "
+                "profile that does (graph.with_profile('cudnn'))")
+
+
 def backward(xp: Any, layer: Layer, xs: list[Any], y: Any, dy: Any | None, w: Any,
-             labels: Any, seed: int) -> tuple[list[Any | None], Any | None]:
-    """(gradient per input occurrence, flat parameter gradient)."""
+             labels: Any, seed: int, in_shapes: list[tuple[int, ...]] | None = None
+             ) -> tuple[list[Any | None], Any | None]:
+    """(gradient per input occurrence, flat parameter gradient). Reads only what
+    `KERNEL_READS` names (the rest may be None); `in_shapes` are the inputs' shapes."""
     t = layer.type
     a = layer.attrs
     if t is LayerType.SOFTMAX:
@@ -204,13 +237,13 @@ def backward(xp: Any, layer: Layer, xs: list[Any], y: Any, dy: Any | None, w: An
         r = _channel_window_sum(xp, dy * y / scale, size)
         return [dy * scale ** (-beta) - (2.0 * alpha * beta / size) * x * r], None
     if t is LayerType.DROPOUT:
-        mask = xp.asarray(_dropout_mask(layer, xs[0].shape, seed))
+        mask = xp.asarray(_dropout_mask(layer, layer.out_shape, seed))
         return [dy * mask / (1.0 - a["p"])], None
     if t is LayerType.CONCAT:
         out, off = [], 0
-        for x in xs:
-            out.append(dy[:, off:off + x.shape[1]])
-            off += x.shape[1]
+        for shape in in_shapes or [x.shape for x in xs]:
+            out.append(dy[:, off:off + shape[1]])
+            off += shape[1]
         return out, None
     if t is LayerType.FORK:
         return [dy], None
@@ -371,13 +404,23 @@ def reference_run(graph: Graph, x: np.ndarray, labels: np.ndarray,
 def execute(plan: Plan, backend: Backend, x: np.ndarray, labels: np.ndarray,
             params: dict[int, np.ndarray], lr: float = 0.01, momentum: float = 0.9,
             seed: int = 0) -> RunResult:
-    """Run `plan` record by record on `backend`; returns gradients and updated parameters."""
+    """Run `plan` record by record on `backend`; returns gradients and updated parameters.
+
+    Each compute record gets views of exactly the tensors the graph's dependency model says it
+    reads; an in-place step writes over the tensor the MOVE after it names, and a step's
+    mandatory scratch is allocated with its optional workspace. Parameter gradients are copied
+    to the host right after their BACKWARD step (a profile may release dW there)."""
     g = plan.graph
+    check_profile(g)
+    d = g.deps
     layers = g.layers
+    n = len(layers)
     xp = backend.xp
     nb = plan.nbytes
     dt = np.dtype(g.dtype)
     labels_dev = xp.asarray(labels)
+    in_shapes = [[layers[j].out_shape for j in layer.inputs] for layer in layers]
+    scratch = {Op.FORWARD: d.ws_fwd, Op.BACKWARD: d.ws_bwd, Op.RECOMPUTE: d.ws_rc}
 
     def shape_of(t: int) -> tuple[int, ...]:
         layer = layers[t // 5]
@@ -386,13 +429,20 @@ def execute(plan: Plan, backend: Backend, x: np.ndarray, labels: np.ndarray,
     def view(t: int) -> Any:
         return backend.view(t, shape_of(t), dt)
 
+    allocated: set[int] = set()
     pending: set[int] = set()
+    grads: dict[int, np.ndarray] = {}
     loss = 0.0
-    for s in plan.steps:
+    steps = plan.steps
+    for k, s in enumerate(steps):
         op = s.op
         if op == Op.ALLOC:
             t = s.arg
             backend.alloc(t, nb[t])
+            allocated.add(t)
+            if t >= 5 * n:  # persistent state: the kernels here recompute what it would hold
+                backend.upload(t, np.zeros(nb[t], np.uint8))
+                continue
             kind = t % 5
             if kind == Kind.W:
                 backend.upload(t, params[t // 5].astype(dt, copy=False))
@@ -400,7 +450,12 @@ def execute(plan: Plan, backend: Backend, x: np.ndarray, labels: np.ndarray,
                 backend.upload(t, np.zeros(shape_of(t), dt))
         elif op == Op.FREE:
             backend.free(s.arg)
+            allocated.discard(s.arg)
             pending.discard(s.arg)
+        elif op == Op.MOVE:
+            backend.rename(s.src, s.arg)
+            allocated.discard(s.src)
+            allocated.add(s.arg)
         elif op == Op.OFFLOAD:
             backend.offload(s.arg)
         elif op == Op.PREFETCH:
@@ -409,27 +464,35 @@ def execute(plan: Plan, backend: Backend, x: np.ndarray, labels: np.ndarray,
         else:
             i = s.arg
             layer = layers[i]
-            if s.ws:
-                backend.alloc(WORKSPACE, s.ws)
-            reads = [tid(j, Kind.Y) for j in layer.inputs]
-            if op == Op.BACKWARD:
-                reads.append(tid(i, Kind.Y))
-            for t in reads:
+            ws = scratch[op][i]
+            if ws or s.ws:
+                backend.alloc(WORKSPACE, ws + s.ws)
+            reads = d.bwd_reads[i] if op == Op.BACKWARD else (
+                d.fwd_reads[i] if op == Op.FORWARD else d.rc_reads[i])
+            moved = steps[k + 1].src if k + 1 < len(steps) and steps[k + 1].op == Op.MOVE else -1
+            for t in [tid(j, Kind.Y) for j in reads] + ([moved] if moved >= 0 else []):
                 if t in pending:
                     backend.wait(t)
                     pending.discard(t)
             w = view(tid(i, Kind.W)) if layer.param_shapes else None
             if op == Op.BACKWARD:
-                xs = [view(tid(j, Kind.Y)) for j in layer.inputs]
-                y = view(tid(i, Kind.Y))
-                dy = view(tid(i, Kind.DY)) if g.has_grad(i) else None
+                xs = [view(tid(j, Kind.Y)) if j in reads else None for j in layer.inputs]
+                y = view(tid(i, Kind.Y)) if i in reads else None
+                dy = view(tid(i, Kind.DY)) if d.bwd_dy[i] else None
                 if layer.type is LayerType.SOFTMAX:
                     loss += _loss(backend.download(tid(i, Kind.Y), layer.out_shape, dt), labels)
-                dxs, dw = backward(xp, layer, xs, y, dy, w, labels_dev, seed)
+                dxs, dw = backward(xp, layer, xs, y, dy, w, labels_dev, seed, in_shapes[i])
+                in_place = None
                 for j, dx in zip(layer.inputs, dxs):
-                    if g.has_grad(j):
+                    if not g.has_grad(j):
+                        continue
+                    if tid(j, Kind.DY) in allocated:
                         buf = view(tid(j, Kind.DY))
                         buf += dx
+                    else:  # written over the tensor the MOVE names, after the others
+                        in_place = (j, dx)
+                if in_place is not None:
+                    backend.view(moved, layers[in_place[0]].out_shape, dt)[...] = in_place[1]
                 if layer.param_shapes:
                     gw = view(tid(i, Kind.DW))
                     gw += dw
@@ -437,17 +500,18 @@ def execute(plan: Plan, backend: Backend, x: np.ndarray, labels: np.ndarray,
                     m *= momentum
                     m += gw
                     w -= lr * m
+                    grads[i] = backend.download(tid(i, Kind.DW), (layer.param_elems,), dt)
             elif layer.type is LayerType.DATA:
                 backend.upload(tid(i, Kind.Y), x.astype(dt, copy=False))
             else:
                 xs = [view(tid(j, Kind.Y)) for j in layer.inputs]
-                out = view(tid(i, Kind.Y))
-                out[...] = forward(xp, layer, xs, w, seed)
-            if s.ws:
+                out = forward(xp, layer, xs, w, seed)
+                target = tid(i, Kind.Y) if tid(i, Kind.Y) in allocated else moved
+                backend.view(target, layer.out_shape, dt)[...] = out
+            if ws or s.ws:
                 backend.free(WORKSPACE)
-    grads, new_params = {}, {}
+    new_params = {}
     for layer in layers:
         if layer.param_shapes:
-            grads[layer.id] = backend.download(tid(layer.id, Kind.DW), (layer.param_elems,), dt)
             new_params[layer.id] = backend.download(tid(layer.id, Kind.W), (layer.param_elems,), dt)
     return RunResult(loss, grads, new_params, backend.stats())

@@ -1,21 +1,24 @@
-"""The numpy host backend: a real first-fit arena in one buffer, with a hard byte budget.
+"""The numpy host backend: a first-fit arena in one buffer, with a hard byte budget.
 
-"Device" memory is one `numpy.uint8` buffer; allocations are placed first-fit at offsets that
-are multiples of the alignment, and when no hole fits but enough bytes are free the arena
-compacts (moves live blocks down) -- so a plan that fits the budget in accounted bytes always
-runs, which is what lets measured peak and simulated peak be compared exactly. The host store is
-a dict of copies; transfers are synchronous.
+"Device" memory is one `numpy.uint8` buffer; allocations are placed by `pyd4j.sched.arena.
+FirstFit` -- the lowest free range that fits, holes merged on free, nothing ever moved -- so
+buffers fragment the arena as in a real allocator. Two limits apply: `budget_bytes` on the
+accounted bytes (sum of live aligned sizes) and `arena_bytes` on the address range (default: the
+budget); an allocation that fits the budget but finds no free range raises
+`OutOfDeviceMemory` too. `stats().arena_peak_bytes` is the high-water mark of the range, the
+figure the simulator predicts (`SimResult.arena_peak_bytes`). The host store is a dict of
+copies; transfers are synchronous.
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 import numpy as np
 
 from pyd4j.agent.backend import BackendStats, OutOfDeviceMemory
-from pyd4j.sched.plan import ALIGNMENT, aligned
+from pyd4j.sched.arena import ArenaFull, FirstFit
+from pyd4j.sched.plan import ALIGNMENT
 
 
 class HostBackend:
@@ -25,92 +28,53 @@ class HostBackend:
     xp = np
 
     def __init__(self, budget_bytes: int | None = None, alignment: int = ALIGNMENT,
-                 initial_bytes: int = 1 << 20) -> None:
+                 initial_bytes: int = 1 << 20, arena_bytes: int | None = None) -> None:
         self.alignment = alignment
         self.budget_bytes = budget_bytes
-        self._buf = np.zeros(budget_bytes if budget_bytes is not None else initial_bytes, np.uint8)
-        self._blocks: dict[int, tuple[int, int]] = {}  # key -> (offset, aligned size)
-        self._holes: list[tuple[int, int]] = [(0, len(self._buf))] if len(self._buf) else []
+        capacity = arena_bytes if arena_bytes is not None else budget_bytes
+        if capacity is not None and budget_bytes is not None and capacity < budget_bytes:
+            raise ValueError(f"arena_bytes={capacity} is below budget_bytes={budget_bytes}; "
+                             "pass at least the budget")
+        self._arena = FirstFit(capacity, alignment)
+        self._buf = np.zeros(capacity if capacity is not None else initial_bytes, np.uint8)
         self._host: dict[int, np.ndarray] = {}
         self._stats = BackendStats()
-        self.n_compactions = 0
 
     # -- allocator -----------------------------------------------------------------------
     def alloc(self, key: int, nbytes: int) -> None:
-        if key in self._blocks:
-            raise ValueError(f"tensor {key} is already allocated")
-        size = aligned(nbytes, self.alignment)
         st = self._stats
+        arena = self._arena
+        size = -(-int(nbytes) // self.alignment) * self.alignment
         if self.budget_bytes is not None and st.live_bytes + size > self.budget_bytes:
             raise OutOfDeviceMemory(key, nbytes, st.live_bytes, self.budget_bytes)
-        offset = self._first_fit(size)
-        if offset is None:
-            if len(self._buf) - st.live_bytes < size:
-                self._grow(st.live_bytes + size)
-            self._compact()
-            offset = self._first_fit(size)
-            assert offset is not None
-        self._blocks[key] = (offset, size)
+        try:
+            offset = arena.alloc(key, nbytes)
+        except ArenaFull as e:
+            raise OutOfDeviceMemory(key, nbytes, st.live_bytes,
+                                    self.budget_bytes or arena.capacity or 0) from e
+        if offset + size > len(self._buf):  # an open-ended arena grows (views stay valid
+            self._grow(offset + size)       # until the next alloc, as the protocol says)
         st.live_bytes += size
         st.peak_bytes = max(st.peak_bytes, st.live_bytes)
+        st.arena_peak_bytes = arena.high_water
         st.n_alloc += 1
 
-    def _first_fit(self, size: int) -> int | None:
-        if size == 0:
-            return 0
-        for h, (off, hsize) in enumerate(self._holes):
-            if hsize >= size:
-                if hsize == size:
-                    del self._holes[h]
-                else:
-                    self._holes[h] = (off + size, hsize - size)
-                return off
-        return None
-
     def free(self, key: int) -> None:
-        try:
-            off, size = self._blocks.pop(key)
-        except KeyError:
-            raise ValueError(f"tensor {key} is not allocated") from None
-        self._stats.live_bytes -= size
+        self._arena.free(key)
+        self._stats.live_bytes = self._arena.live_bytes
         self._stats.n_free += 1
-        if size == 0:
-            return
-        h = bisect.bisect_left(self._holes, (off, 0))
-        self._holes.insert(h, (off, size))
-        # merge with the next and the previous hole
-        if h + 1 < len(self._holes) and off + size == self._holes[h + 1][0]:
-            self._holes[h] = (off, size + self._holes[h + 1][1])
-            del self._holes[h + 1]
-        if h > 0 and self._holes[h - 1][0] + self._holes[h - 1][1] == off:
-            self._holes[h - 1] = (self._holes[h - 1][0], self._holes[h - 1][1] + self._holes[h][1])
-            del self._holes[h]
 
-    def _compact(self) -> None:
-        """Move live blocks to the bottom of the arena (views taken before are invalid)."""
-        top = 0
-        for key, (off, size) in sorted(self._blocks.items(), key=lambda kv: kv[1][0]):
-            if off != top:
-                self._buf[top:top + size] = self._buf[off:off + size]
-                self._blocks[key] = (top, size)
-            top += size
-        self._holes = [(top, len(self._buf) - top)] if top < len(self._buf) else []
-        self.n_compactions += 1
+    def rename(self, src: int, dst: int) -> None:
+        self._arena.rename(src, dst)
 
     def _grow(self, need: int) -> None:
         new = np.zeros(max(need, 2 * len(self._buf)), np.uint8)
         new[: len(self._buf)] = self._buf
-        old = len(self._buf)
         self._buf = new
-        self._holes.append((old, len(new) - old))
-        # merge a trailing hole
-        if len(self._holes) > 1 and sum(self._holes[-2]) == old:
-            a = self._holes.pop()
-            self._holes[-1] = (self._holes[-1][0], self._holes[-1][1] + a[1])
 
     # -- data ----------------------------------------------------------------------------
     def view(self, key: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        off, size = self._blocks[key]
+        off, size = self._arena.blocks[key]
         dt = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         if count * dt.itemsize > size:
@@ -126,7 +90,7 @@ class HostBackend:
 
     # -- transfers -----------------------------------------------------------------------
     def offload(self, key: int) -> None:
-        off, size = self._blocks[key]
+        off, size = self._arena.blocks[key]
         if key not in self._host:
             self._stats.host_bytes += size
             self._stats.host_peak_bytes = max(self._stats.host_peak_bytes, self._stats.host_bytes)
@@ -134,7 +98,7 @@ class HostBackend:
         self._stats.bytes_offloaded += size
 
     def prefetch(self, key: int) -> None:
-        off, size = self._blocks[key]
+        off, size = self._arena.blocks[key]
         try:
             copy = self._host[key]
         except KeyError:
@@ -157,7 +121,6 @@ class HostBackend:
         return BackendStats(**vars(self._stats))
 
     def close(self) -> None:
-        self._blocks.clear()
+        self._arena = FirstFit(self._arena.capacity, self.alignment)
         self._host.clear()
-        self._holes = [(0, len(self._buf))]
         self._stats.live_bytes = self._stats.host_bytes = 0

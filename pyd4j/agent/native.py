@@ -508,6 +508,22 @@ class NativeBackend:
             self.agent.free(buf)
             del self._ids[key]
 
+    @_backend_call
+    def rename(self, src: int, dst: int) -> None:
+        if dst in self._live:
+            raise ValueError(f"tensor {dst} is already allocated ({self._live[dst]} bytes); free it first")
+        if src not in self._live:
+            raise KeyError(f"tensor {src} is not allocated on the device")
+        self._live[dst] = self._live.pop(src)
+        if src in self._zero:
+            self._zero.discard(src)
+            self._zero.add(dst)
+            return
+        buf = self._ids[src]
+        if self.agent.info(buf).has_host:
+            raise ValueError(f"tensor {src} has a host copy; a plan renames only buffers without one")
+        self._ids[dst] = self._ids.pop(src)
+
     def _buf(self, key: int) -> int:
         if key not in self._ids:
             raise KeyError(f"tensor {key} has no buffer (never allocated, or freed and not offloaded)")
@@ -598,6 +614,7 @@ class NativeBackend:
         out = BackendStats(**vars(self._stats))
         out.live_bytes = int(s["device_in_use"])
         out.peak_bytes = int(s["device_peak"])
+        out.arena_peak_bytes = int(s["device_high_water"])
         out.host_bytes = int(s["host_in_use"])
         out.host_peak_bytes = int(s["host_peak"])
         return out

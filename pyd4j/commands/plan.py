@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pyd4j.output import emit_json, human_bytes, print_table
+from pyd4j.sched.plan import gc_paused
 from pyd4j.units import SizeError, parse_bytes
 
 
@@ -17,8 +18,16 @@ from pyd4j.units import SizeError, parse_bytes
               help="a DL4J MultiLayerConfiguration / ComputationGraphConfiguration JSON instead")
 @click.option("--depth", type=click.IntRange(min=1), help="ResNet depth N for --model resnet")
 @click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--image", default=227, show_default=True, type=click.IntRange(min=1), help="input height/width")
+@click.option("--image", type=click.IntRange(min=1),
+              help="input height/width (default: the network's, 227; inception_v4 299)")
+@click.option("--layout", default="standard", show_default=True,
+              type=click.Choice(["standard", "paper"]),
+              help="ResNet-N stages: standard (3, 4, k, 3) or the SuperNeurons code's deepest "
+              "network (6, 32, k, 6)")
 @click.option("--device", default="k40c", show_default=True)
+@click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
+              help="dependency profile: what each layer's steps read and write (default: dl4j for "
+              "--network, cudnn -- as the SuperNeurons code -- for --model)")
 @click.option("--devices", "devices_json", type=click.Path(exists=True, dir_okay=False),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
 @click.option("--policy", "policies", multiple=True,
@@ -37,8 +46,11 @@ from pyd4j.units import SizeError, parse_bytes
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
-def command(model: str, network_json: str | None, depth: int | None, batch: int, image: int,
-            device: str, devices_json: str | None, policies: tuple[str, ...],
+@gc_paused
+def command(model: str, network_json: str | None, depth: int | None, batch: int,
+            image: int | None, layout: str, device: str, deps_profile: str | None,
+            devices_json: str | None,
+            policies: tuple[str, ...],
             budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host") -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
@@ -46,7 +58,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     from pyd4j.sched import zoo
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.costmodel import CostModel
-    from pyd4j.sched.policies import POLICIES, make_plan
+    from pyd4j.sched.policies import POLICIES, evaluate, make_plan
     from pyd4j.sched.search import max_batch as search_batch
     from pyd4j.sched.search import max_resnet_depth
     from pyd4j.sched.simulator import ideal_time, simulate
@@ -64,6 +76,11 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                                  f"e.g. --budget 8g (default: the device's {human_bytes(cost.device.memory_bytes)})",
                                  param_hint="--budget")
     chosen = list(policies) or list(POLICIES)
+    profile = deps_profile or ("dl4j" if network_json else "cudnn")
+    if execute and profile != "cudnn":
+        raise click.BadParameter(f"the executor's kernels read what the cudnn profile keeps, not "
+                                 f"{profile!r}; pass --profile cudnn with --execute",
+                                 param_hint="--profile")
 
     def build(b: int):
         if network_json:
@@ -71,13 +88,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
 
             try:
                 return graph_from_dl4j_json(Path(network_json).read_text(), batch=b,
-                                            input_shape=_input_shape(network_json))
+                                            input_shape=_input_shape(network_json),
+                                            profile=profile)
             except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError, GraphError, a malformed layer
                 raise click.BadParameter(
                     f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
                     "(examples/networks/ has five), or a zoo network with --model", param_hint="--network") from None
         try:
-            return zoo.build(model, batch=b, image=image, depth=depth)
+            return zoo.build(model, batch=b, image=image, depth=depth,
+                             layout=layout).with_profile(profile)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--model") from None
 
@@ -85,10 +104,12 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         if network_json or not model.lower().startswith("resnet"):
             raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
         policy = chosen[-1]
-        best = max_resnet_depth(policy, cost, batch, image, cap)
-        base = max_resnet_depth("baseline", cost, batch, image, cap)
-        live = max_resnet_depth("liveness", cost, batch, image, cap)
+        image = image or zoo.DEFAULT_IMAGE
+        best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        base = max_resnet_depth("baseline", cost, batch, image, cap, profile, layout)
+        live = max_resnet_depth("liveness", cost, batch, image, cap, profile, layout)
         doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
+               "profile": profile, "layout": layout,
                "capacity_bytes": cap, "policy": policy, "depth": best.value,
                "baseline_depth": base.value, "liveness_depth": live.value,
                "ratio_to_baseline": best.value / base.value if base.value else None,
@@ -124,11 +145,13 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     mins = {}
     for p in chosen:
         small = make_plan(g, p, cost, cap)
-        rs = simulate(small, cost, timeline=bool(plot) and not cache)
+        rs = (simulate(small, cost) if plot and not cache else evaluate(small, cost))
         # the same device memory as the minimum-memory plan, frees delayed by the tensor cache
-        at_min = simulate(make_plan(g, p, cost, rs.device_peak_bytes, cache=True), cost)
+        at_min = evaluate(make_plan(g, p, cost, rs.device_peak_bytes, cache=True), cost,
+                          arena=False)
         fast_plan = make_plan(g, p, cost, cap, cache=True)
-        fast = simulate(fast_plan, cost, timeline=bool(plot) and cache)
+        fast = (simulate(fast_plan, cost) if plot and cache
+                else evaluate(fast_plan, cost, arena=cache))
         plans[p], results[p] = (fast_plan, fast) if cache else (small, rs)
         mins[p] = rs
         timelines[p] = results[p].timeline
@@ -140,6 +163,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     no_ws = ideal_time(next(iter(plans.values())), cost, fastest_conv=False)
     doc = {
         "model": g.name, "layers": len(g), "batch": batch, "device": cost.device.key,
+        "profile": g.profile.name,
         "capacity_bytes": cap, "lower_bound_bytes": bound.lower_bound_bytes,
         "resident_bytes": bound.resident_bytes, "l_peak_bytes": bound.l_peak_bytes,
         "l_peak_layer": bound.l_peak_layer, "workspace_bytes": bound.workspace_bytes,
@@ -162,10 +186,11 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         f"{g.name}, batch {batch}, on {cost.device.name}, minimum memory: lower bound "
         f"{human_bytes(bound.lower_bound_bytes)} (resident {human_bytes(bound.resident_bytes)} "
         f"+ l_peak {human_bytes(bound.l_peak_bytes)} at {bound.l_peak_layer})",
-        ["policy", "peak", "/bound", "+workspace", "time", "overhead", "delayed frees",
-         "fits"],
+        ["policy", "peak", "/bound", "+workspace", "arena", "time", "overhead",
+         "delayed frees", "fits"],
         [(p, human_bytes(r.peak_bytes), f"{r.peak_bytes / bound.lower_bound_bytes:.3f}",
-          human_bytes(r.device_peak_bytes), f"{r.time_s * 1e3:.0f} ms", f"{r.overhead:+.0%}",
+          human_bytes(r.device_peak_bytes), human_bytes(r.arena_peak_bytes),
+          f"{r.time_s * 1e3:.0f} ms", f"{r.overhead:+.0%}",
           f"{extra[p]['at_min_peak']['overhead']:+.0%}", "yes" if r.peak_bytes <= cap else "no")
          for p, r in mins.items()])
     print_table(
@@ -177,6 +202,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
           f"{e['recompute_s'] * 1e3:.0f} ms", "yes" if e["fits"] else "no")
          for p, e in ((p, extra[p]["time_optimised"]) for p in results)])
     click.echo(
+        "arena: the high-water of a first-fit allocator that never moves a buffer (fragmentation "
+        "included).\n"
         "delayed frees: the overhead with the same device memory as the minimum-memory plan, the "
         "tensor cache deciding what to free and when.\n"
         f"overhead = iteration time vs an infinite-memory run ({ideal * 1e3:.1f} ms: no copies, "
@@ -229,7 +256,10 @@ def _execute(g, plans: dict, results: dict, backend: str) -> dict:
     out = {}
     for p, plan in plans.items():
         r = results[p]
-        b = make(budget_bytes=r.device_peak_bytes)
+        if backend == "cupy":  # the budget is on CuPy's pool bytes, placed by CuPy's own policy
+            b = make(budget_bytes=cupy_budget(r.arena_peak_bytes))
+        else:  # first-fit arenas: the simulated high-water is what they need
+            b = make(budget_bytes=r.device_peak_bytes, arena_bytes=r.arena_peak_bytes)
         try:
             t = time.perf_counter()
             run = execute(plan, b, x, labels, params)
@@ -239,12 +269,20 @@ def _execute(g, plans: dict, results: dict, backend: str) -> dict:
             b.close()
         diff = max((float(np.max(np.abs(run.grads[k] - ref.grads[k]))) for k in ref.grads), default=0.0)
         out[p] = {"planned_peak_bytes": r.device_peak_bytes, "measured_peak_bytes": run.stats.peak_bytes,
+                  "planned_arena_peak_bytes": r.arena_peak_bytes,
+                  "measured_arena_peak_bytes": run.stats.arena_peak_bytes,
                   "planned_time_s": r.time_s, "measured_time_s": elapsed,
                   "bytes_offloaded": run.stats.bytes_offloaded,
                   "bytes_prefetched": run.stats.bytes_prefetched,
                   "grads_equal_reference": all(np.array_equal(run.grads[k], ref.grads[k]) for k in ref.grads),
                   "max_abs_grad_diff": diff}
     return {"backend": backend, "library": library, "policies": out}
+
+
+def cupy_budget(arena_peak_bytes: int) -> int:
+    """Pool bytes a plan gets on CuPy: its simulated first-fit high-water plus room for CuPy's
+    512-byte rounding and its own placement (measured on a GPU, see benchmarks/agent_gpu.py)."""
+    return int(arena_peak_bytes * 1.25) + (1 << 20)
 
 
 def _input_shape(network_json: str) -> tuple[int, ...] | None:

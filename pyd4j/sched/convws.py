@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import Graph, LayerType
-from pyd4j.sched.plan import COMPUTE_OPS, Plan, Step, aligned
+from pyd4j.sched.plan import Op, Plan, Step, aligned
 from pyd4j.sched.simulator import live_timeline
 
 
@@ -26,18 +26,22 @@ def assign_workspaces(plan: Plan, cost: CostModel, budget: int) -> Plan:
     """Rewrite CONV compute records with the fastest algorithm that fits under `budget`."""
     g = plan.graph
     live = live_timeline(plan)
-    options: dict[int, list[tuple[int, int]]] = {}
+    is_conv = [layer.type is LayerType.CONV for layer in g.layers]
+    options: dict[int, list[tuple[int, int, int]]] = {}
     steps = list(plan.steps)
+    compute = (int(Op.FORWARD), int(Op.BACKWARD), int(Op.RECOMPUTE))
     for k, s in enumerate(steps):
-        if s.op not in COMPUTE_OPS or g.layers[s.arg].type is not LayerType.CONV:
+        if s[0] not in compute or not is_conv[s[1]]:
             continue
-        opts = options.get(s.arg)
+        i = s[1]
+        opts = options.get(i)
         if opts is None:
-            opts = options[s.arg] = cost.conv_options(g, s.arg)
+            opts = options[i] = [(a, ws, aligned(ws)) for a, ws in cost.conv_options(g, i)]
         free = budget - live[k]
-        for algo, ws in opts:
-            if aligned(ws) <= free:
-                steps[k] = Step(s.op, s.arg, ws, algo)
+        for algo, ws, aws in opts:
+            if aws <= free:
+                if (ws, algo) != (s[2], s[3]):
+                    steps[k] = Step(s[0], i, ws, algo)
                 break
     plan.steps = steps
     return plan

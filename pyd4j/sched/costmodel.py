@@ -144,34 +144,63 @@ class CostModel:
             return hit
         fwd, bwd, upd = [], [], []
         layers = graph.layers
+        nb = graph.deps.nbytes
+        out = nb[0::5][:len(layers)]
         for layer in layers:
-            in_bytes = sum(layers[j].out_bytes for j in layer.inputs)
-            touched = in_bytes + layer.out_bytes + layer.param_bytes
+            in_bytes = sum(out[j] for j in layer.inputs)
+            touched = in_bytes + out[layer.id] + nb[5 * layer.id + 2]
             if layer.type is LayerType.DATA:
-                fwd.append(self.transfer_time(layer.out_bytes))
+                fwd.append(self.transfer_time(out[layer.id]))
                 bwd.append(0.0)
             else:
                 fwd.append(self._roofline(layer.fwd_flops, touched))
                 bwd.append(self._roofline(layer.bwd_flops, 2 * touched))
             # SGD with momentum: read w, dw, m; write w, m.
-            upd.append(5 * layer.param_bytes / (self.device.mem_gbps * 1e9))
+            upd.append(5 * nb[5 * layer.id + 2] / (self.device.mem_gbps * 1e9))
         self._cache[key] = (fwd, bwd, upd)
         return fwd, bwd, upd
 
+    def _memo(self, graph: Graph) -> dict:
+        """Per-graph memo of this model's convolution answers (kept on the graph, which resets
+        it when it changes; the model itself is held so its id cannot be reused)."""
+        key = ("costmodel", id(self))
+        hit = graph._memo.get(key)
+        if hit is None or hit[0] is not self:
+            hit = graph._memo[key] = (self, {})
+        return hit[1]
+
     def conv_time(self, graph: Graph, i: int, backward: bool, algo: int) -> float:
         """Seconds of a CONV step with algorithm `algo`."""
-        layer = graph.layers[i]
-        touched = sum(graph.layers[j].out_bytes for j in layer.inputs) + layer.out_bytes + layer.param_bytes
-        flops = layer.bwd_flops if backward else layer.fwd_flops
-        return self._roofline(flops, (2 if backward else 1) * touched, self.algos[algo].speed)
+        memo = self._memo(graph)
+        key = (i, backward, algo)
+        t = memo.get(key)
+        if t is None:
+            layer = graph.layers[i]
+            touched = (sum(graph.layers[j].out_bytes for j in layer.inputs) + layer.out_bytes
+                       + layer.param_bytes)
+            flops = layer.bwd_flops if backward else layer.fwd_flops
+            t = memo[key] = self._roofline(flops, (2 if backward else 1) * touched,
+                                           self.algos[algo].speed)
+        return t
 
     def conv_options(self, graph: Graph, i: int) -> list[tuple[int, int]]:
         """(algo index, workspace bytes) applicable to CONV layer i, fastest first."""
-        layer = graph.layers[i]
-        opts = [(a, algo.workspace(layer, graph)) for a, algo in enumerate(self.algos)
-                if algo.applies(layer)]
-        opts.sort(key=lambda o: -self.algos[o[0]].speed)
+        memo = self._memo(graph)
+        opts = memo.get(i)
+        if opts is None:
+            layer = graph.layers[i]
+            opts = [(a, algo.workspace(layer, graph)) for a, algo in enumerate(self.algos)
+                    if algo.applies(layer)]
+            opts.sort(key=lambda o: -self.algos[o[0]].speed)
+            memo[i] = opts
         return opts
+
+    def conv_workspace(self, graph: Graph, i: int, algo: int) -> int:
+        """Workspace bytes algorithm `algo` needs on CONV layer i (0 if it does not apply)."""
+        for a, ws in self.conv_options(graph, i):
+            if a == algo:
+                return ws
+        return 0
 
     def transfer_time(self, nbytes: int, disk: bool = False) -> float:
         """Seconds to move `nbytes` over the host link (or from/to the disk tier)."""

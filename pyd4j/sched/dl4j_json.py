@@ -6,10 +6,10 @@ the input shape of a MultiLayerNetwork (only preprocessors hint at it), so `inpu
 ((C, H, W) or (F,)) is taken from the caller, from a `FeedForwardToCnnPreProcessor`, or from the
 first layer's `nin` for dense networks.
 
-Mapping: ConvolutionLayer -> CONV (+ ACT unless identity), SubsamplingLayer / GlobalPoolingLayer
--> POOL, DenseLayer -> FC (+ ACT), OutputLayer -> FC + SOFTMAX (every output layer is planned
-as a loss layer of the same memory footprint), BatchNormalization -> BN (DL4J applies no
-activation after it), ActivationLayer -> ACT, DropoutLayer and any layer's `idropout` ->
+Mapping: ConvolutionLayer -> CONV (+ ACT of variant `fused` unless identity), SubsamplingLayer /
+GlobalPoolingLayer -> POOL, DenseLayer -> FC (+ fused ACT), OutputLayer -> FC + SOFTMAX (every
+output layer is planned as a loss layer of the same memory footprint), BatchNormalization -> BN
+(DL4J applies no activation after it), ActivationLayer -> ACT, DropoutLayer and any layer's `idropout` ->
 DROPOUT, LocalResponseNormalization -> LRN, ElementWiseVertex Add -> JOIN (other ops ->
 ELTWISE), MergeVertex -> CONCAT. Anything else raises `UnsupportedLayer` naming the type.
 """
@@ -107,17 +107,21 @@ class _Builder:
             return x
         if fn == "softmax":
             raise UnsupportedLayer(f"softmax activation outside an output layer ({name!r})")
-        return self.g.act(x, fn or "relu", name=f"{name}_act" if not force else name)
+        if force:  # an ActivationLayer of its own
+            return self.g.act(x, fn or "relu", name=name)
+        return self.g.act(x, fn, name=f"{name}_act", fused=True)
 
 
 def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
-                         input_shape: tuple[int, ...] | None = None) -> Graph:
-    """Build the IR from DL4J configuration JSON (a string or the parsed document)."""
+                         input_shape: tuple[int, ...] | None = None,
+                         profile: str = "dl4j") -> Graph:
+    """Build the IR from DL4J configuration JSON (a string or the parsed document), under the
+    dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`)."""
     doc = json.loads(text) if isinstance(text, str) else text
     if "confs" in doc:
-        return _multilayer(doc, batch, input_shape)
+        return _multilayer(doc, batch, input_shape).with_profile(profile)
     if "vertices" in doc:
-        return _graph(doc, batch, input_shape)
+        return _graph(doc, batch, input_shape).with_profile(profile)
     raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
                      "(no 'confs' and no 'vertices')")
 

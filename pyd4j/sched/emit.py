@@ -9,10 +9,15 @@ A policy decides, per layer output Y:
   frees intermediates at once, the rest (speed-centric) keeps rebuilt tensors until their last
   backward use.
 
-Backward steps run in reverse topological order; each needs its inputs, its output, the
-gradient of its output and the gradients of its inputs resident (see `pyd4j.sched.bounds`).
-With `free`, a tensor is released as soon as no later step needs it, and a tensor with a host
-copy is released between uses that are not adjacent.
+What each step reads and writes comes from the graph's dependency model
+(`pyd4j.sched.deps`): a backward step needs the outputs its profile entry reads, the gradient
+of its output when it reads dy, the gradients of its inputs it writes (allocated at the first
+contribution) and, when the profile does not keep parameter gradients, its dW (allocated right
+before it, freed right after: BACKWARD applies the update). A Y no backward step reads is freed
+after its last forward use; a Y read by the rebuild of a dropped layer is needed wherever that
+layer is. In-place steps the model allows are written as the compute record followed by a MOVE
+(forward: only when the input is neither offloaded nor dropped and the output is not dropped).
+Persistent per-layer state is allocated with the parameters.
 
 With a `budget` (the tensor cache of SuperNeurons' unified tensor pool), releasing an offloaded
 or dropped tensor that is needed again does not free it: it stays on the device as a cache entry
@@ -32,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 
 from pyd4j.sched.graph import Graph
-from pyd4j.sched.plan import Kind, Op, Step, aligned
+from pyd4j.sched.plan import Kind, Op, Step, state_tid
 
 _Y, _DY, _W, _DW, _M = (int(k) for k in Kind)
 
@@ -50,6 +55,26 @@ def backward_order(graph: Graph) -> list[int]:
     return [i for i in range(len(graph) - 1, -1, -1) if graph.has_backward(i)]
 
 
+def y_uses(graph: Graph, order: list[int], drop: frozenset[int] | set[int]) -> list[list[int]]:
+    """uses[j]: positions in `order` of the backward steps that need Y of j -- read directly, or
+    through the rebuild of a dropped layer that reads it (sorted)."""
+    d = graph.deps
+    n = len(graph)
+    direct: list[list[int]] = [[] for _ in range(n)]
+    for pos, i in enumerate(order):
+        for j in d.bwd_reads[i]:
+            direct[j].append(pos)
+    uses: list[list[int]] = [[] for _ in range(n)]
+    cons = graph.consumers
+    for j in range(n - 1, -1, -1):
+        extra = [uses[c] for c in cons[j] if c in drop and j in d.rc_reads[c] and uses[c]]
+        if extra:
+            uses[j] = sorted(set(direct[j]).union(*extra))
+        else:
+            uses[j] = direct[j]
+    return uses
+
+
 def emit(graph: Graph, dec: Decisions, budget: int | None = None,
          reserve: list[int] | None = None, lookahead: int = 2) -> list[Step]:
     """Schedule records for one training iteration under `dec` (with the tensor cache when a
@@ -57,22 +82,34 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
     layers = graph.layers
     n = len(layers)
     cons = graph.consumers
+    d = graph.deps
     inputs = [tuple(dict.fromkeys(layer.inputs)) for layer in layers]
     offload, drop, mc, free = dec.offload, dec.drop, dec.memory_centric, dec.free
     caching = budget is not None and free
     steps: list[Step] = []
     add = steps.append
-    A, F, OFF, PRE, FW, BW, RC = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
-                                  Op.BACKWARD, Op.RECOMPUTE)
-    ysz = [aligned(layer.out_bytes) for layer in layers]
+    new, S = tuple.__new__, Step  # records built without the NamedTuple's Python __new__
+    A, F, OFF, PRE, FW, BW, RC, MV = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
+                                      Op.BACKWARD, Op.RECOMPUTE, Op.MOVE)
+    ysz, psz = d.ysz, d.psz
+    keep_dw = d.keep_dw
     live = 0
     for layer in layers:
         if layer.param_shapes:
             base = 5 * layer.id
-            add(Step(A, base + _W))
-            add(Step(A, base + _DW))
-            add(Step(A, base + _M))
-            live += 3 * aligned(layer.param_bytes)
+            add(new(S, (A, base + _W, 0, 0, -1)))
+            if keep_dw:
+                add(new(S, (A, base + _DW, 0, 0, -1)))
+            add(new(S, (A, base + _M, 0, 0, -1)))
+            live += (3 if keep_dw else 2) * psz[layer.id]
+    for i, nbytes in enumerate(d.state_bytes):
+        if nbytes:
+            add(new(S, (A, state_tid(n, i), 0, 0, -1)))
+            live += nbytes
+    ws_fwd, ws_bwd, ws_rc = d.ws_fwd, d.ws_bwd, d.ws_rc
+
+    def room(i: int, ws: list[int]) -> int:
+        return ws[i] + (reserve[i] if reserve is not None else 0)
 
     valid = [False] * n
     host = [False] * n
@@ -83,11 +120,14 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
     remaining = [len(c) for c in cons]
 
     order = backward_order(graph)
-    need = {i: inputs[i] + ((i,) if i not in inputs[i] else ()) for i in order}
-    uses: list[list[int]] = [[] for _ in range(n)]
-    for pos, i in enumerate(order):
-        for j in need[i]:
-            uses[j].append(pos)
+    need = [()] * n
+    for i in order:
+        need[i] = d.bwd_reads[i]
+    uses = y_uses(graph, order, drop)
+    at_pos: list[list[int]] = [[] for _ in order]
+    for j in range(n):
+        for p in uses[j]:
+            at_pos[p].append(j)
     ptr = [0] * n
 
     def next_use(j: int) -> int | None:
@@ -107,17 +147,17 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 return
             heapq.heappop(heap)
             cached[j] = valid[j] = False
-            add(Step(F, 5 * j))
+            add(new(S, (F, 5 * j, 0, 0, -1)))
             live -= ysz[j]
             if j in offload:
                 host[j] = evicted[j] = True
 
-    def alloc_y(j: int) -> None:
+    def alloc(t: int, nbytes: int) -> None:
         nonlocal live
         if caching:
-            evict(ysz[j], -2)
-        add(Step(A, 5 * j))
-        live += ysz[j]
+            evict(nbytes, -2)
+        add(new(S, (A, t, 0, 0, -1)))
+        live += nbytes
 
     def release(j: int) -> None:
         # j is not needed until its next use: free it, or keep it as a cache entry
@@ -129,39 +169,52 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 heapq.heappush(heap, (-nxt, j))
             return
         cached[j] = valid[j] = False
-        add(Step(F, 5 * j))
+        add(new(S, (F, 5 * j, 0, 0, -1)))
         live -= ysz[j]
 
+    fwd_inplace = [j if j >= 0 and j not in offload and j not in drop and i not in drop else -1
+                   for i, j in enumerate(d.fwd_inplace)]
     for i in range(n):
-        alloc_y(i)
-        if caching and reserve is not None and reserve[i]:
-            evict(reserve[i], -1)
-        add(Step(FW, i))
+        j = fwd_inplace[i]
+        if j >= 0:  # the output takes over its input's buffer
+            if caching and room(i, ws_fwd):
+                evict(room(i, ws_fwd), -1)
+            add(new(S, (FW, i, 0, 0, -1)))
+            add(new(S, (MV, 5 * i, 0, 0, 5 * j)))
+            valid[j] = False
+            live += ysz[i] - ysz[j]
+        else:
+            alloc(5 * i, ysz[i])
+            if caching and room(i, ws_fwd):
+                evict(room(i, ws_fwd), -1)
+            add(new(S, (FW, i, 0, 0, -1)))
         valid[i] = True
         if i in offload:
             off_at.append(len(steps))
-            add(Step(OFF, 5 * i))
+            add(new(S, (OFF, 5 * i, 0, 0, -1)))
             if not caching:
                 host[i] = True
         if free:
             for j in inputs[i]:
                 remaining[j] -= 1
-                if remaining[j] == 0 and (j in offload or j in drop):
+                if (remaining[j] == 0 and valid[j]
+                        and (j in offload or j in drop or not uses[j])):
                     release(j)
+            if not cons[i] and not uses[i]:
+                release(i)
 
     pinned: dict[int, int] = {}
     dy_alloc = [False] * n
     has_grad = [graph.has_grad(i) for i in range(n)]
 
-    def release_intermediate(u: int, pos: int) -> None:
-        # u was materialised only to rebuild another tensor during step `pos`: speed-centric
-        # rebuilt tensors and kept tensors stay; the rest goes (prefetch hoisting brings host
-        # copies back early where memory allows).
-        nxt = next_use(u)
+    def release_intermediate(u: int) -> None:
+        # u was materialised only to rebuild another tensor during this step: recoverable
+        # intermediates of memory-centric rebuilds go at once (prefetch hoisting brings host
+        # copies back early where memory allows); the rest waits for the sweep after the step
         if caching:
-            if nxt is None or u in offload or u in drop:
+            if u in offload or u in drop:
                 release(u)
-        elif nxt is None or u in mc or host[u]:
+        elif u in mc or host[u]:
             release(u)
 
     def materialize(j: int, cur: tuple[int, ...], pos: int) -> None:
@@ -169,23 +222,24 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             cached[j] = False  # a hit: in use again
             return
         if host[j]:
-            alloc_y(j)
-            add(Step(PRE, 5 * j))
+            alloc(5 * j, ysz[j])
+            add(new(S, (PRE, 5 * j, 0, 0, -1)))
         elif j in drop:
-            for u in inputs[j]:  # pinned: a nested rebuild must not release them
+            ins = d.rc_reads[j]
+            for u in ins:  # pinned: a nested rebuild must not release them
                 pinned[u] = pinned.get(u, 0) + 1
-            for u in inputs[j]:
+            for u in ins:
                 materialize(u, cur, pos)
-            alloc_y(j)
-            if caching and reserve is not None and reserve[j]:
-                evict(reserve[j], pos + lookahead)
-            add(Step(RC, j))
+            alloc(5 * j, ysz[j])
+            if caching and room(j, ws_rc):
+                evict(room(j, ws_rc), pos + lookahead)
+            add(new(S, (RC, j, 0, 0, -1)))
             valid[j] = True
-            for u in inputs[j]:
+            for u in ins:
                 pinned[u] -= 1
-            for u in inputs[j]:
+            for u in ins:
                 if u not in cur and valid[u] and not pinned.get(u):
-                    release_intermediate(u, pos)
+                    release_intermediate(u)
             return
         else:
             raise RuntimeError(f"plan lost tensor {layers[j].name}:Y (neither kept, offloaded "
@@ -197,19 +251,23 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
         # entries needed after them, and leaving room for the gradients those steps allocate
         nonlocal live
         grads: dict[int, int] = {}
+        dw = 0
         for q in range(pos + 1, min(pos + 1 + lookahead, len(order))):
-            for j in inputs[order[q]]:
+            iq = order[q]
+            for j in d.bwd_dx[iq]:
                 if has_grad[j] and not dy_alloc[j]:
                     grads[j] = ysz[j]
-            room = sum(grads.values())
-            for j in need[order[q]]:
+            if d.bwd_dw[iq] and not keep_dw:
+                dw = max(dw, psz[iq])
+            extra = sum(grads.values()) + dw
+            for j in need[iq]:
                 if valid[j] or not host[j]:
                     continue
-                evict(ysz[j] + room, q)
-                if live + ysz[j] + room > budget:  # type: ignore[operator]
+                evict(ysz[j] + extra, q)
+                if live + ysz[j] + extra > budget:  # type: ignore[operator]
                     return
-                add(Step(A, 5 * j))
-                add(Step(PRE, 5 * j))
+                add(new(S, (A, 5 * j, 0, 0, -1)))
+                add(new(S, (PRE, 5 * j, 0, 0, -1)))
                 live += ysz[j]
                 valid[j] = cached[j] = True
                 heapq.heappush(heap, (-q, j))
@@ -222,29 +280,56 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             cur = need[i]
             for j in cur:
                 materialize(j, cur, pos)
-            for j in inputs[i]:  # after materialising: gradients are not live during rebuilds
-                if has_grad[j] and not dy_alloc[j]:
-                    if caching:
-                        evict(ysz[j], -2)
-                    add(Step(A, 5 * j + _DY))
-                    live += ysz[j]
+            ip = d.bwd_inplace[i]
+            if ip is not None:
+                tj, src = ip
+                if dy_alloc[tj] or (src == 5 * i + _Y and (host[i] or i in offload
+                                                           or not valid[i])):
+                    ip = None
+            for j in d.bwd_dx[i]:  # after materialising: gradients are not live during rebuilds
+                if not dy_alloc[j] and (ip is None or j != ip[0]):
+                    alloc(5 * j + _DY, ysz[j])
                     dy_alloc[j] = True
-            if caching and reserve is not None and reserve[i]:
-                evict(reserve[i], pos + lookahead)
-            add(Step(BW, i))
-            for j in cur:
+            dw = d.bwd_dw[i] and not keep_dw
+            if dw:
+                alloc(5 * i + _DW, psz[i])
+            if caching and room(i, ws_bwd):
+                evict(room(i, ws_bwd), pos + lookahead)
+            add(new(S, (BW, i, 0, 0, -1)))
+            moved_dy = False
+            if ip is not None:
+                tj, src = ip
+                add(new(S, (MV, 5 * tj + _DY, 0, 0, src)))
+                dy_alloc[tj] = True
+                if src == 5 * i + _Y:
+                    valid[i] = cached[i] = False
+                    live += ysz[tj] - ysz[i]
+                else:
+                    moved_dy = True
+                    live += ysz[tj] - ysz[i]
+            if dw:
+                add(new(S, (F, 5 * i + _DW, 0, 0, -1)))
+                live -= psz[i]
+            for j in at_pos[pos]:
                 ptr[j] += 1
             if not free:
                 continue
-            if has_grad[i]:
-                add(Step(F, 5 * i + _DY))
+            if has_grad[i] and dy_alloc[i] and not moved_dy:
+                add(new(S, (F, 5 * i + _DY, 0, 0, -1)))
                 live -= ysz[i]
-            for j in cur:
+            # a host copy needed by the next step is kept, unless that step first rebuilds a
+            # dropped tensor: then it comes back after the rebuild instead of sitting through it
+            rebuild_next = pos + 1 < len(order) and any(
+                u in drop and not valid[u] for u in need[order[pos + 1]])
+            for j in at_pos[pos]:
+                if not valid[j]:
+                    continue
                 nxt = next_use(j)
                 if caching:
                     if nxt is None or j in offload or j in drop:
                         release(j)
-                elif nxt is None or (host[j] and nxt > pos + 1) or (j in mc and nxt > pos + 1):
+                elif (nxt is None or (host[j] and (nxt > pos + 1 or rebuild_next))
+                      or (j in mc and nxt > pos + 1)):
                     release(j)
             if caching:
                 prefetch_ahead(pos)

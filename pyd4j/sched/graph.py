@@ -8,6 +8,9 @@ spell these out (SuperNeurons' own graphs do).
 
 The last layers must be SOFTMAX loss layers (softmax + cross-entropy): their backward step
 starts the gradient, so their output has no gradient tensor.
+
+A graph carries its dependency profile (`pyd4j.sched.deps`; default `cudnn`): which tensors each
+layer's steps read and write, and what persistent state its layers keep.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterator
 
-from pyd4j.sched.plan import Kind, tid
+from pyd4j.sched import deps as _deps
+from pyd4j.sched.plan import Kind, state_tid, tid
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
@@ -55,7 +59,7 @@ class Tensor:
 
     id: int
     name: str
-    kind: Kind
+    kind: Kind | None  # None: a layer's persistent extra state
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
@@ -104,7 +108,8 @@ class GraphError(ValueError):
 class Graph:
     """A network as a DAG of layers, built in topological order by the builder methods."""
 
-    def __init__(self, name: str, batch: int, dtype: str = "float32") -> None:
+    def __init__(self, name: str, batch: int, dtype: str = "float32",
+                 profile: "str | _deps.Profile" = _deps.DEFAULT_PROFILE) -> None:
         if batch < 1:
             raise GraphError(f"batch must be >= 1, got {batch}")
         if dtype not in DTYPE_BYTES:
@@ -112,8 +117,22 @@ class Graph:
         self.name = name
         self.batch = batch
         self.dtype = dtype
+        self.profile = _deps.profile(profile)
         self.layers: list[Layer] = []
         self._consumers: list[list[int]] | None = None
+        self._deps: _deps.GraphDeps | None = None
+        self._memo: dict[str, Any] = {}  # derived tables (bounds, decisions), reset on change
+
+    @property
+    def deps(self) -> "_deps.GraphDeps":
+        """The dependency model applied to this graph (see `pyd4j.sched.deps`)."""
+        return _deps.graph_deps(self)
+
+    def with_profile(self, profile: "str | _deps.Profile") -> "Graph":
+        """The same layers under another dependency profile (a shallow copy)."""
+        g = Graph(self.name, self.batch, self.dtype, profile)
+        g.layers = list(self.layers)
+        return g
 
     # -- structure ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -147,7 +166,7 @@ class Graph:
         return self.layers[i].type is not LayerType.DATA
 
     def tensors(self) -> list[Tensor]:
-        """Every tensor of the IR with its shape, dtype and size."""
+        """Every tensor of the IR with its shape, dtype and size (persistent state last)."""
         out: list[Tensor] = []
         for layer in self.layers:
             out.append(Tensor(tid(layer.id, Kind.Y), f"{layer.name}:Y", Kind.Y, layer.out_shape,
@@ -160,14 +179,17 @@ class Graph:
                 for kind in (Kind.W, Kind.DW, Kind.M):
                     out.append(Tensor(tid(layer.id, kind), f"{layer.name}:{kind.name}", kind,
                                       shape, layer.dtype, layer.param_bytes))
+        n = len(self.layers)
+        for layer, nbytes in zip(self.layers, self.deps.state_bytes):
+            if nbytes:
+                out.append(Tensor(state_tid(n, layer.id), f"{layer.name}:STATE", None,
+                                  (nbytes,), "uint8", nbytes))
         return out
 
     def nbytes_table(self) -> list[int]:
-        """nbytes[t] for every tensor id (0 where a layer does not own that kind)."""
-        table = [0] * (len(self.layers) * 5)
-        for t in self.tensors():
-            table[t.id] = t.nbytes
-        return table
+        """nbytes[t] for every tensor id (0 where a layer does not own that kind); state
+        tensors' sizes are already aligned. A copy of the dependency model's table."""
+        return list(self.deps.nbytes)
 
     def validate(self) -> None:
         """Check topological order, inputs and that every sink is a SOFTMAX loss."""
@@ -207,6 +229,8 @@ class Graph:
                       self.dtype, params, fwd, 2.0 * fwd if bwd is None else bwd, attrs)
         self.layers.append(layer)
         self._consumers = None
+        self._deps = None
+        self._memo = {}
         return i
 
     def shape(self, i: int) -> tuple[int, ...]:
@@ -268,7 +292,11 @@ class Graph:
             raise GraphError(f"global pool needs a square map, got {h}x{w}")
         return self.pool(x, h, h, 0, "avg", name=name)
 
-    def act(self, x: int, fn: str = "relu", name: str | None = None) -> int:
+    def act(self, x: int, fn: str = "relu", name: str | None = None, fused: bool = False) -> int:
+        """Activation; `fused`: the activation of the layer before it (DL4J's Dense and
+        Convolution layers apply theirs in place), variant `fused` of the dependency model."""
+        if fused:
+            return self._add(LayerType.ACT, (x,), self.shape(x), name, fn=fn, variant="fused")
         return self._add(LayerType.ACT, (x,), self.shape(x), name, fn=fn)
 
     def bn(self, x: int, name: str | None = None) -> int:
@@ -310,7 +338,7 @@ class Graph:
     def eltwise(self, xs: list[int], op: str = "sum", name: str | None = None) -> int:
         if op not in ("sum", "prod", "max"):
             raise GraphError(f"eltwise op {op!r} not in ('sum', 'prod', 'max')")
-        return self._same_shape(LayerType.ELTWISE, xs, name, op=op)
+        return self._same_shape(LayerType.ELTWISE, xs, name, op=op, variant=op)
 
     def _same_shape(self, ltype: LayerType, xs: list[int], name: str | None, **attrs: Any) -> int:
         shapes = {self.shape(x) for x in xs}

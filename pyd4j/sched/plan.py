@@ -9,18 +9,52 @@ equal the simulator's peak exactly.
 
 Tensor ids are derived from layer ids (see `tid`): each layer `i` owns its output Y, the gradient
 of its output dY, and, when it has parameters, W (parameters), dW (their gradient) and M
-(SGD-momentum state).
+(SGD-momentum state). A layer with persistent extra state under the graph's dependency profile
+(BN statistics, dropout masks; `pyd4j.sched.deps`) owns one more tensor, `state_tid(n, i)`,
+numbered after all the others (n = number of layers), so the ids above never change.
+
+In-place steps (`pyd4j.sched.deps.GraphDeps.fwd_inplace` / `bwd_inplace`) write their result
+over a tensor they read; the MOVE record right after such a compute record renames that buffer:
+`Step(Op.MOVE, dst, src=src)` -- no copy, no allocation; `src` is no longer allocated, `dst` is.
+A FORWARD/RECOMPUTE record whose output is not allocated, or a BACKWARD record writing a
+gradient that is not allocated, is always followed by the MOVE that names where the result went.
+Which tensors a compute record reads and writes is the dependency model's answer for its layer
+and op; a BACKWARD record of a layer with parameters writes dW and applies the update
+(dW allocated around it, or for the whole run when the profile keeps dW).
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 ALIGNMENT = 256
 """Every device allocation is rounded up to this many bytes (cudaMalloc's granularity).
 Executors' arenas apply the same rule, so accounted bytes agree exactly."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def gc_paused(fn: F) -> F:
+    """Run `fn` with Python's cyclic garbage collector paused (restored after). Plans are
+    hundreds of thousands of small tuples in acyclic lists: without this, collections that walk
+    every live record cost more than building them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return wrapper  # type: ignore[return-value]
 
 
 def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
@@ -38,6 +72,7 @@ class Op(IntEnum):
     FORWARD = 4
     BACKWARD = 5  # gradient of the layer's inputs and parameters, then the SGD-momentum update
     RECOMPUTE = 6  # forward again during the backward pass, to rebuild a dropped output
+    MOVE = 7  # the buffer of tensor `src` becomes tensor `arg`'s (after an in-place step)
 
 
 COMPUTE_OPS = (Op.FORWARD, Op.BACKWARD, Op.RECOMPUTE)
@@ -61,8 +96,13 @@ def tid(layer: int, kind: Kind | int) -> int:
     return layer * N_KINDS + int(kind)
 
 
+def state_tid(n_layers: int, layer: int) -> int:
+    """Tensor id of `layer`'s persistent extra state in a graph of `n_layers` layers."""
+    return N_KINDS * n_layers + layer
+
+
 def tensor_layer(t: int) -> int:
-    """Layer that owns tensor `t`."""
+    """Layer that owns tensor `t` (not for state tensors: see `state_tid`)."""
     return t // N_KINDS
 
 
@@ -73,13 +113,16 @@ def tensor_kind(t: int) -> Kind:
 
 class Step(NamedTuple):
     """One record. `arg` is a tensor id for memory ops and a layer id for compute ops;
-    `ws` is the convolution workspace (bytes) and `algo` the index of the convolution algorithm
-    in the cost model's table, both meaningful for compute records of CONV layers only."""
+    `ws` is the optional algorithm workspace (bytes) and `algo` the index of the convolution
+    algorithm in the cost model's table, both meaningful for compute records of CONV layers only
+    (a step's mandatory scratch comes from the dependency model, not from the record); `src` is
+    the renamed tensor of a MOVE record (-1 otherwise)."""
 
     op: Op
     arg: int
     ws: int = 0
     algo: int = 0
+    src: int = -1
 
 
 @dataclass
@@ -103,10 +146,15 @@ class Plan:
             layer = self.graph.layers[step.arg]
             extra = f" ws={step.ws} algo={step.algo}" if step.ws or step.algo else ""
             return f"{step.op.name} {layer.name}{extra}"
+        if step.op == Op.MOVE:
+            return f"MOVE {self.tensor_name(step.arg)} <- {self.tensor_name(step.src)}"
         return f"{step.op.name} {self.tensor_name(step.arg)}"
 
     def tensor_name(self, t: int) -> str:
-        """'conv1:Y' style name of a tensor."""
+        """'conv1:Y' style name of a tensor ('bn1:STATE' for persistent extra state)."""
+        n = len(self.graph.layers)
+        if t >= N_KINDS * n:
+            return f"{self.graph.layers[t - N_KINDS * n].name}:STATE"
         return f"{self.graph.layers[tensor_layer(t)].name}:{tensor_kind(t).name}"
 
     def count(self, op: Op) -> int:

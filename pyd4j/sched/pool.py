@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from pyd4j.sched.emit import Decisions, emit
 from pyd4j.sched.graph import Graph, LayerType
-from pyd4j.sched.plan import COMPUTE_OPS, Op, Plan, Step, aligned
+from pyd4j.sched.plan import Op, Plan, Step, aligned
 from pyd4j.sched.simulator import live_timeline
 
 
 def conv_outputs(graph: Graph) -> frozenset[int]:
-    return frozenset(l.id for l in graph.layers if l.type is LayerType.CONV)
+    """Outputs of CONV layers -- or of the in-place steps that take over their buffers."""
+    owner = graph.deps.inplace_owner()
+    return frozenset(owner[l.id] for l in graph.layers if l.type is LayerType.CONV)
 
 
 def plan_utp(graph: Graph, budget: int | None = None, lookahead: int = 2) -> Plan:
@@ -47,33 +49,42 @@ def hoist_prefetches(plan: Plan, cap: int, lookahead: int) -> list[Step]:
     steps = plan.steps
     if lookahead <= 0:
         return steps
-    asz = [aligned(b) for b in plan.nbytes]
+    d = plan.graph.deps
+    asz = d.asz if plan.nbytes == d.nbytes else [aligned(b) for b in plan.nbytes]
     live = live_timeline(plan)
     m = len(steps)
+    ops = [int(s[0]) for s in steps]
+    args = [s[1] for s in steps]
+    A, F, OFF, PRE, FW = (int(o) for o in (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH,
+                                            Op.FORWARD))
+    compute = (int(Op.FORWARD), int(Op.BACKWARD), int(Op.RECOMPUTE))
     barrier = [-1] * len(plan.nbytes)  # last record that must stay before a re-alloc
     pos_key: list[float] = [float(k) for k in range(m)]
     for k in range(m - 1):
-        s = steps[k]
-        if s.op == Op.FREE or s.op == Op.OFFLOAD:
-            barrier[s.arg] = k
+        op = ops[k]
+        if op == F or op == OFF:
+            barrier[args[k]] = k
             continue
-        if s.op != Op.ALLOC or steps[k + 1].op != Op.PREFETCH or steps[k + 1].arg != s.arg:
+        if op != A or ops[k + 1] != PRE or args[k + 1] != args[k]:
             continue
-        t, size = s.arg, asz[s.arg]
+        t = args[k]
+        size = asz[t]
         seen = 0
         best = k
         j = k - 1
-        while j > barrier[t]:
-            sj = steps[j]
-            if sj.op in COMPUTE_OPS:
+        stop = barrier[t]
+        while j > stop:
+            oj = ops[j]
+            is_compute = oj in compute
+            if is_compute:
                 if seen == lookahead:
                     break
                 seen += 1
-            if sj.op == Op.FORWARD:
+            if oj == FW:
                 break  # stay in the backward pass
             if live[j] + size > cap:
                 break
-            if sj.op in COMPUTE_OPS:
+            if is_compute:
                 best = j
             j -= 1
         if best < k:

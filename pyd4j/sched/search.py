@@ -1,9 +1,10 @@
 """Largest batch / deepest ResNet that fits a device under a policy.
 
-Peak memory grows monotonically with batch and with ResNet depth, so the searches bisect.
-The depth search starts from a linear extrapolation (resident state grows linearly with the
-conv4_x blocks, the working set does not) and then brackets and bisects around it with real
-plans; the answer is always confirmed by a full simulation.
+Peak memory grows monotonically with batch and with ResNet depth -- about affinely: resident
+state grows with the conv4_x blocks, the working set does not -- so the searches interpolate on
+the peak (regula falsi, bisection when that stalls) and need a handful of plans. The peak of a
+candidate is the policy's minimum-memory peak (`pyd4j.sched.policies.minimum_peak`); the answer
+is confirmed by a full plan and simulation.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Callable
 
 from pyd4j.sched import zoo
 from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.deps import Profile
 from pyd4j.sched.graph import Graph
-from pyd4j.sched.policies import make_plan
-from pyd4j.sched.simulator import SimResult, peak_bytes, simulate
+from pyd4j.sched.plan import gc_paused
+from pyd4j.sched.policies import evaluate, make_plan, minimum_peak
+from pyd4j.sched.simulator import SimResult, simulate
 
 
 @dataclass
@@ -25,77 +28,84 @@ class SearchResult:
     evaluations: int
 
 
-def _largest(ok: Callable[[int], bool], lo: int, guess: int | None = None,
+def _largest(peak: Callable[[int], int], cap: int, lo: int = 1,
              limit: int = 1 << 20) -> tuple[int, int]:
-    """Largest x >= lo with ok(x) (ok monotone: true then false); (x or lo-1, evaluations)."""
+    """Largest x in [lo, limit] with peak(x) <= cap (peak non-decreasing); (x or lo-1,
+    evaluations). Interpolates on the peak, which is nearly affine in x here."""
     evals = 0
 
-    def test(x: int) -> bool:
+    def f(x: int) -> int:
         nonlocal evals
         evals += 1
-        return ok(x)
+        return peak(x)
 
-    if guess is not None and guess > lo:
-        # bracket around the guess
-        step = max(1, guess // 64)
-        if test(guess):
-            good, bad = guess, guess + step
-            while bad <= limit and test(bad):
-                good, step = bad, step * 2
-                bad = good + step
+    a, pa = lo, f(lo)
+    if pa > cap:
+        return lo - 1, evals
+    b = min(limit, max(lo + 1, 2 * lo, lo + 8))
+    if b == a:
+        return a, evals
+    pb = f(b)
+    while pb <= cap:  # extrapolate past the capacity
+        if b == limit:
+            return limit, evals
+        slope = (pb - pa) / (b - a)
+        step = int((cap - pb) / slope) + 1 if slope > 0 else b - a
+        a, pa = b, pb
+        b = min(limit, b + max(1, min(step, 4 * b)))
+        pb = f(b)
+    # a fits, b does not: interpolate, falling back to bisection when an end does not move
+    stuck = 0
+    while b - a > 1:
+        if stuck < 2 and pb > pa:
+            m = a + int((cap - pa) * (b - a) / (pb - pa))
+            m = min(max(m, a + 1), b - 1)
         else:
-            bad, good = guess, guess - step
-            while good > lo and not test(good):
-                bad, step = good, step * 2
-                good = max(lo, bad - step)
-            if good == lo and not test(lo):
-                return lo - 1, evals
-    else:
-        if not test(lo):
-            return lo - 1, evals
-        good, bad = lo, lo * 2
-        while bad <= limit and test(bad):
-            good, bad = bad, bad * 2
-    bad = min(bad, limit + 1)
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if test(mid):
-            good = mid
+            m = (a + b) // 2
+        pm = f(m)
+        if pm <= cap:
+            stuck = stuck + 1 if m - a < (b - a) // 4 and b - m > 1 else 0
+            a, pa = m, pm
         else:
-            bad = mid
-    return good, evals
+            stuck = stuck + 1 if b - m < (b - a) // 4 and m - a > 1 else 0
+            b, pb = m, pm
+    return a, evals
 
 
+@gc_paused
 def max_batch(build: Callable[[int], Graph], policy: str, cost: CostModel,
               capacity: int | None = None) -> SearchResult:
     """Largest batch whose plan's peak (without optional workspace) fits `capacity`."""
     cap = capacity if capacity is not None else cost.device.memory_bytes
-    ok = lambda b: peak_bytes(make_plan(build(b), policy, cost, cap)) <= cap  # noqa: E731
-    best, evals = _largest(ok, 1, limit=1 << 16)
+    best, evals = _largest(lambda b: minimum_peak(build(b), policy), cap, 1, limit=1 << 16)
     if best < 1:
         return SearchResult(0, None, evals)
     return SearchResult(best, simulate(make_plan(build(best), policy, cost, cap), cost), evals)
 
 
+@gc_paused
 def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int = 227,
-                     capacity: int | None = None) -> SearchResult:
-    """Deepest bottleneck ResNet-N (extra blocks in conv4_x) whose plan fits `capacity`."""
+                     capacity: int | None = None, profile: "str | Profile" = "cudnn",
+                     layout: str = "standard", fit: str = "peak") -> SearchResult:
+    """Deepest bottleneck ResNet-N (extra blocks in conv4_x of `layout`, see
+    `pyd4j.sched.zoo.resnet_stages`) whose plan fits `capacity`: its accounted peak
+    (`fit="peak"`), or the high-water of a first-fit arena holding its minimum-memory plan
+    without optional workspace (`fit="arena"`: fragmentation included)."""
     cap = capacity if capacity is not None else cost.device.memory_bytes
+    a, b, d = zoo.LAYOUTS[layout]
+    if fit not in ("peak", "arena"):
+        raise ValueError(f"fit {fit!r} not in ('peak', 'arena')")
 
     def graph(k: int) -> Graph:
-        return zoo.resnet(stages=(3, 4, k, 3), batch=batch, image=image)
+        return zoo.resnet(stages=(a, b, k, d), batch=batch, image=image).with_profile(profile)
 
-    def peak(k: int) -> int:
-        return peak_bytes(make_plan(graph(k), policy, cost, cap))
+    def arena(k: int) -> int:
+        return evaluate(make_plan(graph(k), policy, cost, 0), cost).arena_peak_bytes
 
-    p1, p2 = peak(4), peak(12)
-    guess = None
-    if p2 > p1 and p1 <= cap:
-        guess = max(2, int(4 + (cap - p1) * 8 / (p2 - p1)))
-    best, evals = _largest(lambda k: peak(k) <= cap, 1, guess)
-    evals += 2
+    best, evals = _largest(
+        arena if fit == "arena" else (lambda k: minimum_peak(graph(k), policy)), cap, 1)
     if best < 1:
         return SearchResult(0, None, evals)
     g = graph(best)
-    return SearchResult(zoo.resnet_depth((3, 4, best, 3)),
+    return SearchResult(zoo.resnet_depth((a, b, best, d)),
                         simulate(make_plan(g, policy, cost, cap), cost), evals)

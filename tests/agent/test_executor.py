@@ -24,7 +24,7 @@ def run_and_compare(g: Graph, policy: str, cache: bool = False, budget: int | No
     ref = reference_run(g, x, labels, params)
     plan = make_plan(g, policy, budget=budget, cache=cache)
     sim = simulate(plan)
-    backend = HostBackend(budget_bytes=sim.device_peak_bytes)
+    backend = HostBackend(budget_bytes=sim.device_peak_bytes, arena_bytes=sim.arena_peak_bytes)
     res = execute(plan, backend, x, labels, params)
     assert set(res.grads) == set(ref.grads)
     for k in ref.grads:
@@ -32,6 +32,7 @@ def run_and_compare(g: Graph, policy: str, cache: bool = False, budget: int | No
         assert np.array_equal(res.params[k], ref.params[k]), g.layers[k].name
     assert res.loss == ref.loss
     assert res.stats.peak_bytes == sim.device_peak_bytes
+    assert res.stats.arena_peak_bytes == sim.arena_peak_bytes >= sim.device_peak_bytes
     return plan, sim, res
 
 
@@ -102,38 +103,67 @@ def test_kernels_match_finite_differences(net) -> None:
 
 
 def test_host_backend_allocator() -> None:
+    """First fit, holes merged, nothing moved: freed bytes in two pieces do not hold one block
+    of their sum."""
     b = HostBackend(budget_bytes=4 * 256)
     assert isinstance(b, Backend)
     b.alloc(1, 100)
     b.alloc(2, 256)
-    b.alloc(3, 257)  # two blocks
+    b.alloc(3, 257)  # two blocks: [512, 1024)
     with pytest.raises(OutOfDeviceMemory):
-        b.alloc(4, 1)
+        b.alloc(4, 1)  # over the budget
     b.upload(3, np.arange(64, dtype=np.float32))
     b.free(1)
     b.free(2)
     b.alloc(5, 512)  # fits the merged hole at the bottom
     b.free(5)
-    b.alloc(6, 256)
-    b.free(3)  # hole [256:512) and [512:1024) -> merged; then a 768-byte block fits
-    b.alloc(7, 700)
-    assert b.stats().peak_bytes == 1024 and b.stats().live_bytes == 1024
+    b.alloc(6, 256)  # [0, 256)
+    b.free(3)  # hole [256, 1024) merged
+    b.alloc(7, 700)  # [256, 1024)
+    assert b.stats().peak_bytes == 1024 and b.stats().arena_peak_bytes == 1024
     b.free(6)
     b.free(7)
-    b.alloc(8, 256)
-    b.alloc(9, 256)
+    b.alloc(8, 256)  # [0, 256)
+    b.alloc(9, 256)  # [256, 512)
     b.upload(9, np.full(64, 7, np.float32))
     b.offload(9)
+    b.alloc(10, 256)  # [512, 768)
     b.free(8)
-    b.alloc(10, 256)
-    b.alloc(11, 256)
-    b.free(10)  # holes at 0 and 768: a 512-byte request needs compaction
-    b.alloc(12, 512)
-    assert b.n_compactions == 1
+    b.free(10)  # holes [0, 256) and [512, 1024): 768 bytes free, but no 768-byte range
+    with pytest.raises(OutOfDeviceMemory, match="tensor 11"):
+        b.alloc(11, 768)
+    b.alloc(12, 512)  # [512, 1024): the data of 9 never moved
     assert np.array_equal(b.view(9, (64,), np.float32), np.full(64, 7, np.float32))
     b.free(9)
-    b.alloc(9, 256)
+    b.alloc(9, 256)  # [0, 256)
     b.prefetch(9)
     assert np.array_equal(b.download(9, (64,), np.float32), np.full(64, 7, np.float32))
     st = b.stats()
     assert st.bytes_offloaded == 256 and st.bytes_prefetched == 256 and st.host_bytes == 256
+
+def test_executor_refuses_a_profile_that_drops_what_its_kernels_read() -> None:
+    """Under the dl4j profile an ActivationLayer's backward keeps x and dy only; the numpy ACT
+    kernel reads y too (tanh, sigmoid), so a dl4j plan could free y before the kernel reads it."""
+    g = zoo.small_cnn().with_profile("dl4j")
+    params = init_params(g)
+    x, labels = random_batch(g)
+    with pytest.raises(ValueError, match="ACT kernel reads \\['y'\\].*'dl4j'.*with_profile"):
+        execute(make_plan(g, "liveness"), HostBackend(), x, labels, params)
+
+
+def test_fragmentation_is_seen_and_predicted() -> None:
+    """A recomputation plan leaves holes: the arena needs more than the accounted peak. With the
+    accounted peak as the arena the run fails although every allocation fits the budget; with
+    the simulated high-water it runs, and the measured high-water is the simulated one."""
+    g = zoo.small_resnet(blocks=4)
+    plan = make_plan(g, "recompute")
+    sim = simulate(plan)
+    assert sim.arena_peak_bytes > sim.device_peak_bytes
+    params = init_params(g)
+    x, labels = random_batch(g)
+    with pytest.raises(OutOfDeviceMemory) as e:
+        execute(plan, HostBackend(budget_bytes=sim.device_peak_bytes), x, labels, params)
+    assert "fragmentation" in str(e.value.__cause__)
+    res = execute(plan, HostBackend(budget_bytes=sim.device_peak_bytes,
+                                    arena_bytes=sim.arena_peak_bytes), x, labels, params)
+    assert res.stats.arena_peak_bytes == sim.arena_peak_bytes

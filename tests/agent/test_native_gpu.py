@@ -98,7 +98,12 @@ def test_plan_on_gpu_matches_unconstrained_gpu_run(backend_name):
         free_run.close()
     plan = make_plan(g, "superneurons")
     sim = simulate(plan)
-    b = make(budget_bytes=sim.device_peak_bytes)
+    if backend_name == "cupy":  # the budget is on CuPy's pool bytes
+        from pyd4j.commands.plan import cupy_budget
+
+        b = make(budget_bytes=cupy_budget(sim.arena_peak_bytes))
+    else:
+        b = make(budget_bytes=sim.device_peak_bytes, arena_bytes=sim.arena_peak_bytes)
     try:
         run = execute(plan, b, x, labels, params)
     finally:
@@ -107,3 +112,7 @@ def test_plan_on_gpu_matches_unconstrained_gpu_run(backend_name):
         assert np.array_equal(run.grads[k], ref.grads[k])
         assert np.array_equal(run.params[k], ref.params[k])
     assert run.stats.peak_bytes == sim.device_peak_bytes
+    if backend_name == "native":
+        assert run.stats.arena_peak_bytes == sim.arena_peak_bytes
+    else:
+        assert sim.device_peak_bytes <= run.stats.arena_peak_bytes <= cupy_budget(sim.arena_peak_bytes)

@@ -6,13 +6,16 @@ from hypothesis import strategies as st
 
 from pyd4j.sched.graph import Graph
 
-KINDS = ("conv", "act", "bn", "pool", "dropout", "lrn", "join", "eltwise", "concat", "fork")
+KINDS = ("conv", "act", "bn", "pool", "dropout", "lrn", "join", "eltwise", "concat", "fork",
+         "fused")
 
 
 @st.composite
 def random_graphs(draw, max_layers: int = 14, batch: int = 2, channels: int = 3,
-                  size: int = 4) -> Graph:
-    g = Graph("random", batch)
+                  size: int = 4, profiles: tuple[str, ...] = ("cudnn",)) -> Graph:
+    """Random DAGs under one of `profiles` (drawn); "fused" is a conv with the activation DL4J
+    applies in place."""
+    g = Graph("random", batch, profile=draw(st.sampled_from(profiles)))
     nodes = [g.conv(g.data(channels, size, size, classes=3), channels, 3, 1, 1)]
     for _ in range(draw(st.integers(1, max_layers))):
         kind = draw(st.sampled_from(KINDS))
@@ -36,6 +39,8 @@ def random_graphs(draw, max_layers: int = 14, batch: int = 2, channels: int = 3,
                 continue
             x = g.join([a, b]) if kind == "join" else g.eltwise([a, b], draw(
                 st.sampled_from(["sum", "prod", "max"])))
+        elif kind == "fused":
+            x = g.act(g.conv(pick(), channels, 1, bias=False), fused=True)
         elif kind == "concat":
             a, b = pick(), pick()
             x = g.conv(g.concat([a, b]), channels, 1, bias=False)

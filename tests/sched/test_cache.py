@@ -48,29 +48,30 @@ def test_ample_budget_runs_at_infinite_memory_speed_and_moves_nothing(net) -> No
 
 def test_delayed_free_by_hand() -> None:
     """five() under UTP (see test_handworked): the minimum-memory plan frees C right after A's
-    forward step, so that FREE waits for C's offload. With a budget of 200u (the UTP minimum)
-    the cache keeps C until the gradient F:DY needs its unit, after S's forward: the offload
-    overlaps F's and S's forward steps, and C comes back just before A's backward step. With
-    201u nothing is evicted: no copies at all."""
+    forward step, so that FREE waits for C's offload. With a budget of 198u (the UTP minimum)
+    the cache keeps C until F's dW (64u) needs the room, at F's backward step: the offload
+    overlaps the rest of the forward pass, and C comes back right after F's backward step. With
+    199u nothing is evicted: no copies at all."""
     g = five()
     cost = CostModel.for_device("k40c")
-    plan = make_plan(g, "utp", cost, 200 * U, cache=True)
+    assert simulate(make_plan(g, "utp", cost), cost).peak_bytes == 198 * U
+    plan = make_plan(g, "utp", cost, 198 * U, cache=True)
     recs = records(plan)
     assert recs[recs.index("FORWARD C") + 1] == "OFFLOAD C:Y"
-    assert recs.index("FREE C:Y") == recs.index("FORWARD S") + 1  # delayed by two steps
-    assert recs[recs.index("BACKWARD A") - 3:recs.index("BACKWARD A")] == [
-        "ALLOC C:Y", "PREFETCH C:Y", "ALLOC C:DY"]
-    r = simulate(plan, cost, budget=200 * U)
-    assert r.peak_bytes == 200 * U
+    assert recs.index("FREE C:Y") == recs.index("ALLOC A:DY") + 1  # evicted for F's dW
+    assert recs[recs.index("BACKWARD F") + 1:recs.index("BACKWARD A")] == [
+        "FREE F:DW", "FREE F:DY", "ALLOC C:Y", "PREFETCH C:Y"]
+    r = simulate(plan, cost, budget=198 * U)
+    assert r.peak_bytes == 198 * U
     # the two-stream timeline by hand: T per copy, f/b/u forward/backward/update per layer
     f, b, u = cost.layer_times(g)
     T = cost.transfer_time(U)
-    free_c = max(f[0] + f[1] + T, sum(f))  # FREE C:Y waits for the offload
-    total = free_c + (b[4] + u[4]) + (b[3] + u[3]) + T + (b[2] + u[2]) + (b[1] + u[1])
+    free_c = max(f[0] + f[1] + T, sum(f) + b[4] + u[4])  # FREE C:Y waits for the offload
+    total = free_c + (b[3] + u[3]) + T + (b[2] + u[2]) + (b[1] + u[1])
     assert r.time_s == pytest.approx(total, rel=EPS)
-    assert r.time_s < simulate(make_plan(g, "utp", cost), cost).time_s
-    roomy = make_plan(g, "utp", cost, 201 * U, cache=True)
-    r = simulate(roomy, cost, budget=201 * U)
+    assert r.time_s <= simulate(make_plan(g, "utp", cost), cost).time_s
+    roomy = make_plan(g, "utp", cost, 199 * U, cache=True)
+    r = simulate(roomy, cost, budget=199 * U)
     assert "OFFLOAD C:Y" not in records(roomy) and r.bytes_prefetched == 0
     assert r.time_s == pytest.approx(sum(f) + sum(b) + sum(u), rel=EPS)
 
@@ -116,8 +117,10 @@ def test_time_optimised_plans_execute_exactly(net, policy: str) -> None:
         plan = make_plan(g, policy, budget=budget, cache=True)
         sim = simulate(plan, budget=budget)
         moved += sim.bytes_prefetched
-        res = execute(plan, HostBackend(budget_bytes=sim.device_peak_bytes), x, labels, params)
+        res = execute(plan, HostBackend(budget_bytes=sim.device_peak_bytes,
+                                        arena_bytes=sim.arena_peak_bytes), x, labels, params)
         assert all(np.array_equal(res.grads[k], ref.grads[k]) for k in ref.grads)
         assert res.stats.peak_bytes == sim.device_peak_bytes
+        assert res.stats.arena_peak_bytes == sim.arena_peak_bytes
         assert res.stats.bytes_prefetched == sim.bytes_prefetched
     assert moved > 0

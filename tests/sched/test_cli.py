@@ -70,3 +70,14 @@ def test_table_output() -> None:
     r = CliRunner().invoke(command, ["--model", "alexnet", "--batch", "4"])
     assert r.exit_code == 0 and "recompute" in r.output and "lower bound" in r.output
     assert "Time-optimised under a budget" in r.output and "no-workspace algorithm" in r.output
+
+
+def test_profile_option_and_execute_needs_cudnn() -> None:
+    nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
+    doc = run("--network", str(nets / "lenet.json"), "--batch", "4", "--policy", "liveness")
+    assert doc["profile"] == "dl4j"
+    doc = run("--network", str(nets / "lenet.json"), "--batch", "4", "--policy", "liveness",
+              "--profile", "cudnn", "--execute")
+    assert doc["profile"] == "cudnn" and doc["execute"]["policies"]["liveness"]["grads_equal_reference"]
+    r = CliRunner().invoke(command, ["--network", str(nets / "lenet.json"), "--execute", "--json"])
+    assert r.exit_code != 0 and "--profile cudnn" in r.output

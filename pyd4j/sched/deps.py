@@ -1,0 +1,393 @@
+"""The per-op dependency model: what each layer's FORWARD, BACKWARD and RECOMPUTE step must
+hold on the device, in named framework profiles.
+
+Everything that decides memory -- the bound (`pyd4j.sched.bounds`), the records
+(`pyd4j.sched.emit`), the checks and accounting of the simulator, the recomputation policy
+and the executors -- asks this module instead of assuming "backward reads the inputs and the
+output". The table itself is data (`deps.json`, next to this module):
+
+- a profile (`cudnn`: cuDNN layers as the SuperNeurons release code registers their
+  dependencies; `dl4j`: Deeplearning4j's layers) maps a layer type, or `TYPE.variant` for a
+  layer whose `attrs["variant"]` is set (`ELTWISE.prod`, `ACT.fused`), to the roles each step
+  reads and writes -- x (the inputs' outputs), y (its own output), dy, dx, w, dw -- plus
+  in-place rules, mandatory scratch (`workspace`) and named persistent per-layer `state`
+  (BN statistics, dropout masks), and a profile-wide `keep_dw`;
+- a graph carries its profile (`Graph(..., profile="cudnn")`, the default);
+- `graph_deps(graph)` applies the profile to one graph: per layer, the tensors each step reads
+  and writes, which in-place rewrites are possible, and the bytes of scratch and state.
+
+Correcting an entry from measurements: edit `deps.json`, or pass a JSON document of the same
+shape (only the entries to change) to `profile(name, overrides)`; an entry given there replaces
+the table's entry of that layer key and step (`{"profiles": {"dl4j": {"layers": {"BN":
+{"backward": {...}}}}}}`). A new profile is a new key under `profiles`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyd4j.sched.plan import ALIGNMENT, aligned
+
+if TYPE_CHECKING:
+    from pyd4j.sched.graph import Graph, Layer
+
+ROLES = ("x", "y", "dy", "dx", "w", "dw")
+READ_ROLES = frozenset({"x", "y", "dy", "w"})
+WRITE_ROLES = frozenset({"y", "dx", "dw"})
+SIZE_TERMS = ("y", "x", "im2col", "channels", "bytes")
+DEFAULT_PROFILE = "cudnn"
+
+
+class DepsError(ValueError):
+    """A profile or an entry of the dependency table is malformed or missing."""
+
+
+@dataclass(frozen=True)
+class Size:
+    """Bytes as a sum of multiples: of the layer's output (`y`), of all its inputs (`x`), of a
+    CONV layer's patch matrix (`im2col`), of per-channel values (`channels`), plus `bytes`."""
+
+    y: float = 0.0
+    x: float = 0.0
+    im2col: float = 0.0
+    channels: float = 0.0
+    bytes: int = 0
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any] | None, where: str) -> "Size":
+        doc = doc or {}
+        bad = set(doc) - set(SIZE_TERMS)
+        if bad:
+            raise DepsError(f"{where}: unknown size terms {sorted(bad)}; use {list(SIZE_TERMS)}")
+        return cls(**{k: float(v) if k != "bytes" else int(v) for k, v in doc.items()})
+
+    def __bool__(self) -> bool:
+        return any((self.y, self.x, self.im2col, self.channels, self.bytes))
+
+    def of(self, graph: "Graph", layer: "Layer") -> int:
+        """Unaligned bytes for `layer` of `graph`."""
+        if not self:
+            return 0
+        total = self.y * layer.out_bytes + float(self.bytes)
+        if self.x:
+            total += self.x * sum(graph.layers[j].out_bytes for j in layer.inputs)
+        if self.channels:
+            total += self.channels * layer.out_shape[1] * layer.itemsize
+        if self.im2col:
+            if "kernel" not in layer.attrs:
+                raise DepsError(f"layer {layer.name!r} ({layer.type.value}) has no patch matrix "
+                                "(im2col is for CONV layers)")
+            total += self.im2col * im2col_bytes(graph, layer)
+        return int(math.ceil(total))
+
+
+def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
+    """Bytes of a CONV layer's patch matrix: C*KH*KW values per output position and sample."""
+    n, c = graph.layers[layer.inputs[0]].out_shape[:2]
+    _, _, oh, ow = layer.out_shape
+    kh, kw = layer.attrs["kernel"]
+    return c * kh * kw * oh * ow * n * layer.itemsize
+
+
+@dataclass(frozen=True)
+class StepDeps:
+    """What one step of a layer reads and writes (roles), and what else it must hold."""
+
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    inplace: str | None = None  # forward: "x"; backward: "dy" or "y"
+    workspace: Size = Size()
+    algorithm_workspace: bool = False
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any], where: str, backward: bool) -> "StepDeps":
+        bad = set(doc) - {"reads", "writes", "inplace", "workspace", "algorithm_workspace"}
+        if bad:
+            raise DepsError(f"{where}: unknown keys {sorted(bad)}")
+        reads, writes = frozenset(doc.get("reads", ())), frozenset(doc.get("writes", ()))
+        if reads - READ_ROLES:
+            raise DepsError(f"{where}: reads {sorted(reads - READ_ROLES)}; a step reads from "
+                            f"{sorted(READ_ROLES)}")
+        if writes - WRITE_ROLES:
+            raise DepsError(f"{where}: writes {sorted(writes - WRITE_ROLES)}; a step writes "
+                            f"{sorted(WRITE_ROLES)}")
+        inplace = doc.get("inplace")
+        allowed = ("dy", "y") if backward else ("x",)
+        if inplace is not None and (inplace not in allowed or inplace not in reads):
+            raise DepsError(f"{where}: inplace {inplace!r} must be one of {allowed} and read "
+                            "by the step")
+        return cls(reads, writes, inplace, Size.from_doc(doc.get("workspace"), where),
+                   bool(doc.get("algorithm_workspace", False)))
+
+
+@dataclass(frozen=True)
+class LayerDeps:
+    """A layer type's steps under one profile, and its persistent state."""
+
+    forward: StepDeps
+    backward: StepDeps | None
+    recompute: StepDeps
+    state: dict[str, Size] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named framework profile: one `LayerDeps` per layer key, and `keep_dw`."""
+
+    name: str
+    description: str
+    keep_dw: bool
+    layers: dict[str, LayerDeps]
+
+    def of(self, layer: "Layer") -> LayerDeps:
+        """The entry for `layer`: `TYPE.variant` when the layer has a variant and the profile
+        an entry for it, else `TYPE`."""
+        variant = layer.attrs.get("variant")
+        if variant is not None:
+            hit = self.layers.get(f"{layer.type.value}.{variant}")
+            if hit is not None:
+                return hit
+        hit = self.layers.get(layer.type.value)
+        if hit is None:
+            raise DepsError(f"profile {self.name!r} has no entry for {layer.type.value} layer "
+                            f"{layer.name!r}; add one to deps.json or an overrides document")
+        return hit
+
+    @classmethod
+    def from_doc(cls, name: str, doc: dict[str, Any]) -> "Profile":
+        layers = {}
+        for key, entry in doc.get("layers", {}).items():
+            if key.startswith("_"):
+                continue
+            where = f"profile {name!r}, {key}"
+            bad = {k for k in entry if not k.startswith("_")} - {"forward", "backward",
+                                                                 "recompute", "state"}
+            if bad:
+                raise DepsError(f"{where}: unknown keys {sorted(bad)}")
+            if "forward" not in entry:
+                raise DepsError(f"{where}: no forward step")
+            fwd = StepDeps.from_doc(entry["forward"], f"{where} forward", False)
+            bwd = (StepDeps.from_doc(entry["backward"], f"{where} backward", True)
+                   if entry.get("backward") else None)
+            rc = (StepDeps.from_doc(entry["recompute"], f"{where} recompute", False)
+                  if entry.get("recompute") else fwd)
+            state = {k: Size.from_doc(v, f"{where} state {k}")
+                     for k, v in entry.get("state", {}).items()}
+            layers[key] = LayerDeps(fwd, bwd, rc, state)
+        return cls(name, doc.get("description", ""), bool(doc.get("keep_dw", False)), layers)
+
+
+def _table() -> dict[str, Any]:
+    with resources.files("pyd4j.sched").joinpath("deps.json").open() as f:
+        return json.load(f)
+
+
+_TABLE: dict[str, Any] | None = None
+_PROFILES: dict[str, Profile] = {}
+
+
+def profile_names() -> list[str]:
+    """Names of the built-in profiles."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = _table()
+    return sorted(_TABLE["profiles"])
+
+
+def profile(name: "str | Profile" = DEFAULT_PROFILE,
+            overrides: dict[str, Any] | str | Path | None = None) -> Profile:
+    """A built-in profile by name, with `overrides` (a dict or JSON file shaped like deps.json,
+    partial allowed) replacing entries step by step."""
+    global _TABLE
+    if isinstance(name, Profile) and overrides is None:
+        return name
+    key = name.name if isinstance(name, Profile) else name
+    if overrides is None and key in _PROFILES:
+        return _PROFILES[key]
+    if _TABLE is None:
+        _TABLE = _table()
+    extra: dict[str, Any] = {}
+    if overrides is not None:
+        extra = overrides if isinstance(overrides, dict) else json.loads(Path(overrides).read_text())
+        extra = extra.get("profiles", {}).get(key, {})
+    if key not in _TABLE["profiles"] and not extra:
+        raise DepsError(f"unknown dependency profile {key!r}; known: {profile_names()}")
+    doc = json.loads(json.dumps(_TABLE["profiles"].get(key, {})))
+    for k, v in extra.items():
+        if k == "layers":
+            for lk, entry in v.items():
+                doc.setdefault("layers", {}).setdefault(lk, {}).update(entry)
+        else:
+            doc[k] = v
+    prof = Profile.from_doc(key, doc)
+    if overrides is None:
+        _PROFILES[key] = prof
+    return prof
+
+
+@dataclass
+class GraphDeps:
+    """A profile applied to one graph. Lists are indexed by layer id; "Y of j" / "DY of j" are
+    the tensors `tid(j, Kind.Y)` / `tid(j, Kind.DY)`.
+
+    In-place rewrites are the ones the profile allows *and* the graph permits:
+    - `fwd_inplace[i] = j`: FORWARD (and RECOMPUTE) of i may write its output over Y of j, its
+      only input, because i is j's only consumer and no backward step reads Y of j;
+    - `bwd_inplace[i] = (j, source)`: BACKWARD of i may write input j's gradient over the
+      tensor `source` (its DY, or its Y), because i is the first layer of the backward pass to
+      contribute to DY of j and both have the same size.
+    """
+
+    profile: Profile
+    fwd_reads: list[tuple[int, ...]]  # layers whose Y the FORWARD step reads
+    rc_reads: list[tuple[int, ...]]  # ... the RECOMPUTE step
+    bwd_reads: list[tuple[int, ...]]  # ... the BACKWARD step
+    bwd_dy: list[bool]  # BACKWARD reads its own DY
+    bwd_dx: list[tuple[int, ...]]  # layers whose DY the BACKWARD step writes (adds to)
+    bwd_dw: list[bool]  # BACKWARD writes DW (and applies the update)
+    fwd_inplace: list[int]
+    bwd_inplace: list[tuple[int, int] | None]
+    ws_fwd: list[int]  # mandatory scratch of each step, aligned
+    ws_bwd: list[int]
+    ws_rc: list[int]
+    algo_ws: list[bool]  # the layer's steps may take an optional algorithm workspace
+    state_bytes: list[int]  # persistent extra state, aligned (one tensor per layer)
+    state_names: list[dict[str, int]]  # its parts, unaligned
+    keep_dw: bool
+    ysz: list[int]  # aligned bytes of each layer's output (and of its gradient)
+    psz: list[int]  # aligned bytes of each layer's parameters (W, dW, M each)
+    nbytes: list[int]  # unaligned bytes of every tensor id (0: not a tensor of the graph)
+    asz: list[int]  # the same, aligned
+
+    @property
+    def resident_state_bytes(self) -> int:
+        return sum(self.state_bytes)
+
+    def inplace_owner(self) -> list[int]:
+        """owner[j]: the layer whose output finally holds Y of j's buffer after the in-place
+        forward steps that may follow it (j itself when none): the tensor a policy keeps,
+        offloads or drops in place of j."""
+        n = len(self.fwd_inplace)
+        nxt = [-1] * n
+        for i, j in enumerate(self.fwd_inplace):
+            if j >= 0:
+                nxt[j] = i
+        owner = list(range(n))
+        for j in range(n - 1, -1, -1):
+            if nxt[j] >= 0:
+                owner[j] = owner[nxt[j]]
+        return owner
+
+
+def graph_deps(graph: "Graph") -> GraphDeps:
+    """The dependency model of `graph` under its profile (cached on the graph)."""
+    cached = getattr(graph, "_deps", None)
+    if cached is not None and len(cached.fwd_reads) == len(graph.layers):
+        return cached
+    deps = _apply(graph, graph.profile)
+    graph._deps = deps
+    return deps
+
+
+def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
+    from pyd4j.sched.graph import LayerType  # noqa: PLC0415 - graph imports this module
+
+    layers = graph.layers
+    n = len(layers)
+    cons = graph.consumers
+    obytes = [layer.out_bytes for layer in layers]
+    pbytes = [layer.param_bytes for layer in layers]
+    ysz = [aligned(b) for b in obytes]
+    psz = [aligned(b) for b in pbytes]
+    no_grad = (LayerType.DATA, LayerType.SOFTMAX)
+    has_grad = [layer.type not in no_grad for layer in layers]
+    fwd_reads, rc_reads, bwd_reads = [], [], []
+    bwd_dy, bwd_dx, bwd_dw = [], [], []
+    ws_fwd, ws_bwd, ws_rc, algo_ws = [], [], [], []
+    state_bytes, state_names = [], []
+    entries = []
+    flags: dict[int, tuple] = {}  # per entry: what its steps read and write
+    none = StepDeps()
+    for layer in layers:
+        i = layer.id
+        e = prof.of(layer)
+        entries.append(e)
+        f = flags.get(id(e))
+        if f is None:
+            b = e.backward or none
+            f = flags[id(e)] = ("x" in e.forward.reads, "x" in e.recompute.reads,
+                                "x" in b.reads, "y" in b.reads, "dy" in b.reads,
+                                "dx" in b.writes, "dw" in b.writes,
+                                e.forward.algorithm_workspace or b.algorithm_workspace,
+                                bool(e.forward.workspace), bool(b.workspace),
+                                bool(e.recompute.workspace))
+        fx, rx, bx, by, bdy, bdx, bdw, aw, wf, wb, wr = f
+        ins = layer.inputs if len(layer.inputs) < 2 else tuple(dict.fromkeys(layer.inputs))
+        fwd_reads.append(ins if fx else ())
+        rc_reads.append(ins if rx else ())
+        has_bwd = layer.type is not LayerType.DATA
+        b = e.backward
+        if has_bwd and b is None:
+            raise DepsError(f"profile {prof.name!r} has no backward step for "
+                            f"{layer.type.value} layer {layer.name!r}")
+        if not has_bwd:
+            bx = by = bdy = bdx = bdw = wb = False
+        reads = ins if bx else ()
+        if by and i not in reads:
+            reads = reads + (i,)
+        bwd_reads.append(reads)
+        bwd_dy.append(bdy and has_grad[i])
+        bwd_dx.append(tuple(j for j in ins if has_grad[j]) if bdx else ())
+        bwd_dw.append(bdw and bool(layer.param_shapes))
+        ws_fwd.append(aligned(e.forward.workspace.of(graph, layer)) if wf else 0)
+        ws_bwd.append(aligned(b.workspace.of(graph, layer)) if wb else 0)
+        ws_rc.append(aligned(e.recompute.workspace.of(graph, layer)) if wr else 0)
+        algo_ws.append(aw)
+        if e.state:
+            parts = {k: s.of(graph, layer) for k, s in e.state.items()}
+            state_names.append(parts)
+            state_bytes.append(aligned(sum(parts.values())))
+        else:
+            state_names.append({})
+            state_bytes.append(0)
+    read_in_bwd = [False] * n
+    for reads in bwd_reads:
+        for j in reads:
+            read_in_bwd[j] = True
+    fwd_inplace = [-1] * n
+    bwd_inplace: list[tuple[int, int] | None] = [None] * n
+    for layer in layers:
+        i = layer.id
+        e = entries[i]
+        if e.forward.inplace == "x" and len(layer.inputs) == 1:
+            j = layer.inputs[0]
+            if cons[j] == [i] and not read_in_bwd[j] and ysz[j] == ysz[i]:
+                fwd_inplace[i] = j
+        src_role = e.backward.inplace if e.backward is not None else None
+        if src_role and graph.has_backward(i) and len(set(layer.inputs)) == len(layer.inputs):
+            if src_role == "dy" and not bwd_dy[i]:
+                continue
+            source = 5 * i + (1 if src_role == "dy" else 0)  # tid(i, DY / Y)
+            for j in bwd_dx[i]:
+                if cons[j][-1] == i and ysz[j] == ysz[i]:
+                    bwd_inplace[i] = (j, source)
+                    break
+    nbytes = [0] * (6 * n)
+    for layer in layers:
+        i = layer.id
+        base = 5 * i
+        nbytes[base] = obytes[i]
+        if has_grad[i]:
+            nbytes[base + 1] = obytes[i]
+        if pbytes[i]:
+            nbytes[base + 2] = nbytes[base + 3] = nbytes[base + 4] = pbytes[i]
+        nbytes[5 * n + i] = state_bytes[i]
+    asz = [-(-b // ALIGNMENT) * ALIGNMENT for b in nbytes]
+    return GraphDeps(prof, fwd_reads, rc_reads, bwd_reads, bwd_dy, bwd_dx, bwd_dw, fwd_inplace,
+                     bwd_inplace, ws_fwd, ws_bwd, ws_rc, algo_ws, state_bytes, state_names,
+                     prof.keep_dw, ysz, psz, nbytes, asz)
