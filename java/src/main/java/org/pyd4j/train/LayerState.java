@@ -32,7 +32,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * node's output is gone or its backward step is done, instead of leaving them to the garbage
  * collector.
  */
-final class LayerState {
+public final class LayerState {
     private LayerState() {
     }
 
@@ -49,11 +49,15 @@ final class LayerState {
             "org.deeplearning4j.nn.layers.pooling.GlobalPoolingLayer");
 
     /** Whether the layer's backprop reads the values of its input (measured; see the class comment). */
-    static boolean backwardReadsInput(Layer layer) {
+    public static boolean backwardReadsInput(Layer layer) {
         String name = layer.getClass().getSimpleName();
         if (name.equals("DropoutLayer")) return false;           // reads only its mask
         if (name.equals("SubsamplingLayer")) {                   // average pooling needs only the shape
             return ((org.deeplearning4j.nn.conf.layers.SubsamplingLayer) layer.conf().getLayer())
+                    .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
+        }
+        if (name.equals("GlobalPoolingLayer")) {
+            return ((org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer) layer.conf().getLayer())
                     .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
         }
         return true;
@@ -72,7 +76,7 @@ final class LayerState {
      * The arrays the layer's last step left behind for its backward step, other than its output
      * {@code output} and the input it was given (which belong to the nodes that own them).
      */
-    static List<INDArray> caches(Layer layer, INDArray output) {
+    public static List<INDArray> caches(Layer layer, INDArray output) {
         List<INDArray> out = new ArrayList<>();
         if (layer instanceof org.deeplearning4j.nn.layers.normalization.BatchNormalization) {
             for (String f : new String[] {"xMu", "xHat", "std"}) {

@@ -96,17 +96,30 @@ public final class PlannedTrainer implements AutoCloseable {
                 .policyAllocation(AllocationPolicy.OVERALLOCATE).policyLearning(LearningPolicy.OVER_TIME)
                 .cyclesBeforeInitialization(plan.nodes.size()).policySpill(SpillPolicy.REALLOCATE)
                 .policyReset(ResetPolicy.BLOCK_LEFT).build();
-        this.mgr = LayerWorkspaceMgr.builder().defaultNoWorkspace()
-                .with(ArrayType.FF_WORKING_MEM, WORKING_MEMORY, working)
-                .with(ArrayType.BP_WORKING_MEM, WORKING_MEMORY, working)
-                .build();
-        this.mgr.setHelperWorkspacePointers(new HashMap<>());
+        this.mgr = workingMemoryOnly(WORKING_MEMORY, working);
         this.lastPrefetch = new int[PlanFile.KINDS * plan.nodes.size()];
         Arrays.fill(lastPrefetch, -1);
         for (int k = 0; k < plan.records.size(); k++) {
             PlanFile.Record r = plan.records.get(k);
             if (r.op == PlanFile.Op.PREFETCH) lastPrefetch[r.arg] = k;
         }
+    }
+
+    /**
+     * A workspace manager that puts the temporaries of a step (FF/BP working memory) in workspace
+     * {@code name} and every other array type in no workspace, so that activations, gradients and
+     * what layers keep are separate arrays the trainer can close. (The builder's defaultNoWorkspace()
+     * cannot be combined with with(): the type stays out of workspaces.)
+     */
+    public static LayerWorkspaceMgr workingMemoryOnly(String name, WorkspaceConfiguration conf) {
+        LayerWorkspaceMgr.Builder b = LayerWorkspaceMgr.builder();
+        for (ArrayType t : ArrayType.values()) {
+            if (t == ArrayType.FF_WORKING_MEM || t == ArrayType.BP_WORKING_MEM) b.with(t, name, conf);
+            else b.noWorkspaceFor(t);
+        }
+        LayerWorkspaceMgr m = b.build();
+        m.setHelperWorkspacePointers(new HashMap<>());
+        return m;
     }
 
     // ---------------------------------------------------------------- public entry points
@@ -506,10 +519,15 @@ public final class PlannedTrainer implements AutoCloseable {
                 y[node].close();
                 y[node] = null;
             }
-            boolean lost = caches[node] != null && !caches[node].isEmpty();
-            boolean wasReady = ready[node];
-            releaseState(node);
-            ready[node] = wasReady && !lost;   // a layer that kept nothing but its input can still run backward
+            // What the layer keeps for its own backprop (batch norm's normalized input, a dropout
+            // mask) goes with its output -- unless the output went to the tier: then it comes back
+            // for the backward step and the layer's state waits for it (the tier holds activations only).
+            if (!hostCopy[node]) {
+                boolean lost = caches[node] != null && !caches[node].isEmpty();
+                boolean wasReady = ready[node];
+                releaseState(node);
+                ready[node] = wasReady && !lost;   // a layer that kept nothing but its input can still run backward
+            }
             if (lastPrefetch[t] < at && !incoming[node]) dropHostCopy(node);
         } else if (kind == PlanFile.DY) {
             if (dy[node] != null) {
