@@ -145,6 +145,23 @@ def write_plan(path: str | Path, plan: Plan, result: SimResult, network_kind: st
     return path
 
 
+def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None = None,
+                 budget: int | None = None) -> dict[str, Any]:
+    """Plan a job's network from the agent's "network" event (its configuration and the input
+    shape of its first batch) and write the plan file; returns what was written."""
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415 - graph -> policy -> plan
+
+    shape = network.get("input_shape")
+    if not shape or len(shape) < 2:
+        raise ValueError(f"the job's first batch has no input shape ({shape}); planned training needs it")
+    graph = graph_from_dl4j_json(network["conf"], int(shape[0]), tuple(int(d) for d in shape[1:]))
+    plan, result = choose_plan(graph, budget, policy)
+    write_plan(path, plan, result, network["kind"], "the job's network", budget)
+    return {"path": str(path), "policy": plan.policy, "batch": graph.batch, "nodes": len(graph),
+            "predicted_peak_bytes": result.device_peak_bytes,
+            "offloads": any(s.op.name == "OFFLOAD" for s in plan.steps)}
+
+
 def read_plan(path: str | Path) -> dict[str, Any]:
     """A plan file's document, checked for format and version."""
     doc = json.loads(Path(path).read_text())
