@@ -119,7 +119,8 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     out = Path(out_dir) if out_dir else default_run_dir(JavaCommand.parse(argv).title + "-tune")
     for side in ("before", "after") if verify else ("before",):
         check_run_dir(out / side)  # refuse before running anything, not after the first run
-    before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s)
+    before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s,
+                         describe=plan_policy is not None)
     first = _side(before)
     failure = _failed_before_first_iteration(before, first)
     if failure:

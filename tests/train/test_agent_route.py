@@ -30,7 +30,7 @@ def events(run, kind: str) -> list[dict]:
 
 
 def test_the_agent_routes_fit_to_the_planned_trainer(tmp_path: Path) -> None:
-    plain = profile_job(job("deep_cnn_bn", 8, 4), tmp_path / "plain", timeout_s=600)
+    plain = profile_job(job("deep_cnn_bn", 8, 4), tmp_path / "plain", timeout_s=600, describe=True)
     assert plain.returncode == 0, (plain.run_dir / "stderr.log").read_text()[-2000:]
     network = events(plain, "network")[-1]["network"]   # TrainSynthetic warms up on a batch of one first
     # the agent described the job's network: its configuration and the shape of its first batch
@@ -49,7 +49,7 @@ def test_the_agent_routes_fit_to_the_planned_trainer(tmp_path: Path) -> None:
 
 
 def test_a_network_the_trainer_refuses_trains_as_before(tmp_path: Path) -> None:
-    plain = profile_job(job("lstm", 4, 2), tmp_path / "plain", timeout_s=600)
+    plain = profile_job(job("lstm", 4, 2), tmp_path / "plain", timeout_s=600, describe=True)
     network = events(plain, "network")[-1]["network"]
     # a plan written for another network: the agent reports the refusal, the job trains unplanned
     other = json.loads((NETWORKS / "mlp.json").read_text())

@@ -31,6 +31,8 @@ public final class Hooks {
     static volatile Sink sink;
     /** plan=FILE: route every network's fit() through pyd4j's planned trainer (org.pyd4j.train.AgentRoute). */
     static volatile String planFile;
+    /** describe=true (or plan=FILE): report each network's configuration and first batch shape. */
+    static volatile boolean describeNetworks;
     /** Networks already described (their configuration) and already routed, by identity. */
     private static final Map<Object, Boolean> described = java.util.Collections.synchronizedMap(new java.util.IdentityHashMap<>());
     private static final Map<Object, Boolean> routed = java.util.Collections.synchronizedMap(new java.util.IdentityHashMap<>());
@@ -195,7 +197,7 @@ public final class Hooks {
 
     private static void onIteration(Object model, int iteration, int epoch) {
         long n = iterations.incrementAndGet();
-        if (!described.containsKey(model)) describe(model, false);
+        if (describeNetworks && !described.containsKey(model)) describe(model, false);
         long now = System.nanoTime();
         lastIterationNanos = now;
         lastEpoch = epoch;
