@@ -231,7 +231,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
     if batch_size < 1:
         raise ValueError("planned training plans for one batch size: pass batch_size=N (or a NumpyBatches source)")
     graph = graph_from_dl4j_json(doc, batch_size, shape)
-    plan, result = choose_plan(graph, cap)   # BudgetTooSmall (a ValueError) names the minimum
+    plan, result = choose_plan(graph, cap, offload=tier is not None)   # BudgetTooSmall names the minimum
     plan_doc = plan_document(plan, result, network_kind(doc), "pyd4j.train.fit", cap)
     PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")  # noqa: N806
     with java_errors():

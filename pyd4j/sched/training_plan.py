@@ -4,9 +4,16 @@ Choosing (`choose_plan`), for a DL4J-faithful graph (`pyd4j.sched.dl4j_json`):
 - no budget: liveness only (free every activation after its last use; nothing moves, nothing is
   recomputed, so training is as fast as DL4J's own `fit()`);
 - a budget (bytes the plan's peak may reach, parameters, gradients and updater state included):
-  the fastest time-optimised plan (tensor cache) of the liveness, utp and recompute policies whose
-  simulated device peak fits; when none fits, `BudgetTooSmall` names the smallest peak any policy
-  reaches (the minimum that works) and its policy.
+  the fastest time-optimised plan (tensor cache) of the candidate policies whose simulated device
+  peak fits; when none fits, `BudgetTooSmall` names the smallest peak any candidate reaches (the
+  minimum that works) and its policy. Candidates: liveness, `recompute_in_memory`, and -- when the
+  trainer has an offload tier -- utp and recompute.
+
+`recompute_in_memory` is the recompute policy's recomputation without its tensor pool: outputs of
+cheap layers (and, for DL4J, the arrays those layers keep for backprop: batch norm's normalized
+input, dropout masks) are dropped after the forward pass and rebuilt in the backward pass; every
+other output stays in memory. On DL4J's CPU backend the "device" is host memory, so this saves
+most of what recomputation can without any offload tier.
 
 The plan file (JSON, written by `write_plan`, read by the Java trainer `org.pyd4j.train.PlanFile`)
 is this document -- the one place the format is defined:
@@ -45,18 +52,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dataclasses import replace
+
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import Graph
 from pyd4j.sched.plan import Plan
 from pyd4j.sched.policies import make_plan
+from pyd4j.sched.pool import pooled_plan
+from pyd4j.sched.recompute import recompute_decisions
 from pyd4j.sched.simulator import InfeasiblePlan, SimResult, simulate
 
 FORMAT = "pyd4j-plan"
 VERSION = 1
-TRAINING_POLICIES = ("liveness", "utp", "recompute")
-"""Policies the planned trainer runs (superneurons adds cuDNN algorithm choice, which DL4J's CPU
-layers do not have)."""
+IN_MEMORY = "recompute_in_memory"
+TRAINING_POLICIES = ("liveness", IN_MEMORY, "utp", "recompute")
+"""Policies the planned trainer is offered (superneurons adds cuDNN's algorithm choice, which
+DL4J's CPU layers do not have)."""
+OFFLOADING = ("utp", "recompute", "superneurons")
 
 
 class BudgetTooSmall(ValueError):
@@ -77,14 +90,29 @@ def default_cost() -> CostModel:
         return CostModel.for_device("k40c")
 
 
+def make_training_plan(graph: Graph, policy: str, cost: CostModel, budget: int | None = None,
+                       cache: bool = False) -> Plan:
+    """One policy's plan: `make_plan` for the planner's policies, and `recompute_in_memory`."""
+    if policy != IN_MEMORY:
+        return make_plan(graph, policy, cost, budget, cache=cache)
+    dec, stats = recompute_decisions(graph)
+    dec = replace(dec, offload=frozenset())   # what recompute would offload stays in memory
+    plan = pooled_plan(graph, IN_MEMORY, dec, budget if cache else None, 2, notes={"recompute": stats})
+    plan.notes["tensor_cache"] = cache
+    return plan
+
+
 def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = None,
-                cost: CostModel | None = None) -> tuple[Plan, SimResult]:
+                cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
     """The plan to train `graph` with (see the module docstring) and its simulation.
     `policy` forces one policy (its time-optimised plan under `budget`, else its minimum-memory
-    plan)."""
+    plan); `offload=False`: the trainer has no offload tier, so no candidate may offload."""
     cost = cost or default_cost()
     if policy is not None:
-        plan = make_plan(graph, policy, cost, budget, cache=budget is not None)
+        if not offload and policy in OFFLOADING:
+            raise ValueError(f"policy {policy!r} offloads activations and there is no offload tier; "
+                             f"use liveness or {IN_MEMORY}, or give the trainer a tier")
+        plan = make_training_plan(graph, policy, cost, budget, cache=budget is not None)
         result = simulate(plan, cost)
         if budget is not None and result.device_peak_bytes > budget:
             raise BudgetTooSmall(budget, result.device_peak_bytes, policy)
@@ -95,10 +123,12 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
     best: tuple[Plan, SimResult] | None = None
     smallest: tuple[int, str] | None = None
     for p in TRAINING_POLICIES:
-        small = simulate(make_plan(graph, p, cost), cost)
+        if not offload and p in OFFLOADING:
+            continue
+        small = simulate(make_training_plan(graph, p, cost), cost)
         if smallest is None or small.device_peak_bytes < smallest[0]:
             smallest = (small.device_peak_bytes, p)
-        plan = make_plan(graph, p, cost, budget, cache=True)
+        plan = make_training_plan(graph, p, cost, budget, cache=True)
         try:
             r = simulate(plan, cost, budget)
         except InfeasiblePlan:

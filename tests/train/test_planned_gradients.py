@@ -23,7 +23,7 @@ from pyd4j.commands.plan import _input_shape
 from pyd4j.jvm.classpath import classpath
 from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
 from pyd4j.sched.policies import POLICIES
-from pyd4j.sched.training_plan import choose_plan, write_plan
+from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, write_plan
 from tests.train.conftest import FIXTURES_JAR, NETWORKS
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -38,7 +38,7 @@ def run_check(name: str, tmp_path: Path) -> dict[str, dict]:
     doc = json.loads(config.read_text())
     g = graph_from_dl4j_json(doc, BATCH[name], _input_shape(str(config)))
     files = []
-    for policy in POLICIES:
+    for policy in (*POLICIES, IN_MEMORY):
         plan, result = choose_plan(g, policy=policy)
         files.append(str(write_plan(tmp_path / f"{name}.{policy}.json", plan, result,
                                     network_kind(doc), str(config))))
@@ -56,7 +56,7 @@ def run_check(name: str, tmp_path: Path) -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(BATCH))
 def test_planned_training_is_dl4j_training(name: str, tmp_path: Path) -> None:
     rows = run_check(name, tmp_path)
-    assert set(rows) == set(POLICIES)
+    assert set(rows) == {*POLICIES, IN_MEMORY}
     for policy, r in rows.items():
         where = f"{name} / {policy}"
         assert r["variables"] == r["planned_variables"] > 0, where
@@ -67,6 +67,7 @@ def test_planned_training_is_dl4j_training(name: str, tmp_path: Path) -> None:
         assert r["iteration_count"] == [ITERATIONS, ITERATIONS] and r["fit_iterations"] == ITERATIONS, where
         stats = r["stats"]
         assert stats["rebuilds"] == 0, where   # the plan said everything the trainer did
+        assert stats["left_to_gc"] == 0, where   # everything released was closed, nothing waits for the GC
         assert r["tier_offloads"] == r["tier_releases"] and r["tier_held_after"] == 0, where
     # the policies do what they say: liveness holds less than keeping everything, recomputation
     # recomputes, the tensor pool offloads
@@ -74,3 +75,4 @@ def test_planned_training_is_dl4j_training(name: str, tmp_path: Path) -> None:
     assert rows["baseline"]["stats"]["offloads"] == 0 == rows["liveness"]["stats"]["recomputes"]
     if name != "mlp":   # an MLP has no convolution to offload and no cheap layer to recompute
         assert rows["utp"]["stats"]["offloads"] > 0 and rows["recompute"]["stats"]["recomputes"] > 0
+        assert rows[IN_MEMORY]["stats"]["offloads"] == 0 < rows[IN_MEMORY]["stats"]["recomputes"]

@@ -163,6 +163,13 @@ final class GraphNodes extends NetworkNodes {
     }
 
     @Override
+    List<INDArray> referenced(int node) {
+        List<INDArray> out = LayerState.referenced(vertices[node]);
+        if (vertices[node].hasLayer()) out.addAll(LayerState.referenced(vertices[node].getLayer()));
+        return out;
+    }
+
+    @Override
     boolean isOutput(int node) {
         return vertices[node].isOutputVertex();
     }

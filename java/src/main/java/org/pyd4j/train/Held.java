@@ -4,24 +4,24 @@ import org.nd4j.linalg.api.buffer.DataBuffer;
 import org.nd4j.linalg.api.ndarray.INDArray;
 
 /**
- * An array the trainer holds, and the array whose memory it lives in ({@code base}: the array to
- * close when it is released; the array itself, or the array a view was cut from, or null when the
- * memory is not the trainer's to free, such as the network's input).
+ * An array the trainer holds, and the buffer its memory lives in ({@code base}: what to close
+ * when it is released -- the array's own buffer, or the buffer a view was cut from -- or null
+ * when the memory is not the trainer's to free, such as the network's input).
  */
 final class Held {
     final INDArray array;
-    final INDArray base;
+    final DataBuffer base;
     final long bytes;
 
-    Held(INDArray array, INDArray base) {
+    private Held(INDArray array, DataBuffer base) {
         this.array = array;
         this.base = base;
-        this.bytes = base == null ? 0 : base.length() * base.dataType().width();
+        this.bytes = base == null ? 0 : base.length() * base.getElementSize();
     }
 
-    /** A result the trainer owns outright. */
+    /** A result the trainer owns outright (a view: the buffer it was cut from). */
     static Held own(INDArray a) {
-        return a == null ? null : new Held(a, a);
+        return a == null ? null : new Held(a, root(a));
     }
 
     /** An array that is not the trainer's to free. */
@@ -29,17 +29,16 @@ final class Held {
         return new Held(a, null);
     }
 
-    /** A preprocessor's result {@code processed} made from {@code raw}, which the trainer owns:
-     *  a view of raw keeps raw as its base; a new array makes raw a dead intermediate (closed). */
+    /** A preprocessor's result {@code processed} made from {@code raw}, which the trainer owns: a
+     *  view of raw keeps raw's buffer; anything else makes raw a dead intermediate (closed). */
     static Held preprocessed(INDArray raw, INDArray processed) {
         if (processed == null || processed == raw) return own(raw);
-        if (sameMemory(processed, raw)) return new Held(processed, raw);
-        if (!raw.wasClosed()) raw.close();
+        if (!sameMemory(processed, raw) && !raw.wasClosed() && raw.closeable()) raw.close();
         return own(processed);
     }
 
     boolean sharesMemoryWith(INDArray other) {
-        return other != null && (sameMemory(other, array) || (base != null && sameMemory(other, base)));
+        return other != null && (sameMemory(other, array) || (base != null && root(other) == base));
     }
 
     /** The buffer an array's memory belongs to (a view's buffer is a separate object over its base's). */
@@ -54,7 +53,11 @@ final class Held {
         return a == b || root(a) == root(b);
     }
 
-    void close() {
-        if (base != null && !base.wasClosed() && base.closeable()) base.close();
+    /** Free the memory now; false when ND4J will not close it (it then waits for the garbage collector). */
+    boolean close() {
+        if (base == null || base.wasClosed()) return true;
+        if (!base.closeable()) return false;
+        base.close();
+        return true;
     }
 }

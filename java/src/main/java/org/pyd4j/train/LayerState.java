@@ -108,6 +108,50 @@ public final class LayerState {
         if (d instanceof Dropout) ((Dropout) d).setMask(null);
     }
 
+    private static final java.util.Map<Class<?>, java.util.List<java.lang.reflect.Field>> ARRAY_FIELDS =
+            new java.util.concurrent.ConcurrentHashMap<>();
+
+    /** Every array a layer or vertex (and its dropout) holds in a field, INDArray[] fields included. */
+    public static List<INDArray> referenced(Object owner) {
+        List<INDArray> out = new ArrayList<>();
+        collect(owner, out);
+        if (owner instanceof Layer) {
+            IDropout d = inputDropout((Layer) owner);
+            if (d != null) collect(d, out);
+        }
+        return out;
+    }
+
+    private static void collect(Object o, List<INDArray> out) {
+        for (java.lang.reflect.Field f : ARRAY_FIELDS.computeIfAbsent(o.getClass(), LayerState::arrayFields)) {
+            Object v;
+            try {
+                v = f.get(o);
+            } catch (IllegalAccessException e) {
+                continue;
+            }
+            if (v instanceof INDArray) out.add((INDArray) v);
+            else if (v instanceof INDArray[]) for (INDArray a : (INDArray[]) v) if (a != null) out.add(a);
+        }
+    }
+
+    private static java.util.List<java.lang.reflect.Field> arrayFields(Class<?> cls) {
+        java.util.List<java.lang.reflect.Field> out = new ArrayList<>();
+        for (Class<?> c = cls; c != null && c != Object.class; c = c.getSuperclass()) {
+            for (java.lang.reflect.Field f : c.getDeclaredFields()) {
+                if (java.lang.reflect.Modifier.isStatic(f.getModifiers())) continue;
+                if (!INDArray.class.isAssignableFrom(f.getType()) && f.getType() != INDArray[].class) continue;
+                try {
+                    f.setAccessible(true);
+                    out.add(f);
+                } catch (RuntimeException e) {
+                    // not accessible: not ours to keep alive either
+                }
+            }
+        }
+        return out;
+    }
+
     private static void add(List<INDArray> out, INDArray a, INDArray output) {
         if (a == null || a.wasClosed() || a == output) return;
         for (INDArray b : out) if (b == a) return;

@@ -124,6 +124,11 @@ final class MultiLayerNodes extends NetworkNodes {
     }
 
     @Override
+    List<INDArray> referenced(int node) {
+        return node == 0 ? new ArrayList<>() : LayerState.referenced(layers[node - 1]);
+    }
+
+    @Override
     boolean isOutput(int node) {
         return node == layers.length;
     }

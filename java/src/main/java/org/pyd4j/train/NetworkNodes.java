@@ -71,6 +71,9 @@ abstract class NetworkNodes {
     /** The score, after the backward step of the (only) output node. */
     abstract double score(int node, LayerWorkspaceMgr mgr);
 
+    /** Arrays the node's layer or vertex holds in its fields now (kept between steps). */
+    abstract List<INDArray> referenced(int node);
+
     /** Whether the node's backward step reads the values of its k-th input. */
     boolean backwardReadsInput(int node, int k) {
         Layer l = layer(node);

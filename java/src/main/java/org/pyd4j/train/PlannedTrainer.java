@@ -63,7 +63,8 @@ public final class PlannedTrainer implements AutoCloseable {
     private final PlanFile plan;
     private final NetworkNodes nodes;
     private final OffloadTier tier;
-    private final LayerWorkspaceMgr mgr;
+    private final StepWorkspaceMgr mgr;     // forward steps: activations are kept
+    private final StepWorkspaceMgr bpMgr;   // backward steps: activations are temporaries
     private final TrainStats stats = new TrainStats();
     private final int[] lastPrefetch;   // record index of each tensor's last PREFETCH, -1 if none
 
@@ -96,7 +97,8 @@ public final class PlannedTrainer implements AutoCloseable {
                 .policyAllocation(AllocationPolicy.OVERALLOCATE).policyLearning(LearningPolicy.OVER_TIME)
                 .cyclesBeforeInitialization(plan.nodes.size()).policySpill(SpillPolicy.REALLOCATE)
                 .policyReset(ResetPolicy.BLOCK_LEFT).build();
-        this.mgr = workingMemoryOnly(WORKING_MEMORY, working);
+        this.mgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false);
+        this.bpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, true);
         this.lastPrefetch = new int[PlanFile.KINDS * plan.nodes.size()];
         Arrays.fill(lastPrefetch, -1);
         for (int k = 0; k < plan.records.size(); k++) {
@@ -108,18 +110,14 @@ public final class PlannedTrainer implements AutoCloseable {
     /**
      * A workspace manager that puts the temporaries of a step (FF/BP working memory) in workspace
      * {@code name} and every other array type in no workspace, so that activations, gradients and
-     * what layers keep are separate arrays the trainer can close. (The builder's defaultNoWorkspace()
-     * cannot be combined with with(): the type stays out of workspaces.)
+     * what layers keep are separate arrays the trainer can close. In the backward pass (as in
+     * DL4J's own calcBackpropGradients) activations are temporaries too -- a layer's backprop
+     * recomputes its pre-activation as an ACTIVATIONS array -- so {@code backward} puts them in
+     * the workspace as well. (The builder's defaultNoWorkspace() cannot be combined with with():
+     * the type stays out of workspaces.)
      */
-    public static LayerWorkspaceMgr workingMemoryOnly(String name, WorkspaceConfiguration conf) {
-        LayerWorkspaceMgr.Builder b = LayerWorkspaceMgr.builder();
-        for (ArrayType t : ArrayType.values()) {
-            if (t == ArrayType.FF_WORKING_MEM || t == ArrayType.BP_WORKING_MEM) b.with(t, name, conf);
-            else b.noWorkspaceFor(t);
-        }
-        LayerWorkspaceMgr m = b.build();
-        m.setHelperWorkspacePointers(new HashMap<>());
-        return m;
+    public static LayerWorkspaceMgr workingMemoryOnly(String name, WorkspaceConfiguration conf, boolean backward) {
+        return StepWorkspaceMgr.of(name, conf, backward);
     }
 
     // ---------------------------------------------------------------- public entry points
@@ -196,6 +194,7 @@ public final class PlannedTrainer implements AutoCloseable {
                     + "(policy liveness or recompute without a tier: `pyd4j plan ... --policy liveness --emit-plan FILE`)");
         }
         PlannedTrainer t = new PlannedTrainer(net, plan, NetworkNodes.of(net, plan), tier);
+        t.stats.mallocReturnsMemory = ReturnFreedMemory.apply();
         t.install();
         return t;
     }
@@ -338,6 +337,30 @@ public final class PlannedTrainer implements AutoCloseable {
         return r.op + " " + plan.nodes.get(PlanFile.node(r.arg)).name + ":" + kinds[PlanFile.kind(r.arg)];
     }
 
+    /**
+     * Close what DL4J handed out during a step outside workspaces and neither returned ({@code
+     * kept}) nor left in the node's layer or vertex: the step's temporaries.
+     */
+    private void sweep(StepWorkspaceMgr m, int node, INDArray... kept) {
+        List<INDArray> made = m.drain();
+        if (made.isEmpty()) return;
+        java.util.Set<Object> keep = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (INDArray a : kept) if (a != null) keep.add(Held.root(a));
+        for (INDArray a : nodes.referenced(node)) keep.add(Held.root(a));
+        for (INDArray a : made) {
+            if (a.wasClosed() || keep.contains(Held.root(a)) || !a.closeable()) continue;
+            stats.sweptBytes += a.length() * a.dataType().width();
+            a.close();
+        }
+    }
+
+    private void release(Held h) {
+        if (!h.close()) {
+            stats.leftToGc++;
+            stats.leftToGcBytes += h.bytes;
+        }
+    }
+
     private void hold(long bytes) {
         live += bytes;
         if (live > stats.peakLiveBytes) stats.peakLiveBytes = live;
@@ -370,7 +393,7 @@ public final class PlannedTrainer implements AutoCloseable {
         releaseState(node);
         if (y[node] != null) {   // recomputing a live output: the new one replaces it
             live -= y[node].bytes;
-            y[node].close();
+            release(y[node]);
             y[node] = null;
         }
         Random random = Nd4j.getRandom();
@@ -396,6 +419,7 @@ public final class PlannedTrainer implements AutoCloseable {
             y[node] = Held.own(out);
             hold(y[node].bytes);
         }
+        sweep(mgr, node, out);
         bound[node] = ins;
         Layer l = nodes.layer(node);
         caches[node] = l == null ? Collections.emptyList() : LayerState.caches(l, out);
@@ -441,7 +465,7 @@ public final class PlannedTrainer implements AutoCloseable {
             stats.rebuilds++;
             if (y[node] != null) {
                 live -= y[node].bytes;
-                y[node].close();
+                release(y[node]);
             }
             y[node] = keep;
         }
@@ -463,6 +487,7 @@ public final class PlannedTrainer implements AutoCloseable {
                 try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
                     nodes.rebind(node, k, cur, mgr);
                 }
+                sweep(mgr, node);
             }
             bound[node][k] = cur;
         }
@@ -470,18 +495,17 @@ public final class PlannedTrainer implements AutoCloseable {
         INDArray eps = dy[node] == null ? null : dy[node].array;
         if (!output && eps == null) throw planError("BACKWARD " + pn.name + " has no gradient of its output");
         Held[] grads;
-        try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
-            grads = nodes.backward(node, eps, mgr);
+        double score = Double.NaN;
+        try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+            grads = nodes.backward(node, eps, bpMgr);
             for (int k = 0; k < grads.length; k++) {
                 if (grads[k] != null && grads[k].array.isAttached()) grads[k] = Held.own(grads[k].array.detach());
             }
+            if (output) score = nodes.score(node, bpMgr);
         }
-        double score = Double.NaN;
-        if (output) {
-            try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
-                score = nodes.score(node, mgr);
-            }
-        }
+        INDArray[] returned = new INDArray[grads.length];
+        for (int k = 0; k < grads.length; k++) returned[k] = grads[k] == null ? null : grads[k].array;
+        sweep(bpMgr, node, returned);
         for (int k = 0; k < grads.length && k < pn.inputs.length; k++) {
             Held g = grads[k];
             if (g == null) continue;
@@ -489,7 +513,7 @@ public final class PlannedTrainer implements AutoCloseable {
             boolean alias = dy[node] != null && dy[node].sharesMemoryWith(g.array);
             for (int m = 0; m < k; m++) alias |= grads[m] != null && grads[m].sharesMemoryWith(g.array);
             if (plan.nodes.get(j).isInput()) {   // DL4J computes the input's gradient; nobody needs it
-                if (!alias) g.close();
+                if (!alias) release(g);
                 continue;
             }
             if (alias) g = Held.own(detachedCopy(g.array));   // e.g. an add vertex passing its gradient on
@@ -498,7 +522,7 @@ public final class PlannedTrainer implements AutoCloseable {
                 hold(g.bytes);
             } else {
                 dy[j].array.addi(g.array);   // as ComputationGraph accumulates epsilons: existing.addi(new)
-                g.close();
+                release(g);
             }
         }
         releaseState(node);   // the layer's kept arrays are dead once its backprop ran
@@ -516,7 +540,7 @@ public final class PlannedTrainer implements AutoCloseable {
             if (incoming[node]) materialize(node, "FREE");
             if (y[node] != null) {
                 live -= y[node].bytes;
-                y[node].close();
+                release(y[node]);
                 y[node] = null;
             }
             // What the layer keeps for its own backprop (batch norm's normalized input, a dropout
@@ -532,7 +556,7 @@ public final class PlannedTrainer implements AutoCloseable {
         } else if (kind == PlanFile.DY) {
             if (dy[node] != null) {
                 live -= dy[node].bytes;
-                dy[node].close();
+                release(dy[node]);
                 dy[node] = null;
             }
         }
@@ -577,8 +601,8 @@ public final class PlannedTrainer implements AutoCloseable {
                 if (incoming[i]) tier.take(PlanFile.KINDS * i).close();
                 dropHostCopy(i);
             } finally {
-                if (y[i] != null) y[i].close();
-                if (dy[i] != null) dy[i].close();
+                if (y[i] != null) release(y[i]);
+                if (dy[i] != null) release(dy[i]);
                 releaseState(i);
                 y[i] = dy[i] = null;
                 hostCopy[i] = offloadPending[i] = incoming[i] = false;

@@ -15,6 +15,10 @@ public final class TrainStats {
     public long peakLiveBytes;      // largest bytes held at once, over all iterations
     public long plannedPeakBytes;   // what the plan predicted (-1: not given)
     public long workingMemoryBytes; // the working-memory workspace (temporaries of one step; DL4J-sized)
+    public long leftToGc;           // arrays the trainer released that ND4J would not close (the GC frees them)
+    public long leftToGcBytes;
+    public long sweptBytes;
+    public boolean mallocReturnsMemory; // glibc's mmap threshold fixed (see ReturnFreedMemory)         // step temporaries DL4J made outside workspaces, closed right after the step
     public TierStats tier;          // null without a tier
 
     /** One JSON object (no dependencies). */
@@ -28,7 +32,11 @@ public final class TrainStats {
                 .append(", \"prefetches\": ").append(prefetches)
                 .append(", \"peak_live_bytes\": ").append(peakLiveBytes)
                 .append(", \"planned_peak_bytes\": ").append(plannedPeakBytes)
-                .append(", \"working_memory_bytes\": ").append(workingMemoryBytes);
+                .append(", \"working_memory_bytes\": ").append(workingMemoryBytes)
+                .append(", \"left_to_gc\": ").append(leftToGc)
+                .append(", \"left_to_gc_bytes\": ").append(leftToGcBytes)
+                .append(", \"swept_bytes\": ").append(sweptBytes)
+                .append(", \"malloc_returns_memory\": ").append(mallocReturnsMemory);
         if (tier != null) {
             sb.append(", \"tier\": {\"name\": \"").append(tier.tier).append("\", \"bytes_offloaded\": ").append(tier.bytesOffloaded)
                     .append(", \"bytes_prefetched\": ").append(tier.bytesPrefetched)
