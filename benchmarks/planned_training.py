@@ -10,7 +10,9 @@ job warms up at batch 1, then measures its own peak process memory (RSS, sampled
 above that idle JVM; iterations/s come from the agent's iteration events (the first measured
 iteration left out). Figures, each a ratio against fit() measured in the same run:
 
-- peak memory above the idle JVM, planned / fit() at the same batch, per plan policy;
+- peak memory above the idle JVM, planned / fit() at the same batch, per plan policy (and over
+  fit() with glibc's mmap threshold fixed as the planned trainer fixes it, to show what malloc
+  alone changes);
 - iterations/s, planned / fit();
 - the largest batch that trains `--container-iterations` iterations inside a memory cgroup of
   one fixed size (`pyd4j.memory.container`), each batch under the JVM flags `pyd4j flags` gives
@@ -39,6 +41,9 @@ sys.path.insert(0, str(ROOT))
 NETWORKS = ROOT / "examples" / "networks"
 DEFAULT_NETWORKS = {"deep_cnn_bn": 64, "deep_cnn30": 128, "resnet_graph": 32, "lenet": 128, "mlp": 256}
 POLICIES = ("liveness", "recompute_in_memory")
+# DL4J's fit() with glibc's mmap threshold fixed as the planned trainer fixes it: how much of the
+# difference is malloc alone
+MALLOC_FIXED = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 HEAP = "512m"
 EXTRA_ENV: dict[str, str] = json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))
 
@@ -75,8 +80,8 @@ def job_command(name: str, batch: int, iterations: int, timeline: Path, plan: st
                         extra_classpath=[examples_jar()], jvm_args=[agent])
 
 
-def env() -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", **EXTRA_ENV)
+def env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", **EXTRA_ENV, **(extra or {}))
 
 
 def iterations_per_s(timeline: Path, warmup: int) -> float | None:
@@ -103,10 +108,11 @@ def plan_stats(timeline: Path) -> dict | None:
     return stats
 
 
-def run(name: str, batch: int, iterations: int, plan: dict | None, folder: Path) -> dict:
+def run(name: str, batch: int, iterations: int, plan: dict | None, folder: Path,
+        extra_env: dict[str, str] | None = None) -> dict:
     timeline = Path(tempfile.mktemp(suffix=".jsonl", dir=folder))
     cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(), cwd=folder)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(extra_env), cwd=folder)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{name} batch {batch} {'planned' if plan else 'fit()'} failed (exit {out.returncode}): "
@@ -128,17 +134,23 @@ def median(rows: list[dict], key: str) -> float | None:
 
 def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path) -> dict:
     plans = {p: write_plan(name, batch, p, folder) for p in POLICIES}
-    runs: dict[str, list[dict]] = {"fit": [], **{p: [] for p in POLICIES}}
-    modes = ["fit", *POLICIES]
+    runs: dict[str, list[dict]] = {"fit": [], "fit_malloc_fixed": [], **{p: [] for p in POLICIES}}
+    modes = list(runs)
     for i in range(repeats):
         for mode in (modes if i % 2 == 0 else modes[::-1]):
-            runs[mode].append(run(name, batch, iterations, plans.get(mode), folder))
+            runs[mode].append(run(name, batch, iterations, plans.get(mode), folder,
+                                  MALLOC_FIXED if mode == "fit_malloc_fixed" else None))
             r = runs[mode][-1]
             print(f"{name} b{batch} {mode}: peak above idle {r['peak_above_idle_bytes'] / 2**20:.1f} MiB, "
                   f"{r['iterations_per_s'] or 0:.2f} it/s", flush=True)
     fit_peak, fit_speed = median(runs["fit"], "peak_above_idle_bytes"), median(runs["fit"], "iterations_per_s")
+    fixed_peak = median(runs["fit_malloc_fixed"], "peak_above_idle_bytes")
     out = {"batch": batch, "iterations": iterations,
-           "fit": {"peak_above_idle_bytes": fit_peak, "iterations_per_s": fit_speed}, "planned": {}, "runs": runs}
+           "fit": {"peak_above_idle_bytes": fit_peak, "iterations_per_s": fit_speed},
+           "fit_malloc_fixed": {"peak_above_idle_bytes": fixed_peak,
+                                "iterations_per_s": median(runs["fit_malloc_fixed"], "iterations_per_s"),
+                                "peak_over_fit": fixed_peak / fit_peak if fit_peak else None},
+           "planned": {}, "runs": runs}
     for p in POLICIES:
         peak, speed = median(runs[p], "peak_above_idle_bytes"), median(runs[p], "iterations_per_s")
         predicted = plans[p]["predicted_peak_bytes"]
@@ -146,6 +158,7 @@ def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path) 
             "peak_above_idle_bytes": peak, "iterations_per_s": speed,
             "peak_over_fit": peak / fit_peak if fit_peak else None,
             "speed_over_fit": speed / fit_speed if speed and fit_speed else None,
+            "peak_over_fit_malloc_fixed": peak / fixed_peak if fixed_peak else None,
             "predicted_peak_bytes": predicted,
             "predicted_over_measured": predicted / peak if peak else None,
             "trainer": runs[p][-1].get("trainer"),

@@ -14,9 +14,10 @@ import click
 @click.option("--headroom", type=float, default=0.15, show_default=True, help="fraction added over measured needs")
 @click.option("--no-verify", is_flag=True, help="skip the second run")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="stop each run after this many seconds")
-@click.option("--plan", "plan_policy", type=click.Choice(["liveness", "utp", "recompute", "superneurons"]),
-              help="run the job again with its network under a pyd4j plan of this policy (planned training, "
-              "same flags) instead of with new flags: before/after shows what the plan saves")
+@click.option("--plan", "plan_policy", type=click.Choice(["superneurons", "liveness", "recompute_in_memory"]),
+              help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
+              "of with new flags: before/after shows what the plan saves. superneurons: the smallest plan the "
+              "trainer can run; or one policy's minimum-memory plan")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json, job, plan_policy=None) -> None:

@@ -175,17 +175,36 @@ def write_plan(path: str | Path, plan: Plan, result: SimResult, network_kind: st
     return path
 
 
+def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """The minimum-memory plan with the smallest simulated peak among the candidate policies."""
+    cost = cost or default_cost()
+    best: tuple[Plan, SimResult] | None = None
+    for p in TRAINING_POLICIES:
+        if not offload and p in OFFLOADING:
+            continue
+        plan = make_training_plan(graph, p, cost)
+        r = simulate(plan, cost)
+        if best is None or r.device_peak_bytes < best[1].device_peak_bytes:
+            best = (plan, r)
+    assert best is not None
+    return best
+
+
 def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None = None,
-                 budget: int | None = None) -> dict[str, Any]:
+                 budget: int | None = None, offload: bool = False) -> dict[str, Any]:
     """Plan a job's network from the agent's "network" event (its configuration and the input
-    shape of its first batch) and write the plan file; returns what was written."""
+    shape of its first batch) and write the plan file; returns what was written. Policy
+    "superneurons": the smallest plan the trainer can run (`offload`: it has an offload tier)."""
     from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415 - graph -> policy -> plan
 
     shape = network.get("input_shape")
     if not shape or len(shape) < 2:
         raise ValueError(f"the job's first batch has no input shape ({shape}); planned training needs it")
     graph = graph_from_dl4j_json(network["conf"], int(shape[0]), tuple(int(d) for d in shape[1:]))
-    plan, result = choose_plan(graph, budget, policy)
+    if policy == "superneurons" and budget is None:
+        plan, result = smallest_plan(graph, offload=offload)
+    else:
+        plan, result = choose_plan(graph, budget, policy, offload=offload)
     write_plan(path, plan, result, network["kind"], "the job's network", budget)
     return {"path": str(path), "policy": plan.policy, "batch": graph.batch, "nodes": len(graph),
             "predicted_peak_bytes": result.device_peak_bytes,
