@@ -13,9 +13,10 @@ from pyd4j.units import SizeError, parse_bytes
 
 @click.command("plan")
 @click.option("--model", default="resnet50", show_default=True,
-              help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4")
-@click.option("--network", "network_json", type=click.Path(exists=True, dir_okay=False),
-              help="a DL4J MultiLayerConfiguration / ComputationGraphConfiguration JSON instead")
+              help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4, or a DL4J "
+              "configuration JSON file (conf.toJson(); input shapes from <name>.input.json next to it)")
+@click.option("--network", "network_json", type=click.Path(exists=True, dir_okay=False), hidden=True,
+              help="a DL4J configuration JSON (the same as --model FILE.json)")
 @click.option("--depth", type=click.IntRange(min=1), help="ResNet depth N for --model resnet")
 @click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--image", type=click.IntRange(min=1),
@@ -45,6 +46,9 @@ from pyd4j.units import SizeError, parse_bytes
 @click.option("--backend", default="host", show_default=True,
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
+@click.option("--emit-plan", "emit_plan", type=click.Path(dir_okay=False),
+              help="write the plan DL4J's planned trainer runs (a DL4J JSON --model only): with --budget, "
+              "the fastest plan that fits it; without, liveness only; one --policy forces that policy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
 @gc_paused
 def command(model: str, network_json: str | None, depth: int | None, batch: int,
@@ -52,7 +56,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             devices_json: str | None,
             policies: tuple[str, ...],
             budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
-            plot: str | None, as_json: bool, execute: bool = False, backend: str = "host") -> None:
+            plot: str | None, as_json: bool, execute: bool = False, backend: str = "host",
+            emit_plan: str | None = None) -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
     peak memory and iteration time on a device."""
     from pyd4j.sched import zoo
@@ -76,11 +81,30 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                                  f"e.g. --budget 8g (default: the device's {human_bytes(cost.device.memory_bytes)})",
                                  param_hint="--budget")
     chosen = list(policies) or list(POLICIES)
+    if network_json is None and model.lower().endswith(".json"):
+        if not Path(model).is_file():
+            raise click.BadParameter(f"{model!r} is not a file; give a DL4J configuration JSON written by "
+                                     "conf.toJson() or a zoo network name", param_hint="--model")
+        network_json = model
     profile = deps_profile or ("dl4j" if network_json else "cudnn")
+    if execute and network_json:
+        raise click.BadParameter("--execute runs zoo networks on pyd4j's own numpy kernels; a DL4J network "
+                                 "trains under a plan on DL4J's own layers: pyd4j.train.fit(net, data, "
+                                 "memory=...) or --emit-plan FILE for PlannedTrainer", param_hint="--execute")
     if execute and profile != "cudnn":
         raise click.BadParameter(f"the executor's kernels read what the cudnn profile keeps, not "
                                  f"{profile!r}; pass --profile cudnn with --execute",
                                  param_hint="--profile")
+    if emit_plan is not None:
+        if network_json is None:
+            raise click.BadParameter("--emit-plan writes plans for DL4J networks: give --model FILE.json "
+                                     "(a DL4J configuration JSON)", param_hint="--emit-plan")
+        if Path(emit_plan).exists():
+            raise click.BadParameter(f"{emit_plan} exists; choose a new file name (nothing was written)",
+                                     param_hint="--emit-plan")
+        if len(policies) > 1:
+            raise click.BadParameter(f"--emit-plan writes one plan; give at most one --policy, got {list(policies)}",
+                                     param_hint="--policy")
 
     def build(b: int):
         if network_json:
@@ -93,7 +117,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError, GraphError, a malformed layer
                 raise click.BadParameter(
                     f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
-                    "(examples/networks/ has five), or a zoo network with --model", param_hint="--network") from None
+                    "(examples/networks/ has six), or a zoo network with --model", param_hint="--network") from None
         try:
             return zoo.build(model, batch=b, image=image, depth=depth,
                              layout=layout).with_profile(profile)
@@ -137,6 +161,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         return
 
     g = build(batch)
+    emitted = _emit(g, network_json, emit_plan, parse_bytes(budget, "--budget") if budget else None,
+                    policies[0] if policies else None) if emit_plan else None
     bound = lower_bound(g, cost)
     results = {}
     timelines = {}
@@ -179,6 +205,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         doc["plot"] = plot
     if execute:
         doc["execute"] = _execute(g, plans, results, backend)
+    if emitted is not None:
+        doc["emitted_plan"] = emitted
     if as_json:
         emit_json(doc)
         return
@@ -221,6 +249,29 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
               f"{e['planned_time_s'] * 1e3:.1f} ms", f"{e['measured_time_s'] * 1e3:.1f} ms",
               "yes" if e["grads_equal_reference"] else f"no (max diff {e['max_abs_grad_diff']:.3g})")
              for p, e in ex["policies"].items()])
+    if emitted is not None:
+        click.echo(f"wrote {emitted['path']}: the {emitted['policy']} plan"
+                   f"{' (time-optimised under the budget)' if emitted['tensor_cache'] else ''}, predicted peak "
+                   f"{human_bytes(emitted['device_peak_bytes'])}; train with it: "
+                   f"PlannedTrainer.fit(net, iterator, \"{emitted['path']}\")")
+
+
+def _emit(g, network_json: str, path: str, budget: int | None, policy: str | None) -> dict:
+    """Write the plan the DL4J planned trainer runs (see pyd4j.sched.training_plan)."""
+    import json
+
+    from pyd4j.sched.dl4j_json import network_kind
+    from pyd4j.sched.training_plan import BudgetTooSmall, choose_plan, write_plan
+
+    try:
+        plan, result = choose_plan(g, budget, policy)
+    except BudgetTooSmall as e:
+        raise click.BadParameter(str(e), param_hint="--budget") from None
+    kind = network_kind(json.loads(Path(network_json).read_text()))
+    write_plan(path, plan, result, kind, network_json, budget)
+    return {"path": path, "policy": plan.policy, "tensor_cache": bool(plan.notes.get("tensor_cache")),
+            "budget_bytes": budget, "peak_bytes": result.peak_bytes,
+            "device_peak_bytes": result.device_peak_bytes, "records": len(plan.steps)}
 
 
 def _summary(r) -> dict:

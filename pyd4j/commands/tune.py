@@ -14,9 +14,13 @@ import click
 @click.option("--headroom", type=float, default=0.15, show_default=True, help="fraction added over measured needs")
 @click.option("--no-verify", is_flag=True, help="skip the second run")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="stop each run after this many seconds")
+@click.option("--plan", "plan_policy", type=click.Choice(["superneurons", "liveness", "recompute_in_memory"]),
+              help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
+              "of with new flags: before/after shows what the plan saves. superneurons: the smallest plan the "
+              "trainer can run; or one policy's minimum-memory plan")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
-def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json, job) -> None:
+def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json, job, plan_policy=None) -> None:
     """Run the job, compute -Xmx / MaxDirectMemorySize / JavaCPP limits from what it used, run it
     again with them and print before/after.
 
@@ -48,7 +52,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         raise click.BadParameter(f"{headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)", param_hint="--headroom")
     try:
         doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
-                       verify=not no_verify, timeout_s=timeout_s)
+                       verify=not no_verify, timeout_s=timeout_s, plan_policy=plan_policy)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
     except BudgetError as err:
@@ -82,6 +86,12 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         row("iterations/s", speed),
         row("findings", lambda s: ", ".join(s["findings"]) or "none"),
     ])
+    if doc.get("plan"):
+        p = doc["plan"]
+        said = next((e["result"] for e in p.get("agent", []) if e["type"] == "plan"), {"status": "not reached"})
+        click.echo(f"after: the job's network under the {p['policy']} plan {p['path']} (predicted peak "
+                   f"{human_bytes(p['predicted_peak_bytes'])}): {said.get('status')}"
+                   + (f" ({said['reason']})" if said.get("reason") else ""))
     click.echo("recommended flags:")
     click.echo("  " + " ".join(doc["recommended"]))
     for arg, why in doc["reasons"].items():

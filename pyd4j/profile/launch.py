@@ -54,9 +54,11 @@ def agent_jar() -> Path:
 
 
 def agent_option(interval_ms: int, out: Path | None = None, port: int | None = None, hooks: bool = True,
-                 parent: int | None = None) -> str:
+                 parent: int | None = None, plan: Path | None = None, describe: bool = False) -> str:
     """The -javaagent option. Files are given last since a path may hold '=' (not ',').
-    With `parent`, the job ends itself when that process (pyd4j) is gone."""
+    With `parent`, the job ends itself when that process (pyd4j) is gone; with `plan`, its
+    networks train under that pyd4j plan file (planned training); with `describe`, the agent
+    reports each network's configuration and first batch shape (what pyd4j plans from)."""
     if interval_ms < 1:
         raise ValueError(f"sampling interval {interval_ms} ms is too small; use 1 ms or more (default {DEFAULT_INTERVAL_MS})")
     parts = [f"interval={interval_ms}"]
@@ -64,6 +66,12 @@ def agent_option(interval_ms: int, out: Path | None = None, port: int | None = N
         parts.append("hooks=false")
     if parent is not None:
         parts.append(f"parent={parent}")
+    if describe:
+        parts.append("describe=true")
+    if plan is not None:
+        if "," in str(plan):
+            raise ValueError(f"plan file {plan} contains ',', which the agent's option syntax cannot carry; move it")
+        parts.append(f"plan={plan}")
     if port is not None:
         parts.append(f"port={port}")
     elif out is not None:
@@ -197,6 +205,8 @@ def profile_job(
     on_sample: Callable[[dict], None] | None = None,
     echo_output: bool = False,
     timeout_s: float | None = None,
+    plan: Path | str | None = None,
+    describe: bool = False,
 ) -> JobRun:
     """Run `java ... Main ...` under the agent and return its timeline.
 
@@ -204,7 +214,9 @@ def profile_job(
     the whole tree is terminated, and the timeline written so far stays in `run_dir`.
     `on_sample` gets each sample as it arrives (live display). `extra_jvm_options` go before the
     user's own options; `drop_memory_flags` removes the user's -Xmx/-Xms/MaxDirectMemorySize/
-    JavaCPP limits first (pyd4j tune's second run).
+    JavaCPP limits first (pyd4j tune's second run). `plan`: the job's networks train under
+    that pyd4j plan file (the agent's plan= option); `describe`: the agent reports each network
+    (configuration, first batch shape) in the timeline.
     """
     command = JavaCommand.parse(argv)
     run_dir = Path(run_dir) if run_dir else default_run_dir(command.title)
@@ -219,9 +231,11 @@ def profile_job(
         receiver = _SocketReceiver(timeline_path, token)
         receiver.start()
         env["PYD4J_AGENT_TOKEN"] = token
-        agent = agent_option(interval_ms, port=receiver.port, hooks=hooks, parent=os.getpid())
+        agent = agent_option(interval_ms, port=receiver.port, hooks=hooks, parent=os.getpid(), plan=plan,
+                             describe=describe)
     elif transport == "file":
-        agent = agent_option(interval_ms, out=timeline_path, hooks=hooks, parent=os.getpid())
+        agent = agent_option(interval_ms, out=timeline_path, hooks=hooks, parent=os.getpid(), plan=plan,
+                             describe=describe)
     else:
         raise ValueError(f"transport {transport!r}: use 'file' or 'socket'")
     full = command.argv([agent, *extra_jvm_options], drop_memory_flags=drop_memory_flags)

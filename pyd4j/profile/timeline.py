@@ -39,6 +39,7 @@ class Timeline:
     end: dict[str, Any] | None
     meta: dict[str, Any] = field(default_factory=dict)
     torn_lines: int = 0
+    network_events: list[dict[str, Any]] = field(default_factory=list)  # "network", "plan", "plan_stats"
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
@@ -52,7 +53,7 @@ class Timeline:
             )
         base = path.parent
         start: dict[str, Any] = {}
-        samples, gcs, iters, epochs, errors = [], [], [], [], []
+        samples, gcs, iters, epochs, errors, networks = [], [], [], [], [], []
         end = None
         torn = 0
         with path.open(encoding="utf-8", errors="replace") as fh:
@@ -80,9 +81,11 @@ class Timeline:
                     start = event
                 elif kind == "end":
                     end = event
+                elif kind in ("network", "plan", "plan_stats"):
+                    networks.append(event)
         meta_path = base / RUN_META
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn)
+        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn, networks)
 
     # -- arrays -------------------------------------------------------------------------------
 

@@ -85,6 +85,18 @@ class JobFailedError(RuntimeError):
         self.doc = doc
 
 
+def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
+    """The plan for the network the profiled run trained (the agent describes each network at its
+    first iteration; a job that trains several is planned for the last)."""
+    from pyd4j.sched.training_plan import plan_for_job  # noqa: PLC0415
+
+    described = [e["network"] for e in run.timeline.network_events if e["type"] == "network" and e.get("network")]
+    if not described:
+        raise JobFailedError(f"the job trained no DL4J network the agent could describe (see {run.run_dir}): "
+                             "there is nothing to plan", {"out_dir": str(path.parent), "before": _side(run)})
+    return plan_for_job(described[-1], path, policy)   # the network the job trained last
+
+
 def _failed_before_first_iteration(before: JobRun, side: dict) -> str | None:
     """Why the first run never trained (its crash evidence), or None when it did or ran out of memory."""
     if side["exit_code"] in (0, None) or side["interrupted"] or side["iterations"] or "crash" not in side["findings"]:
@@ -96,14 +108,19 @@ def _failed_before_first_iteration(before: JobRun, side: dict) -> str | None:
 
 def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: int = DEFAULT_INTERVAL_MS,
              total: str | int | None = None, headroom: float = DEFAULT_HEADROOM, verify: bool = True,
-             on_sample: Callable[[dict], None] | None = None, timeout_s: float | None = None) -> dict:
-    """Profile, recommend, re-run with the recommendation; everything as one JSON-able document."""
+             on_sample: Callable[[dict], None] | None = None, timeout_s: float | None = None,
+             plan_policy: str | None = None) -> dict:
+    """Profile, recommend, re-run with the recommendation; everything as one JSON-able document.
+    With `plan_policy`, the second run keeps the job's own flags and trains its network under a
+    pyd4j plan of that policy instead (planned training through the agent): before/after shows
+    what the plan saves."""
     from pyd4j.profile.command import JavaCommand  # noqa: PLC0415
 
     out = Path(out_dir) if out_dir else default_run_dir(JavaCommand.parse(argv).title + "-tune")
     for side in ("before", "after") if verify else ("before",):
         check_run_dir(out / side)  # refuse before running anything, not after the first run
-    before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s)
+    before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s,
+                         describe=plan_policy is not None)
     first = _side(before)
     failure = _failed_before_first_iteration(before, first)
     if failure:
@@ -112,7 +129,13 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     doc = {"out_dir": str(out), "before": first, "recommended": flagset.args(),
            "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": need.__dict__,
            "container_bytes": flagset.container_bytes, "notes": list(flagset.notes)}
-    if verify:
+    if verify and plan_policy is not None:
+        doc["plan"] = _plan_job(before, plan_policy, out / "plan.json")
+        after = profile_job(argv, out / "after", interval_ms=interval_ms, on_sample=on_sample,
+                            timeout_s=timeout_s, plan=doc["plan"]["path"])
+        doc["after"] = _side(after)
+        doc["plan"]["agent"] = [e for e in after.timeline.network_events if e["type"] != "network"]
+    elif verify:
         after = profile_job(argv, out / "after", interval_ms=interval_ms, extra_jvm_options=flagset.args(),
                             drop_memory_flags=True, on_sample=on_sample, timeout_s=timeout_s)
         doc["after"] = _side(after)

@@ -17,7 +17,9 @@ import java.util.Map;
  *
  * Arguments (comma separated key=value): {@code out} file to append to, or {@code port} of a
  * loopback listener plus {@code token} (or env PYD4J_AGENT_TOKEN); {@code interval} in ms
- * (default 100); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations).
+ * (default 100); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations);
+ * {@code plan=FILE} trains every network of the job under a pyd4j plan (org.pyd4j.train.AgentRoute);
+ * {@code describe=true} reports each network's configuration and first batch shape (pyd4j plans from it).
  */
 public final class Agent {
     private static volatile Sampler sampler;
@@ -68,7 +70,10 @@ public final class Agent {
                 throw new IllegalArgumentException("no output: give out=FILE or port=PORT (with a token)");
             }
             Hooks.sink = sink;
+            Hooks.planFile = opts.get("plan");
+            Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
             boolean hooks = inst != null && !"false".equals(opts.get("hooks"));
+            if (Hooks.planFile != null && !hooks) warn("plan=" + Hooks.planFile + " needs the bytecode hooks: not applied");
             if (hooks) hooks = installHooks(inst, late);
             if (late || inst == null) {
                 // Classes already loaded before us: read what exists, initialize nothing new.
