@@ -33,6 +33,9 @@ def classpath() -> list[str]:
             if not matches:
                 raise ClasspathError(f"PYD4J_CLASSPATH entry {entry!r} matches no file; fix or unset PYD4J_CLASSPATH")
             entries.extend(str(Path(m).resolve()) for m in matches)
+        if not any(e.endswith(".jar") for e in entries):
+            raise ClasspathError(f"PYD4J_CLASSPATH={override!r} holds no jar; give ND4J's jars and pyd4j's helper jar, "
+                                 f"e.g. PYD4J_CLASSPATH='target/lib/*', or unset it to use the Maven build")
         return entries
     lib = JAVA_TARGET / "lib"
     jars = sorted(str(p) for p in lib.glob("*.jar")) if lib.is_dir() else []

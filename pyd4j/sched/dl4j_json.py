@@ -16,9 +16,9 @@ ELTWISE), MergeVertex -> CONCAT. Anything else raises `UnsupportedLayer` naming 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from pyd4j.inputs import InputError, parse_json
 from pyd4j.sched.graph import Graph, GraphError
 
 
@@ -47,8 +47,25 @@ def _activation(layer: dict[str, Any]) -> str | None:
     return _ACT[name]
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
+MAX_SIZE = 2**31 - 1  # DL4J holds layer sizes, kernels and strides in Java ints
+
+
+def _whole(v: Any, what: str, minimum: int = 1) -> int:
+    """A size from the JSON: a whole number from `minimum` to Java's int (0 units or a negative
+    kernel would plan negative memory)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= MAX_SIZE:
+        raise GraphError(f"{what} = {v!r} must be a whole number from {minimum} to {MAX_SIZE}; fix the network "
+                         f"configuration (conf.toJson() writes valid ones)")
+    return v
+
+
+def _pair(v: Any, what: str = "size", minimum: int = 1) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)):
+        if len(v) != 2:
+            raise GraphError(f"{what} = {v!r} must be one number or a pair")
+        return _whole(v[0], what, minimum), _whole(v[1], what, minimum)
+    n = _whole(v, what, minimum)
+    return n, n
 
 
 class _Builder:
@@ -63,24 +80,24 @@ class _Builder:
         if drop and kind != "DropoutLayer":
             x = g.dropout(x, 1.0 - float(drop.get("p", 1.0)), name=f"{name}_idropout")
         if kind in ("ConvolutionLayer", "Convolution2D"):
-            kh, kw = _pair(layer["kernelSize"])
-            sh, _ = _pair(layer["stride"])
+            kh, kw = _pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, _ = _pair(layer["stride"], f"{name}: stride")
             if layer.get("convolutionMode") == "Same":
                 ph, pw = (kh - 1) // 2, (kw - 1) // 2
             else:
-                ph, pw = _pair(layer.get("padding", [0, 0]))
-            x = g.conv(x, int(layer["nout"]), (kh, kw), sh, (ph, pw),
+                ph, pw = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            x = g.conv(x, _whole(layer["nout"], f"{name}: nOut"), (kh, kw), sh, (ph, pw),
                        bias=bool(layer.get("hasBias", True)), name=name)
             return self._act(layer, x, name)
         if kind in ("DenseLayer", "OutputLayer"):
-            x = g.fc(x, int(layer["nout"]), bias=bool(layer.get("hasBias", True)), name=name)
+            x = g.fc(x, _whole(layer["nout"], f"{name}: nOut"), bias=bool(layer.get("hasBias", True)), name=name)
             if kind == "OutputLayer":
                 return g.softmax(x, name=f"{name}_loss")
             return self._act(layer, x, name)
         if kind == "SubsamplingLayer":
-            k, _ = _pair(layer["kernelSize"])
-            s, _ = _pair(layer["stride"])
-            p, _ = _pair(layer.get("padding", [0, 0]))
+            k, _ = _pair(layer["kernelSize"], f"{name}: kernelSize")
+            s, _ = _pair(layer["stride"], f"{name}: stride")
+            p, _ = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
             if mode is None:
                 raise UnsupportedLayer(f"pooling type {layer.get('poolingType')} of {name!r}")
@@ -96,7 +113,7 @@ class _Builder:
             p = float((drop or {}).get("p", 0.5))
             return g.dropout(x, 1.0 - p, name=name)
         if kind == "LocalResponseNormalization":
-            return g.lrn(x, int(layer.get("n", 5)), float(layer.get("alpha", 1e-4)),
+            return g.lrn(x, _whole(layer.get("n", 5), f"{name}: n"), float(layer.get("alpha", 1e-4)),
                          float(layer.get("beta", 0.75)), float(layer.get("k", 2.0)), name=name)
         raise UnsupportedLayer(f"DL4J layer type {kind} ({layer['@class']}) of layer {name!r} "
                                "is not supported by the planner")
@@ -112,14 +129,29 @@ class _Builder:
 
 def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
                          input_shape: tuple[int, ...] | None = None) -> Graph:
-    """Build the IR from DL4J configuration JSON (a string or the parsed document)."""
-    doc = json.loads(text) if isinstance(text, str) else text
-    if "confs" in doc:
-        return _multilayer(doc, batch, input_shape)
-    if "vertices" in doc:
-        return _graph(doc, batch, input_shape)
-    raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
-                     "(no 'confs' and no 'vertices')")
+    """Build the IR from DL4J configuration JSON (a string or the parsed document).
+
+    Anything that is not a DL4J configuration the planner can model raises GraphError (or its
+    UnsupportedLayer) naming what is wrong, never a KeyError or TypeError from deep inside."""
+    if isinstance(text, str):
+        try:
+            doc = parse_json(text, "DL4J configuration JSON")
+        except InputError as err:
+            raise GraphError(str(err)) from None
+    else:
+        doc = text
+    if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
+        raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
+                         "(no 'confs' and no 'vertices')")
+    if input_shape is not None:
+        input_shape = tuple(_whole(d, "input shape") for d in input_shape)
+    try:
+        return _multilayer(doc, batch, input_shape) if "confs" in doc else _graph(doc, batch, input_shape)
+    except GraphError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as err:
+        what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
 
 
 def _dtype(doc: dict[str, Any]) -> str:
@@ -129,9 +161,10 @@ def _dtype(doc: dict[str, Any]) -> str:
 def _infer_input(doc: dict[str, Any], first: dict[str, Any]) -> tuple[int, ...]:
     pre = (doc.get("inputPreProcessors") or {}).get("0")
     if pre and _simple(pre["@class"]) == "FeedForwardToCnnPreProcessor":
-        return (int(pre["numChannels"]), int(pre["inputHeight"]), int(pre["inputWidth"]))
+        return (_whole(pre["numChannels"], "preprocessor numChannels"), _whole(pre["inputHeight"], "preprocessor inputHeight"),
+                _whole(pre["inputWidth"], "preprocessor inputWidth"))
     if _simple(first["@class"]) in ("DenseLayer", "OutputLayer"):
-        return (int(first["nin"]),)
+        return (_whole(first["nin"], "first layer nIn"),)
     raise GraphError("DL4J JSON does not record this network's input shape: pass input_shape "
                      "(C, H, W) or (features,)")
 
