@@ -31,3 +31,11 @@ def jvm():
     import pyd4j.jvm
 
     return pyd4j.jvm.start(**SESSION_JVM_OPTIONS)
+
+
+# Hypothesis: no per-example deadline anywhere (a loaded machine runs examples slowly; a test must
+# not fail for that), and statistics for the examples run (`pytest --hypothesis-show-statistics`).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("pyd4j", deadline=None)
+settings.load_profile("pyd4j")
