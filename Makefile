@@ -14,7 +14,10 @@ CUDA_VENV  := .venv-cuda
 CUDA_BUILD := native/build-cuda-check
 CUDA_WHEELS := nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-crt nvidia-nvvm
 
-.PHONY: setup demo test bench clean cuda-check
+# The wheel carries the helper/agent jar and ASM (not ND4J: jobs bring their own classpath).
+WHEEL_JARS := pyd4j/jvm/java
+
+.PHONY: setup demo test bench clean cuda-check wheel
 
 setup: $(VENV) $(JAR) $(NATIVE_LIB)
 
@@ -59,6 +62,14 @@ cuda-check: $(CUDA_VENV)/.installed
 	  test "$$(nm -D --defined-only $(CUDA_BUILD)/libpyd4j_agent.so | grep -c pyd4j_agent_)" -gt 0 && \
 	  ldd $(CUDA_BUILD)/libpyd4j_agent.so | grep -q libcudart && \
 	  ctest --test-dir $(CUDA_BUILD) --output-on-failure -j2
+
+wheel: $(JAR)
+	rm -rf $(WHEEL_JARS) dist
+	mkdir -p $(WHEEL_JARS)/lib
+	cp $(JAR) $(WHEEL_JARS)/
+	cp java/target/lib/asm-*.jar $(WHEEL_JARS)/lib/
+	$(PY) -m build --wheel --outdir dist . >/dev/null; rc=$$?; rm -rf $(WHEEL_JARS) build; exit $$rc
+	@ls dist/*.whl
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
 BENCHMARKS := interop plan_speed depth flags_accuracy agent_overhead prefetch workspaces agent_gpu
