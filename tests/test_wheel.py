@@ -40,8 +40,8 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 def test_wheel_profiles_reports_and_tunes_a_job(installed, tmp_path):
     bin_dir, env = installed
-    where = run([str(bin_dir / "python"), "-c", "import pyd4j, pyd4j.jvm.classpath as c; print(pyd4j.__file__); "
-                 "print(c.HELPER_JAR)"], tmp_path, env).stdout.split()
+    where = run([str(bin_dir / "python"), "-c", "import pyd4j; from pyd4j.jvm.classpath import HELPER_JAR; "
+                 "print(pyd4j.__file__); print(HELPER_JAR)"], tmp_path, env).stdout.split()
     assert all(str(bin_dir.parent) in p and str(ROOT) not in p for p in where), where  # nothing from the checkout
 
     job_cp = os.pathsep.join([examples_jar(), *classpath()[1:]])  # the job's own classpath (ND4J, DL4J)
@@ -51,7 +51,7 @@ def test_wheel_profiles_reports_and_tunes_a_job(installed, tmp_path):
     assert doc["peaks"]["rss"] and doc["peaks"]["heap_used"]
 
     rep = json.loads(run([str(bin_dir / "pyd4j"), "report", "--json", "--out", "rep", "run"], tmp_path, env).stdout)
-    assert Path(rep["files"]["html"]).stat().st_size > 0 and (tmp_path / "rep" / "memory.png").stat().st_size > 0
+    assert (tmp_path / rep["files"]["html"]).stat().st_size > 0 and (tmp_path / "rep" / "memory.png").stat().st_size > 0
 
     tuned = json.loads(run([str(bin_dir / "pyd4j"), "tune", "--json", "--out", "tune", "--", *job], tmp_path, env).stdout)
     assert tuned["after"]["exit_code"] == 0 and tuned["after"]["iterations"] == 6, tuned

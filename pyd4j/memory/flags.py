@@ -150,6 +150,8 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
 def _check_estimate(est: Estimate) -> None:
     """Refuse an estimate no flags can follow: a negative term (a network with a negative layer
     size gives one) or a total past what a JVM can hold."""
+    if not est.terms:
+        raise EstimateError(f"the estimate of {est.model} has no terms: nothing to size flags from")
     for term in est.terms:
         if term.bytes_at(est.batch) < 0:
             raise EstimateError(f"the estimate's term {term.name} is {term.bytes_at(est.batch)} bytes at batch {est.batch}, "
@@ -257,7 +259,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
                              headroom=headroom, max_direct=direct)
         needed, have, where = (s["container"], budget, "memory budget") if over_host else (gpu_need, gpu_b, "GPU memory")
         biggest = est.biggest_term() if over_host else max(
-            (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch))
+            (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch), default=est.biggest_term())
         fit = (f"the largest minibatch that fits is {best}" if best else
                f"no minibatch fits: even batch 1 needs more (the fixed part alone is "
                f"{human_bytes(sum(t.fixed_bytes for t in est.terms))})")

@@ -39,14 +39,16 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         return None, "no event type"
     if kind in _TIMED and not _number(event.get("t")):
         return None, f"{kind} without a time"
-    if kind == "iter" and not _number(event.get("n")):
+    if kind == "iter" and not (_number(event.get("n")) and event["n"] >= 0):
         return None, "iter without a count"
     dropped = 0
+    for key in [k for k, v in event.items() if v is None]:  # null is "not measured", as an absent key is
+        del event[key]
     for key, value in list(event.items()):
         if isinstance(value, float) and not math.isfinite(value):
             del event[key]
             dropped += 1
-        elif kind == "sample" and key in SERIES and value is not None and not _number(value):
+        elif key in SERIES and not (_number(value) and value >= 0):  # bytes and counts are never negative
             del event[key]
             dropped += 1
     if kind == "sample":
@@ -267,7 +269,9 @@ class Timeline:
         if len(marks) < 2:
             return None
         marks.sort()
-        first = next(m for m in marks if m[1] >= 1)
+        first = next((m for m in marks if m[1] >= 1), None)
+        if first is None:
+            return None
         last = marks[-1]
         seconds = (last[0] - first[0]) / 1000.0
         return (last[1] - first[1]) / seconds if seconds > 0 and last[1] > first[1] else None
