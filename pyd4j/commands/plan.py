@@ -53,9 +53,12 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     from pyd4j.sched.simulator import ideal_time, simulate
 
     overrides = inputs.read_json(devices_json, "device profiles") if devices_json else None
-    if overrides is not None and not isinstance(overrides, dict):
-        raise click.BadParameter(f"{devices_json} holds a JSON {type(overrides).__name__}; write an object in the "
-                                 "format of pyd4j/sched/devices.json", param_hint="--devices")
+    known = {"devices", "aliases", "conv_algorithms", "compute_efficiency", "transfer_latency_s", "host_memory_bytes"}
+    if overrides is not None and (not isinstance(overrides, dict) or not set(overrides) <= known):
+        what = f"keys {sorted(set(overrides) - known)[:5]}" if isinstance(overrides, dict) else \
+            f"a JSON {type(overrides).__name__}"
+        raise click.BadParameter(f"{devices_json} holds {what}, not device profiles; write an object with "
+                                 f"{', '.join(sorted(known))} as in pyd4j/sched/devices.json", param_hint="--devices")
     try:
         cost = CostModel.for_device(device, overrides)
     except KeyError as e:

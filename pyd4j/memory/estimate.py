@@ -449,16 +449,17 @@ def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa
     elif isinstance(input, list):
         inputs = [parse_input_spec(s) if isinstance(s, str) else check_input_spec(s, "input") for s in input]
 
+    text = None  # JSON read here is checked whole (layers, input types) before DL4J sees it
     if isinstance(model, (str, Path)) and not str(model).lstrip().startswith("{"):
         path = Path(model)
         text, doc = _read_json_file(path)
-        kind = _kind_of(doc, str(path))
+        where = str(path)
+        kind = _kind_of(doc, where)
         name = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
         if inputs is None:
             side = sidecar_path(path)
             if side.exists():
                 inputs = read_sidecar(side)
-        conf = _from_json(text, kind, str(path))
     elif isinstance(model, str):
         try:
             doc = parse_json(model, "network JSON text")
@@ -466,9 +467,8 @@ def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa
             raise EstimateError(str(err)) from None
         if not isinstance(doc, dict):
             raise EstimateError(f"network JSON text holds a JSON {type(doc).__name__}, not a DL4J configuration object")
-        kind = _kind_of(doc, "network JSON text")
-        name = "network"
-        conf = _from_json(model, kind, "network JSON text")
+        text, where, name = model, "network JSON text", "network"
+        kind = _kind_of(doc, where)
     else:
         start_jvm()
         conf, kind = _conf_of_java_object(model)
@@ -485,6 +485,8 @@ def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa
             f"cannot tell the input type of {name}: give --input (ff:SIZE, cnn:HxWxC, cnnflat:HxWxC, rnn:SIZExSTEPS) "
             f"or write a sidecar {name}.input.json like examples/networks/*.input.json"
         )
+    if text is not None:
+        conf = _from_json(text, kind, where)
     return _Loaded(name=name, kind=kind, conf=conf, inputs=inputs)
 
 
