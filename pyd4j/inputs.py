@@ -142,8 +142,7 @@ def job_command(argv: list[str] | tuple[str, ...]) -> None:
     before any run directory is made."""
     from pyd4j.profile.command import JavaCommand  # noqa: PLC0415  (the one parser of job command lines)
 
-    JavaCommand.parse(list(argv))
-    executable(argv[0])
+    executable(JavaCommand.parse(list(argv)).java)  # `java` resolved as every JVM pyd4j starts (JAVA_HOME first)
 
 
 def output_dir_error(path: Path, may_exist: bool = False) -> str | None:
