@@ -374,7 +374,7 @@ def _check_layers(doc: dict[str, Any], kind: str, where: str) -> None:
         vertices = doc["vertices"]
         if not isinstance(vertices, dict) or not vertices:
             raise EstimateError(f"{where}: 'vertices' must be a non-empty object; write it with conf.toJson()")
-        layers = [(f"vertex {name!r}", (v.get("layerConf") or {}).get("layer") if isinstance(v, dict) else None)
+        layers = [(f"vertex {name!r}", v["layerConf"].get("layer") if isinstance(v["layerConf"], dict) else None)
                   for name, v in vertices.items() if isinstance(v, dict) and "layerConf" in v]
     for label, layer in layers:
         if not isinstance(layer, dict):
