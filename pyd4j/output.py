@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from typing import Any, Iterable, Iterator, NoReturn, Sequence
 
-from rich.console import Console
-from rich.table import Table
-
 
 def emit_json(document: Any) -> None:
-    """Print one JSON document on stdout (what `--json` promises)."""
-    json.dump(document, sys.stdout, indent=2, default=str)
+    """Print one JSON document on stdout (what `--json` promises): strict JSON, so NaN and
+    infinity (a measurement that is not a number) are written as null."""
+    json.dump(_finite(document), sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 @contextlib.contextmanager
@@ -38,6 +47,9 @@ def stdout_to_stderr() -> Iterator[None]:
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Print a table for people."""
+    from rich.console import Console  # noqa: PLC0415  (heavy: only when a table is printed)
+    from rich.table import Table  # noqa: PLC0415
+
     table = Table(title=title)
     for column in columns:
         table.add_column(column)

@@ -103,6 +103,14 @@ class _Monitor(threading.Thread):
         return m
 
     def run(self) -> None:
+        from pyd4j.jvm.core import detach  # noqa: PLC0415
+
+        try:
+            self._run()
+        finally:
+            detach()  # this thread used Java: leave no attached Java thread behind
+
+    def _run(self) -> None:
         if not self.show:
             while not self.stop_event.wait(self.interval):
                 self.sample()

@@ -14,25 +14,25 @@ from __future__ import annotations
 
 import click
 
-from pyd4j.memory.cli_common import handle_errors, network_options, print_estimate
+from pyd4j import inputs
+from pyd4j.memory.cli_common import network_options, print_estimate
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
 @click.command("flags")
 @network_options
-@click.option("--batch", required=True, type=int, help="Minibatch size.")
-@click.option("--total", default=None, help="Total memory budget, e.g. 8g (default: cgroup limit, else RAM).")
-@click.option("--gpu-mem", default=None, help="GPU memory budget, e.g. 16g (CUDA backend).")
-@click.option("--headroom", default=0.15, show_default=True, type=float, help="Fraction added to estimates.")
+@click.option("--batch", required=True, type=inputs.BATCH, help="Minibatch size.")
+@click.option("--total", default=None, type=inputs.SIZE, help="Total memory budget, e.g. 8g (default: cgroup limit, else RAM).")
+@click.option("--gpu-mem", default=None, type=inputs.SIZE, help="GPU memory budget, e.g. 16g (CUDA backend).")
+@click.option("--headroom", default=0.15, show_default=True, type=inputs.HEADROOM, help="Fraction added to estimates.")
 @click.option("--format", "fmt", default="args", show_default=True,
               type=click.Choice(["args", "env", "maven", "gradle", "spark", "k8s"]), help="Output format.")
 @click.option("--verify", is_flag=True,
               help="Run the Java job given after -- with these flags inside a container at the generated limit.")
-@click.option("--timeout", default=3600.0, show_default=True, type=float, help="With --verify: seconds before the job is killed.")
+@click.option("--timeout", default=3600.0, show_default=True, type=inputs.SECONDS, help="With --verify: seconds before the job is killed.")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
-@handle_errors
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool, batch: int,
-            total: str | None, gpu_mem: str | None, headroom: float, fmt: str, verify: bool, timeout: float,
+            total: int | None, gpu_mem: int | None, headroom: float, fmt: str, verify: bool, timeout: float,
             job: tuple[str, ...]) -> None:
     """JVM flags (-Xmx, maxbytes, maxphysicalbytes, ...) that hold a DL4J network, each with its reason."""
     from pyd4j.memory.estimate import estimate  # noqa: PLC0415
@@ -42,6 +42,8 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
         fail(f"a job command was given ({' '.join(job)[:80]}) without --verify; add --verify to run it", as_json)
     if verify and not job:
         fail("--verify needs the Java job after --, e.g. pyd4j flags ... --verify -- java -cp app.jar Main", as_json)
+    if verify:
+        inputs.job_command(job)
     est = estimate(model, batch, dtype=dtype, mode=mode, input=input_spec, prefetch_queue=prefetch)
     try:
         fs = flags(est, total=total, headroom=headroom, gpu_mem=gpu_mem)

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import click
 
+from pyd4j import inputs
+
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="run directory (default runs/<Main>-<time>)")
-@click.option("--interval", "interval_ms", type=int, default=100, show_default=True, help="sampling interval, ms")
+@click.option("--out", "out_dir", type=inputs.OutputDir(agent_safe=True), default=None,
+              help="run directory, new or empty (default runs/<Main>-<time>)")
+@click.option("--interval", "interval_ms", type=inputs.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
 @click.option("--socket", "use_socket", is_flag=True, help="stream over a loopback socket (with a token) instead of a file")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="stop the job after this many seconds")
+@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=None, help="stop the job after this many seconds")
 @click.option("--report/--no-report", default=True, show_default=True, help="write report.html, plots and trace.json")
-@click.option("--python", "script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--python", "script", type=inputs.InputFile("Python script"), default=None,
               help="profile pyd4j's in-process JVM while this Python script runs (instead of a java command)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
@@ -31,8 +33,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     Exits with the job's own exit status when the job fails (1 if it has none), after the
     summary and report, so scripts notice; 130 when stopped.
     """
-    from pyd4j.output import emit_json, print_table  # noqa: PLC0415
-    from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
+    from pyd4j.output import emit_json, print_table, stdout_to_stderr  # noqa: PLC0415
+    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
     from pyd4j.profile.diagnose import diagnose  # noqa: PLC0415
     from pyd4j.profile.launch import profile_job  # noqa: PLC0415
     from pyd4j.profile.live import LiveView  # noqa: PLC0415
@@ -45,19 +47,34 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         from pyd4j.profile.launch import RunDirError, check_run_dir, default_run_dir  # noqa: PLC0415
         from pyd4j.profile.session import session  # noqa: PLC0415
 
+        script = Path(script)
         run_dir = out_dir or default_run_dir(f"{script.stem}-session")
         try:
             check_run_dir(run_dir)
         except RunDirError as err:
             raise click.UsageError(str(err)) from None
-        with session(run_dir, interval_ms=interval_ms):
+        # With --json the script's own prints go to stderr: stdout holds the one JSON document.
+        quiet = stdout_to_stderr() if as_json else contextlib.nullcontext()
+        script_error = None
+        with session(run_dir, interval_ms=interval_ms), quiet:
             sys.argv = [str(script)]
-            runpy.run_path(str(script), run_name="__main__")
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as err:
+                if err.code not in (None, 0):
+                    script_error = f"{script} exited with status {err.code}"
+            except Exception as err:  # noqa: BLE001  (the user's script failed: say so, keep the profile)
+                import traceback  # noqa: PLC0415
+
+                trace = run_dir / "script-traceback.txt"
+                trace.write_text("".join(traceback.format_exception(err)))
+                script_error = f"{script} raised {type(err).__name__}: {err} (traceback in {trace})"
         timeline = Timeline.load(run_dir)
         interrupted = False
     else:
+        script_error = None
         try:
-            JavaCommand.parse(list(job))  # a bad command is refused before the live view or any JVM starts
+            inputs.job_command(job)  # a bad command is refused before the live view or any JVM starts
         except JobCommandError as err:
             raise click.UsageError(str(err)) from None
         live = contextlib.nullcontext(None) if as_json else LiveView(" ".join(job[-2:]) if job else "job")
@@ -76,6 +93,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
             timeline = Timeline.load(run_dir)
     findings = diagnose(timeline)
     doc = summary(timeline, findings)
+    if script_error:
+        doc.update(ok=False, error=script_error)
     if report:
         doc["report"] = {k: str(v) for k, v in write_report(timeline.run_dir).items()}
     if as_json:
@@ -84,6 +103,9 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         _print_summary(doc, print_table)
     if interrupted:
         sys.exit(130)
+    if script_error:
+        click.echo(f"error: {script_error}", err=True)
+        sys.exit(1)
     code = doc.get("exit_code")
     if code not in (None, 0):
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)

@@ -6,14 +6,18 @@ from pathlib import Path
 
 import click
 
+from pyd4j import inputs
+
 
 @click.command("tune", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None, help="directory for both runs")
-@click.option("--interval", "interval_ms", type=int, default=100, show_default=True, help="sampling interval, ms")
-@click.option("--total", default=None, help="memory budget for the whole process, e.g. 8g (default: cgroup limit or RAM)")
-@click.option("--headroom", type=float, default=0.15, show_default=True, help="fraction added over measured needs")
+@click.option("--out", "out_dir", type=inputs.OutputDir(agent_safe=True), default=None,
+              help="directory for both runs (new or empty)")
+@click.option("--interval", "interval_ms", type=inputs.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
+@click.option("--total", default=None, type=inputs.SIZE,
+              help="memory budget for the whole process, e.g. 8g (default: cgroup limit or RAM)")
+@click.option("--headroom", type=inputs.HEADROOM, default=0.15, show_default=True, help="fraction added over measured needs")
 @click.option("--no-verify", is_flag=True, help="skip the second run")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="stop each run after this many seconds")
+@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=None, help="stop each run after this many seconds")
 @click.option("--plan", "plan_policy", type=click.Choice(["superneurons", "liveness", "recompute_in_memory"]),
               help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
               "of with new flags: before/after shows what the plan saves. superneurons: the smallest plan the "
@@ -32,24 +36,15 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
     """
     from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
     from pyd4j.output import emit_json, fail, human_bytes, print_table  # noqa: PLC0415
-    from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
+    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
     from pyd4j.profile.report import write_report  # noqa: PLC0415
     from pyd4j.profile.tune import JobFailedError, tune_job  # noqa: PLC0415
-    from pyd4j.units import SizeError, parse_bytes  # noqa: PLC0415
 
     # Bad arguments are refused here, before the job runs (a run can take hours).
     try:
-        JavaCommand.parse(list(job))
+        inputs.job_command(job)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
-    try:
-        budget = parse_bytes(total, "--total") if total is not None else None
-    except SizeError as err:
-        raise click.BadParameter(str(err)) from None
-    if budget is not None and budget <= 0:
-        raise click.BadParameter(f"{total!r} must be more than 0 bytes; write e.g. '8g'", param_hint="--total")
-    if not 0 <= headroom <= 4:
-        raise click.BadParameter(f"{headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)", param_hint="--headroom")
     try:
         doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
                        verify=not no_verify, timeout_s=timeout_s, plan_policy=plan_policy)

@@ -25,7 +25,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyd4j.memory.estimate import Estimate, EstimateError, Term, check_batch
+from pyd4j.inputs import JAVA_LONG_MAX
+from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, check_batch
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
@@ -35,6 +36,7 @@ DEFAULT_HEADROOM = 0.15          # estimate error seen in benchmarks/flags_accur
 DEFAULT_MAX_DIRECT = 16 * MiB    # NIO direct buffers only; NMT 'Other' (where they live) held 31 KB in DL4J training
 CONTAINER_MARGIN_MIN = 16 * MiB  # page tables and kernel memory charged to the cgroup, outside RSS
 CONTAINER_MARGIN_FRACTION = 0.05  # JavaCPP sees RSS over maxphysicalbytes only at its next Pointer: overshoot room
+MIN_MAXBYTES = 16 * MiB          # maxbytes=0 would mean "no limit" to JavaCPP: never write it
 CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS/cuDNN handles on the device (estimate)
 FORMATS = ("args", "env", "maven", "gradle", "spark", "k8s")
 
@@ -134,12 +136,29 @@ def _size(value: int | str | None, what: str) -> int | None:
 
 
 def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
-    maxbytes = _mib_up(est.offheap_bytes * (1 + headroom))
-    heap = _mib_up(est.heap_bytes, HEAP_ALIGN)
+    """The sizes behind the flags. Floors keep every flag meaningful whatever the estimate: a heap
+    of at least HEAP_MIN_BYTES (an estimate without a heap term must not give -Xmx0) and a
+    maxbytes of at least MIN_MAXBYTES (0 means unlimited to JavaCPP)."""
+    maxbytes = max(_mib_up(est.offheap_bytes * (1 + headroom)), MIN_MAXBYTES)
+    heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
     native = _mib_up(est.native_bytes * (1 + headroom))
     maxphys = maxbytes + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(maxphys * CONTAINER_MARGIN_FRACTION))
     return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, container=maxphys + margin, margin=margin)
+
+
+def _check_estimate(est: Estimate) -> None:
+    """Refuse an estimate no flags can follow: a negative term (a network with a negative layer
+    size gives one) or a total past what a JVM can hold."""
+    if not est.terms:
+        raise EstimateError(f"the estimate of {est.model} has no terms: nothing to size flags from")
+    for term in est.terms:
+        if term.bytes_at(est.batch) < 0:
+            raise EstimateError(f"the estimate's term {term.name} is {term.bytes_at(est.batch)} bytes at batch {est.batch}, "
+                                f"less than 0 ({term.source}: {term.why}); check the network's layer sizes")
+    if est.total_bytes * 5 > JAVA_LONG_MAX:  # with headroom (up to 4x) and margins, flags would leave a Java long
+        raise EstimateError(f"{est.model} at batch {est.batch} needs {human_bytes(est.total_bytes)}, beyond what a JVM "
+                            f"can be given (a Java long of bytes); lower the batch or check the network's sizes")
 
 
 def _gpu_need(est: Estimate, headroom: float) -> int:
@@ -157,12 +176,17 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
                   headroom: float = DEFAULT_HEADROOM, max_direct: int | str = DEFAULT_MAX_DIRECT,
                   limit: int = 1 << 24) -> int:
     """The largest minibatch whose flags fit `total` host memory (and `gpu_mem` device memory); 0 if none."""
+    if not 0 <= headroom <= 4:
+        raise EstimateError(f"headroom {headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)")
+    _check_estimate(est)
     total_b = _size(total, "total budget") if total is not None else (None if gpu_mem is not None else default_total())
     gpu_b = _size(gpu_mem, "GPU memory budget")
     direct = _size(max_direct, "MaxDirectMemorySize")
 
     def fits(b: int) -> bool:
         e = est.at_batch(b)
+        if e.total_bytes * 5 > JAVA_LONG_MAX:
+            return False
         if total_b is not None and _sizes(e, headroom, direct)["container"] > total_b:
             return False
         return gpu_b is None or _gpu_need(e, headroom) <= gpu_b
@@ -192,6 +216,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     check_batch(est.batch)
     if not 0 <= headroom <= 4:
         raise EstimateError(f"headroom {headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)")
+    _check_estimate(est)
     budget = _size(total, "total budget") if total is not None else default_total()
     gpu_b = _size(gpu_mem, "GPU memory budget")
     direct = _size(max_direct, "MaxDirectMemorySize")
@@ -202,7 +227,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              "initial heap = maximum: the heap is committed once, so RSS is predictable and never grows past the plan"),
         Flag("-Xmx", f"-Xmx{jvm_size(s['heap'])}", s["heap"],
              f"Java heap for DL4J/ND4J objects (not array data, which is off-heap): {human_bytes(est.heap_bytes)} estimated, "
-             f"rounded up to {HEAP_ALIGN // MiB} MiB"),
+             f"rounded up to {HEAP_ALIGN // MiB} MiB, at least {HEAP_MIN_BYTES // MiB} MiB"),
         Flag("-XX:MaxDirectMemorySize", f"-XX:MaxDirectMemorySize={jvm_size(direct)}", direct,
              "bounds java.nio direct buffers only (Netty, NIO file I/O); ND4J arrays are JavaCPP/libnd4j memory and "
              "ignore it, so it stays small"),
@@ -234,7 +259,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
                              headroom=headroom, max_direct=direct)
         needed, have, where = (s["container"], budget, "memory budget") if over_host else (gpu_need, gpu_b, "GPU memory")
         biggest = est.biggest_term() if over_host else max(
-            (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch))
+            (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch), default=est.biggest_term())
         fit = (f"the largest minibatch that fits is {best}" if best else
                f"no minibatch fits: even batch 1 needs more (the fixed part alone is "
                f"{human_bytes(sum(t.fixed_bytes for t in est.terms))})")

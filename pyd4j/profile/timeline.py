@@ -8,6 +8,7 @@ as far as it got; a torn last line is skipped.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,58 @@ import numpy as np
 
 TIMELINE = "timeline.jsonl"
 RUN_META = "run.json"
+
+# Events that are placed in time: a line of one of these kinds without a finite "t" is skipped.
+_TIMED = ("sample", "gc", "iter", "epoch", "end")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, str]:
+    """One timeline line as an event with only sound values, or (None, why it is skipped)."""
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError):
+        return None, "torn or not JSON"  # the job died mid-write: keep everything before
+    if not isinstance(event, dict):
+        return None, "not a JSON object"
+    kind = event.get("type")
+    if not isinstance(kind, str):
+        return None, "no event type"
+    if kind in _TIMED and not _number(event.get("t")):
+        return None, f"{kind} without a time"
+    if kind == "iter" and not (_number(event.get("n")) and event["n"] >= 0):
+        return None, "iter without a count"
+    dropped = 0
+    for key in [k for k, v in event.items() if v is None]:  # null is "not measured", as an absent key is
+        del event[key]
+    for key, value in list(event.items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            del event[key]
+            dropped += 1
+        elif key in SERIES and not (_number(value) and value >= 0):  # bytes and counts are never negative
+            del event[key]
+            dropped += 1
+    if kind == "sample":
+        gc = event.get("gc")
+        if gc is not None:
+            sound = {k: v for k, v in gc.items() if isinstance(v, list) and len(v) == 2 and all(map(_number, v))} \
+                if isinstance(gc, dict) else {}
+            dropped += (len(gc) if isinstance(gc, dict) else 1) - len(sound)
+            event["gc"] = sound
+        ws = event.get("ws")
+        if ws is not None:
+            sound = [w for w in ws if isinstance(w, dict) and "id" in w and "thread" in w
+                     and all(_number(v) for k, v in w.items() if k not in ("id", "thread") and v is not None)] \
+                if isinstance(ws, list) else []
+            dropped += (len(ws) if isinstance(ws, list) else 1) - len(sound)
+            event["ws"] = sound
+    if dropped:
+        skipped["values not finite numbers"] = skipped.get("values not finite numbers", 0) + dropped
+    return event, ""
+
 
 # Per-sample numeric series the report and the diagnosis use (agent field names).
 SERIES = (
@@ -38,12 +91,20 @@ class Timeline:
     errors: list[dict[str, Any]]
     end: dict[str, Any] | None
     meta: dict[str, Any] = field(default_factory=dict)
-    torn_lines: int = 0
+    torn_lines: int = 0                  # lines skipped whole (see `skipped` for why)
+
+    skipped: dict[str, int] = field(default_factory=dict)
     network_events: list[dict[str, Any]] = field(default_factory=list)  # "network", "plan", "plan_stats"
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
-        """Read a run directory written by `pyd4j profile` (or the agent's out= file alone)."""
+        """Read a run directory written by `pyd4j profile` (or the agent's out= file alone).
+
+        Lines that cannot be used (torn, not a JSON object, a sample without a time) are skipped,
+        and values that are not finite numbers are dropped from their line; `skipped` counts
+        both by reason, so a partial timeline reads as far as it is sound."""
+        from pyd4j.inputs import InputError, read_json, regular_file  # noqa: PLC0415
+
         run_dir = Path(run_dir)
         path = run_dir / TIMELINE if run_dir.is_dir() else run_dir
         if not path.exists():
@@ -51,20 +112,20 @@ class Timeline:
                 f"no timeline at {path}: give the run directory `pyd4j profile` printed "
                 f"(it holds {TIMELINE} and {RUN_META})"
             )
+        regular_file(path, "timeline")
         base = path.parent
         start: dict[str, Any] = {}
         samples, gcs, iters, epochs, errors, networks = [], [], [], [], [], []
         end = None
-        torn = 0
+        skipped: dict[str, int] = {}
         with path.open(encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 line = line.strip()
                 if not line:
                     continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    torn += 1  # the job died mid-write: keep everything before
+                event, why = _event(line, skipped)
+                if event is None:
+                    skipped[why] = skipped.get(why, 0) + 1
                     continue
                 kind = event.get("type")
                 if kind == "sample":
@@ -84,8 +145,17 @@ class Timeline:
                 elif kind in ("network", "plan", "plan_stats"):
                     networks.append(event)
         meta_path = base / RUN_META
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn, networks)
+        meta: dict[str, Any] = {}
+        if meta_path.exists():
+            try:
+                meta = read_json(meta_path, "run description")
+            except InputError:
+                meta = None
+            if not isinstance(meta, dict):
+                meta = {}
+                skipped["unreadable run.json"] = 1
+        torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
+        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn, skipped, networks)
 
     # -- arrays -------------------------------------------------------------------------------
 
@@ -149,9 +219,7 @@ class Timeline:
 
     def peak(self, name: str) -> int | None:
         """Largest value of a series, or None if never sampled."""
-        values = self.series(name) if self.samples else np.array([])
-        values = values[~np.isnan(values)]
-        return int(values.max()) if values.size else None
+        return _nanmax(self.series(name) if self.samples else np.array([]))
 
     def live_heap_peak(self) -> int | None:
         """Largest heap still in use right after a GC: the live set -Xmx must hold."""
@@ -170,7 +238,7 @@ class Timeline:
             "javacpp_total": self.peak("javacpp_total"),
             "javacpp_physical": self.peak("javacpp_physical"),
             "rss": self.peak("rss"),
-            "native": int(np.nanmax(self.native())) if self.samples else None,
+            "native": _nanmax(self.native()),
             "threads": self.peak("threads"),
         }
 
@@ -204,7 +272,9 @@ class Timeline:
         if len(marks) < 2:
             return None
         marks.sort()
-        first = next(m for m in marks if m[1] >= 1)
+        first = next((m for m in marks if m[1] >= 1), None)
+        if first is None:
+            return None
         last = marks[-1]
         seconds = (last[0] - first[0]) / 1000.0
         return (last[1] - first[1]) / seconds if seconds > 0 and last[1] > first[1] else None
@@ -223,3 +293,9 @@ class Timeline:
         """The job's main class (or jar) as the JVM reported it."""
         command = self.start.get("command") or " ".join(self.meta.get("command", [])[-1:])
         return (command or "job").split(" ")[0]
+
+
+def _nanmax(values: np.ndarray) -> int | None:
+    """The largest value that is a number, or None when there is none."""
+    values = values[~np.isnan(values)]
+    return int(values.max()) if values.size else None

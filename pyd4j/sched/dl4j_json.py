@@ -30,11 +30,11 @@ from the first layer's `nin` for dense networks.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from typing import Any
 
+from pyd4j.inputs import InputError, parse_json
 from pyd4j.sched.graph import Graph, GraphError, LayerType
 
 
@@ -64,8 +64,25 @@ def _activation(layer: dict[str, Any]) -> str:
     return _ACT[name]
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
+MAX_SIZE = 2**31 - 1  # DL4J holds layer sizes, kernels and strides in Java ints
+
+
+def _whole(v: Any, what: str, minimum: int = 1) -> int:
+    """A size from the JSON: a whole number from `minimum` to Java's int (0 units or a negative
+    kernel would plan negative memory)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= MAX_SIZE:
+        raise GraphError(f"{what} = {v!r} must be a whole number from {minimum} to {MAX_SIZE}; fix the network "
+                         f"configuration (conf.toJson() writes valid ones)")
+    return v
+
+
+def _pair(v: Any, what: str = "size", minimum: int = 1) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)):
+        if len(v) != 2:
+            raise GraphError(f"{what} = {v!r} must be one number or a pair")
+        return _whole(v[0], what, minimum), _whole(v[1], what, minimum)
+    n = _whole(v, what, minimum)
+    return n, n
 
 
 def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int, same: bool) -> int:
@@ -109,13 +126,13 @@ class _Builder:
         n = g.batch
         if kind in ("ConvolutionLayer", "Convolution2D"):
             c, h, w = self._chw(xs, name)
-            kh, kw = _pair(layer["kernelSize"])
-            sh, sw = _pair(layer.get("stride", [1, 1]))
-            ph, pw = _pair(layer.get("padding", [0, 0]))
-            dh, dw = _pair(layer.get("dilation", [1, 1]))
+            kh, kw = _pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, sw = _pair(layer.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = _pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
             same = layer.get("convolutionMode") == "Same"
             oh, ow = _out_size(h, kh, sh, ph, dh, same), _out_size(w, kw, sw, pw, dw, same)
-            cout = int(layer["nout"])
+            cout = _whole(layer["nout"], f"{name}: nOut")
             params: tuple[tuple[int, ...], ...] = ((cout, c, kh, kw),)
             if layer.get("hasBias", True):
                 params += ((cout,),)
@@ -125,7 +142,7 @@ class _Builder:
                           act=_activation(layer), **attrs)
         if kind in ("DenseLayer", "OutputLayer"):
             f = math.prod(xs[1:])
-            cout = int(layer["nout"])
+            cout = _whole(layer["nout"], f"{name}: nOut")
             params = ((f, cout),) + (((cout,),) if layer.get("hasBias", True) else ())
             macs = n * f * cout
             ltype = LayerType.SOFTMAX if kind == "OutputLayer" else LayerType.FC
@@ -135,10 +152,10 @@ class _Builder:
                           act=_activation(layer), bias=len(params) > 1, **attrs)
         if kind == "SubsamplingLayer":
             c, h, w = self._chw(xs, name)
-            kh, kw = _pair(layer["kernelSize"])
-            sh, sw = _pair(layer.get("stride", [1, 1]))
-            ph, pw = _pair(layer.get("padding", [0, 0]))
-            dh, dw = _pair(layer.get("dilation", [1, 1]))
+            kh, kw = _pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, sw = _pair(layer.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = _pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
             if mode is None:
                 raise UnsupportedLayer(f"pooling type {layer.get('poolingType')} of {name!r}")
@@ -169,7 +186,7 @@ class _Builder:
                           **attrs)
         if kind == "LocalResponseNormalization":
             self._chw(xs, name)
-            size = int(layer.get("n", 5))
+            size = _whole(layer.get("n", 5), f"{name}: n")
             return g._add(LayerType.LRN, (x,), xs, name, fwd=float(math.prod(xs) * (size + 4)),
                           size=size, alpha=float(layer.get("alpha", 1e-4)),
                           beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
@@ -187,14 +204,30 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
                          input_shape: tuple[int, ...] | None = None,
                          profile: str = "dl4j") -> Graph:
     """Build the DL4J-faithful graph from configuration JSON (a string or the parsed document),
-    under the dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`)."""
-    doc = json.loads(text) if isinstance(text, str) else text
-    if "confs" in doc:
-        return _multilayer(doc, batch, input_shape).with_profile(profile)
-    if "vertices" in doc:
-        return _graph(doc, batch, input_shape).with_profile(profile)
-    raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
-                     "(no 'confs' and no 'vertices')")
+    under the dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`).
+
+    Anything that is not a DL4J configuration the planner can model raises GraphError (or its
+    UnsupportedLayer) naming what is wrong, never a KeyError or TypeError from deep inside."""
+    if isinstance(text, str):
+        try:
+            doc = parse_json(text, "DL4J configuration JSON")
+        except InputError as err:
+            raise GraphError(str(err)) from None
+    else:
+        doc = text
+    if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
+        raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
+                         "(no 'confs' and no 'vertices')")
+    if input_shape is not None:
+        input_shape = tuple(_whole(d, "input shape") for d in input_shape)
+    try:
+        graph = _multilayer(doc, batch, input_shape) if "confs" in doc else _graph(doc, batch, input_shape)
+    except GraphError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as err:
+        what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
+    return graph.with_profile(profile)
 
 
 def network_kind(doc: dict[str, Any]) -> str:
@@ -209,9 +242,10 @@ def _dtype(doc: dict[str, Any]) -> str:
 def _infer_input(doc: dict[str, Any], first: dict[str, Any]) -> tuple[int, ...]:
     pre = (doc.get("inputPreProcessors") or {}).get("0")
     if pre and _simple(pre["@class"]) == "FeedForwardToCnnPreProcessor":
-        return (int(pre["numChannels"]), int(pre["inputHeight"]), int(pre["inputWidth"]))
+        return (_whole(pre["numChannels"], "preprocessor numChannels"), _whole(pre["inputHeight"], "preprocessor inputHeight"),
+                _whole(pre["inputWidth"], "preprocessor inputWidth"))
     if _simple(first["@class"]) in ("DenseLayer", "OutputLayer"):
-        return (int(first["nin"]),)
+        return (_whole(first["nin"], "first layer nIn"),)
     raise GraphError("DL4J JSON does not record this network's input shape: pass input_shape "
                      "(C, H, W) or (features,)")
 

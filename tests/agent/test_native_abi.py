@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 
+import time
+
 import numpy as np
 import pytest
 
@@ -216,8 +218,12 @@ def test_overlap_statistic_counts_copies_during_marked_compute(agent):
     agent.host_array(b)[:] = 1
     with agent.compute():
         agent.offload(b, release=True)
+        host = agent.host_array(b, "host")
         x = np.ones(2_000_000)
-        for _ in range(10):
+        # Compute until the copy has landed (not for a fixed time: a loaded machine may run the
+        # copy worker late), so the whole copy falls inside the marked compute.
+        deadline = time.monotonic() + 120
+        while not (host[-1] == 1 and host.all()) and time.monotonic() < deadline:
             x = np.sqrt(x + 1.0)  # numpy releases the GIL; the worker copies meanwhile
     agent.wait(b)
     s = agent.stats()

@@ -190,6 +190,6 @@ def test_flags_is_pure_python():
             "from tests.memory.test_flags import hand_estimate\n"
             "from pyd4j.memory.flags import flags\n"
             "print(flags(hand_estimate(), total='4g').args()[1])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "-Xmx256m"

@@ -97,7 +97,7 @@ def test_timeout_ends_the_whole_process_tree(runs_root):
     seen = {}
     with pytest.raises(TimeoutError):
         profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "timeout",
-                    on_sample=lambda s: seen.setdefault("pid", True), timeout_s=14)
+                    on_sample=lambda s: seen.setdefault("pid", True), timeout_s=45)  # JVM start fits, loaded too
     t = Timeline.load(runs_root / "timeout")
     pid = t.start["pid"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -38,11 +38,11 @@ def test_receiver_listens_on_loopback_and_takes_only_the_token_holder(tmp_path, 
         with socket.create_connection(("127.0.0.1", receiver.port)) as agent:
             agent.sendall(_hello("right-token") + b'{"type": "sample", "who": "agent"}\n')
             agent.sendall(b'{"type": "end"}\n')
-        receiver.join(timeout=5)
+        receiver.join(timeout=120)  # a deadline for a hang, not a speed limit
         silent.close()
     finally:
         receiver.stop.set()
-        receiver.join(timeout=5)
+        receiver.join(timeout=120)
     assert not receiver.is_alive()
     assert receiver.rejected == 3
     lines = [json.loads(x) for x in path.read_text().splitlines()]
