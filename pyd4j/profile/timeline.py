@@ -1,5 +1,7 @@
-"""A profiled run on disk: the agent's JSON lines (`timeline.jsonl`) plus `run.json` (how the job
-was started and how it ended), read back into arrays.
+"""A profiled run on disk, read back into arrays: one JSON-lines timeline per JVM
+(`jvm-<pid>.jsonl`; the job and any JVM it starts, see pyd4j.profile.jvms) plus `run.json` (how
+the job was started and how it ended). In-process sessions and runs of earlier versions have a
+single `timeline.jsonl`.
 
 The JSON lines are appended as they stream, so a run that crashed or was interrupted reads back
 as far as it got; a torn last line is skipped.
@@ -14,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
+
 TIMELINE = "timeline.jsonl"
 RUN_META = "run.json"
 
@@ -23,6 +27,19 @@ SERIES = (
     "direct_used", "mapped_used", "rss", "threads", "iterations",
     "javacpp_total", "javacpp_physical", "javacpp_max", "javacpp_max_physical",
 )
+
+
+def _read_meta(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / RUN_META
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def share_meta(lanes: list["Timeline"], meta: dict[str, Any]) -> None:
+    """Give every lane the run's run.json; the run's exit status is the job's (its primary JVM's),
+    not every JVM's, so the other lanes of a multi-JVM run get none."""
+    for t in lanes:
+        primary = t.jvm is None or t.jvm.primary or len(lanes) == 1
+        t.meta = dict(meta) if primary else {**meta, "returncode": None}
 
 
 @dataclass
@@ -39,17 +56,41 @@ class Timeline:
     end: dict[str, Any] | None
     meta: dict[str, Any] = field(default_factory=dict)
     torn_lines: int = 0
+    path: Path | None = None
+    jvm: "JvmIdentity | None" = field(default=None, repr=False)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
-        """Read a run directory written by `pyd4j profile` (or the agent's out= file alone)."""
+        """The job's timeline of a run directory written by `pyd4j profile` (its primary JVM when
+        the job started several, see `load_lanes`), or one timeline file."""
+        lanes = cls.load_lanes(run_dir)
+        return next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
+
+    @classmethod
+    def load_lanes(cls, run_dir: str | Path) -> list["Timeline"]:
+        """Every JVM's timeline in a run directory, each with its identity (`.jvm`), in start order."""
         run_dir = Path(run_dir)
-        path = run_dir / TIMELINE if run_dir.is_dir() else run_dir
-        if not path.exists():
+        if run_dir.is_dir():
+            paths = lane_files(run_dir) or [run_dir / TIMELINE]
+        else:
+            paths = [run_dir]
+        if run_dir.is_dir() and not paths[0].exists() and (run_dir / RUN_META).exists():
+            lanes = [cls(run_dir, {}, [], [], [], [], [], None, _read_meta(run_dir))]  # no JVM ever reported in
+        elif not paths[0].exists():
             raise FileNotFoundError(
-                f"no timeline at {path}: give the run directory `pyd4j profile` printed "
-                f"(it holds {TIMELINE} and {RUN_META})"
+                f"no timeline at {run_dir}: give the run directory `pyd4j profile` printed "
+                f"(it holds {LANE_PATTERN.replace('%p', '<pid>')} or {TIMELINE}, and {RUN_META})"
             )
+        else:
+            lanes = [cls._load_file(p) for p in paths]
+        lanes.sort(key=lambda t: (t.start.get("jvm_start") or float("inf"), t.path.name if t.path else ""))
+        for t, identity in zip(lanes, identify(lanes)):
+            t.jvm = identity
+        share_meta(lanes, lanes[0].meta)
+        return lanes
+
+    @classmethod
+    def _load_file(cls, path: Path) -> "Timeline":
         base = path.parent
         start: dict[str, Any] = {}
         samples, gcs, iters, epochs, errors = [], [], [], [], []
@@ -80,9 +121,7 @@ class Timeline:
                     start = event
                 elif kind == "end":
                     end = event
-        meta_path = base / RUN_META
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn)
+        return cls(base, start, samples, gcs, iters, epochs, errors, end, _read_meta(base), torn, path)
 
     # -- arrays -------------------------------------------------------------------------------
 
@@ -93,9 +132,10 @@ class Timeline:
             return float(self.start["jvm_start"])
         return float(self.samples[0]["t"]) if self.samples else 0.0
 
-    def times(self) -> np.ndarray:
-        """Seconds since t0, one per sample."""
-        return (np.array([s["t"] for s in self.samples], dtype=float) - self.t0) / 1000.0
+    def times(self, origin_ms: float | None = None) -> np.ndarray:
+        """Seconds since t0 (or since `origin_ms`, a common origin for all JVMs of a run), one per sample."""
+        origin = self.t0 if origin_ms is None else origin_ms
+        return (np.array([s["t"] for s in self.samples], dtype=float) - origin) / 1000.0
 
     def series(self, name: str) -> np.ndarray:
         """One numeric field per sample; NaN where absent."""
@@ -217,6 +257,9 @@ class Timeline:
 
     @property
     def name(self) -> str:
-        """The job's main class (or jar) as the JVM reported it."""
-        command = self.start.get("command") or " ".join(self.meta.get("command", [])[-1:])
+        """The job's main class (or jar) as the JVM reported it; for `mvn exec:java`, the class
+        Maven runs, not Maven's own launcher."""
+        if self.start.get("command"):
+            return main_class(self.start)
+        command = " ".join(self.meta.get("command", [])[-1:])
         return (command or "job").split(" ")[0]
