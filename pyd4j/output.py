@@ -36,6 +36,19 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+# Outside a terminal (a pipe, a log file, CI) nothing says how wide a line may be: tables are
+# printed as wide as their content, so no flag or path is cut or wrapped at 80 columns.
+UNLIMITED_WIDTH = 100_000
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console: the terminal's width in a terminal, unlimited width elsewhere."""
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        con = Console(stderr=stderr, width=UNLIMITED_WIDTH)
+    return con
+
+
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Print a table for people."""
     table = Table(title=title)
@@ -43,7 +56,7 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
         table.add_column(column)
     for row in rows:
         table.add_row(*(str(cell) for cell in row))
-    Console().print(table)
+    console().print(table)
 
 
 def human_bytes(n: float | int | None) -> str:

@@ -349,7 +349,7 @@ def _copy_stream(conn: socket.socket, rest: bytes, path: Path, pid, errors: list
     for chunk in _chunks(conn, rest):
         if failure is None:
             try:
-                out = out or path.open("ab")
+                out = out or _open_lane(path)
                 out.write(chunk)
                 out.flush()
                 continue
@@ -366,6 +366,10 @@ def _copy_stream(conn: socket.socket, rest: bytes, path: Path, pid, errors: list
             out.close()
         except OSError:
             pass
+
+
+def _open_lane(path: Path):
+    return path.open("ab")
 
 
 def _os_error(err: OSError) -> str:
