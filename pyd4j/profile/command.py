@@ -156,12 +156,19 @@ class JobCommand:
         The agent always travels in JAVA_TOOL_OPTIONS, appended to the user's own value, so child
         JVMs (Maven's, a shell's, Gradle's, spark-submit's) get it too. `extra_jvm_options`
         (pyd4j tune's flags) go on the command line of a `java` command, where `drop_memory_flags`
-        replaces the user's own; for launchers they follow the agent in JAVA_TOOL_OPTIONS, where a
-        JVM's own command-line flags still win (tune checks what each JVM really got)."""
+        replaces the user's own; for launchers they follow the agent in JAVA_TOOL_OPTIONS (see
+        `tool_options`), where a JVM's own command-line flags still win (tune checks what each JVM
+        really got)."""
         env = dict(os.environ if env is None else env)
         if self.java is not None:
             return self.java.argv(extra_jvm_options, drop_memory_flags=drop_memory_flags), with_tool_options(env, [agent])
-        return list(self.argv), with_tool_options(env, [agent, *extra_jvm_options])
+        return list(self.argv), with_tool_options(env, [agent, *self.tool_options(extra_jvm_options)])
+
+    def tool_options(self, options: list[str] | tuple[str, ...]) -> list[str]:
+        """The JVM options a launcher's JVMs get through JAVA_TOOL_OPTIONS: all but -Xms, since a
+        JVM whose own command line sets a smaller -Xmx would refuse to start ("Initial heap size
+        set to a larger value than the maximum heap size"); -Xms only saves heap growth."""
+        return [o for o in options if self.java is not None or not o.startswith("-Xms")]
 
 
 def _title(kind: str, argv: list[str]) -> str:

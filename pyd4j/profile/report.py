@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -92,7 +93,8 @@ def draw_limits(ax, limits: list[tuple[str, float, str]], data_top: float, scale
         ax.annotate(f"{name} {human_bytes(value)}", xy=(1.0, y), xycoords=("axes fraction", "data"),
                     xytext=(1.03, label_y), textcoords=("axes fraction", "data"), fontsize=8, color=color,
                     va="center", ha="left", annotation_clip=False,
-                    arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6, "shrinkA": 0, "shrinkB": 2})
+                    arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6, "shrinkA": 0, "shrinkB": 2}
+                    if label_y != y else None)
     if not off:
         return ""
     return "↑ off the axis: " + ", ".join(f"{n} {human_bytes(v)} ({v / top_data:.0f}× the data's top)" for n, v, _ in off)
@@ -177,7 +179,9 @@ def plot_gc(t: Timeline, path: Path) -> Path:
         major = np.array(["major" in (g.get("action") or "") for g in t.gc_events])
         ax.bar(xs, [g.get("duration_ms", 0) for g in t.gc_events], width=max(t.duration_s() / 400, 0.01),
                color=np.where(major, "#C44E52", "#4C72B0"))
-        handles += [Patch(color="#4C72B0", label="young GC pause"), Patch(color="#C44E52", label="full / major GC pause")]
+        handles.append(Patch(color="#4C72B0", label="young GC pause"))
+        if major.any():
+            handles.append(Patch(color="#C44E52", label="full / major GC pause"))
         twin = ax.twinx()
         after = np.array([g.get("heap_after") or np.nan for g in t.gc_events], dtype=float)
         scale, unit = byte_unit(max(_finite_max(after), 1))
@@ -197,7 +201,7 @@ def plot_gc(t: Timeline, path: Path) -> Path:
     ax.set_xlabel("seconds since JVM start")
     ax.set_ylabel("pause (ms)")
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+        fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False, markerscale=2)
     return _save(plt, fig, path)
 
 
@@ -215,12 +219,12 @@ def plot_iterations(t: Timeline, path: Path) -> Path | None:
     live_x = _iteration_of(t, [g["t"] for g in live])
     live_y = np.array([g["heap_after"] for g in live], dtype=float)
     scale, unit = byte_unit(max(_finite_max(rss[ok], native[ok], heap_used[ok], live_y), 1))
-    ax.plot(iters[ok], rss[ok] / scale, ".", ms=2.5, color=_COLORS["rss"], label="RSS")
-    ax.plot(iters[ok], native[ok] / scale, ".", ms=2.5, color=_COLORS["native"], label="native (outside the JVM's areas)")
-    ax.plot(iters[ok], heap_used[ok] / scale, ".", ms=2, color=_COLORS["heap"], alpha=0.5, label="heap used (with garbage)")
+    ax.plot(iters[ok], rss[ok] / scale, ".", ms=4, color=_COLORS["rss"], label="RSS")
+    ax.plot(iters[ok], native[ok] / scale, ".", ms=4, color=_COLORS["native"], label="native (outside the JVM's areas)")
+    ax.plot(iters[ok], heap_used[ok] / scale, ".", ms=3, color=_COLORS["heap"], alpha=0.6, label="heap used (with garbage)")
     javacpp = t.series("javacpp_total")
     if np.nanmax(javacpp, initial=0) > 0:
-        ax.plot(iters[ok], javacpp[ok] / scale, ".", ms=2, color=_COLORS["javacpp"], label="JavaCPP totalBytes")
+        ax.plot(iters[ok], javacpp[ok] / scale, ".", ms=3, color=_COLORS["javacpp"], label="JavaCPP totalBytes")
     if live:
         ax.plot(live_x, live_y / scale, "D-", ms=4, lw=1, color="#2a9d8f", label=live_label)
     leaks = [f for f in diagnose(t) if f.kind.startswith("leak")]
@@ -231,7 +235,7 @@ def plot_iterations(t: Timeline, path: Path) -> Path | None:
     ax.set_xlabel("training iteration")
     ax.set_ylabel(unit)
     ax.set_title(_title(t, "Memory per iteration"))
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False, markerscale=2)
     return _save(plt, fig, path)
 
 
@@ -313,16 +317,15 @@ def plot_before_after(before: Timeline, after: Timeline, path: Path) -> Path:
         mem.plot(x, t.series("heap_used") / scale, color=color, ls=style, lw=0.8, alpha=0.7, label=f"heap used {side}")
         if t.limits().get("heap_max"):
             limits.append((f"-Xmx {side.split()[0]}", t.limits()["heap_max"], color))
-        prog.plot(x, np.nan_to_num(t.series("iterations")), color=color, ls=style, lw=1.3, label=side)
+        prog.plot(x, np.nan_to_num(t.series("iterations")), color=color, ls=style, lw=1.3)
     note = draw_limits(mem, limits, top, scale, unit)
     mem.set_ylabel(unit)
     _set_title(mem, "Before / after: memory", note)
-    mem.legend(loc="upper left", fontsize=7, ncols=2, framealpha=0.9)
     prog.set_ylabel("iterations done")
     prog.set_xlabel("seconds since JVM start")
-    prog.set_title("Before / after: training progress")
-    prog.legend(loc="upper left", fontsize=8)
+    prog.set_title("Before / after: training progress (dashed grey: before, solid red: after)", fontsize=10)
     prog.set_ylim(0, None)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=8, frameon=False)
     return _save(plt, fig, path)
 
 
@@ -433,9 +436,17 @@ def find_tune_doc(run_dir: Path) -> tuple[dict, str] | None:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    moved = not Path(doc.get("out_dir") or "").resolve() == run_dir.parent.resolve()
     for side in ("after", "before"):
         recorded = (doc.get(side) or {}).get("run_dir")
-        if recorded and Path(recorded).resolve() == run_dir.resolve():
+        if not recorded:
+            continue
+        if moved and Path(recorded).name == run_dir.name:  # the tune directory was moved or copied
+            for other in ("before", "after"):
+                if doc.get(other, {}).get("run_dir"):
+                    doc[other]["run_dir"] = str(run_dir.parent / Path(doc[other]["run_dir"]).name)
+            return doc, side
+        if Path(recorded).resolve() == run_dir.resolve():
             return doc, side
     return None
 
@@ -452,7 +463,8 @@ def _img(path: Path | None) -> str:
 _CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 img{max-width:100%} h1{font-size:1.6em;overflow-wrap:anywhere} .full{color:#666;font-size:.9em;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}
-td{overflow-wrap:anywhere} th{background:#f2f2f2}
+td{white-space:nowrap} td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:16em} th{background:#f2f2f2}
+details summary{cursor:pointer;color:#555} .w{white-space:nowrap}
 .finding{border-left:6px solid #999;padding:4px 12px;margin:8px 0;background:#f7f7f7}
 .error{border-color:#c44e52} .warning{border-color:#dd8452}
 .banner{padding:8px 12px;margin:10px 0;border-radius:4px} .partial{background:#fdecea;border:1px solid #c44e52}
@@ -460,11 +472,35 @@ td{overflow-wrap:anywhere} th{background:#f2f2f2}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#eee;padding:6px}"""
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], wrap: Sequence[int] = ()) -> str:
+    """An HTML table; cells stay on one line except in the `wrap` columns (flags, command lines)."""
     e = html.escape
     head = "".join(f"<th>{e(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(f"<td class=wrap>{_words(str(c))}</td>" if i in wrap else f"<td>{e(str(c))}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _words(text: str) -> str:
+    """Escaped text that wraps between words only, never inside a flag at its '-' (long words,
+    such as class paths, may still break)."""
+    return " ".join(f'<span class="w">{html.escape(w)}</span>' if len(w) < 80 else html.escape(w) for w in text.split(" "))
+
+
+def short_command(argv: Sequence[str], keep: int = 2) -> str:
+    """A command line for reading: class paths of more than `keep` entries shown as their first
+    entries and a count (the full command is one click away in the report)."""
+    words = []
+    for word in argv:
+        parts = word.split()
+        shown = []
+        for part in parts:
+            entries = part.split(":")
+            if len(entries) > keep + 1 and len(part) > 120:
+                part = ":".join(entries[:keep]) + f":…(+{len(entries) - keep} more)"
+            shown.append(part)
+        words.append(" ".join(shown))
+    return shlex.join(words)
 
 
 def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | None]:
@@ -474,11 +510,11 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
     partial = doc.get("partial")
     if side == "after":
         banner = (f'<div class="banner tuned"><b>Tuned run.</b> This is the second run of <code>pyd4j tune</code>, with the '
-                  f'recommended flags: <code>{e(flags)}</code>. The first run is in <code>{e(str(doc["before"]["run_dir"]))}</code>.'
+                  f'recommended flags: <code>{_words(flags)}</code>. The first run is in <code>{e(str(doc["before"]["run_dir"]))}</code>.'
                   f"{' <b>The tune was stopped before it finished.</b>' if partial else ''}</div>")
     else:
         banner = (f'<div class="banner note"><b>First run of a tune.</b> '
-                  + (f'The tuned run (flags <code>{e(flags)}</code>) is in <code>{e(str(doc["after"]["run_dir"]))}</code>.'
+                  + (f'The tuned run (flags <code>{_words(flags)}</code>) is in <code>{e(str(doc["after"]["run_dir"]))}</code>.'
                      if doc.get("after") else "There was no tuned run (stopped, or --no-verify).") + "</div>")
     if not doc.get("after"):
         return banner, "", None
@@ -510,7 +546,7 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
     except (FileNotFoundError, KeyError):
         pass
     notes = "".join(f"<li>{e(n)}</li>" for n in doc.get("notes") or [])
-    section = (f"<h2>Before / after</h2>{verdict}{_table(['', 'before', 'after (tuned)'], rows)}"
+    section = (f"<h2>Before / after</h2>{verdict}{_table(['', 'before', 'after (tuned)'], rows, wrap=(1, 2))}"
                + (f"<ul>{notes}</ul>" if notes else "") + _img(plot))
     return banner, section, plot
 
@@ -543,15 +579,43 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None, lanes: 
         banner_tune, section_tune, plot = _tune_section(tuned[0], tuned[1], out)
         if plot is not None:
             paths["before_after_png"] = plot
-    page = _page(t, lanes, doc, findings, paths, banner_tune, section_tune, trace.name)
+    is_tuned = tuned is not None and tuned[1] == "after"
+    page = _page(t, lanes, doc, findings, paths, banner_tune, section_tune, trace.name, is_tuned)
     report = out / "report.html"
     report.write_text(page, encoding="utf-8")
     paths["html"] = report
     return paths
 
 
+_PEAK_WORDS = {
+    "heap_used": "Java heap in use, garbage included",
+    "heap_live": "heap right after a GC (after young GCs it still holds old-generation garbage; see the GC section)",
+    "heap_committed": "heap the JVM reserved from the OS",
+    "nonheap_used": "metaspace and code cache",
+    "direct_used": "NIO direct buffers (bounded by -XX:MaxDirectMemorySize)",
+    "mapped_used": "memory-mapped files",
+    "javacpp_total": "JavaCPP totalBytes (bounded by maxbytes; ND4J M2.1 CPU arrays are not in it)",
+    "javacpp_physical": "JavaCPP physicalBytes: the process's RSS as JavaCPP reads it (bounded by maxphysicalbytes)",
+    "rss": "resident memory of the whole JVM process",
+    "native": "RSS outside the heap, metaspace and code cache: ND4J arrays, JavaCPP, malloc",
+    "threads": "live threads",
+}
+_LIMIT_WORDS = {
+    "heap_max": "-Xmx", "max_direct": "-XX:MaxDirectMemorySize (defaults to -Xmx)",
+    "javacpp_max": "-Dorg.bytedeco.javacpp.maxbytes", "javacpp_max_physical": "-Dorg.bytedeco.javacpp.maxphysicalbytes",
+    "cgroup": "the container's memory limit",
+}
+
+
+def _role_text(j: dict) -> str:
+    role = j.get("role") or "job"
+    if role == "launcher":
+        return f"launcher ({j['launcher']})" if j.get("launcher") else "launcher"
+    return "job (main)" if j.get("primary") else "job"
+
+
 def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Finding], paths: dict[str, Path],
-          banner_tune: str, section_tune: str, trace_name: str) -> str:
+          banner_tune: str, section_tune: str, trace_name: str, is_tuned: bool) -> str:
     e = html.escape
     banners = [banner_tune] if banner_tune else []
     if doc["stopped_by"]:
@@ -570,13 +634,16 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
                      f"<p><b>Fix:</b> {e(f.fix)}</p>{flags}</div>")
     findings_html = "".join(items) or "<p>No problems found: no OOM, no leak, no GC pressure, no workspace spills.</p>"
     speed = doc["iterations_per_s"]
-    peaks = _table(["measure", "peak"], [(k, human_bytes(v) if k != "threads" else v) for k, v in doc["peaks"].items()])
-    limits = _table(["limit", "value"], [(k, human_bytes(v)) for k, v in doc["limits"].items()])
-    jvm_rows = [(j.get("pid"), (j.get("role") or "job") + (" (the job)" if j.get("primary") else ""), j.get("main_class"),
+    peaks = _table(["measure", "peak", "what it is"], [(k, human_bytes(v) if k != "threads" else v, _PEAK_WORDS.get(k, ""))
+                                                     for k, v in doc["peaks"].items()], wrap=(2,))
+    limits = _table(["limit", "value", "what it is"], [(k, human_bytes(v), _LIMIT_WORDS.get(k, "")) for k, v in doc["limits"].items()],
+                    wrap=(2,))
+    jvm_rows = [(j.get("pid"), _role_text(j), j.get("main_class"),
                  j.get("parent_jvm") or "-", j.get("samples", "-"), j.get("iterations", "-"), human_bytes(j.get("rss_peak")),
-                 human_bytes(j.get("heap_max")), j.get("command", "")) for j in doc["jvms"]]
+                 human_bytes(j.get("heap_max")), short_command(str(j.get("command", "")).split(" "))) for j in doc["jvms"]]
     jvms = (f"<h2>JVMs of the run ({len(lanes)})</h2>"
-            + _table(["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS", "-Xmx", "command"], jvm_rows)
+            + _table(["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS", "-Xmx", "command"], jvm_rows,
+                     wrap=(8,))
             + _img(paths.get("jvms_png"))) if len(lanes) > 1 else ""
     other = "".join(f"<h2>Memory — {e(_lane_label(lane))}</h2>{_img(paths[key])}"
                     for lane in lanes if (key := _lane_png_key(lane)) in paths)
@@ -584,7 +651,7 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
                "the live heap. " + ("Green diamonds: heap after full collections, the live heap." if live_heap_points(t)[0]
                                      else "No full collection happened, so the live heap was not measured in this run.") + "</p>")
     title = e(short_name(t.name, 60))
-    tuned_tag = " (tuned run)" if "tuned" in banner_tune else ""
+    tuned_tag = " (tuned run)" if is_tuned else ""
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>pyd4j profile: {title}{tuned_tag}</title>
 <style>{_CSS}</style>
@@ -592,7 +659,8 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
 <h1>pyd4j profile: {title}{tuned_tag}</h1>
 <p class="full">{e(t.name)}</p>
 {''.join(banners)}
-<p><b>Command:</b></p><pre>{e(' '.join(doc['command']))}</pre>
+<p><b>Command:</b></p><pre>{e(short_command(doc['command']))}</pre>
+<details><summary>the full command</summary><pre>{e(shlex.join(doc['command']))}</pre></details>
 <p>Exit code {e(str(doc['exit_code']))}{' (' + e(doc['stopped_by']) + ')' if doc['stopped_by'] else ''};
 {doc['duration_s']:.1f} s; {doc['samples']} samples; {doc['iterations']} iterations
 {f'({speed:.2f} iterations/s)' if speed else ''}; {doc['gc_events']} GCs, {doc['gc_share']:.1%} of the run in GC.</p>

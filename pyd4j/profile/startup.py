@@ -37,6 +37,10 @@ _LAUNCHER_ERRORS = (
     (re.compile(r"Invalid maximum heap size: (\S+)"),
      "invalid heap size {0}",
      "write -Xmx with a unit, e.g. -Xmx4g"),
+    (re.compile(r"Initial heap size set to a larger value than the maximum heap size"),
+     "-Xms is larger than -Xmx",
+     "lower -Xms or raise -Xmx; options from JAVA_TOOL_OPTIONS and from the JVM's command line both count, "
+     "the command line's last"),
     (re.compile(r"Error occurred during initialization of (?:boot layer|VM)"),
      "the JVM failed to initialise",
      "read the lines after this one in stderr.log: a bad option, module setting or too little memory for -Xms"),
@@ -47,9 +51,10 @@ _LAUNCHER_ERRORS = (
 
 
 def startup_error(stderr: str) -> StartupError | None:
-    """The first launcher error in a job's stderr text, or None."""
-    for line in stderr.splitlines():
-        for pattern, what, fix in _LAUNCHER_ERRORS:
+    """The most specific launcher error in a job's stderr text (the table's order), or None."""
+    lines = stderr.splitlines()
+    for pattern, what, fix in _LAUNCHER_ERRORS:
+        for line in lines:
             match = pattern.search(line)
             if match:
                 args = match.groups() or ("",)

@@ -152,7 +152,8 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     (also saved as tune.json in the tune's directory). The job is any command profile_job takes;
     the recommended flags reach its JVMs the way the agent does. On Ctrl-C/SIGTERM the Stopped
     exception carries the partial document in `.doc` (with "partial": true)."""
-    out = Path(out_dir) if out_dir else default_run_dir(JobCommand.parse(argv).title + "-tune")
+    command = JobCommand.parse(argv)
+    out = Path(out_dir) if out_dir else default_run_dir(command.title + "-tune")
     for side in ("before", "after") if verify else ("before",):
         check_run_dir(out / side)  # refuse before running anything, not after the first run
     doc: dict = {"out_dir": str(out), "command": list(argv), "partial": False}
@@ -178,7 +179,11 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
             _stopped(err, out, doc, "after")
             raise
         doc["after"] = _side(after)
-        doc["notes"] += flags_not_taken(after, flagset.args())
+        passed = command.tool_options(flagset.args()) if command.java is None else flagset.args()
+        doc["notes"] += [f"{arg} is not passed to a launcher's JVMs (JAVA_TOOL_OPTIONS): a JVM whose own command line "
+                         f"sets a smaller -Xmx would refuse to start; set it where the job's JVM is started"
+                         for arg in flagset.args() if arg not in passed]
+        doc["notes"] += flags_not_taken(after, passed)
         b, a = doc["before"]["iterations_per_s"], doc["after"]["iterations_per_s"]
         doc["speedup"] = (a / b) if a and b else None
         doc["verified"] = after.ok and not any(k.startswith(("oom", "killed", "leak")) for k in doc["after"]["findings"])
