@@ -83,7 +83,9 @@ def draw_limits(ax, limits: list[tuple[str, float, str]], data_top: float, scale
             groups[-1][0] += f" = {name}"
         else:
             groups.append([name, value, color])
-    gap = top * 0.075  # about one label height on a 3-4 inch tall axes
+    fig = ax.get_figure()
+    axes_px = max(ax.get_position().height * fig.get_figheight() * fig.dpi * 0.85, 1.0)  # layout shrinks it a little
+    gap = top * (8 * fig.dpi / 72 * 1.35) / axes_px  # one 8-point label and a little, in data units
     placed: list[float] = []
     for name, value, color in groups:
         y = value / scale
