@@ -21,7 +21,7 @@ def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
         paths = write_report(run_dir, out_dir)
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
-    doc = summary(Timeline.load(run_dir))
+    doc = summary(Timeline.load_lanes(run_dir))
     doc["files"] = {k: str(v) for k, v in paths.items()}
     if as_json:
         emit_json(doc)

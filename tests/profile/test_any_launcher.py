@@ -245,3 +245,22 @@ def test_tune_of_a_shell_launched_job_injects_the_flags_and_reports_before_after
     assert all(f in page for f in doc["recommended"])
     first = write_report(doc["before"]["run_dir"])["html"].read_text()
     assert "First run of a tune" in first and "(tuned run)" not in first
+
+
+def test_a_jvm_that_detaches_from_the_job_is_ended_with_it(tmp_path):
+    """Like a Gradle daemon: started in its own session, it outlives the command that started it;
+    the run ends it anyway (it reported in through its agent) and records it."""
+    run_dir = tmp_path / "detached"
+    idle = shlex.join(idle_command(3_600_000, "-Xmx64m"))
+    reported = f"grep -qs '\"type\":\"start\"' {shlex.quote(str(run_dir))}/jvm-*.jsonl"
+    script = f"setsid {idle} </dev/null >/dev/null 2>&1 & until {reported}; do sleep 0.1; done"
+    run = profile_job(["bash", "-c", script], run_dir, timeout_s=300)
+    assert run.returncode == 0 and run.stopped_by is None
+    (t,) = run.lanes
+    pid = t.start["pid"]
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert pid in [p["pid"] for p in meta["ended_after_exit"]]
+    deadline = time.monotonic() + 60
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid)
