@@ -502,7 +502,16 @@ def short_command(argv: Sequence[str], keep: int = 2) -> str:
                 part = ":".join(entries[:keep]) + f":…(+{len(entries) - keep} more)"
             shown.append(part)
         words.append(" ".join(shown))
-    return shlex.join(words)
+    return " ".join(_display_word(w) for w in words)
+
+
+def _display_word(word: str) -> str:
+    """A word as a person would type it: plain, or in double quotes when it holds spaces or single quotes."""
+    if word and not any(c in word for c in " \t'\"$`\\|&;<>()*?[]{}"):
+        return word
+    if not any(c in word for c in '"$`\\'):
+        return f'"{word}"'
+    return shlex.quote(word)
 
 
 def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | None]:
@@ -664,8 +673,8 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
 <p><b>Command:</b></p><pre>{e(short_command(doc['command']))}</pre>
 <details><summary>the full command</summary><pre>{e(shlex.join(doc['command']))}</pre></details>
 <p>Exit code {e(str(doc['exit_code']))}{' (' + e(doc['stopped_by']) + ')' if doc['stopped_by'] else ''};
-{doc['duration_s']:.1f} s; {doc['samples']} samples; {doc['iterations']} iterations
-{f'({speed:.2f} iterations/s)' if speed else ''}; {doc['gc_events']} GCs, {doc['gc_share']:.1%} of the run in GC.</p>
+{doc['duration_s']:.1f} s; {doc['samples']} samples; {doc['iterations']} iterations{f' ({speed:.2f} iterations/s)' if speed else ''};
+{doc['gc_events']} GCs, {doc['gc_share']:.1%} of the run in GC.</p>
 <h2>Findings</h2>{findings_html}
 {section_tune}
 {jvms}
