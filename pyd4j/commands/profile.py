@@ -49,6 +49,7 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         except JobCommandError as err:
             raise click.UsageError(str(err)) from None
     stopped: Stopped | None = None
+    stopped_by: str | None = None
     with stop_on_signals():
         try:
             if script is not None:
@@ -62,10 +63,10 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
                 sys.exit(err.exit_code)
             run_dir = err.run.run_dir
             stopped_by = err.name
-        code = _summarise(run_dir, report, as_json, stopped_by if script is None or stopped else None)
+        code = _summarise(run_dir, report, as_json, stopped_by)
     if stopped is not None:
         sys.exit(stopped.exit_code)
-    if script is None and stopped_by == "timeout":
+    if stopped_by == "timeout":
         sys.exit(TIMEOUT_EXIT)
     if code not in (None, 0):
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)

@@ -12,7 +12,6 @@ then they are "job" lanes, named after the class they run).
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -139,8 +138,3 @@ def identify(lanes: Sequence["Timeline"]) -> list[JvmIdentity]:
         best = max(jobs, key=lambda i: (rows[i]["iterations"], _did_work(lanes[i]), lanes[i].duration_s(), -i))
         rows[best]["primary"] = True
     return [JvmIdentity(**r) for r in rows]
-
-
-def describe_command(argv: Sequence[str]) -> str:
-    """A command line as one shell-quoted string (for tables and the report)."""
-    return shlex.join(list(argv))

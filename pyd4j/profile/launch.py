@@ -118,7 +118,6 @@ class JobRun:
     timeline: Timeline = field(repr=False)
     lanes: list[Timeline] = field(default_factory=list, repr=False)
     stopped_by: str | None = None     # "timeout", "SIGINT", "SIGTERM", "SIGHUP" or None
-    env_options: str = ""             # what JAVA_TOOL_OPTIONS was for the job
 
     @property
     def ok(self) -> bool:
@@ -531,8 +530,7 @@ def profile_job(
     _write_meta(run_dir, meta)
     share_meta(lanes, meta)
     primary = next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
-    run = JobRun(run_dir, full, proc.returncode, stopped_by is not None, meta["wall_s"], primary, lanes, stopped_by,
-                 meta["java_tool_options"])
+    run = JobRun(run_dir, full, proc.returncode, stopped_by is not None, meta["wall_s"], primary, lanes, stopped_by)
     if stopped is not None:
         stopped.run = run
         raise stopped

@@ -524,7 +524,7 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
                   f'recommended flags: <code>{_words(flags)}</code>. The first run is in <code>{e(str(doc["before"]["run_dir"]))}</code>.'
                   f"{' <b>The tune was stopped before it finished.</b>' if partial else ''}</div>")
     else:
-        banner = (f'<div class="banner note"><b>First run of a tune.</b> '
+        banner = ('<div class="banner note"><b>First run of a tune.</b> '
                   + (f'The tuned run (flags <code>{_words(flags)}</code>) is in <code>{e(str(doc["after"]["run_dir"]))}</code>.'
                      if doc.get("after") else "There was no tuned run (stopped, or --no-verify).") + "</div>")
     if not doc.get("after"):

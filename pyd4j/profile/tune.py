@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pyd4j.output import human_bytes
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
-from pyd4j.profile.diagnose import Finding, diagnose
+from pyd4j.output import human_bytes
 from pyd4j.profile.command import MEMORY_FLAG_PREFIXES, JobCommand
+from pyd4j.profile.diagnose import Finding, diagnose
 from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, check_run_dir, default_run_dir, profile_job
 from pyd4j.profile.signals import Stopped
 from pyd4j.profile.timeline import Timeline
