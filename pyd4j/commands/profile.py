@@ -139,6 +139,7 @@ def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | Non
 
 def _print_summary(doc: dict) -> None:
     from pyd4j.output import human_bytes, print_table  # noqa: PLC0415
+    from pyd4j.profile.jvms import role_text  # noqa: PLC0415
 
     speed = doc["iterations_per_s"]
     partial = f" (PARTIAL: stopped by {doc['stopped_by']})" if doc.get("stopped_by") else ""
@@ -154,7 +155,7 @@ def _print_summary(doc: dict) -> None:
                  ("GC time share", f"{doc['gc_share']:.1%}", "")])
     if len(doc["jvms"]) > 1:
         print_table("JVMs of the run", ["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS"],
-                    [(j["pid"], j["role"] + (" (job)" if j["primary"] else ""), j["main_class"], j["parent_jvm"] or "-",
+                    [(j["pid"], role_text(j), j["main_class"], j["parent_jvm"] or "-",
                       j["samples"], j["iterations"], human_bytes(j.get("rss_peak"))) for j in doc["jvms"]])
     if doc["findings"]:
         print_table("findings", ["severity", "finding", "fix", "flags"],

@@ -102,6 +102,13 @@ class JvmIdentity:
         return out
 
 
+def role_text(jvm: dict[str, Any]) -> str:
+    """A JVM's role for people: "job (main)", "job", "launcher (maven)"."""
+    if jvm.get("role") == "launcher":
+        return f"launcher ({jvm['launcher']})" if jvm.get("launcher") else "launcher"
+    return "job (main)" if jvm.get("primary") else "job"
+
+
 def _did_work(t: "Timeline") -> bool:
     """DL4J or ND4J ran in this JVM: iterations, JavaCPP loaded, or ND4J workspaces."""
     return t.iterations() > 0 or any(s.get("javacpp_total") is not None or s.get("ws") for s in t.samples)

@@ -22,7 +22,7 @@ import numpy as np
 
 from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import Finding, diagnose, gc_share
-from pyd4j.profile.jvms import short_name
+from pyd4j.profile.jvms import role_text, short_name
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.tune import TUNE_DOC
@@ -288,9 +288,10 @@ def plot_lanes(lanes: Sequence[Timeline], path: Path) -> Path | None:
         note = draw_limits(ax, [("-Xmx", heap_max, _COLORS["heap_used"])] if heap_max else [], top, scale, unit)
         ax.set_ylabel(unit)
         jvm = t.jvm
-        role = "job" if jvm is None else (jvm.role + (", the job's main JVM" if jvm.primary else ""))
+        role = "job" if jvm is None else role_text(jvm.to_dict()).replace("(main)", "(the job's main JVM)")
         parent = f", started by pid {jvm.parent_jvm}" if jvm is not None and jvm.parent_jvm else ""
-        ax.set_title(f"{_lane_label(t)} — {role}{parent}" + (f"   {note}" if note else ""), fontsize=9, loc="left")
+        name = f"{short_name(t.name)} · pid {t.start.get('pid')}"
+        ax.set_title(f"{name} — {role}{parent}" + (f"   {note}" if note else ""), fontsize=9, loc="left")
     axes[-1].set_xlabel("seconds since the first JVM of the run started")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
@@ -392,8 +393,8 @@ def _primary(lanes: Sequence[Timeline]) -> Timeline:
 def _write_error_message(e: dict) -> str:
     who = f"pid {e['pid']}" if e.get("pid") is not None else e.get("file", "?")
     lost = f"{e['lost_lines']} lines ({human_bytes(e['lost_bytes'])})" if e.get("lost_lines") is not None else "its later samples"
-    tail = f"; the timeline kept ends {e['lost_s']:.1f} s before the run ended" if e.get("lost_s") else ""
-    return f"the timeline of {who} could not be written ({e.get('error')}): {lost} lost, the part before is kept{tail}"
+    tail = f"; the kept part ends {e['lost_s']:.1f} s before the run ended" if e.get("lost_s") else ""
+    return f"the timeline of {who} could not be written ({e.get('error')}): {lost} were lost, the part before is kept{tail}"
 
 
 def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None = None) -> dict:
@@ -465,7 +466,8 @@ def _img(path: Path | None) -> str:
 _CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 img{max-width:100%} h1{font-size:1.6em;overflow-wrap:anywhere} .full{color:#666;font-size:.9em;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}
-td{white-space:nowrap} td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:16em} th{background:#f2f2f2}
+td{white-space:nowrap} td.wrap{white-space:normal;overflow-wrap:anywhere} th{background:#f2f2f2}
+table.wide{width:100%}
 details summary{cursor:pointer;color:#555} .w{white-space:nowrap}
 .finding{border-left:6px solid #999;padding:4px 12px;margin:8px 0;background:#f7f7f7}
 .error{border-color:#c44e52} .warning{border-color:#dd8452}
@@ -475,12 +477,13 @@ pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#eee;padding:6px}"""
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], wrap: Sequence[int] = ()) -> str:
-    """An HTML table; cells stay on one line except in the `wrap` columns (flags, command lines)."""
+    """An HTML table; cells stay on one line except in the `wrap` columns (flags, command lines),
+    which share what is left of the page's width."""
     e = html.escape
     head = "".join(f"<th>{e(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td class=wrap>{_words(str(c))}</td>" if i in wrap else f"<td>{e(str(c))}</td>"
                                     for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<table{' class=wide' if wrap else ''}><tr>{head}</tr>{body}</table>"
 
 
 def _words(text: str) -> str:
@@ -618,13 +621,6 @@ _LIMIT_WORDS = {
 }
 
 
-def _role_text(j: dict) -> str:
-    role = j.get("role") or "job"
-    if role == "launcher":
-        return f"launcher ({j['launcher']})" if j.get("launcher") else "launcher"
-    return "job (main)" if j.get("primary") else "job"
-
-
 def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Finding], paths: dict[str, Path],
           banner_tune: str, section_tune: str, trace_name: str, is_tuned: bool) -> str:
     e = html.escape
@@ -649,12 +645,14 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
                                                      for k, v in doc["peaks"].items()], wrap=(2,))
     limits = _table(["limit", "value", "what it is"], [(k, human_bytes(v), _LIMIT_WORDS.get(k, "")) for k, v in doc["limits"].items()],
                     wrap=(2,))
-    jvm_rows = [(j.get("pid"), _role_text(j), j.get("main_class"),
+    jvm_rows = [(j.get("pid"), role_text(j), j.get("main_class"),
                  j.get("parent_jvm") or "-", j.get("samples", "-"), j.get("iterations", "-"), human_bytes(j.get("rss_peak")),
-                 human_bytes(j.get("heap_max")), short_command(str(j.get("command", "")).split(" "))) for j in doc["jvms"]]
+                 human_bytes(j.get("heap_max"))) for j in doc["jvms"]]
+    commands = "".join(f"<li>pid {e(str(j.get('pid')))}: <code>{e(short_command(str(j.get('command', '')).split(' ')))}</code></li>"
+                       for j in doc["jvms"])
     jvms = (f"<h2>JVMs of the run ({len(lanes)})</h2>"
-            + _table(["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS", "-Xmx", "command"], jvm_rows,
-                     wrap=(8,))
+            + _table(["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS", "-Xmx"], jvm_rows, wrap=(2,))
+            + f"<details><summary>their command lines</summary><ul>{commands}</ul></details>"
             + _img(paths.get("jvms_png"))) if len(lanes) > 1 else ""
     other = "".join(f"<h2>Memory — {e(_lane_label(lane))}</h2>{_img(paths[key])}"
                     for lane in lanes if (key := _lane_png_key(lane)) in paths)

@@ -19,7 +19,7 @@ class StartupError:
 # (pattern on one stderr line, what, fix); {0} is the pattern's first group.
 _LAUNCHER_ERRORS = (
     (re.compile(r"Error: Could not find or load main class (\S+)"),
-     "main class {0} not found: the JVM could not load it",
+     "main class {0} not found (the JVM could not load it)",
      "check the class name (package included, e.g. com.acme.Train) and that -cp / --class-path holds the jar "
      "or directory with it; with -cp 'lib/*' quote the * so the shell does not expand it"),
     (re.compile(r"Error: Unable to access jarfile (\S+)"),
