@@ -140,9 +140,11 @@ def executable(command: str) -> str:
 def job_command(argv: list[str] | tuple[str, ...]) -> None:
     """The job command after `--`: a command line pyd4j can run, whose program exists, checked
     before any run directory is made."""
-    from pyd4j.profile.command import JavaCommand  # noqa: PLC0415  (the one parser of job command lines)
+    from pyd4j.profile.command import JobCommand  # noqa: PLC0415  (the one parser of job command lines)
 
-    executable(JavaCommand.parse(list(argv)).java)  # `java` resolved as every JVM pyd4j starts (JAVA_HOME first)
+    command = JobCommand.parse(list(argv))  # a launcher's program is checked there (on PATH, executable)
+    if command.java is not None:
+        executable(command.java.java)  # `java` resolved as every JVM pyd4j starts (JAVA_HOME first)
 
 
 def output_dir_error(path: Path, may_exist: bool = False) -> str | None:

@@ -7,7 +7,10 @@ import json
 import math
 import os
 import sys
-from typing import Any, Iterable, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn, Sequence
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def emit_json(document: Any) -> None:
@@ -45,17 +48,31 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+# Outside a terminal (a pipe, a log file, CI) nothing says how wide a line may be: tables are
+# printed as wide as their content, so no flag or path is cut or wrapped at 80 columns.
+UNLIMITED_WIDTH = 100_000
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console: the terminal's width in a terminal, unlimited width elsewhere."""
+    from rich.console import Console  # noqa: PLC0415  (heavy: only when a table is printed)
+
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        con = Console(stderr=stderr, width=UNLIMITED_WIDTH)
+    return con
+
+
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Print a table for people."""
-    from rich.console import Console  # noqa: PLC0415  (heavy: only when a table is printed)
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415  (heavy: only when a table is printed)
 
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(str(cell) for cell in row))
-    Console().print(table)
+    console().print(table)
 
 
 def human_bytes(n: float | int | None) -> str:

@@ -29,7 +29,7 @@ def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
     paths = write_report(run_dir, out_dir)
-    doc = summary(timeline)
+    doc = summary(Timeline.load_lanes(run_dir))
     doc["skipped"] = timeline.skipped
     doc["files"] = {k: str(v) for k, v in paths.items()}
     if not timeline.samples:

@@ -1,7 +1,8 @@
-"""`pyd4j tune -- java ...`: profile, recommend flags from measured peaks, verify by re-running."""
+"""`pyd4j tune -- <job command>`: profile, recommend flags from measured peaks, verify by re-running."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -30,14 +31,20 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
 
     \b
     pyd4j tune -- java -cp job.jar com.acme.Train
+    pyd4j tune -- mvn -q exec:java -Dexec.mainClass=com.acme.Train
+
+    The job is any command that starts JVMs (java, a shell command, mvn, gradle, spark-submit);
+    the recommended flags reach its JVMs through JAVA_TOOL_OPTIONS (on the command line for a
+    plain `java` command, replacing the job's own memory flags). Ctrl-C or SIGTERM ends the job
+    and reports the partial tune (exit 130 / 143).
 
     Exits 1 when the first run dies before its first iteration for a reason other than memory
     (a wrong class path, a missing main class): there is nothing to tune until the command runs.
     """
     from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
-    from pyd4j.output import emit_json, fail, human_bytes, print_table  # noqa: PLC0415
+    from pyd4j.output import fail  # noqa: PLC0415
     from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
-    from pyd4j.profile.report import write_report  # noqa: PLC0415
+    from pyd4j.profile.signals import Stopped, stop_on_signals  # noqa: PLC0415
     from pyd4j.profile.tune import JobFailedError, tune_job  # noqa: PLC0415
 
     # Bad arguments are refused here, before the job runs (a run can take hours).
@@ -45,37 +52,69 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         inputs.job_command(job)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
+    with stop_on_signals():
+        try:
+            doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
+                           verify=not no_verify, timeout_s=timeout_s, plan_policy=plan_policy)
+        except JobCommandError as err:
+            raise click.UsageError(str(err)) from None
+        except BudgetError as err:
+            raise click.ClickException(str(err)) from None
+        except JobFailedError as err:
+            _report(err.doc, "before")
+            fail(str(err), as_json, code=1, **err.doc)
+        except Stopped as err:
+            if err.doc is None:
+                click.echo(f"stopped ({err.name}) before the job started; nothing was run", err=True)
+                sys.exit(err.exit_code)
+            click.echo(f"stopped ({err.name}) during the {err.doc.get('stopped_in')} run: the job and everything it "
+                       f"started were ended; the partial tune is reported", err=True)
+            doc = err.doc
+            _finish(doc, as_json)
+            sys.exit(err.exit_code)
+        _finish(doc, as_json)
+
+
+def _report(doc: dict, side: str) -> str | None:
+    """Write the report of one of the tune's runs (the tune document gives it its before/after)."""
+    from pyd4j.profile.report import write_report  # noqa: PLC0415
+
+    if not doc.get(side):
+        return None
     try:
-        doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
-                       verify=not no_verify, timeout_s=timeout_s, plan_policy=plan_policy)
-    except JobCommandError as err:
-        raise click.UsageError(str(err)) from None
-    except BudgetError as err:
-        raise click.ClickException(str(err)) from None
-    except JobFailedError as err:
-        write_report(err.doc["before"]["run_dir"])
-        fail(str(err), as_json, code=1, **err.doc)
-    last = doc.get("after") or doc["before"]
-    doc["report"] = str(write_report(last["run_dir"])["html"])
-    if doc.get("after"):
-        write_report(doc["before"]["run_dir"])
+        return str(write_report(doc[side]["run_dir"])["html"])
+    except OSError as err:
+        click.echo(f"error: could not write the report of {doc[side]['run_dir']}: {err.strerror or err}", err=True)
+        return None
+
+
+def _finish(doc: dict, as_json: bool) -> None:
+    from pyd4j.output import emit_json, human_bytes, print_table  # noqa: PLC0415
+
+    last = "after" if doc.get("after") else "before"
+    if last == "after":
+        _report(doc, "before")
+    doc["report"] = _report(doc, last)
     if as_json:
         emit_json(doc)
         return
-    sides = [("before", doc["before"])] + ([("after", doc["after"])] if doc.get("after") else [])
+    sides = [(n, doc[n]) for n in ("before", "after") if doc.get(n)]
+    if not sides:
+        return
 
     def row(label, fn):
         return [label, *(fn(s) for _, s in sides)]
 
     speed = lambda s: f"{s['iterations_per_s']:.2f}" if s["iterations_per_s"] else "-"  # noqa: E731
-    print_table("pyd4j tune", ["", *(n for n, _ in sides)], [
+    partial = f" (PARTIAL: stopped by {doc['stopped_by']} during the {doc['stopped_in']} run)" if doc.get("partial") else ""
+    print_table("pyd4j tune" + partial, ["", *(("after (tuned)" if n == "after" else n) for n, _ in sides)], [
         row("exit code", lambda s: s["exit_code"]),
         row("memory flags", lambda s: " ".join(s["jvm_memory_flags"]) or "(JVM defaults)"),
         row("-Xmx", lambda s: human_bytes(s["limits"]["heap_max"])),
         row("JavaCPP maxbytes", lambda s: human_bytes(s["limits"]["javacpp_max"])),
         row("JavaCPP maxphysicalbytes", lambda s: human_bytes(s["limits"]["javacpp_max_physical"])),
         row("peak heap used", lambda s: human_bytes(s["peaks"]["heap_used"])),
-        row("peak live heap", lambda s: human_bytes(s["peaks"]["heap_live"])),
+        row("peak heap after GC", lambda s: human_bytes(s["peaks"]["heap_live"])),
         row("peak native", lambda s: human_bytes(s["peaks"]["native"])),
         row("peak RSS", lambda s: human_bytes(s["peaks"]["rss"])),
         row("iterations/s", speed),
@@ -87,13 +126,15 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
         click.echo(f"after: the job's network under the {p['policy']} plan {p['path']} (predicted peak "
                    f"{human_bytes(p['predicted_peak_bytes'])}): {said.get('status')}"
                    + (f" ({said['reason']})" if said.get("reason") else ""))
-    click.echo("recommended flags:")
-    click.echo("  " + " ".join(doc["recommended"]))
-    for arg, why in doc["reasons"].items():
-        click.echo(f"    {arg}: {why}")
-    if doc.get("after") is not None:
+    if doc.get("recommended"):
+        click.echo("recommended flags:")
+        click.echo("  " + " ".join(doc["recommended"]))
+        for arg, why in doc["reasons"].items():
+            click.echo(f"    {arg}: {why}")
+    for note in doc.get("notes") or []:
+        click.echo(f"note: {note}")
+    if doc.get("after") is not None and not doc.get("partial"):
         click.echo("verified: the second run finished cleanly with these flags" if doc["verified"]
                    else "NOT verified: the second run still shows problems; see the report")
-    click.echo(f"report: {doc['report']}")
-
-
+    if doc.get("report"):
+        click.echo(f"report: {doc['report']}")

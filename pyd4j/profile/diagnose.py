@@ -25,6 +25,7 @@ from pyd4j.jvm.errors import (
     python_class_for,
 )
 from pyd4j.output import human_bytes
+from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size
 
@@ -187,6 +188,11 @@ def _oom(t: Timeline) -> list[Finding]:
             [], {"rss_peak": rss, "cgroup_limit": cgroup},
         ))
     elif not out and code not in (None, 0) and not t.meta.get("interrupted"):
+        launcher = startup_error_in(t.run_dir)
+        if launcher is not None:  # the JVM refused to start the job: a wrong class, jar or option
+            out.append(Finding("crash", "error", f"The job did not start: {launcher.what} (exit code {code})",
+                               [launcher.line], launcher.fix))
+            return out
         msgs = [f"{e.get('class')}: {e.get('message')}" for e in t.errors] or _stderr_tail(t)
         out.append(Finding("crash", "error", f"The job exited with code {code}", msgs or ["see stderr.log in the run directory"],
                            "read the job's stderr.log; no memory limit was reported as the cause"))

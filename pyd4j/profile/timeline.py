@@ -1,5 +1,7 @@
-"""A profiled run on disk: the agent's JSON lines (`timeline.jsonl`) plus `run.json` (how the job
-was started and how it ended), read back into arrays.
+"""A profiled run on disk, read back into arrays: one JSON-lines timeline per JVM
+(`jvm-<pid>.jsonl`; the job and any JVM it starts, see pyd4j.profile.jvms) plus `run.json` (how
+the job was started and how it ended). In-process sessions and runs of earlier versions have a
+single `timeline.jsonl`.
 
 The JSON lines are appended as they stream, so a run that crashed or was interrupted reads back
 as far as it got; a torn last line is skipped.
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
 
 TIMELINE = "timeline.jsonl"
 RUN_META = "run.json"
@@ -78,6 +82,28 @@ SERIES = (
 )
 
 
+def _read_meta(run_dir: Path) -> dict[str, Any] | None:
+    """The run's run.json ({} when there is none), or None when it cannot be read as an object."""
+    from pyd4j.inputs import InputError, read_json  # noqa: PLC0415
+
+    path = run_dir / RUN_META
+    if not path.exists():
+        return {}
+    try:
+        meta = read_json(path, "run description")
+    except InputError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def share_meta(lanes: list["Timeline"], meta: dict[str, Any]) -> None:
+    """Give every lane the run's run.json; the run's exit status is the job's (its primary JVM's),
+    not every JVM's, so the other lanes of a multi-JVM run get none."""
+    for t in lanes:
+        primary = t.jvm is None or t.jvm.primary or len(lanes) == 1
+        t.meta = dict(meta) if primary else {**meta, "returncode": None}
+
+
 @dataclass
 class Timeline:
     """Samples as numpy arrays (NaN where a sample lacks a value) plus the discrete events."""
@@ -92,26 +118,49 @@ class Timeline:
     end: dict[str, Any] | None
     meta: dict[str, Any] = field(default_factory=dict)
     torn_lines: int = 0                  # lines skipped whole (see `skipped` for why)
-
     skipped: dict[str, int] = field(default_factory=dict)
     network_events: list[dict[str, Any]] = field(default_factory=list)  # "network", "plan", "plan_stats"
+    path: Path | None = None
+    jvm: "JvmIdentity | None" = field(default=None, repr=False)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
-        """Read a run directory written by `pyd4j profile` (or the agent's out= file alone).
+        """The job's timeline of a run directory written by `pyd4j profile` (its primary JVM when
+        the job started several, see `load_lanes`), or one timeline file.
 
         Lines that cannot be used (torn, not a JSON object, a sample without a time) are skipped,
         and values that are not finite numbers are dropped from their line; `skipped` counts
         both by reason, so a partial timeline reads as far as it is sound."""
-        from pyd4j.inputs import InputError, read_json, regular_file  # noqa: PLC0415
+        lanes = cls.load_lanes(run_dir)
+        return next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
 
+    @classmethod
+    def load_lanes(cls, run_dir: str | Path) -> list["Timeline"]:
+        """Every JVM's timeline in a run directory, each with its identity (`.jvm`), in start order."""
         run_dir = Path(run_dir)
-        path = run_dir / TIMELINE if run_dir.is_dir() else run_dir
-        if not path.exists():
+        if run_dir.is_dir():
+            paths = lane_files(run_dir) or [run_dir / TIMELINE]
+        else:
+            paths = [run_dir]
+        if run_dir.is_dir() and not paths[0].exists() and (run_dir / RUN_META).exists():
+            lanes = [cls(run_dir, {}, [], [], [], [], [], None, _read_meta(run_dir) or {})]  # no JVM ever reported in
+        elif not paths[0].exists():
             raise FileNotFoundError(
-                f"no timeline at {path}: give the run directory `pyd4j profile` printed "
-                f"(it holds {TIMELINE} and {RUN_META})"
+                f"no timeline at {run_dir}: give the run directory `pyd4j profile` printed "
+                f"(it holds {LANE_PATTERN.replace('%p', '<pid>')} or {TIMELINE}, and {RUN_META})"
             )
+        else:
+            lanes = [cls._load_file(p) for p in paths]
+        lanes.sort(key=lambda t: (t.start.get("jvm_start") or float("inf"), t.path.name if t.path else ""))
+        for t, identity in zip(lanes, identify(lanes)):
+            t.jvm = identity
+        share_meta(lanes, lanes[0].meta)
+        return lanes
+
+    @classmethod
+    def _load_file(cls, path: Path) -> "Timeline":
+        from pyd4j.inputs import regular_file  # noqa: PLC0415
+
         regular_file(path, "timeline")
         base = path.parent
         start: dict[str, Any] = {}
@@ -144,18 +193,13 @@ class Timeline:
                     end = event
                 elif kind in ("network", "plan", "plan_stats"):
                     networks.append(event)
-        meta_path = base / RUN_META
-        meta: dict[str, Any] = {}
-        if meta_path.exists():
-            try:
-                meta = read_json(meta_path, "run description")
-            except InputError:
-                meta = None
-            if not isinstance(meta, dict):
-                meta = {}
-                skipped["unreadable run.json"] = 1
+        meta = _read_meta(base)
+        if meta is None:
+            meta = {}
+            skipped["unreadable run.json"] = 1
         torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
-        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn, skipped, networks)
+        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn_lines=torn, skipped=skipped,
+                   network_events=networks, path=path)
 
     # -- arrays -------------------------------------------------------------------------------
 
@@ -166,9 +210,10 @@ class Timeline:
             return float(self.start["jvm_start"])
         return float(self.samples[0]["t"]) if self.samples else 0.0
 
-    def times(self) -> np.ndarray:
-        """Seconds since t0, one per sample."""
-        return (np.array([s["t"] for s in self.samples], dtype=float) - self.t0) / 1000.0
+    def times(self, origin_ms: float | None = None) -> np.ndarray:
+        """Seconds since t0 (or since `origin_ms`, a common origin for all JVMs of a run), one per sample."""
+        origin = self.t0 if origin_ms is None else origin_ms
+        return (np.array([s["t"] for s in self.samples], dtype=float) - origin) / 1000.0
 
     def series(self, name: str) -> np.ndarray:
         """One numeric field per sample; NaN where absent."""
@@ -290,8 +335,11 @@ class Timeline:
 
     @property
     def name(self) -> str:
-        """The job's main class (or jar) as the JVM reported it."""
-        command = self.start.get("command") or " ".join(self.meta.get("command", [])[-1:])
+        """The job's main class (or jar) as the JVM reported it; for `mvn exec:java`, the class
+        Maven runs, not Maven's own launcher."""
+        if self.start.get("command"):
+            return main_class(self.start)
+        command = " ".join(self.meta.get("command", [])[-1:])
         return (command or "job").split(" ")[0]
 
 

@@ -20,6 +20,13 @@ def fixture_command(mode: str, iterations: int, *jvm: str, sleep_ms: int = 10) -
     return ["java", *jvm, "-cp", cp, "org.pyd4j.fixtures.MemoryJob", mode, str(iterations), str(sleep_ms)]
 
 
+def idle_command(millis: int, *jvm: str) -> list[str]:
+    """`java <jvm> -cp fixtures org.pyd4j.fixtures.Idle millis`: a real JVM without ND4J that waits."""
+    if not FIXTURES_JAR.exists():
+        pytest.skip(f"{FIXTURES_JAR} not built; run `make setup`")
+    return ["java", *jvm, "-cp", str(FIXTURES_JAR), "org.pyd4j.fixtures.Idle", str(millis)]
+
+
 @pytest.fixture(scope="session")
 def runs_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("profile-runs")

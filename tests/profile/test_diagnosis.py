@@ -77,9 +77,8 @@ def test_partial_timeline_survives_a_kill(runs_root):
 
     def kill_after_some(sample: dict) -> None:
         if sample.get("iterations", 0) >= 20 and not killed:
-            pid = json.loads((runs_root / "killed" / "timeline.jsonl").read_text().splitlines()[0])["pid"]
-            killed["pid"] = pid
-            psutil.Process(pid).kill()
+            killed["pid"] = sample["pid"]  # the JVM this sample came from
+            psutil.Process(sample["pid"]).kill()
 
     run = profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "killed", on_sample=kill_after_some, timeout_s=240)
     assert run.returncode == -9
@@ -89,16 +88,19 @@ def test_partial_timeline_survives_a_kill(runs_root):
     assert kinds(run)[0] == "killed"
 
 
-def test_timeout_ends_the_whole_process_tree(runs_root):
+def test_timeout_ends_the_whole_process_tree_and_records_the_real_status(runs_root):
     import psutil
 
     from pyd4j.profile import profile_job
 
-    seen = {}
-    with pytest.raises(TimeoutError):
-        profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "timeout",
-                    on_sample=lambda s: seen.setdefault("pid", True), timeout_s=45)  # JVM start fits, loaded too
+    run = profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "timeout", timeout_s=45)  # JVM start fits, loaded too
+    assert run.stopped_by == "timeout" and run.interrupted
+    # the JVM ends on SIGTERM with 143 (or -15 if the signal itself ended it): never the 0 a reaped child reads as
+    assert run.returncode in (143, -15)
+    meta = json.loads((runs_root / "timeout" / "run.json").read_text())
+    assert meta["returncode"] == run.returncode and meta["stopped_by"] == "timeout"
     t = Timeline.load(runs_root / "timeout")
+    assert t.end is not None and t.end["reason"] == "exit"  # SIGTERM let the agent write its end line
     pid = t.start["pid"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert len(t.samples) > 0

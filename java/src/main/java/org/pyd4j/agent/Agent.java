@@ -15,7 +15,8 @@ import java.util.Map;
  *   java -javaagent:pyd4j-java.jar=port=40123,interval=100 ...   (token in env PYD4J_AGENT_TOKEN)
  * </pre>
  *
- * Arguments (comma separated key=value): {@code out} file to append to, or {@code port} of a
+ * Arguments (comma separated key=value): {@code out} file to append to ({@code %p} in it becomes
+ * the pid, so every JVM of a multi-JVM job has its own file), or {@code port} of a
  * loopback listener plus {@code token} (or env PYD4J_AGENT_TOKEN); {@code interval} in ms
  * (default 100); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations);
  * {@code plan=FILE} trains every network of the job under a pyd4j plan (org.pyd4j.train.AgentRoute);
@@ -104,6 +105,21 @@ public final class Agent {
         } else {
             parent.get().onExit().thenRun(stop);
         }
+    }
+
+    /**
+     * This process's ancestors' pids, parent first (at most 32): which JVM of a run started which,
+     * through shells and launchers in between.
+     */
+    static String ancestors() {
+        StringBuilder out = new StringBuilder("[");
+        java.util.Optional<ProcessHandle> p = ProcessHandle.current().parent();
+        for (int i = 0; i < 32 && p.isPresent(); i++) {
+            if (i > 0) out.append(',');
+            out.append(p.get().pid());
+            p = p.get().parent();
+        }
+        return out.append(']').toString();
     }
 
     private static boolean installHooks(Instrumentation inst, boolean late) {

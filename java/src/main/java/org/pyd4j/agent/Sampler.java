@@ -54,6 +54,7 @@ final class Sampler implements Runnable {
         RuntimeMXBean rt = ManagementFactory.getRuntimeMXBean();
         sink.line(new Json().put("type", "start").put("t", System.currentTimeMillis())
                 .put("pid", ProcessHandle.current().pid())
+                .raw("ancestors", Agent.ancestors())
                 .put("jvm_start", jvmStartMs)
                 .put("interval_ms", intervalMs)
                 .put("hooks", hooks)
