@@ -2,7 +2,7 @@
 PY        := .venv/bin/python
 VENV      := .venv/.installed
 JAR       := java/target/pyd4j-java.jar
-JAVA_SRC  := $(shell find java/src examples/src tests/fixtures/java/src -type f 2>/dev/null)
+JAVA_SRC  := $(shell find java/src examples/src tests/fixtures/java/src tests/fixtures/java-compat/src -type f 2>/dev/null)
 MVN       := mvn -q -B
 # Side-agent library: CUDA build where nvcc is found, host-only build elsewhere (same C ABI).
 NATIVE_LIB := native/build/libpyd4j_agent.so
@@ -19,7 +19,7 @@ $(VENV): pyproject.toml constraints.txt
 	touch $@
 
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
-$(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml tests/fixtures/java/pom.xml $(JAVA_SRC)
+$(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml tests/fixtures/java/pom.xml tests/fixtures/java-compat/pom.xml $(JAVA_SRC)
 	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
 	touch $@
 

@@ -29,7 +29,7 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     pyd4j profile --python train.py
 
     Exits with the job's own exit status when the job fails (1 if it has none), after the
-    summary and report, so scripts notice; 130 when stopped.
+    summary and report, so scripts notice; 1 when the run recorded no measurements; 130 when stopped.
     """
     from pyd4j.output import emit_json, print_table  # noqa: PLC0415
     from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
@@ -87,6 +87,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     code = doc.get("exit_code")
     if code not in (None, 0):
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
+    if any(f["kind"] == "no-data" for f in doc["findings"]):
+        sys.exit(1)  # no measurements is never success
 
 
 def _latest_run(out_dir: Path | None) -> Path:

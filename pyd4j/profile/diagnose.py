@@ -43,6 +43,12 @@ SPILL_MIN_SAMPLES = 3
 SPILL_MIN_SHARE = 0.2
 
 _OOM_LINE = re.compile(r"(?:java\.lang\.)?OutOfMemoryError:?\s*(.*)")
+# JavaCPP's refusals name what was in use, what was asked for, and the limit (formatBytes: K/M/G/T, truncated)
+_SIZE = r"(\d+)([KMGT]?)"
+_JAVACPP_LIMITS = (
+    ("maxbytes", re.compile(rf"totalBytes \({_SIZE} \+ {_SIZE}\) > maxBytes \({_SIZE}\)")),
+    ("maxphysicalbytes", re.compile(rf"physicalBytes \({_SIZE}(?: \+ {_SIZE})?\) > maxPhysicalBytes \({_SIZE}\)")),
+)
 
 
 @dataclass
@@ -113,6 +119,37 @@ def _error_texts(timeline: Timeline) -> list[str]:
                 causes = [lines[j] for j in range(i + 1, min(i + 60, len(lines))) if lines[j].startswith("Caused by:")]
                 texts.append(" ".join([text, *causes]))
     return texts
+
+
+@dataclass(frozen=True)
+class LimitRefusal:
+    """A JavaCPP limit error, read back: the limit, the bytes in use plus the bytes asked for, and the limit's value."""
+
+    limit: str          # "maxbytes" or "maxphysicalbytes"
+    needed: int         # in use + requested: what the limit had to allow (upper bound of JavaCPP's rounding)
+    limit_bytes: int
+    text: str
+
+
+def _javacpp_bytes(number: str | None, unit: str | None, upper: bool) -> int:
+    """JavaCPP's Pointer.formatBytes value back to bytes; it truncates, so `upper` gives the largest it may be."""
+    if number is None:
+        return 0
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit or ""]
+    return int(number) * scale + (scale - 1 if upper and scale > 1 else 0)
+
+
+def limit_refusals(t: Timeline) -> list[LimitRefusal]:
+    """Every JavaCPP limit refusal the run shows (agent errors and stderr), with its numbers."""
+    out = []
+    for text in _error_texts(t):
+        for limit, pattern in _JAVACPP_LIMITS:
+            m = pattern.search(text)
+            if m:
+                used = _javacpp_bytes(m.group(1), m.group(2), True)
+                asked = _javacpp_bytes(m.group(3), m.group(4), True)
+                out.append(LimitRefusal(limit, used + asked, _javacpp_bytes(m.group(5), m.group(6), False), m.group(0)))
+    return out
 
 
 def _stderr_tail(timeline: Timeline, lines: int = 3) -> list[str]:
@@ -280,11 +317,20 @@ class LeakVerdict:
     reason: str
 
 
-def _live_axis(t: Timeline, inspections_only: bool = False) -> tuple[list[dict], np.ndarray, str]:
-    """Live points after warm-up, and their x: iterations when the job reports them, else seconds."""
+def _usable(t: Timeline, what: str) -> list[dict]:
+    """Live points fit to judge `what` ("heap" or "offheap"): taken once the deallocators had freed
+    what the collection released (before that, memory and the bookkeeping of dead arrays are still
+    held). For the heap, only the agent's inspections when there are any: right after the job's own
+    full collections, that bookkeeping is always still reachable."""
     points = sorted(t.live_points, key=lambda p: p["t"])
-    if inspections_only:
-        points = [p for p in points if p.get("trigger") == "inspection"]
+    if what == "heap" and any(p.get("trigger") == "inspection" for p in points):
+        return [p for p in points if p.get("trigger") == "inspection" and p.get("heap_drained", True)]
+    return [p for p in points if p.get(f"{what}_drained", True)]
+
+
+def _live_axis(t: Timeline, what: str = "offheap") -> tuple[list[dict], np.ndarray, str]:
+    """Usable live points after warm-up, and their x: iterations when the job reports them, else seconds."""
+    points = _usable(t, what)
     if t.iterations() >= LEAK_MIN_ITERATIONS:
         # warm-up: before the first iteration, and the first point after it (updater state, workspaces learning)
         points = [p for p in points if (p.get("iterations") or 0) >= 1][1:]
@@ -313,23 +359,18 @@ def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float
 
 
 def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
-    """Heap and off-heap verdicts over the live points.
-
-    The heap verdict prefers the agent's inspections (histograms taken after the deallocators ran):
-    right after the job's own full collections, the bookkeeping of arrays that just died (ND4J's
-    reference objects and ids, JavaCPP's deallocators) is still reachable and inflates the heap by
-    an amount that depends on how much garbage came before, so mixing both kinds could fake a trend."""
-    points, x, unit = _live_axis(t)
-    inspected, ix, iunit = _live_axis(t, inspections_only=True)
+    """Heap and off-heap verdicts over the usable live points (see `_usable`): the bookkeeping of
+    arrays that just died (ND4J's reference objects and ids, JavaCPP's deallocators) inflates the heap
+    by an amount that depends on how much garbage came before, so points taken before the
+    deallocators caught up could fake a trend."""
+    heap_points, hx, hunit = _live_axis(t, "heap")
+    points, x, unit = _live_axis(t, "offheap")
 
     def col(name: str, pts: list[dict] | None = None) -> np.ndarray:
         return np.array([float(p[name]) if p.get(name) is not None else np.nan for p in (points if pts is None else pts)],
                         dtype=float)
 
-    if len(inspected) >= LEAK_MIN_POINTS:
-        out = [judge(ix, col("heap_live", inspected), iunit, "live heap", LEAK_MIN_GROWTH_HEAP)]
-    else:
-        out = [judge(x, col("heap_live"), unit, "live heap", LEAK_MIN_GROWTH_HEAP)]
+    out = [judge(hx, col("heap_live", heap_points), hunit, "live heap", LEAK_MIN_GROWTH_HEAP)]
     nd4j, javacpp = col("nd4j_live"), col("javacpp_total")
     if (~np.isnan(nd4j)).any():
         kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j
@@ -368,28 +409,39 @@ def _iteration_rate(t: Timeline) -> float | None:
     return (n1 - n0) / ((t1 - t0) / 1000.0) if t1 > t0 and n1 > n0 else None
 
 
-def _limit_for(t: Timeline, verdict: LeakVerdict, kind: str) -> tuple[str, float | None, float | None, str]:
-    """(limit name, limit bytes, current level against it, how the level is measured)."""
+@dataclass(frozen=True)
+class _Limit:
+    name: str
+    limit: float | None
+    level: float | None      # where the leaking quantity stands against the limit now
+    slope: float             # how fast that quantity moves toward it, per x unit
+    what: str
+
+
+def _limit_for(t: Timeline, verdict: LeakVerdict, kind: str) -> _Limit:
+    """The limit a leak runs into, the quantity that limit compares, its level and slope."""
     limits = t.limits()
-    last = max(t.live_points, key=lambda p: p["t"]) if t.live_points else {}
+    points, x, unit = _live_axis(t, "offheap")
+
+    def trend_of(name: str) -> Trend | None:
+        y = np.array([float(p[name]) if p.get(name) is not None else np.nan for p in points], dtype=float)
+        return fit_trend(x, y, unit)
+
     if kind == "leak-heap":
-        return "-Xmx", limits["heap_max"], verdict.trend.last_y, "live heap"
-    nd4j_growth = _growth_of(t, "nd4j_live")
-    javacpp_growth = _growth_of(t, "javacpp_total")
-    if javacpp_growth > nd4j_growth:
-        return ("JavaCPP maxbytes", limits["javacpp_max"], last.get("javacpp_total"),
-                "JavaCPP totalBytes after the last full collection")
-    candidates = [(f"maxphysicalbytes (JavaCPP checks RSS against it at its next Pointer allocation)",
+        # -Xmx bounds what the collector counts (whole regions for large arrays), not the objects' bytes
+        used = trend_of("heap_after_gc")
+        if used is not None and used.n >= LEAK_MIN_POINTS - 1 and used.slope > 0:
+            return _Limit("-Xmx", limits["heap_max"], used.last_y, used.slope, "heap in use after full collections")
+        return _Limit("-Xmx", limits["heap_max"], verdict.trend.last_y, verdict.trend.slope, "live heap")
+    nd4j, javacpp = trend_of("nd4j_live"), trend_of("javacpp_total")
+    if javacpp is not None and javacpp.slope > (nd4j.slope if nd4j else 0):
+        return _Limit("JavaCPP maxbytes", limits["javacpp_max"], javacpp.last_y, javacpp.slope,
+                      "JavaCPP totalBytes after full collections")
+    candidates = [("maxphysicalbytes (JavaCPP checks RSS against it at its next Pointer allocation)",
                    limits["javacpp_max_physical"]), ("the container memory limit", limits["cgroup"])]
     name, limit = min(((n, v) for n, v in candidates if v), key=lambda c: c[1], default=("", None))
-    return name, limit, last.get("rss"), "process RSS"
-
-
-def _growth_of(t: Timeline, field_name: str) -> float:
-    points, x, unit = _live_axis(t)
-    y = np.array([float(p[field_name]) if p.get(field_name) is not None else np.nan for p in points], dtype=float)
-    trend = fit_trend(x, y, unit)
-    return trend.slope if trend else 0.0
+    rss = trend_of("rss")
+    return _Limit(name, limit, rss.last_y if rss else None, verdict.trend.slope, "process RSS")
 
 
 def leak_sites(t: Timeline, kind: str) -> list[dict]:
@@ -412,9 +464,10 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
     numbers: dict[str, float | int | None] = {
         "slope_bytes_per_unit": trend.slope, "confidence": trend.confidence, "p_value": trend.p_value,
         "growth_bytes": trend.growth, "points": trend.n}
-    limit_name, limit, level, level_what = _limit_for(t, verdict, kind)
-    if limit and level is not None and trend.slope > 0:
-        left = max(0.0, (limit - level) / trend.slope)
+    lim = _limit_for(t, verdict, kind)
+    limit_name, limit, level, level_what = lim.name, lim.limit, lim.level, lim.what
+    if limit and level is not None and lim.slope > 0:
+        left = max(0.0, (limit - level) / lim.slope)
         numbers.update(limit_bytes=limit, units_to_limit=left)
         when = f"about {left:,.0f} more {trend.x_unit}s"
         if trend.x_unit == "iteration":
@@ -534,8 +587,9 @@ def _near_limits(t: Timeline) -> list[Finding]:
         return []
     peaks, limits = t.peaks(), t.limits()
     out = []
+    # the heap fills up to -Xmx between collections by design: what must fit is the live heap
     for label, peak, limit, flag in (
-        ("heap", peaks["heap_used"], limits["heap_max"], "-Xmx"),
+        ("live heap", peaks["heap_live"], limits["heap_max"], "-Xmx"),
         ("JavaCPP physicalBytes", peaks["javacpp_physical"], limits["javacpp_max_physical"], "-Dorg.bytedeco.javacpp.maxphysicalbytes"),
         ("JavaCPP totalBytes", peaks["javacpp_total"], limits["javacpp_max"], "-Dorg.bytedeco.javacpp.maxbytes"),
     ):

@@ -178,7 +178,11 @@ class Timeline:
         """Largest live heap: object bytes left after a full collection (the job's own, or the agent's
         heap inspection, which is `jcmd GC.class_histogram`). None when no full collection happened:
         heap after young collections is not the live set (old-generation garbage stays in it)."""
-        values = [p["heap_live"] for p in self.live_points if p.get("heap_live") is not None]
+        points = [p for p in self.live_points if p.get("heap_live") is not None]
+        # points taken once ND4J's deallocators were done, when there are any: before that the
+        # bookkeeping of arrays that just died is still reachable and counted
+        clean = [p for p in points if p.get("heap_drained")]
+        values = [p["heap_live"] for p in (clean or points)]
         return max(values) if values else None
 
     def heap_after_gc_peak(self) -> int | None:

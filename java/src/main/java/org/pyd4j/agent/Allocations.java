@@ -71,14 +71,24 @@ final class Allocations {
     }
 
     /**
-     * Objects waiting for a deallocator: ND4J's registered buffers and contexts plus JavaCPP's
-     * Pointers (-1 when unknown). Right after a full collection both fall as the deallocator threads
-     * free what it released; the job's own allocations only add.
+     * ND4J objects (buffers, op contexts) whose owner the collector found dead but whose deallocator
+     * has not run yet: entries of ND4J's registry whose weak reference is cleared. Until their
+     * deallocator runs, their bookkeeping (the reference, its id, the native handle) is still
+     * reachable, so a heap histogram would count it as live. -1 when ND4J's registry is not known.
      */
-    static long pendingDeallocation(long javacppCount) {
+    static long nd4jAwaitingDeallocator() {
         Map<?, ?> m = registered;
-        long nd4j = m != null ? m.size() : 0;
-        return m == null && javacppCount < 0 ? -1 : nd4j + Math.max(0, javacppCount);
+        if (m == null) return -1;
+        long dead = 0;
+        for (Object ref : m.values()) {
+            if (ref instanceof java.lang.ref.Reference && ((java.lang.ref.Reference<?>) ref).get() == null) dead++;
+        }
+        return dead;
+    }
+
+    static long nd4jRegistered() {
+        Map<?, ?> m = registered;
+        return m == null ? -1 : m.size();
     }
 
     // -- sampled call sites --------------------------------------------------------------------

@@ -33,9 +33,10 @@ import javax.management.ObjectName;
 final class LiveSet implements Runnable {
     static final double DEFAULT_PAUSE_SHARE = 0.01;
     static final long MAX_HEAP_FOR_INSPECTION = 1L << 30;
-    private static final long DRAIN_POLL_MS = 20;
+    private static final long DRAIN_POLL_MS = 50;
     private static final int DRAIN_QUIET_POLLS = 3;
-    private static final long DRAIN_MAX_MS = 2000;
+    private static final long DRAIN_MAX_MS = 10_000;
+    private static final long DRAIN_SLACK = 50;
     private static final long MIN_GAP_NANOS = 1_000_000_000L;  // at most one live point per second
     private static final int TOP_CLASSES = 12;
     private static final int TOP_SITES = 20;
@@ -67,6 +68,7 @@ final class LiveSet implements Runnable {
     private long lastPointNanos = System.nanoTime();
     private long nextInspectionNanos;
     private boolean tooLargeNoted;
+    private long lastDrainMs;
 
     LiveSet(Sink sink, long intervalMs, double pauseShare, Sampler sampler) {
         this.sink = sink;
@@ -127,7 +129,7 @@ final class LiveSet implements Runnable {
                 long now = System.nanoTime();
                 if (trigger != null) {
                     if (now - lastPointNanos >= MIN_GAP_NANOS) {
-                        measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap);
+                        measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false);
                         lastPointNanos = System.nanoTime();
                         nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
                     }
@@ -167,49 +169,62 @@ final class LiveSet implements Runnable {
         long start = System.nanoTime();
         server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
         long pause = System.nanoTime() - start;
-        drain();
+        boolean drained = drain();
         long t = System.currentTimeMillis();
         start = System.nanoTime();
         String text = (String) server.invoke(name, "gcClassHistogram", new Object[]{new String[0]},
                 new String[]{String[].class.getName()});
         pause += System.nanoTime() - start;
         Histogram h = Histogram.parse(text, TOP_CLASSES);
-        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1);
+        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained);
         lastPointNanos = System.nanoTime();
         nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
     }
 
     /**
-     * Until ND4J's and JavaCPP's deallocator threads have caught up: the objects waiting for them
-     * (ND4J's registered objects + JavaCPP's Pointers) stop falling (where they cannot be read: the
-     * bytes freed stop rising) for 3 polls in a row; at most 2 s. Returns its length in ms.
+     * Until ND4J's and JavaCPP's deallocator threads have caught up with what the collection released:
+     * no ND4J object left whose owner is dead but whose deallocator has not run (a few, from young
+     * collections meanwhile, are fine), and JavaCPP's count of Pointers not falling for 3 polls in a
+     * row (where ND4J's registry is unknown: the bytes freed not rising). On a starved machine this can
+     * take long; after 10 s the point is written as not drained, and the heap verdict leaves it out.
      */
-    private long drain() throws InterruptedException {
-        long drainStart = System.nanoTime();
+    private boolean drain() throws InterruptedException {
+        long start = System.nanoTime();
         long freed = Allocations.freedSoFar();
-        long pending = pendingNow();
-        int quiet = 0;
-        while (quiet < DRAIN_QUIET_POLLS && System.nanoTime() - drainStart < DRAIN_MAX_MS * 1_000_000L) {
+        long javacpp = javacppCount();
+        int javacppQuiet = 0;
+        int freedQuiet = 0;
+        while (System.nanoTime() - start < DRAIN_MAX_MS * 1_000_000L) {
             Thread.sleep(DRAIN_POLL_MS);
+            long javacppNow = javacppCount();
+            javacppQuiet = javacppNow < 0 || javacppNow >= javacpp ? javacppQuiet + 1 : 0;
+            javacpp = javacppNow;
             long freedNow = Allocations.freedSoFar();
-            long pendingNow = pendingNow();
-            boolean catchingUp = pendingNow >= 0 ? pendingNow < pending : freedNow != freed;
-            quiet = catchingUp ? 0 : quiet + 1;
+            freedQuiet = freedNow == freed ? freedQuiet + 1 : 0;
             freed = freedNow;
-            pending = pendingNow;
+            long awaiting = Allocations.nd4jAwaitingDeallocator();
+            boolean nd4jDone = awaiting >= 0
+                    ? awaiting <= Math.max(DRAIN_SLACK, Allocations.nd4jRegistered() / 100)
+                    : freedQuiet >= DRAIN_QUIET_POLLS;
+            if (nd4jDone && javacppQuiet >= DRAIN_QUIET_POLLS) {
+                lastDrainMs = (System.nanoTime() - start) / 1_000_000L;
+                return true;
+            }
         }
-        return (System.nanoTime() - drainStart) / 1_000_000L;
+        lastDrainMs = (System.nanoTime() - start) / 1_000_000L;
+        return false;
     }
 
-    private long pendingNow() {
+    private long javacppCount() {
         JavaCpp.Counters c = JavaCpp.read(-1);
-        return Allocations.pendingDeallocation(c != null ? c.count : -1);
+        return c != null ? c.count : -1;
     }
 
     /** Wait for the deallocators, then write the live line and the sites still holding memory. */
     private void measure(String trigger, long t, long heapLive, String classes, double pauseMs, long instances,
-                         long heapAfterGc) throws InterruptedException {
-        long drainMs = drain();
+                         long heapAfterGc, boolean heapDrained) throws InterruptedException {
+        boolean offheapDrained = drain();
+        long drainMs = lastDrainMs;
         if (classes != null) {
             synchronized (lock) {
                 heapAfterGc = inspectionHeapAfter;  // the GC notification came during the drain wait, if at all
@@ -219,7 +234,9 @@ final class LiveSet implements Runnable {
         long iterations = Hooks.iterations.get();
         long rss = sampler.rss();
         Json j = new Json().put("type", "live").put("t", t).put("trigger", trigger).put("iterations", iterations)
-                .put("heap_live", heapLive).put("drain_ms", drainMs).put("rss", rss);
+                .put("heap_live", heapLive).put("drain_ms", drainMs).put("rss", rss)
+                // heap_live counts no bookkeeping of dead arrays only when the deallocators were done before it
+                .put("heap_drained", heapDrained).put("offheap_drained", offheapDrained);
         if (heapAfterGc >= 0) j.put("heap_after_gc", heapAfterGc);
         if (pauseMs >= 0) j.put("pause_ms", pauseMs);
         if (instances >= 0) j.put("instances", instances);
