@@ -32,7 +32,8 @@ def test_javacpp_counters_survive_a_missing_native_library(tmp_path):
     after = [s for s in with_javacpp if "javacpp_physical_source" not in s]
     assert len(before) >= 5 and len(after) >= 5  # the counters went on once JavaCPP's library came
     assert max(before, key=lambda s: s["t"])["t"] < min(after, key=lambda s: s["t"])["t"]
-    # ... and kept counting: the 8 MiB of Pointers allocated after the library loaded
-    assert run.timeline.samples[-1]["javacpp_total"] >= 8 << 20
+    # ... and kept counting: the 8 MiB of Pointers allocated after the library loaded (JavaCPP may free
+    # them in its own shutdown hook before the agent's last sample)
+    assert max(s["javacpp_total"] for s in after) >= 8 << 20
     # while JavaCPP could not say, RSS from /proc/self/statm (what JavaCPP reads) stood in
     assert all(s["javacpp_physical"] == s["rss"] for s in before)
