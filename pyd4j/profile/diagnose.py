@@ -36,6 +36,7 @@ LEAK_MIN_SECONDS = 20
 LEAK_CONFIDENCE = 0.99
 LEAK_MIN_GROWTH = 16 * MIB    # off-heap kept memory grown over the points
 LEAK_MIN_GROWTH_HEAP = 8 * MIB
+LEAK_MIN_RELATIVE_HEAP = 0.25  # ... and a quarter of the live heap: caches DL4J/ND4J grow once are not leaks
 GC_SHARE_WARN = 0.10
 GC_WINDOW_S = 5.0
 GC_WINDOW_WARN = 0.30
@@ -339,8 +340,10 @@ def _live_axis(t: Timeline, what: str = "offheap") -> tuple[list[dict], np.ndarr
     return points, np.array([(p["t"] - t.t0) / 1000.0 for p in points], dtype=float), "s"
 
 
-def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float) -> LeakVerdict:
-    """Leak when y rises with x at >= LEAK_CONFIDENCE and grows >= min_growth over the points."""
+def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float,
+          min_relative: float = 0.0) -> LeakVerdict:
+    """Leak when y rises with x at >= LEAK_CONFIDENCE and grows over the points by >= min_growth and
+    >= min_relative of where it started."""
     need_span = LEAK_MIN_ITERATIONS if unit == "iteration" else LEAK_MIN_SECONDS
     ok = ~np.isnan(y)
     n, span = int(ok.sum()), float(np.ptp(x[ok])) if ok.any() else 0.0
@@ -351,10 +354,12 @@ def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float
     trend = fit_trend(x, y, unit)
     if trend is None:
         return LeakVerdict("not-enough-data", label, None, "no spread in the points")
-    if trend.confidence >= LEAK_CONFIDENCE and trend.slope > 0 and trend.growth >= min_growth:
+    start = trend.intercept + trend.slope * float(np.nanmin(x[ok]))
+    needed = max(min_growth, min_relative * max(start, 0.0))
+    if trend.confidence >= LEAK_CONFIDENCE and trend.slope > 0 and trend.growth >= needed:
         return LeakVerdict("leak", label, trend, "")
     why = (f"grows {human_bytes(trend.growth)} at {trend.confidence:.1%} confidence "
-           f"(a leak needs {LEAK_CONFIDENCE:.0%} and {human_bytes(min_growth)})")
+           f"(a leak needs {LEAK_CONFIDENCE:.0%} and {human_bytes(needed)})")
     return LeakVerdict("no-leak", label, trend, why)
 
 
@@ -370,7 +375,11 @@ def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
         return np.array([float(p[name]) if p.get(name) is not None else np.nan for p in (points if pts is None else pts)],
                         dtype=float)
 
-    out = [judge(hx, col("heap_live", heap_points), hunit, "live heap", LEAK_MIN_GROWTH_HEAP)]
+    # the heap less ND4J's and JavaCPP's deallocation bookkeeping (from the histogram's classes): it
+    # churns with every array made, and how much a histogram catches depends on how many just died;
+    # kept arrays show in the off-heap verdict, the job's own objects stay in this one
+    heap = col("heap_live", heap_points) - np.nan_to_num(col("heap_bookkeeping", heap_points))
+    out = [judge(hx, heap, hunit, "live heap", LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP)]
     nd4j, javacpp = col("nd4j_live"), col("javacpp_total")
     if (~np.isnan(nd4j)).any():
         kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j

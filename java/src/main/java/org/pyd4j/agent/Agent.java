@@ -21,7 +21,7 @@ import java.util.Map;
  * allocation counters or sites); {@code live} seconds between the agent's own live-set measurements
  * when the job had no full collection (default 5, 0 = only the job's own full collections, see
  * {@link LiveSet}) and {@code live_share} the largest share of wall time their pauses may take
- * (default 0.01); {@code sites} mean bytes between sampled allocation stacks (default 262144,
+ * (default 0.005); {@code sites} mean bytes between sampled allocation stacks (default 262144,
  * 0 = no call sites, see {@link Allocations}). The system property {@code pyd4j.agent} may carry
  * more arguments in the same form; they win over the -javaagent ones (for launchers whose agent
  * option cannot be changed).
@@ -79,7 +79,7 @@ public final class Agent {
             long liveSeconds = Long.parseLong(opts.getOrDefault("live", "5"));
             long siteBytes = Long.parseLong(opts.getOrDefault("sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES)));
             double liveShare = Double.parseDouble(opts.getOrDefault("live_share", String.valueOf(LiveSet.DEFAULT_PAUSE_SHARE)));
-            if (!(liveShare > 0 && liveShare <= 1)) throw new IllegalArgumentException("live_share=" + liveShare + "; use a fraction in (0, 1] (0.01 is the default)");
+            if (!(liveShare > 0 && liveShare <= 1)) throw new IllegalArgumentException("live_share=" + liveShare + "; use a fraction in (0, 1] (0.005 is the default)");
             if (liveSeconds < 0) throw new IllegalArgumentException("live=" + liveSeconds + " s; use 0 (off) or more (5 is the default)");
             if (siteBytes < 0) throw new IllegalArgumentException("sites=" + siteBytes + " bytes; use 0 (off) or more (262144 is the default)");
             boolean hooks = inst != null && !"false".equals(opts.get("hooks"));

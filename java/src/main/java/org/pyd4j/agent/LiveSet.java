@@ -21,7 +21,7 @@ import javax.management.ObjectName;
  *       JavaCPP's own System.gc() near its limits), or</li>
  *   <li>by the agent itself when no such collection happened for {@code intervalMs}: a full collection
  *       ({@code jcmd <pid> GC.run}), then, once the deallocators are done, a class histogram of the live
- *       heap, the same as {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC), spaced so that these pauses take at most 1% of the run
+ *       heap, the same as {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC), spaced so that these pauses take at most 0.5% of the run
  *       (agent argument {@code live_share}) and
  *       skipped while more than 1 GiB of heap is in use (its pause would be long); the natural
  *       collections of such jobs give the points instead.</li>
@@ -31,7 +31,7 @@ import javax.management.ObjectName;
  * classes, followed by the allocation sites still holding memory.
  */
 final class LiveSet implements Runnable {
-    static final double DEFAULT_PAUSE_SHARE = 0.01;
+    static final double DEFAULT_PAUSE_SHARE = 0.005;
     static final long MAX_HEAP_FOR_INSPECTION = 1L << 30;
     private static final long DRAIN_POLL_MS = 50;
     private static final int DRAIN_QUIET_POLLS = 3;
@@ -69,6 +69,8 @@ final class LiveSet implements Runnable {
     private long nextInspectionNanos;
     private boolean tooLargeNoted;
     private long lastDrainMs;
+    /** The last inspection's heap bytes of ND4J/JavaCPP deallocation bookkeeping (see Histogram). */
+    private long bookkeeping = -1;
 
     LiveSet(Sink sink, long intervalMs, double pauseShare, Sampler sampler) {
         this.sink = sink;
@@ -128,11 +130,12 @@ final class LiveSet implements Runnable {
                 }
                 long now = System.nanoTime();
                 if (trigger != null) {
-                    if (now - lastPointNanos >= MIN_GAP_NANOS) {
-                        measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false);
-                        lastPointNanos = System.nanoTime();
-                        nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
-                    }
+                    // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
+                    long wait = MIN_GAP_NANOS - (now - lastPointNanos);
+                    if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
+                    measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false);
+                    lastPointNanos = System.nanoTime();
+                    nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
                 } else if (intervalNanos > 0 && now >= nextInspectionNanos) {
                     inspect();
                 }
@@ -176,6 +179,7 @@ final class LiveSet implements Runnable {
                 new String[]{String[].class.getName()});
         pause += System.nanoTime() - start;
         Histogram h = Histogram.parse(text, TOP_CLASSES);
+        bookkeeping = h.deallocationBookkeeping();
         measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained);
         lastPointNanos = System.nanoTime();
         nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
@@ -225,6 +229,7 @@ final class LiveSet implements Runnable {
                          long heapAfterGc, boolean heapDrained) throws InterruptedException {
         boolean offheapDrained = drain();
         long drainMs = lastDrainMs;
+        long deallocation = classes != null ? bookkeeping : -1;
         if (classes != null) {
             synchronized (lock) {
                 heapAfterGc = inspectionHeapAfter;  // the GC notification came during the drain wait, if at all
@@ -238,6 +243,9 @@ final class LiveSet implements Runnable {
                 // heap_live counts no bookkeeping of dead arrays only when the deallocators were done before it
                 .put("heap_drained", heapDrained).put("offheap_drained", offheapDrained);
         if (heapAfterGc >= 0) j.put("heap_after_gc", heapAfterGc);
+        // of heap_live, ND4J's and JavaCPP's deallocation bookkeeping: it churns with every array made
+        // (how much of it a histogram catches depends on how many arrays just died, not on the job's objects)
+        if (deallocation >= 0) j.put("heap_bookkeeping", Math.min(deallocation, heapLive));
         if (pauseMs >= 0) j.put("pause_ms", pauseMs);
         if (instances >= 0) j.put("instances", instances);
         if (Allocations.nd4jHooked) {
@@ -257,9 +265,20 @@ final class LiveSet implements Runnable {
 
     /** The text of GC.class_histogram: its total line and its largest classes. */
     static final class Histogram {
+        /** ND4J's per-object deallocation bookkeeping: the reference, its deallocator, the native handle. */
+        private static final String[] ND4J_BOOKKEEPING = {
+            "org.nd4j.linalg.api.memory.deallocation.DeallocatableReference", "org.nd4j.linalg.cpu.nativecpu.buffer.CpuDeallocator",
+            "org.nd4j.nativeblas.OpaqueDataBuffer", "org.nd4j.nativeblas.OpaqueContext",
+            "org.nd4j.linalg.cpu.nativecpu.ops.CpuOpContextDeallocator"};
+        /** Per ND4J entry, besides those: its id twice (key and field: String + byte[] each) and its map node. */
+        private static final long ND4J_ID_BYTES = 2 * (24 + 32) + 32;
+        private static final String JAVACPP_BOOKKEEPING = "org.bytedeco.javacpp.Pointer$NativeDeallocator";
+        private static final long JAVACPP_COUNT_BYTES = 16;  // its AtomicInteger reference count
+
         long totalBytes = -1;
         long totalInstances = -1;
         final List<String> classes = new ArrayList<>();
+        private final java.util.Map<String, long[]> tracked = new java.util.HashMap<>();
 
         static Histogram parse(String text, int top) {
             Histogram h = new Histogram();
@@ -271,15 +290,19 @@ final class LiveSet implements Runnable {
                         h.totalInstances = Long.parseLong(p[1]);
                         h.totalBytes = Long.parseLong(p[2]);
                     }
-                } else if (h.classes.size() < top && !s.isEmpty() && Character.isDigit(s.charAt(0)) && s.contains(":")) {
+                } else if (!s.isEmpty() && Character.isDigit(s.charAt(0)) && s.contains(":")) {
                     // "   1:        123456       12345678  [B (java.base@17)"
                     String[] p = s.split("\\s+", 4);
                     if (p.length == 4) {
                         String cls = p[3];
                         int module = cls.indexOf(" (");
                         if (module > 0) cls = cls.substring(0, module);
-                        h.classes.add(new Json().put("name", cls).put("instances", Long.parseLong(p[1]))
-                                .put("bytes", Long.parseLong(p[2])).close());
+                        long instances = Long.parseLong(p[1]);
+                        long bytes = Long.parseLong(p[2]);
+                        h.tracked.put(cls, new long[]{instances, bytes});
+                        if (h.classes.size() < top) {
+                            h.classes.add(new Json().put("name", cls).put("instances", instances).put("bytes", bytes).close());
+                        }
                     }
                 }
             }
@@ -289,6 +312,24 @@ final class LiveSet implements Runnable {
 
         String classesJson() {
             return Json.array(classes);
+        }
+
+        /**
+         * Heap bytes of ND4J's and JavaCPP's deallocation bookkeeping (reference objects, deallocators,
+         * native handles, and per ND4J entry its two id strings and registry node): it churns with every
+         * array created, alive or dead-but-not-yet-deallocated, and says nothing about the job's own objects.
+         */
+        long deallocationBookkeeping() {
+            long bytes = 0;
+            for (String cls : ND4J_BOOKKEEPING) {
+                long[] c = tracked.get(cls);
+                if (c != null) bytes += c[1];
+            }
+            long[] refs = tracked.get(ND4J_BOOKKEEPING[0]);
+            if (refs != null) bytes += refs[0] * ND4J_ID_BYTES;
+            long[] javacpp = tracked.get(JAVACPP_BOOKKEEPING);
+            if (javacpp != null) bytes += javacpp[1] + javacpp[0] * JAVACPP_COUNT_BYTES;
+            return bytes;
         }
     }
 }
