@@ -24,16 +24,18 @@ from pathlib import Path
 from pyd4j.jvm import classpath, find_java
 from pyd4j.jvm.classpath import PROJECT_ROOT
 from pyd4j.profile import profile_job
+from pyd4j.profile.histogram import read_histogram
 from pyd4j.profile.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
 
 
-def histogram(pid: int) -> int:
+def histogram(pid: int) -> tuple[int, int]:
+    """(Total, deallocation bookkeeping) of `jcmd <pid> GC.class_histogram`."""
     out = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True,
                          timeout=300).stdout
-    return int(next(line for line in out.splitlines() if line.strip().startswith("Total")).split()[2])
+    return read_histogram(out)
 
 
 def drained_after(run_dir: Path, since_ms: float, deadline_s: float = 300) -> None:
@@ -81,7 +83,9 @@ def main() -> None:
                 os.environ["OMP_NUM_THREADS"] = env_threads
         t = run.timeline.until(refs["t"])
     ours = max((p for p in t.live_points if p.get("heap_drained")), key=lambda p: p["t"])
-    reference = min(refs["after_deallocators"])
+    reference = min(total for total, _ in refs["after_deallocators"])
+    objects_reference = min(total - kept for total, kept in refs["after_deallocators"])
+    ours_objects = ours["heap_live"] - ours.get("heap_bookkeeping", 0)
 
     def error(value: float | None) -> float | None:
         return abs(value - reference) / reference if value else None
@@ -91,6 +95,9 @@ def main() -> None:
         "iterations": t.iterations(), "live_points": len(t.live_points),
         "jcmd_histogram_single": refs["single"], "jcmd_histograms_after_deallocators": refs["after_deallocators"],
         "reference_bytes": reference,
+        # the job's own objects: without ND4J's/JavaCPP's deallocation bookkeeping (pyd4j.profile.histogram)
+        "job_objects": ours_objects, "job_objects_reference": objects_reference,
+        "job_objects_error": abs(ours_objects - objects_reference) / objects_reference,
         "last_live_heap": ours["heap_live"], "last_live_heap_error": error(ours["heap_live"]),
         "reported_live_heap_peak": t.live_heap_peak(), "reported_live_heap_peak_error": error(t.live_heap_peak()),
         "heap_after_young_gc_peak": t.heap_after_gc_peak(), "heap_after_young_gc_error": error(t.heap_after_gc_peak()),

@@ -116,12 +116,13 @@ def run_concurrently(jobs: dict[str, Callable[[], object]]) -> dict[str, object]
     return results
 
 
-def histogram_total(pid: int, run_dir: Path) -> tuple[float, list[int]]:
+def histogram_total(pid: int, run_dir: Path) -> tuple[float, list[tuple[int, int]]]:
     """The reference live heap, as `jcmd` measures it: `jcmd <pid> GC.run`, then twice, each time once
     ND4J's and JavaCPP's deallocators have freed what the previous collection released (the agent's
     next drained live point says so; before that the bookkeeping of arrays that just died is still
     reachable and a histogram counts it), `jcmd <pid> GC.class_histogram`.
-    Returns (epoch ms before the first histogram, the histograms' Total bytes)."""
+    Returns (epoch ms before the first histogram, (Total bytes, bookkeeping bytes) of each)."""
+    from pyd4j.profile.histogram import read_histogram
     from pyd4j.profile.timeline import Timeline
 
     def after_deallocators(since: float) -> None:
@@ -139,7 +140,7 @@ def histogram_total(pid: int, run_dir: Path) -> tuple[float, list[int]]:
         first = first or since
         out = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True,
                              timeout=120).stdout
-        totals.append(int(next(line for line in out.splitlines() if line.strip().startswith("Total")).split()[2]))
+        totals.append(read_histogram(out))
     return first, totals
 
 
