@@ -2,7 +2,7 @@
 (tests/fixtures/java CorpusJob lstm: LSTM 8 -> 32 -> 4 classes, 20 steps, batch 16, fresh random
 sequences), with the agent's defaults.
 
-After `--seconds` of training: `jcmd GC.class_histogram` at once (a single full-GC histogram, what a
+After `--seconds` of training, right after the agent's next inspection: `jcmd GC.class_histogram` at once (a single full-GC histogram, what a
 user would run), then `jcmd GC.run` and, once the agent's next live point says ND4J's deallocators
 are done, two more histograms a few seconds apart. Compared with the last live heap the agent
 measured before any jcmd, the live heap it reports (peak), and the old measure (heap left after
@@ -57,9 +57,14 @@ def main() -> None:
         started = time.monotonic()
 
         def on_sample(sample: dict) -> None:
-            if refs or time.monotonic() - started < args.seconds:
+            if "t" in refs or time.monotonic() - started < args.seconds:
                 return
-            pid = Timeline.load(run_dir).start["pid"]
+            # right after the agent's next inspection, so both measure the same moment of the run
+            ready = refs.setdefault("ready", time.time() * 1000)
+            timeline = Timeline.load(run_dir)
+            if not any(p["t"] >= ready and p.get("heap_drained") for p in timeline.live_points):
+                return
+            pid = timeline.start["pid"]
             refs["t"] = time.time() * 1000
             refs["single"] = histogram(pid)
             since = time.time() * 1000
@@ -93,7 +98,9 @@ def main() -> None:
     result = {
         "benchmark": "live_heap", "job": "org.pyd4j.fixtures.CorpusJob lstm", "seconds": args.seconds,
         "iterations": t.iterations(), "live_points": len(t.live_points),
-        "jcmd_histogram_single": refs["single"], "jcmd_histograms_after_deallocators": refs["after_deallocators"],
+        "jcmd_histogram_single": refs["single"][0], "jcmd_histogram_single_bookkeeping": refs["single"][1],
+        "jcmd_histograms_after_deallocators": [total for total, _ in refs["after_deallocators"]],
+        "jcmd_bookkeeping_after_deallocators": [kept for _, kept in refs["after_deallocators"]],
         "reference_bytes": reference,
         # the job's own objects: without ND4J's/JavaCPP's deallocation bookkeeping (pyd4j.profile.histogram)
         "job_objects": ours_objects, "job_objects_reference": objects_reference,
@@ -101,7 +108,7 @@ def main() -> None:
         "last_live_heap": ours["heap_live"], "last_live_heap_error": error(ours["heap_live"]),
         "reported_live_heap_peak": t.live_heap_peak(), "reported_live_heap_peak_error": error(t.live_heap_peak()),
         "heap_after_young_gc_peak": t.heap_after_gc_peak(), "heap_after_young_gc_error": error(t.heap_after_gc_peak()),
-        "single_histogram_error": error(refs["single"]),
+        "single_histogram_error": error(refs["single"][0]),
         "load_avg_1m": os.getloadavg()[0], "java": find_java().version, "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
