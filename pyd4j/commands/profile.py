@@ -37,8 +37,9 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     pyd4j profile --python train.py
 
     Exits with the job's own exit status when the job fails (1 if it has none), after the
-    summary and report, so scripts notice; 130 on Ctrl-C, 143 on SIGTERM (the summary and the
-    report of the partial run are still written), 124 when --timeout ended the job.
+    summary and report, so scripts notice; 1 when the run recorded no measurements; 130 on Ctrl-C,
+    143 on SIGTERM (the summary and the report of the partial run are still written), 124 when
+    --timeout ended the job.
     """
     from pyd4j.profile.command import JobCommand, JobCommandError  # noqa: PLC0415
     from pyd4j.profile.signals import Stopped, stop_on_signals  # noqa: PLC0415
@@ -67,7 +68,7 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
                 sys.exit(err.exit_code)
             run_dir = err.run.run_dir
             stopped_by = err.name
-        code = _summarise(run_dir, report, as_json, stopped_by, script_error)
+        doc = _summarise(run_dir, report, as_json, stopped_by, script_error)
     if stopped is not None:
         sys.exit(stopped.exit_code)
     if stopped_by == "timeout":
@@ -75,8 +76,11 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     if script_error:
         click.echo(f"error: {script_error}", err=True)
         sys.exit(1)
+    code = doc.get("exit_code")
     if code not in (None, 0):
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
+    if any(f["kind"] == "no-data" for f in doc["findings"]):
+        sys.exit(1)  # no measurements is never success
 
 
 def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json) -> tuple[Path, str | None]:
@@ -137,8 +141,8 @@ def _profile_script(script: Path, out_dir: Path | None, interval_ms: int, as_jso
 
 
 def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | None,
-               script_error: str | None = None) -> int | None:
-    """Summary (and report) of the run, whole or partial; returns the job's exit code."""
+               script_error: str | None = None) -> dict:
+    """Summary (and report) of the run, whole or partial, printed; returns the summary."""
     from pyd4j.output import emit_json  # noqa: PLC0415
     from pyd4j.profile.report import summary, write_report  # noqa: PLC0415
     from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
@@ -160,7 +164,7 @@ def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | Non
         emit_json(doc)
     else:
         _print_summary(doc)
-    return doc.get("exit_code")
+    return doc
 
 
 def _print_summary(doc: dict) -> None:
@@ -173,7 +177,8 @@ def _print_summary(doc: dict) -> None:
                 + (f" ({speed:.2f}/s)" if speed else "") + partial,
                 ["measure", "peak", "limit"],
                 [("heap used", human_bytes(doc["peaks"]["heap_used"]), human_bytes(doc["limits"]["heap_max"])),
-                 ("heap after GC (every GC)", human_bytes(doc["peaks"]["heap_live"]), ""),
+                 ("live heap (after full collections)", human_bytes(doc["peaks"]["heap_live"]), ""),
+                 ("heap after any GC (upper bound)", human_bytes(doc["peaks"].get("heap_after_gc")), ""),
                  ("native (ND4J etc.)", human_bytes(doc["peaks"]["native"]), ""),
                  ("JavaCPP totalBytes", human_bytes(doc["peaks"]["javacpp_total"]), human_bytes(doc["limits"]["javacpp_max"])),
                  ("RSS (JavaCPP physicalBytes)", human_bytes(doc["peaks"]["rss"]), human_bytes(doc["limits"]["javacpp_max_physical"])),

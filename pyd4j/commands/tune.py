@@ -19,33 +19,45 @@ from pyd4j import inputs
 @click.option("--headroom", type=inputs.HEADROOM, default=0.15, show_default=True, help="fraction added over measured needs")
 @click.option("--no-verify", is_flag=True, help="skip the second run")
 @click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=None, help="stop each run after this many seconds")
+@click.option("--repeat", type=inputs.Whole(1, 50, example="--repeat 3"), default=1, show_default=True,
+              help="runs per side for the before/after throughput (median, min-max); the flags come from the first run")
 @click.option("--plan", "plan_policy", type=click.Choice(["superneurons", "liveness", "recompute_in_memory"]),
               help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
               "of with new flags: before/after shows what the plan saves. superneurons: the smallest plan the "
               "trainer can run; or one policy's minimum-memory plan")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
-def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json, job, plan_policy=None) -> None:
+def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, as_json, job, plan_policy=None) -> None:
     """Run the job, compute -Xmx / MaxDirectMemorySize / JavaCPP limits from what it used, run it
     again with them and print before/after.
 
     \b
     pyd4j tune -- java -cp job.jar com.acme.Train
     pyd4j tune -- mvn -q exec:java -Dexec.mainClass=com.acme.Train
+    pyd4j tune --repeat 3 -- java -cp job.jar com.acme.Train
+    pyd4j tune --plan superneurons -- java -cp job.jar com.acme.Train
 
     The job is any command that starts JVMs (java, a shell command, mvn, gradle, spark-submit);
     the recommended flags reach its JVMs through JAVA_TOOL_OPTIONS (on the command line for a
     plain `java` command, replacing the job's own memory flags). Ctrl-C or SIGTERM ends the job
     and reports the partial tune (exit 130 / 143).
 
-    Exits 1 when the first run dies before its first iteration for a reason other than memory
-    (a wrong class path, a missing main class): there is nothing to tune until the command runs.
+    \b
+    Exit status:
+      0  verified: the re-run with the recommended flags finished cleanly (or --no-verify)
+      1  nothing to tune: the first run recorded no measurements, or died before its
+         first iteration for a reason other than memory (a wrong class path or main class)
+      2  bad arguments
+      3  not verified: the re-run finished but shows a problem (a leak, GC pressure,
+         a limit within 10%, no training iteration)
+      4  re-run failed: the re-run with the recommended flags failed (out of memory or a
+         crash), even after one new recommendation read from its error
     """
     from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
     from pyd4j.output import fail  # noqa: PLC0415
     from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
     from pyd4j.profile.signals import Stopped, stop_on_signals  # noqa: PLC0415
-    from pyd4j.profile.tune import JobFailedError, tune_job  # noqa: PLC0415
+    from pyd4j.profile.tune import EXIT_ERROR, JobFailedError, tune_job  # noqa: PLC0415
 
     # Bad arguments are refused here, before the job runs (a run can take hours).
     try:
@@ -55,14 +67,14 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
     with stop_on_signals():
         try:
             doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
-                           verify=not no_verify, timeout_s=timeout_s, plan_policy=plan_policy)
+                           verify=not no_verify, timeout_s=timeout_s, repeat=repeat, plan_policy=plan_policy)
         except JobCommandError as err:
             raise click.UsageError(str(err)) from None
         except BudgetError as err:
             raise click.ClickException(str(err)) from None
         except JobFailedError as err:
             _report(err.doc, "before")
-            fail(str(err), as_json, code=1, **err.doc)
+            fail(str(err), as_json, code=EXIT_ERROR, **err.doc)
         except Stopped as err:
             if err.doc is None:
                 click.echo(f"stopped ({err.name}) before the job started; nothing was run", err=True)
@@ -73,6 +85,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, as_json
             _finish(doc, as_json)
             sys.exit(err.exit_code)
         _finish(doc, as_json)
+    sys.exit(doc["exit_code"])
 
 
 def _report(doc: dict, side: str) -> str | None:
@@ -114,7 +127,7 @@ def _finish(doc: dict, as_json: bool) -> None:
         row("JavaCPP maxbytes", lambda s: human_bytes(s["limits"]["javacpp_max"])),
         row("JavaCPP maxphysicalbytes", lambda s: human_bytes(s["limits"]["javacpp_max_physical"])),
         row("peak heap used", lambda s: human_bytes(s["peaks"]["heap_used"])),
-        row("peak heap after GC", lambda s: human_bytes(s["peaks"]["heap_live"])),
+        row("peak live heap", lambda s: human_bytes(s["peaks"]["heap_live"])),
         row("peak native", lambda s: human_bytes(s["peaks"]["native"])),
         row("peak RSS", lambda s: human_bytes(s["peaks"]["rss"])),
         row("iterations/s", speed),
@@ -133,8 +146,25 @@ def _finish(doc: dict, as_json: bool) -> None:
             click.echo(f"    {arg}: {why}")
     for note in doc.get("notes") or []:
         click.echo(f"note: {note}")
-    if doc.get("after") is not None and not doc.get("partial"):
-        click.echo("verified: the second run finished cleanly with these flags" if doc["verified"]
-                   else "NOT verified: the second run still shows problems; see the report")
+    if doc.get("rerecommended_after"):
+        click.echo("the first re-run was refused at a limit (" + "; ".join(doc["rerecommended_after"])
+                   + "): recommended again from the numbers it names, and re-ran")
+    speed = doc.get("throughput") or {}
+    if speed.get("before") and speed.get("after"):
+        b, a = speed["before"], speed["after"]
+        click.echo(f"iterations/s: before {b['median']:.3g} (min-max {b['min']:.3g}-{b['max']:.3g}, {b['runs']} runs), "
+                   f"after {a['median']:.3g} (min-max {a['min']:.3g}-{a['max']:.3g}, {a['runs']} runs): "
+                   f"{speed['speedup']:.2f}x")
+    if speed.get("warning"):
+        click.echo(f"warning: {speed['warning']}")
+    outcome = None if doc.get("partial") else doc.get("outcome")
+    if outcome == "verified":
+        click.echo("verified: the re-run finished cleanly" + ("" if doc.get("plan") else " with these flags"))
+    elif outcome == "not-verified":
+        click.echo("NOT verified: the re-run finished but shows problems (" + ", ".join(doc["after"]["findings"])
+                   + "); see the report")
+    elif outcome == "rerun-failed":
+        click.echo(f"re-run FAILED (exit code {doc['after']['exit_code']}; "
+                   + ", ".join(doc["after"]["findings"]) + "); see the report")
     if doc.get("report"):
         click.echo(f"report: {doc['report']}")

@@ -106,11 +106,27 @@ class FlagSet:
         return d
 
 
+# Name of the measured off-heap term JavaCPP counts (Pointers with a deallocator): `maxbytes` is
+# sized from it alone when an estimate has it; the rest of off-heap memory only counts in RSS.
+JAVACPP_TERM = "javacpp_peak"
+MIN_MAXBYTES = 64 * MiB          # JavaCPP's own small Pointers (op arguments, shapes) in a job that makes no others
+
+
 def measured_estimate(offheap_bytes: int, heap_bytes: int, native_bytes: int, model: str = "measured",
-                      batch: int = 1) -> Estimate:
-    """An Estimate from observed peaks (e.g. a profiled run), so `flags()` can size from facts."""
+                      batch: int = 1, javacpp_bytes: int | None = None) -> Estimate:
+    """An Estimate from observed peaks (e.g. a profiled run), so `flags()` can size from facts.
+
+    With `javacpp_bytes` (the measured peak of JavaCPP's totalBytes), off-heap is two terms: that one,
+    which `maxbytes` must hold, and `offheap_bytes`, memory JavaCPP does not count (libnd4j array
+    buffers on the CPU backend, other native allocations), which only the RSS limits see."""
+    offheap = [Term("offheap_peak", "offheap", "measured", int(offheap_bytes), 0, "measured peak of ND4J off-heap memory")]
+    if javacpp_bytes is not None:
+        offheap = [Term(JAVACPP_TERM, "offheap", "measured", int(javacpp_bytes), 0,
+                        "measured peak of JavaCPP totalBytes (Pointers with a deallocator: arrays built from Java arrays, ...)"),
+                   Term("untracked_offheap", "offheap", "measured", int(offheap_bytes), 0,
+                        "measured peak of off-heap memory JavaCPP does not count (libnd4j array buffers, native allocations)")]
     terms = (
-        Term("offheap_peak", "offheap", "measured", int(offheap_bytes), 0, "measured peak of ND4J off-heap memory"),
+        *offheap,
         Term("java_heap", "heap", "measured", int(heap_bytes), 0, "measured heap need"),
         Term("jvm_native", "native", "measured", int(native_bytes), 0, "measured JVM native memory"),
     )
@@ -135,14 +151,29 @@ def _size(value: int | str | None, what: str) -> int | None:
     return n
 
 
+def _javacpp_part(est: Estimate) -> int | None:
+    """The off-heap bytes JavaCPP counts, when the estimate tells them apart (measured runs)."""
+    try:
+        return est.term_bytes(JAVACPP_TERM)
+    except KeyError:
+        return None
+
+
 def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     """The sizes behind the flags. Floors keep every flag meaningful whatever the estimate: a heap
     of at least HEAP_MIN_BYTES (an estimate without a heap term must not give -Xmx0) and a
     maxbytes of at least MIN_MAXBYTES (0 means unlimited to JavaCPP)."""
-    maxbytes = max(_mib_up(est.offheap_bytes * (1 + headroom)), MIN_MAXBYTES)
+    javacpp = _javacpp_part(est)
     heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
     native = _mib_up(est.native_bytes * (1 + headroom))
-    maxphys = maxbytes + heap + max_direct + native
+    if javacpp is None:
+        # an estimated network: all of its off-heap memory under maxbytes (harmless where JavaCPP does not count it)
+        maxbytes = max(_mib_up(est.offheap_bytes * (1 + headroom)), MIN_MAXBYTES)
+        maxphys = maxbytes + heap + max_direct + native
+    else:
+        maxbytes = max(_mib_up(javacpp * (1 + headroom)), MIN_MAXBYTES)
+        untracked = _mib_up((est.offheap_bytes - javacpp) * (1 + headroom))
+        maxphys = maxbytes + untracked + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(maxphys * CONTAINER_MARGIN_FRACTION))
     return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, container=maxphys + margin, margin=margin)
 
@@ -232,12 +263,12 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              "bounds java.nio direct buffers only (Netty, NIO file I/O); ND4J arrays are JavaCPP/libnd4j memory and "
              "ignore it, so it stays small"),
         Flag("org.bytedeco.javacpp.maxbytes", f"-Dorg.bytedeco.javacpp.maxbytes={s['maxbytes']}", s["maxbytes"],
-             f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom "
-             f"(JavaCPP's default would be -Xmx, unrelated to the network)"),
+             _maxbytes_reason(est, pct)),
         Flag("org.bytedeco.javacpp.maxphysicalbytes", f"-Dorg.bytedeco.javacpp.maxphysicalbytes={s['maxphysicalbytes']}",
              s["maxphysicalbytes"],
-             f"the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + heap + direct "
-             f"+ JVM native {human_bytes(est.native_bytes)} + {pct}"),
+             f"the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + "
+             + ("off-heap memory JavaCPP does not count + " if _javacpp_part(est) is not None else "")
+             + f"heap + direct + JVM native {human_bytes(est.native_bytes)} + {pct}"),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [
@@ -270,6 +301,17 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
             needed_bytes=needed, budget_bytes=have, biggest_term=biggest.name, largest_batch=best,
             breakdown=est.breakdown())
     return result
+
+
+def _maxbytes_reason(est: Estimate, pct: str) -> str:
+    javacpp = _javacpp_part(est)
+    if javacpp is None:
+        return (f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom "
+                f"(JavaCPP's default would be -Xmx, unrelated to the network)")
+    return (f"what JavaCPP counts: the job's JavaCPP Pointers peaked at {human_bytes(javacpp)} (measured exactly: arrays "
+            f"built from Java arrays, Pointers it made) + {pct}, at least {human_bytes(MIN_MAXBYTES)}; the "
+            f"{human_bytes(est.offheap_bytes - javacpp)} of libnd4j array buffers and other native memory are not "
+            f"counted by JavaCPP, so maxphysicalbytes holds them")
 
 
 # ----------------------------------------------------------------------------- output formats

@@ -76,9 +76,12 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
 
 # Per-sample numeric series the report and the diagnosis use (agent field names).
 SERIES = (
-    "heap_used", "heap_committed", "heap_max", "nonheap_used", "nonheap_committed",
+    "heap_used", "heap_committed", "heap_max", "nonheap_used", "nonheap_committed", "old_used",
     "direct_used", "mapped_used", "rss", "threads", "iterations",
-    "javacpp_total", "javacpp_physical", "javacpp_max", "javacpp_max_physical",
+    "javacpp_total", "javacpp_count", "javacpp_physical", "javacpp_max", "javacpp_max_physical",
+    # the agent's allocation counters: libnd4j buffers (not counted by JavaCPP) and JavaCPP Pointers
+    "nd4j_live", "nd4j_live_count", "nd4j_peak", "nd4j_allocated", "live_points",
+    "javacpp_allocated", "javacpp_peak", "javacpp_largest",
 )
 
 
@@ -122,6 +125,11 @@ class Timeline:
     network_events: list[dict[str, Any]] = field(default_factory=list)  # "network", "plan", "plan_stats"
     path: Path | None = None
     jvm: "JvmIdentity | None" = field(default=None, repr=False)
+    # what the job kept: one point after each full collection (the job's own or the agent's inspection)
+    live_points: list[dict[str, Any]] = field(default_factory=list)
+    # allocation sites by call site, sampled by bytes: after each live point, at new peaks, at the end
+    site_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
@@ -164,7 +172,7 @@ class Timeline:
         regular_file(path, "timeline")
         base = path.parent
         start: dict[str, Any] = {}
-        samples, gcs, iters, epochs, errors, networks = [], [], [], [], [], []
+        samples, gcs, iters, epochs, errors, networks, lives, sites, notes = [], [], [], [], [], [], [], [], []
         end = None
         skipped: dict[str, int] = {}
         with path.open(encoding="utf-8", errors="replace") as fh:
@@ -187,6 +195,12 @@ class Timeline:
                     epochs.append(event)
                 elif kind == "error":
                     errors.append(event)
+                elif kind == "live":
+                    lives.append(event)
+                elif kind == "sites":
+                    sites.append(event)
+                elif kind == "note":
+                    notes.append(event)
                 elif kind == "start" and not start:
                     start = event
                 elif kind == "end":
@@ -199,7 +213,18 @@ class Timeline:
             skipped["unreadable run.json"] = 1
         torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
         return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn_lines=torn, skipped=skipped,
-                   network_events=networks, path=path)
+                   network_events=networks, path=path, live_points=lives, site_snapshots=sites, notes=notes)
+
+    def until(self, t_ms: float) -> "Timeline":
+        """The run as it was known at epoch-ms `t_ms` (no end line): what a prediction made then could see."""
+        def before(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [e for e in events if e.get("t", 0) <= t_ms]
+
+        meta = dict(self.meta, returncode=None)
+        return Timeline(self.run_dir, self.start, before(self.samples), before(self.gc_events), before(self.iter_events),
+                        before(self.epoch_events), before(self.errors), None, meta, path=self.path, jvm=self.jvm,
+                        live_points=before(self.live_points), site_snapshots=before(self.site_snapshots),
+                        notes=before(self.notes))
 
     # -- arrays -------------------------------------------------------------------------------
 
@@ -267,20 +292,56 @@ class Timeline:
         return _nanmax(self.series(name) if self.samples else np.array([]))
 
     def live_heap_peak(self) -> int | None:
-        """Largest heap still in use right after a GC: the live set -Xmx must hold."""
+        """Largest live heap: object bytes left after a full collection (the job's own, or the agent's
+        heap inspection, which is `jcmd GC.class_histogram`). None when no full collection happened:
+        heap after young collections is not the live set (old-generation garbage stays in it)."""
+        points = [p for p in self.live_points if p.get("heap_live") is not None]
+        # points taken once ND4J's deallocators were done, when there are any: before that the
+        # bookkeeping of arrays that just died is still reachable and counted
+        clean = [p for p in points if p.get("heap_drained")]
+        values = [p["heap_live"] for p in (clean or points)]
+        return max(values) if values else None
+
+    def heap_after_gc_peak(self) -> int | None:
+        """Largest heap left after any collection, young ones included: an upper bound of the live
+        set, up to all the old-generation garbage not collected yet."""
         after = [g["heap_after"] for g in self.gc_events if g.get("heap_after") is not None]
         return max(after) if after else None
+
+    def last_sample_value(self, name: str) -> float | None:
+        """The last sampled value of a field (cumulative counters), or None."""
+        for s in reversed(self.samples):
+            if s.get(name) is not None:
+                return float(s[name])
+        return None
+
+    def allocators(self) -> dict[str, dict[str, int | None]]:
+        """Which off-heap allocators the job used, from the agent's exact counters: libnd4j array
+        buffers (`nd4j`, not counted by JavaCPP's maxbytes) and JavaCPP Pointers (`javacpp`, counted)."""
+        def value(name: str) -> int | None:
+            v = self.last_sample_value(name)
+            return int(v) if v is not None else None
+
+        return {
+            "nd4j": {"allocated": value("nd4j_allocated"), "peak": self.peak("nd4j_peak") or self.peak("nd4j_live")},
+            "javacpp": {"allocated": value("javacpp_allocated"),
+                        "peak": max(filter(None, (self.peak("javacpp_peak"), self.peak("javacpp_total"))), default=None),
+                        "largest": value("javacpp_largest")},
+        }
 
     def peaks(self) -> dict[str, int | None]:
         """The peaks a flag generator needs, in bytes."""
         return {
             "heap_used": self.peak("heap_used"),
             "heap_live": self.live_heap_peak(),
+            "heap_after_gc": self.heap_after_gc_peak(),
             "heap_committed": self.peak("heap_committed"),
             "nonheap_used": self.peak("nonheap_used"),
             "direct_used": self.peak("direct_used"),
             "mapped_used": self.peak("mapped_used"),
-            "javacpp_total": self.peak("javacpp_total"),
+            "javacpp_total": max(filter(None, (self.peak("javacpp_total"), self.peak("javacpp_peak"))), default=None),
+            "javacpp_largest": self.peak("javacpp_largest"),
+            "nd4j": self.peak("nd4j_peak") or self.peak("nd4j_live"),
             "javacpp_physical": self.peak("javacpp_physical"),
             "rss": self.peak("rss"),
             "native": _nanmax(self.native()),

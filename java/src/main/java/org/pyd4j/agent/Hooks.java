@@ -1,5 +1,8 @@
 package org.pyd4j.agent;
 
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.lang.ref.WeakReference;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.Method;
@@ -48,6 +51,66 @@ public final class Hooks {
     /** Called at the end of org.bytedeco.javacpp.Pointer.<clinit>. */
     public static void javacppReady(Class<?> pointer) {
         pointerClass = pointer;
+    }
+
+    /** Return of OpaqueDataBuffer.allocateDataBuffer: a libnd4j buffer of {@code bytes}. */
+    public static void nd4jAllocated(Object opaqueDataBuffer, long bytes) {
+        try {
+            if (opaqueDataBuffer != null) Allocations.nd4jAllocated(address(opaqueDataBuffer), bytes);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** Entry of OpaqueDataBuffer.closeBuffer/setPrimaryBuffer and CpuDeallocator.deallocate: libnd4j's memory goes. */
+    public static void nd4jReleased(Object opaqueDataBuffer) {
+        try {
+            if (opaqueDataBuffer != null) Allocations.nd4jFreed(address(opaqueDataBuffer));
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** JavaCPP's DeallocatorReference.add(): a Pointer of {@code bytes} counts now; totalBytes is {@code total}. */
+    public static void javacppAdded(Object reference, long bytes, long total) {
+        try {
+            Allocations.javacppAdded(reference, bytes, total);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** JavaCPP's DeallocatorReference.remove(), once the Pointer's bytes left totalBytes. */
+    public static void javacppRemoved(Object reference, long bytes) {
+        try {
+            Allocations.javacppRemoved(reference, bytes);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** ND4J's DeallocatorService (entry of pickObject): its registered objects, to see its threads catch up. */
+    public static void deallocatorService(Object service) {
+        try {
+            if (Allocations.deallocatorService == null) Allocations.watchDeallocatorService(service);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    private static volatile MethodHandle addressOf;
+
+    /** JavaCPP's Pointer.address() of a Pointer the agent cannot name at compile time. */
+    private static long address(Object pointer) throws Throwable {
+        MethodHandle h = addressOf;
+        if (h == null) {
+            Class<?> c = pointer.getClass();
+            while (c.getSuperclass() != null && !c.getName().equals("org.bytedeco.javacpp.Pointer")) c = c.getSuperclass();
+            h = MethodHandles.publicLookup().findVirtual(c, "address", MethodType.methodType(long.class))
+                    .asType(MethodType.methodType(long.class, Object.class));
+            addressOf = h;
+        }
+        return (long) h.invokeExact(pointer);
     }
 
     /** Called on entry of Nd4jWorkspace.init(): remember the workspace (once per identity). */
