@@ -15,6 +15,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 JAVA_TARGET = PROJECT_ROOT / "java" / "target"
 HELPER_JAR = JAVA_TARGET / "pyd4j-java.jar"
 EXAMPLES_JAR = PROJECT_ROOT / "examples" / "target" / "pyd4j-examples.jar"
+SPARK_EXAMPLES_JAR = PROJECT_ROOT / "examples" / "spark" / "target" / "pyd4j-spark-examples.jar"
 
 
 class ClasspathError(RuntimeError):
@@ -49,3 +50,11 @@ def examples_jar() -> str:
     if not EXAMPLES_JAR.exists():
         raise ClasspathError(f"{EXAMPLES_JAR} is not built; run `make setup`")
     return str(EXAMPLES_JAR)
+
+
+def spark_examples_classpath() -> list[str]:
+    """The DL4J-on-Spark example jobs jar and its DL4J/ND4J classpath (`dir/*`; Spark itself is the cluster's)."""
+    lib = SPARK_EXAMPLES_JAR.parent / "lib"
+    if not SPARK_EXAMPLES_JAR.exists() or not lib.is_dir():
+        raise ClasspathError(f"{SPARK_EXAMPLES_JAR} is not built; run `make setup`")
+    return [str(SPARK_EXAMPLES_JAR), str(lib / "*")]
