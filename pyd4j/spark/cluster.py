@@ -2,7 +2,7 @@
 each worker with the executors it starts inside its own memory cgroup, sized like a node.
 
     with LocalCluster(workers=2, cores=1, memory="1500m") as cluster:
-        subprocess.run([spark-submit, "--master", cluster.master_url, "--properties-file", props, ...])
+        run_example({**cluster.app_properties(), **conf}, job_args, props, env=cluster.env())   # pyd4j.spark.job
         cluster.executor_exits()        # how each executor ended (exit 137 = killed)
         cluster.oom_kills()             # kernel OOM kills per worker's cgroup
 
@@ -13,8 +13,8 @@ over is a real kill (where this machine lets pyd4j create memory cgroups: root o
 elsewhere `limit_memory=None` runs unlimited and says so, `True` refuses).
 
 Every socket is on 127.0.0.1 (SPARK_LOCAL_IP; the daemons' web UIs bind there too, on ephemeral
-ports) and RPC needs the cluster's secret (spark.authenticate): jobs get it in the properties file
-`app_properties_file()` writes. The daemons are stopped on `stop()`, on leaving the `with` block
+ports) and RPC needs the cluster's secret (spark.authenticate): jobs get it from `app_properties()`, in a
+properties file only this user can read. The daemons are stopped on `stop()`, on leaving the `with` block
 (Ctrl-C included), at interpreter exit, and, if this process is killed outright, by the kernel's
 parent-death signal; a worker takes its executors down with it, and its cgroup is emptied and removed.
 """
@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyd4j.spark.install import spark_env, spark_script
+from pyd4j.spark.install import spark_env, spark_script, write_properties
 from pyd4j.units import parse_bytes
 
 MiB = 1024**2
@@ -145,7 +145,7 @@ class LocalCluster:
             self.dir = Path(tempfile.mkdtemp(prefix="pyd4j-spark-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "conf").mkdir(exist_ok=True)  # an empty SPARK_CONF_DIR: no spark-defaults from elsewhere
-        self._write_properties(self.dir / "daemon.properties", self._auth_properties())
+        write_properties(self.dir / "daemon.properties", self._auth_properties())
         atexit.register(self.stop)
         try:
             if self.limit_memory is not False:
@@ -219,19 +219,6 @@ class LocalCluster:
             raise ClusterError("the cluster is not started; call start() or use `with LocalCluster(...)`")
         return {"spark.master": self.master_url, **self._auth_properties(),
                 "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-
-    def app_properties_file(self, extra: dict[str, str] | None = None, name: str = "app.properties") -> Path:
-        """A properties file (readable by this user only) for `spark-submit --properties-file`."""
-        path = self.dir / name
-        self._write_properties(path, {**self.app_properties(), **(extra or {})})
-        return path
-
-    @staticmethod
-    def _write_properties(path: Path, props: dict[str, str]) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            for key, value in props.items():
-                fh.write(f"{key} {value}\n")
 
     def env(self) -> dict[str, str]:
         """The environment for spark-submit against this cluster (loopback, an empty conf directory)."""

@@ -48,3 +48,13 @@ def spark_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["SPARK_LOCAL_HOSTNAME"] = "127.0.0.1"
     env.setdefault("PYSPARK_PYTHON", "python3")
     return env
+
+
+def write_properties(path: str | Path, props: dict[str, str]) -> Path:
+    """A spark-submit properties file, readable by this user only (it may hold the cluster's secret)."""
+    path = Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        for key, value in props.items():
+            fh.write(f"{key} {value}\n")
+    return path
