@@ -501,6 +501,14 @@ class SparkFlags:
                            f"{sh.task_cpus} cores per task: {sh.concurrent_tasks} network copies at a time per executor"))
         return out
 
+    def local_conf(self) -> dict[str, str]:
+        """For `--master local[N]`: one JVM is driver and executor, so the driver gets the executor's heap and
+        JavaCPP limits (N = executor_cores runs the same concurrent tasks)."""
+        conf = self.conf()
+        conf["spark.driver.memory"] = conf["spark.executor.memory"]
+        conf["spark.driver.extraJavaOptions"] = conf["spark.executor.extraJavaOptions"]
+        return conf
+
     def render(self) -> str:
         lines = ["spark-submit \\"]
         for key, value in self.conf().items():
@@ -546,7 +554,8 @@ def spark_flags(est: Estimate, shape: SparkShape, headroom: float = DEFAULT_HEAD
     if refuse and executor.container_bytes > per_executor:
         best_batch = largest_batch(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT)
         best_cores = _largest_cores(est, shape, per_executor, headroom)
-        biggest = exec_est.biggest_term()
+        # the term the shape multiplies (ND4J memory per concurrent task), not Spark's fixed reserve
+        biggest = max((t for t in exec_est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(exec_est.batch))
         fits = [f"the largest batch per worker that fits is {best_batch}" if best_batch else
                 "no batch per worker fits at these cores"]
         if shape.executor_cores > 1:

@@ -304,3 +304,37 @@ class LocalCluster:
                 raise ClusterError(f"Spark {daemon.name} not ready after {self.start_timeout:.0f} s (waiting for "
                                    f"{pattern!r}); its log ({daemon.log}):\n{text[-3000:]}")
             time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pyd4j.spark.cluster`: start a local cluster, print its master URL and daemons as one JSON
+    line, keep it up until Ctrl-C or SIGTERM, then stop it."""
+    import argparse  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m pyd4j.spark.cluster", description=main.__doc__)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1)
+    parser.add_argument("--memory", default="1g", help="memory per worker for its executors, e.g. 2g")
+    args = parser.parse_args(argv)
+
+    def terminate(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        with LocalCluster(args.workers, args.cores, args.memory) as cluster:
+            print(json.dumps({"master": cluster.master_url, "web_ui": cluster.master_web_url,
+                              "pids": cluster.pids(), "memory_limit": cluster.limit_note}), flush=True)
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        return 130
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
