@@ -327,6 +327,9 @@ _RENDERERS = {"args": _render_args, "env": _render_env, "maven": _render_maven, 
 SPARK_RESERVED_HEAP = 300 * MiB   # Spark's reserved memory: its unified pool is (heap - 300 MiB) x spark.memory.fraction
 SPARK_MIN_HEAP = 480 * MiB        # Spark refuses a heap whose Runtime.maxMemory() is under 1.5 x 300 MiB (450 MiB)
 SPARK_MAX_DIRECT = 64 * MiB       # Netty's RPC and block-transfer buffers are NIO direct: 13-20 MiB measured per JVM
+# Spark 3.5 refuses to start an executor whose Netty direct memory is below this setting (200 MiB by
+# default); blocks above it are streamed to disk instead of memory.
+SPARK_FETCH_TO_MEM = SPARK_MAX_DIRECT // 2
 # Spark's own share of an executor/driver JVM beyond a plain DL4J one (pyd4j.memory.estimate's model),
 # measured with pyd4j's agent on the digits MLP (1 MiB of ND4J memory, so the rest is Spark and the JVM)
 # on a loopback standalone cluster (1-core executors, JDK 17, Spark 3.5.8): executor live heap 43-45 MiB
@@ -487,6 +490,9 @@ class SparkFlags:
             ("spark.executor.extraJavaOptions", opts(self.executor),
              "JavaCPP limits for the executor: maxphysicalbytes (checked against the process's RSS) covers heap + "
              "off-heap; on the CPU backend maxbytes does not bound ND4J arrays; MaxDirectMemorySize for Netty"),
+            ("spark.network.maxRemoteBlockSizeFetchToMem", f"{SPARK_FETCH_TO_MEM // MiB}m",
+             f"below -XX:MaxDirectMemorySize={SPARK_MAX_DIRECT // MiB}m, as Spark 3.5 requires of Netty's direct memory "
+             f"(its default, 200 MiB, would need a 200 MiB direct pool); larger remote blocks go to disk"),
             ("spark.executorEnv.OMP_NUM_THREADS", str(sh.task_cpus),
              f"each task's ND4J ops use spark.task.cpus={sh.task_cpus} thread(s), so {sh.concurrent_tasks} concurrent "
              f"task(s) do not oversubscribe the executor's {sh.executor_cores} core(s)"),

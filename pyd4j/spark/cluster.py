@@ -22,7 +22,6 @@ parent-death signal; a worker takes its executors down with it, and its cgroup i
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import re
 import secrets
@@ -34,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyd4j.spark.install import spark_env, spark_script, write_properties
+from pyd4j.spark.install import die_with_parent, spark_env, spark_script, write_properties
 from pyd4j.units import parse_bytes
 
 MiB = 1024**2
@@ -43,7 +42,6 @@ MiB = 1024**2
 DAEMON_HEAP = "96m"
 DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:MaxMetaspaceSize=128m"
 WORKER_DAEMON_BYTES = 256 * MiB
-_PR_SET_PDEATHSIG = 1
 
 
 class ClusterError(RuntimeError):
@@ -92,10 +90,7 @@ def _child_setup(group) -> None:
     """In each daemon between fork and exec: join the worker's cgroup, and die with this process."""
     if group is not None:
         group.join()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()
 
 
 class LocalCluster:
@@ -211,7 +206,9 @@ class LocalCluster:
 
     def _auth_properties(self) -> dict[str, str]:
         return {"spark.authenticate": "true", "spark.authenticate.secret": self.secret,
-                "spark.master.rest.enabled": "false", "spark.ui.killEnabled": "false"}
+                "spark.master.rest.enabled": "false", "spark.ui.killEnabled": "false",
+                # an application whose executors keep failing is given up after 3, not 10, relaunches
+                "spark.deploy.maxExecutorRetries": "3"}
 
     def app_properties(self) -> dict[str, str]:
         """What a job on this cluster needs besides its own settings: master, secret, loopback driver."""

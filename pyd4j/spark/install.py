@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 from pathlib import Path
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 class SparkNotFoundError(RuntimeError):
@@ -58,3 +63,11 @@ def write_properties(path: str | Path, props: dict[str, str]) -> Path:
         for key, value in props.items():
             fh.write(f"{key} {value}\n")
     return path
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: the kernel sends it SIGTERM when this process dies, even by SIGKILL."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

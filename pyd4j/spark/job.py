@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyd4j.jvm.classpath import spark_examples_classpath
-from pyd4j.spark.install import spark_env, spark_script, write_properties
+from pyd4j.spark.install import die_with_parent, spark_env, spark_script, write_properties
 
 MAIN_CLASS = "org.pyd4j.examples.spark.TrainOnSpark"
 
@@ -91,7 +91,8 @@ def run_example(conf: dict[str, str], job_args: list[str], properties_file: str 
                spark_examples_classpath()[0], *job_args]
     t0 = time.monotonic()
     proc = subprocess.Popen(command, env=env or spark_env(), cwd=str(cwd or PROJECT_ROOT), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=die_with_parent)  # noqa: PLW1509  (the driver never outlives us)
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -41,6 +41,9 @@ def test_hand_worked_executor_settings():
     assert conf["spark.executor.cores"] == "2" and conf["spark.cores.max"] == "4"
     assert conf["spark.executorEnv.OMP_NUM_THREADS"] == "1"
     assert "spark.task.cpus" not in conf  # one core per task is Spark's default
+    # Spark 3.5 refuses an executor whose Netty direct memory (MaxDirectMemorySize) is below this
+    assert int(conf["spark.network.maxRemoteBlockSizeFetchToMem"].rstrip("m")) < 64
+    assert "-XX:MaxDirectMemorySize=64m" in conf["spark.executor.extraJavaOptions"]
     opts = conf["spark.executor.extraJavaOptions"]
     assert "-Xmx" not in opts and "-Xms" not in opts  # Spark refuses -Xmx there; the heap is spark.executor.memory
     assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1479 * MiB}" in opts
