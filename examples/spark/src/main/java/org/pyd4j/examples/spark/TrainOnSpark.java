@@ -250,6 +250,7 @@ public final class TrainOnSpark {
             Map<String, Object> start = new LinkedHashMap<>();
             start.put("event", "start");
             start.put("master", sc.master());
+            start.put("app_id", sc.sc().applicationId());
             start.put("workers", workers);
             start.put("approach", approach.name());
             start.put("network", json.contains("\"vertices\"") || Boolean.parseBoolean(o.get("graph"))
