@@ -2,7 +2,7 @@
 PY        := .venv/bin/python
 VENV      := .venv/.installed
 JAR       := java/target/pyd4j-java.jar
-JAVA_SRC  := $(shell find java/src examples/src tests/fixtures/java/src tests/fixtures/java-compat/src -type f 2>/dev/null)
+JAVA_SRC  := $(shell find java/src examples/src examples/spark/src tests/fixtures/java/src tests/fixtures/java-compat/src -type f 2>/dev/null)
 MVN       := mvn -q -B
 # Side-agent library: CUDA build where nvcc is found, host-only build elsewhere (same C ABI).
 NATIVE_LIB := native/build/libpyd4j_agent.so
@@ -24,11 +24,11 @@ setup: $(VENV) $(JAR) $(NATIVE_LIB)
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -c constraints.txt -e ".[dev]"
+	.venv/bin/pip install -q -c constraints.txt -e ".[dev,spark]"
 	touch $@
 
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
-$(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml tests/fixtures/java/pom.xml tests/fixtures/java-compat/pom.xml $(JAVA_SRC)
+$(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml examples/spark/pom.xml tests/fixtures/java/pom.xml tests/fixtures/java-compat/pom.xml .mvn/settings.xml $(JAVA_SRC)
 	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
 	touch $@
 
@@ -72,7 +72,7 @@ wheel: $(JAR)
 	@ls dist/*.whl
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth flags_accuracy agent_overhead live_heap prefetch workspaces agent_gpu tiers
+BENCHMARKS := interop plan_speed depth flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 

@@ -21,6 +21,7 @@ PACKAGED_JAR = Path(__file__).resolve().parent / "java" / "pyd4j-java.jar"  # in
 HELPER_JAR = JAVA_TARGET / "pyd4j-java.jar" if (JAVA_TARGET / "pyd4j-java.jar").exists() or not PACKAGED_JAR.exists() \
     else PACKAGED_JAR
 EXAMPLES_JAR = PROJECT_ROOT / "examples" / "target" / "pyd4j-examples.jar"
+SPARK_EXAMPLES_JAR = PROJECT_ROOT / "examples" / "spark" / "target" / "pyd4j-spark-examples.jar"
 
 
 class ClasspathError(RuntimeError):
@@ -61,3 +62,11 @@ def examples_jar() -> str:
     if not EXAMPLES_JAR.exists():
         raise ClasspathError(f"{EXAMPLES_JAR} is not built; run `make setup`")
     return str(EXAMPLES_JAR)
+
+
+def spark_examples_classpath() -> list[str]:
+    """The DL4J-on-Spark example jobs jar and its DL4J/ND4J classpath (`dir/*`; Spark itself is the cluster's)."""
+    lib = SPARK_EXAMPLES_JAR.parent / "lib"
+    if not SPARK_EXAMPLES_JAR.exists() or not lib.is_dir():
+        raise ClasspathError(f"{SPARK_EXAMPLES_JAR} is not built; run `make setup`")
+    return [str(SPARK_EXAMPLES_JAR), str(lib / "*")]
