@@ -7,7 +7,7 @@ Definition (no policy may redefine it):
 - resident: what every plan holds for the whole run (`resident_tensors`; the simulator refuses
   a plan that frees one or starts computing before it is allocated): parameters W, SGD momentum
   M (one more copy of the parameters), the persistent per-layer state of the dependency profile
-  (BN running/saved statistics, dropout masks or reserve space: `pyd4j.sched.deps`), and the
+  (cuDNN's BN running statistics, dropout reserve space: `pyd4j.sched.deps`), and the
   parameter gradients dW when the profile keeps them;
 - need(s), for every FORWARD and BACKWARD step s (each runs once in every plan; a RECOMPUTE is
   optional, so it does not count): the tensors the dependency model says s reads and writes,
@@ -22,8 +22,17 @@ Definition (no policy may redefine it):
     to the step that reads it (gradients never move to the host, and a partial sum cannot be
     freed), so a gradient with a contribution before step i and its reader after step i is
     held during step i (the shortcut gradient of a residual block during the branch's steps).
+  - both steps of a layer with `saved` tensors (what DL4J's batch normalization and dropout
+    keep from the forward to the backward step) also hold those: the forward step writes them
+    and the backward step reads them. Other layers' saved tensors are not counted (a plan may
+    drop them and rebuild them by recomputation).
   The simulator checks exactly these tensors at every compute record and refuses to free a
   partial gradient or move a gradient to the host, so no plan goes below the bound.
+
+For a DL4J network (profile `dl4j`, `pyd4j.sched.dl4j_json`) the model is DL4J's measured one:
+parameters, updater state and parameter gradients are resident (DL4J keeps its flattened
+gradient view for the whole run); each step's scratch is what it allocates in DL4J's
+working-memory workspace; no backward step reads its own output.
 
 The optional convolution workspace of a faster algorithm is not part of the bound (the
 no-workspace algorithm always exists); `workspace_bytes` reports the largest workspace of the
@@ -117,14 +126,14 @@ def step_working_sets(graph: Graph) -> tuple[list[int], list[int]]:
     fwd, bwd = [], []
     for layer in layers:
         i = layer.id
-        need = sum(ysz[j] for j in d.fwd_reads[i]) + d.ws_fwd[i]
+        need = sum(ysz[j] for j in d.fwd_reads[i]) + d.ws_fwd[i] + d.saved_bytes[i]
         if d.fwd_inplace[i] < 0:
             need += ysz[i]
         fwd.append(need)
         if not graph.has_backward(i):
             bwd.append(0)
             continue
-        need = sum(ysz[j] for j in d.bwd_reads[i]) + d.ws_bwd[i]
+        need = sum(ysz[j] for j in d.bwd_reads[i]) + d.ws_bwd[i] + d.saved_bytes[i]
         if d.bwd_dy[i]:
             need += ysz[i]
         need += sum(ysz[j] for j in d.bwd_dx[i])

@@ -10,8 +10,11 @@ output". The table itself is data (`deps.json`, next to this module):
   dependencies; `dl4j`: Deeplearning4j's layers) maps a layer type, or `TYPE.variant` for a
   layer whose `attrs["variant"]` is set (`ELTWISE.prod`, `ACT.fused`), to the roles each step
   reads and writes -- x (the inputs' outputs), y (its own output), dy, dx, w, dw -- plus
-  in-place rules, mandatory scratch (`workspace`) and named persistent per-layer `state`
-  (BN statistics, dropout masks), and a profile-wide `keep_dw`;
+  in-place rules, mandatory scratch (`workspace`), named persistent per-layer `state`
+  (cuDNN's BN running statistics, dropout reserve space), what a forward step keeps for its own
+  backward step (`saved`: DL4J's batch-norm xMu/xHat, dropout masks), a profile-wide
+  `input_dropout` (what a layer with input dropout keeps, whether its backward still reads its
+  inputs) and a profile-wide `keep_dw`;
 - a graph carries its profile (`Graph(..., profile="cudnn")`, the default);
 - `graph_deps(graph)` applies the profile to one graph: per layer, the tensors each step reads
   and writes, which in-place rewrites are possible, and the bytes of scratch and state.
@@ -133,16 +136,27 @@ class LayerDeps:
     backward: StepDeps | None
     recompute: StepDeps
     state: dict[str, Size] = field(default_factory=dict)
+    saved: Size = Size()
+
+
+@dataclass(frozen=True)
+class InputDropout:
+    """What a layer with input dropout keeps from its forward to its backward step (`saved`),
+    and whether its backward still reads its inputs' outputs."""
+
+    saved: Size = Size()
+    backward_reads_x: bool = True
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A named framework profile: one `LayerDeps` per layer key, and `keep_dw`."""
+    """A named framework profile: one `LayerDeps` per layer key, `keep_dw`, `input_dropout`."""
 
     name: str
     description: str
     keep_dw: bool
     layers: dict[str, LayerDeps]
+    input_dropout: InputDropout | None = None
 
     def of(self, layer: "Layer") -> LayerDeps:
         """The entry for `layer`: `TYPE.variant` when the layer has a variant and the profile
@@ -166,7 +180,8 @@ class Profile:
                 continue
             where = f"profile {name!r}, {key}"
             bad = {k for k in entry if not k.startswith("_")} - {"forward", "backward",
-                                                                 "recompute", "state"}
+                                                                 "recompute", "state",
+                                                                 "saved"}
             if bad:
                 raise DepsError(f"{where}: unknown keys {sorted(bad)}")
             if "forward" not in entry:
@@ -178,8 +193,20 @@ class Profile:
                   if entry.get("recompute") else fwd)
             state = {k: Size.from_doc(v, f"{where} state {k}")
                      for k, v in entry.get("state", {}).items()}
-            layers[key] = LayerDeps(fwd, bwd, rc, state)
-        return cls(name, doc.get("description", ""), bool(doc.get("keep_dw", False)), layers)
+            saved = Size.from_doc(entry.get("saved"), f"{where} saved")
+            if state and saved:
+                raise DepsError(f"{where}: a layer has persistent state or saved tensors, not both")
+            layers[key] = LayerDeps(fwd, bwd, rc, state, saved)
+        idrop = doc.get("input_dropout")
+        input_dropout = None
+        if idrop is not None:
+            bad = {k for k in idrop if not k.startswith("_")} - {"saved", "backward_reads_x"}
+            if bad:
+                raise DepsError(f"profile {name!r}, input_dropout: unknown keys {sorted(bad)}")
+            input_dropout = InputDropout(Size.from_doc(idrop.get("saved"), f"profile {name!r}, input_dropout"),
+                                         bool(idrop.get("backward_reads_x", True)))
+        return cls(name, doc.get("description", ""), bool(doc.get("keep_dw", False)), layers,
+                   input_dropout)
 
 
 def _table() -> dict[str, Any]:
@@ -258,6 +285,7 @@ class GraphDeps:
     algo_ws: list[bool]  # the layer's steps may take an optional algorithm workspace
     state_bytes: list[int]  # persistent extra state, aligned (one tensor per layer)
     state_names: list[dict[str, int]]  # its parts, unaligned
+    saved_bytes: list[int]  # kept from FORWARD/RECOMPUTE to BACKWARD, aligned (the same tensor id)
     keep_dw: bool
     ysz: list[int]  # aligned bytes of each layer's output (and of its gradient)
     psz: list[int]  # aligned bytes of each layer's parameters (W, dW, M each)
@@ -309,7 +337,8 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
     fwd_reads, rc_reads, bwd_reads = [], [], []
     bwd_dy, bwd_dx, bwd_dw = [], [], []
     ws_fwd, ws_bwd, ws_rc, algo_ws = [], [], [], []
-    state_bytes, state_names = [], []
+    state_bytes, state_names, saved_bytes = [], [], []
+    idrop = prof.input_dropout
     entries = []
     flags: dict[int, tuple] = {}  # per entry: what its steps read and write
     none = StepDeps()
@@ -327,6 +356,10 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
                                 bool(e.forward.workspace), bool(b.workspace),
                                 bool(e.recompute.workspace))
         fx, rx, bx, by, bdy, bdx, bdw, aw, wf, wb, wr = f
+        saved = aligned(e.saved.of(graph, layer)) if e.saved else 0
+        if idrop is not None and layer.attrs.get("idropout") is not None:
+            saved += aligned(idrop.saved.of(graph, layer))
+            bx = bx and idrop.backward_reads_x
         ins = layer.inputs if len(layer.inputs) < 2 else tuple(dict.fromkeys(layer.inputs))
         fwd_reads.append(ins if fx else ())
         rc_reads.append(ins if rx else ())
@@ -355,6 +388,10 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
         else:
             state_names.append({})
             state_bytes.append(0)
+        if saved and state_bytes[-1]:
+            raise DepsError(f"layer {layer.name!r}: persistent state and saved tensors share one "
+                            "tensor id; a profile gives a layer one or the other")
+        saved_bytes.append(saved)
     read_in_bwd = [False] * n
     for reads in bwd_reads:
         for j in reads:
@@ -386,8 +423,8 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
             nbytes[base + 1] = obytes[i]
         if pbytes[i]:
             nbytes[base + 2] = nbytes[base + 3] = nbytes[base + 4] = pbytes[i]
-        nbytes[5 * n + i] = state_bytes[i]
+        nbytes[5 * n + i] = state_bytes[i] or saved_bytes[i]
     asz = [-(-b // ALIGNMENT) * ALIGNMENT for b in nbytes]
     return GraphDeps(prof, fwd_reads, rc_reads, bwd_reads, bwd_dy, bwd_dx, bwd_dw, fwd_inplace,
                      bwd_inplace, ws_fwd, ws_bwd, ws_rc, algo_ws, state_bytes, state_names,
-                     prof.keep_dw, ysz, psz, nbytes, asz)
+                     saved_bytes, prof.keep_dw, ysz, psz, nbytes, asz)

@@ -11,7 +11,9 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   output layer's weights), SubsamplingLayer / GlobalPoolingLayer -> POOL, BatchNormalization -> BN
   (4 parameters per channel: gamma, beta, global mean, global variance or log-std),
   ActivationLayer -> ACT, DropoutLayer -> DROPOUT, LocalResponseNormalization -> LRN;
-  ElementWiseVertex Add -> JOIN (other ops -> ELTWISE), MergeVertex -> CONCAT.
+  ElementWiseVertex Add -> JOIN (other ops -> ELTWISE), MergeVertex -> CONCAT. Average pooling
+  and global pooling carry `attrs["variant"]` (`avg`, `global_max`, `global_avg`): the dependency
+  model's entries differ (average pooling's backward does not read its input).
   Anything else raises `UnsupportedLayer` naming the type;
 - shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
 - graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
@@ -163,7 +165,7 @@ class _Builder:
             oh, ow = _out_size(h, kh, sh, ph, dh, same), _out_size(w, kw, sw, pw, dw, same)
             return g._add(LayerType.POOL, (x,), (n, c, oh, ow), name, (),
                           float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
-                          mode=mode, **attrs)
+                          mode=mode, **({"variant": "avg"} if mode == "avg" else {}), **attrs)
         if kind == "GlobalPoolingLayer":
             c, h, w = self._chw(xs, name)
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
@@ -171,7 +173,8 @@ class _Builder:
                 raise UnsupportedLayer(f"global pooling {layer.get('poolingType')} of {name!r} "
                                        "(supported: MAX, AVG with collapsed dimensions)")
             return g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
-                          kernel=h, stride=h, pad=0, mode=mode, global_pool=True, **attrs)
+                          kernel=h, stride=h, pad=0, mode=mode, global_pool=True,
+                          variant=f"global_{mode}", **attrs)
         if kind == "BatchNormalization":
             c = xs[1]
             return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
@@ -181,7 +184,8 @@ class _Builder:
             if fn == "softmax":
                 raise UnsupportedLayer(f"softmax activation outside an output layer ({name!r})")
             return g._add(LayerType.ACT, (x,), xs, name, fn=fn, **attrs)
-        if kind == "DropoutLayer":
+        if kind == "DropoutLayer":  # its dropout is the node itself, not an input dropout
+            attrs.pop("idropout", None)
             return g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0),
                           **attrs)
         if kind == "LocalResponseNormalization":

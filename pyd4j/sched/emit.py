@@ -17,7 +17,12 @@ before it, freed right after: BACKWARD applies the update). A Y no backward step
 after its last forward use; a Y read by the rebuild of a dropped layer is needed wherever that
 layer is. In-place steps the model allows are written as the compute record followed by a MOVE
 (forward: only when the input is neither offloaded nor dropped and the output is not dropped).
-Persistent per-layer state is allocated with the parameters.
+Persistent per-layer state is allocated with the parameters. What a layer's forward step keeps
+for its own backward step (`saved`: DL4J's batch-norm xMu/xHat, dropout masks; the tensor id of
+its state) is allocated right before each FORWARD/RECOMPUTE of the layer and freed right after
+its BACKWARD; a dropped layer frees it with its output after the forward pass, and a BACKWARD
+whose saved tensor is gone is preceded by the RECOMPUTE that rebuilds it (its output is freed
+again at once when nothing else needs it).
 
 With a `budget` (the tensor cache of SuperNeurons' unified tensor pool), releasing an offloaded
 or dropped tensor that is needed again does not free it: it stays on the device as a cache entry
@@ -107,6 +112,21 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             add(new(S, (A, state_tid(n, i), 0, 0, -1)))
             live += nbytes
     ws_fwd, ws_bwd, ws_rc = d.ws_fwd, d.ws_bwd, d.ws_rc
+    saved = d.saved_bytes
+    saved_live = [False] * n
+
+    def keep_saved(i: int) -> None:
+        # the forward/recompute step of i is about to write what it keeps for its backward
+        if saved[i] and not saved_live[i]:
+            alloc(state_tid(n, i), saved[i])
+            saved_live[i] = True
+
+    def drop_saved(i: int) -> None:
+        nonlocal live
+        if saved[i] and saved_live[i] and free:
+            add(new(S, (F, state_tid(n, i), 0, 0, -1)))
+            live -= saved[i]
+            saved_live[i] = False
 
     def room(i: int, ws: list[int]) -> int:
         return ws[i] + (reserve[i] if reserve is not None else 0)
@@ -176,6 +196,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                    for i, j in enumerate(d.fwd_inplace)]
     for i in range(n):
         j = fwd_inplace[i]
+        keep_saved(i)
         if j >= 0:  # the output takes over its input's buffer
             if caching and room(i, ws_fwd):
                 evict(room(i, ws_fwd), -1)
@@ -200,6 +221,8 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
                 if (remaining[j] == 0 and valid[j]
                         and (j in offload or j in drop or not uses[j])):
                     release(j)
+                    if j in drop:  # rebuilt with its output before its backward step
+                        drop_saved(j)
             if not cons[i] and not uses[i]:
                 release(i)
 
@@ -231,6 +254,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             for u in ins:
                 materialize(u, cur, pos)
             alloc(5 * j, ysz[j])
+            keep_saved(j)
             if caching and room(j, ws_rc):
                 evict(room(j, ws_rc), pos + lookahead)
             add(new(S, (RC, j, 0, 0, -1)))
@@ -245,6 +269,32 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             raise RuntimeError(f"plan lost tensor {layers[j].name}:Y (neither kept, offloaded "
                                "nor recomputable); this is a policy bug")
         valid[j] = True
+
+    def rebuild_saved(i: int, cur: tuple[int, ...], pos: int) -> None:
+        # BACKWARD of i needs what its forward step kept: run the forward step again
+        nonlocal live
+        ins = d.rc_reads[i]
+        for u in ins:
+            pinned[u] = pinned.get(u, 0) + 1
+        for u in ins:
+            materialize(u, cur, pos)
+        temporary = not valid[i]
+        if temporary:
+            alloc(5 * i, ysz[i])
+        keep_saved(i)
+        if caching and room(i, ws_rc):
+            evict(room(i, ws_rc), pos + lookahead)
+        add(new(S, (RC, i, 0, 0, -1)))
+        valid[i] = True
+        for u in ins:
+            pinned[u] -= 1
+        for u in ins:
+            if u not in cur and valid[u] and not pinned.get(u):
+                release_intermediate(u)
+        if temporary and i not in cur:
+            add(new(S, (F, 5 * i, 0, 0, -1)))
+            live -= ysz[i]
+            valid[i] = cached[i] = False
 
     def prefetch_ahead(pos: int) -> None:
         # bring evicted tensors of the next `lookahead` steps back early, evicting only cache
@@ -280,6 +330,8 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             cur = need[i]
             for j in cur:
                 materialize(j, cur, pos)
+            if saved[i] and not saved_live[i]:
+                rebuild_saved(i, cur, pos)
             ip = d.bwd_inplace[i]
             if ip is not None:
                 tj, src = ip
@@ -310,6 +362,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             if dw:
                 add(new(S, (F, 5 * i + _DW, 0, 0, -1)))
                 live -= psz[i]
+            drop_saved(i)
             for j in at_pos[pos]:
                 ptr[j] += 1
             if not free:

@@ -180,10 +180,11 @@ class Graph:
                     out.append(Tensor(tid(layer.id, kind), f"{layer.name}:{kind.name}", kind,
                                       shape, layer.dtype, layer.param_bytes))
         n = len(self.layers)
-        for layer, nbytes in zip(self.layers, self.deps.state_bytes):
-            if nbytes:
+        d = self.deps
+        for layer, state, saved in zip(self.layers, d.state_bytes, d.saved_bytes):
+            if state or saved:  # persistent state, or what the forward step keeps for backward
                 out.append(Tensor(state_tid(n, layer.id), f"{layer.name}:STATE", None,
-                                  (nbytes,), "uint8", nbytes))
+                                  (state or saved,), "uint8", state or saved))
         return out
 
     def nbytes_table(self) -> list[int]:

@@ -136,6 +136,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
             need_dy[j] += 1
     has_params = [bool(layer.param_shapes) for layer in layers]
     state_t = [state_tid(n, i) if d.state_bytes[i] else -1 for i in range(n)]
+    saved_t = [state_tid(n, i) if d.saved_bytes[i] else -1 for i in range(n)]
     resident = resident_tensors(g)
     is_resident = bytearray(len(nb))
     for t in resident:
@@ -340,6 +341,9 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     raise fail(k, f"parameters/momentum of {layers[i].name} not allocated")
                 if bwd_dw[i] and not alloc[base + 3]:
                     raise fail(k, f"writes {layers[i].name}:DW, which is not allocated")
+                if saved_t[i] >= 0 and not valid[saved_t[i]]:
+                    raise fail(k, f"reads what the forward step of {layers[i].name} keeps for "
+                                  "it, which is not live (freed and not recomputed)")
                 done_bwd[i] = 1
                 dur = (conv_time(g, i, True, s_algo) if is_conv[i] else bwd[i]) + upd[i]
                 extra = ws_bwd[i]
@@ -357,6 +361,11 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     valid[base] = 1
                 if has_params[i] and not alloc[base + 2]:
                     raise fail(k, f"parameters of {layers[i].name} not allocated")
+                if saved_t[i] >= 0:
+                    if not alloc[saved_t[i]]:
+                        raise fail(k, f"writes what {layers[i].name} keeps for its backward "
+                                      "step, which is not allocated")
+                    valid[saved_t[i]] = 1
                 dur = conv_time(g, i, False, s_algo) if is_conv[i] else fwd[i]
                 extra = ws_fwd[i] if op == FW else ws_rc[i]
             aws = 0

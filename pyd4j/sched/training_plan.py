@@ -38,12 +38,16 @@ is this document -- the one place the format is defined:
     }
 
 Records are `pyd4j.sched.plan.Step`s in order: `[op, arg]` with op one of ALLOC, FREE, OFFLOAD,
-PREFETCH (arg: a tensor id, 5 * node + kind with kind Y=0, DY=1, W=2, DW=3, M=4) or FORWARD,
-BACKWARD, RECOMPUTE (arg: a node id). The trainer creates arrays in the steps that produce them
-(ALLOC is accounting only), keeps DL4J's parameters, gradients and updater state where DL4J keeps
-them (W, DW, M records are accounting only), closes an activation (Y) or its gradient (DY) at its
-FREE, copies it to an offload tier at OFFLOAD and brings it back at PREFETCH, and reruns a node's
-forward step at RECOMPUTE.
+PREFETCH (arg: a tensor id, 5 * node + kind with kind Y=0, DY=1, W=2, DW=3, M=4, or 5 * n + node
+for what node's forward step keeps for its backward step -- batch norm's xMu/xHat/std, dropout
+masks and dropped inputs; n = number of nodes) or FORWARD, BACKWARD, RECOMPUTE (arg: a node id),
+and `["MOVE", dst, src]` (the buffer of tensor src becomes dst's after an in-place step). The
+trainer creates arrays in the steps that produce them (ALLOC is accounting only), keeps DL4J's
+parameters, gradients and updater state where DL4J keeps them (W, DW, M records are accounting
+only), closes an activation (Y) or its gradient (DY) at its FREE, what a layer keeps for its
+backward step at the FREE of 5 * n + node, copies an activation to an offload tier at OFFLOAD and
+brings it back at PREFETCH, reruns a node's forward step at RECOMPUTE, and closes src at a MOVE
+(DL4J's layers write new arrays: nothing runs in place).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from dataclasses import replace
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import Graph
-from pyd4j.sched.plan import Plan
+from pyd4j.sched.plan import Op, Plan
 from pyd4j.sched.policies import make_plan
 from pyd4j.sched.pool import pooled_plan
 from pyd4j.sched.recompute import recompute_decisions
@@ -160,7 +164,8 @@ def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str 
         "predicted": {"peak_bytes": result.peak_bytes, "device_peak_bytes": result.device_peak_bytes,
                       "lower_bound_bytes": lower_bound(g).lower_bound_bytes, "time_s": result.time_s},
         "nodes": nodes,
-        "records": [[s.op.name, int(s.arg)] for s in plan.steps],
+        "records": [[s.op.name, int(s.arg), int(s.src)] if s.op is Op.MOVE else [s.op.name, int(s.arg)]
+                    for s in plan.steps],
     }
 
 

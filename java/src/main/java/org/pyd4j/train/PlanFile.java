@@ -23,9 +23,11 @@ public final class PlanFile {
     public static final int VERSION = 1;
 
     /** Record operations, numbered as in pyd4j.sched.plan.Op. */
-    public enum Op { ALLOC, FREE, OFFLOAD, PREFETCH, FORWARD, BACKWARD, RECOMPUTE }
+    public enum Op { ALLOC, FREE, OFFLOAD, PREFETCH, FORWARD, BACKWARD, RECOMPUTE, MOVE }
 
-    /** The five tensors of a node, numbered as in pyd4j.sched.plan.Kind: tensor id = 5 * node + kind. */
+    /** The five tensors of a node, numbered as in pyd4j.sched.plan.Kind: tensor id = 5 * node + kind;
+     *  what node i's forward step keeps for its backward step (batch norm's xMu/xHat/std, dropout
+     *  masks) is tensor 5 * n + i (pyd4j.sched.plan.state_tid). */
     public static final int KINDS = 5;
     public static final int Y = 0;
     public static final int DY = 1;
@@ -69,10 +71,12 @@ public final class PlanFile {
     public static final class Record {
         public final Op op;
         public final int arg;
+        public final int src;   // MOVE: the tensor whose buffer becomes arg's; -1 otherwise
 
-        Record(Op op, int arg) {
+        Record(Op op, int arg, int src) {
             this.op = op;
             this.arg = arg;
+            this.src = src;
         }
 
         public boolean isCompute() {
@@ -157,11 +161,16 @@ public final class PlanFile {
                         + java.util.Arrays.toString(ops));
             }
             int arg = r.get(1).asInt();
-            Record rec = new Record(op, arg);
-            int limit = rec.isCompute() ? nodes.size() : KINDS * nodes.size();
-            if (arg < 0 || arg >= limit) {
-                throw bad(source, "record " + records.size() + " (" + name + " " + arg + ") names no "
-                        + (rec.isCompute() ? "node" : "tensor") + " of its " + nodes.size() + " nodes");
+            int src = op == Op.MOVE ? r.path(2).asInt(-1) : -1;
+            Record rec = new Record(op, arg, src);
+            int limit = rec.isCompute() ? nodes.size() : (KINDS + 1) * nodes.size();
+            if (arg < 0 || arg >= limit || (op == Op.MOVE && (src < 0 || src >= KINDS * nodes.size()))) {
+                throw bad(source, "record " + records.size() + " (" + name + " " + arg + (op == Op.MOVE ? " " + src : "")
+                        + ") names no " + (rec.isCompute() ? "node" : "tensor") + " of its " + nodes.size() + " nodes");
+            }
+            if ((op == Op.OFFLOAD || op == Op.PREFETCH) && arg >= KINDS * nodes.size()) {
+                throw bad(source, "record " + records.size() + " (" + name + " " + arg + ") moves what a layer keeps for "
+                        + "its backward step; only activations (Y) go to an offload tier");
             }
             records.add(rec);
         }
@@ -186,5 +195,15 @@ public final class PlanFile {
 
     public static int kind(int tensor) {
         return tensor % KINDS;
+    }
+
+    /** Whether {@code tensor} is what a node keeps for its backward step (5 * n + node). */
+    public boolean isSaved(int tensor) {
+        return tensor >= KINDS * nodes.size();
+    }
+
+    /** The node whose kept arrays tensor {@code tensor} (5 * n + node) is. */
+    public int savedNode(int tensor) {
+        return tensor - KINDS * nodes.size();
     }
 }

@@ -67,6 +67,7 @@ public final class PlannedTrainer implements AutoCloseable {
     private final StepWorkspaceMgr bpMgr;   // backward steps: activations are temporaries
     private final TrainStats stats = new TrainStats();
     private final int[] lastPrefetch;   // record index of each tensor's last PREFETCH, -1 if none
+    private final boolean[] savedRecords;   // the plan frees what node i keeps for backward (5 * n + i) itself
 
     private Solver solver;
     private ConvexOptimizer original;
@@ -101,9 +102,11 @@ public final class PlannedTrainer implements AutoCloseable {
         this.bpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, true);
         this.lastPrefetch = new int[PlanFile.KINDS * plan.nodes.size()];
         Arrays.fill(lastPrefetch, -1);
+        this.savedRecords = new boolean[plan.nodes.size()];
         for (int k = 0; k < plan.records.size(); k++) {
             PlanFile.Record r = plan.records.get(k);
             if (r.op == PlanFile.Op.PREFETCH) lastPrefetch[r.arg] = k;
+            if (!r.isCompute() && plan.isSaved(r.arg)) savedRecords[plan.savedNode(r.arg)] = true;
         }
     }
 
@@ -296,6 +299,11 @@ public final class PlannedTrainer implements AutoCloseable {
                     case FREE:
                         free(r.arg);
                         break;
+                    case MOVE:
+                        // the planner's model let the step write over src; DL4J's layer wrote a new
+                        // array, so src is simply dead now (what the node keeps stays)
+                        move(r.src);
+                        break;
                     case OFFLOAD:
                         offload(r.arg);
                         break;
@@ -333,7 +341,12 @@ public final class PlannedTrainer implements AutoCloseable {
 
     private String describe(PlanFile.Record r) {
         if (r.isCompute()) return r.op + " " + plan.nodes.get(r.arg).name;
+        if (plan.isSaved(r.arg)) return r.op + " " + plan.nodes.get(plan.savedNode(r.arg)).name + ":STATE";
         String[] kinds = {"Y", "DY", "W", "DW", "M"};
+        if (r.op == PlanFile.Op.MOVE) {
+            return "MOVE " + plan.nodes.get(PlanFile.node(r.arg)).name + ":" + kinds[PlanFile.kind(r.arg)] + " <- "
+                    + plan.nodes.get(PlanFile.node(r.src)).name + ":" + kinds[PlanFile.kind(r.src)];
+        }
         return r.op + " " + plan.nodes.get(PlanFile.node(r.arg)).name + ":" + kinds[PlanFile.kind(r.arg)];
     }
 
@@ -476,7 +489,7 @@ public final class PlannedTrainer implements AutoCloseable {
             INDArray cur = y[j] != null || incoming[j] ? materialize(j, "BACKWARD " + pn.name) : null;
             if (cur == bound[node][k]) continue;
             if (cur == null) {
-                if (nodes.backwardReadsInput(node, k)) {
+                if (!ownInput && nodes.backwardReadsInput(node, k)) {
                     throw planError("BACKWARD " + pn.name + " reads its input " + plan.nodes.get(j).name
                             + ":Y (DL4J's " + (l == null ? "vertex" : l.getClass().getSimpleName())
                             + " backprop reads it), which the plan freed");
@@ -530,6 +543,12 @@ public final class PlannedTrainer implements AutoCloseable {
     }
 
     private void free(int t) {
+        if (plan.isSaved(t)) {
+            // what the node's forward step kept for its backward step: a BACKWARD that finds it gone
+            // runs the forward step again first (exactly; the plan normally RECOMPUTEs before it)
+            releaseState(plan.savedNode(t));
+            return;
+        }
         int node = PlanFile.node(t);
         int kind = PlanFile.kind(t);
         if (kind == PlanFile.Y) {
@@ -546,7 +565,7 @@ public final class PlannedTrainer implements AutoCloseable {
             // What the layer keeps for its own backprop (batch norm's normalized input, a dropout
             // mask) goes with its output -- unless the output went to the tier: then it comes back
             // for the backward step and the layer's state waits for it (the tier holds activations only).
-            if (!hostCopy[node]) {
+            if (!hostCopy[node] && !savedRecords[node]) {
                 boolean lost = caches[node] != null && !caches[node].isEmpty();
                 boolean wasReady = ready[node];
                 releaseState(node);
@@ -561,6 +580,26 @@ public final class PlannedTrainer implements AutoCloseable {
             }
         }
         // W, DW, M: DL4J's parameters, gradients and updater state stay where DL4J keeps them
+    }
+
+    /** src's buffer went to another tensor in the planner's model: close DL4J's array of src. */
+    private void move(int src) {
+        int node = PlanFile.node(src);
+        if (PlanFile.kind(src) == PlanFile.Y) {
+            if (offloadPending[node]) {
+                tier.awaitOffloaded(src);
+                offloadPending[node] = false;
+            }
+            if (y[node] != null) {
+                live -= y[node].bytes;
+                release(y[node]);
+                y[node] = null;
+            }
+        } else if (PlanFile.kind(src) == PlanFile.DY && dy[node] != null) {
+            live -= dy[node].bytes;
+            release(dy[node]);
+            dy[node] = null;
+        }
     }
 
     /** The tier forgets node's activation: no PREFETCH of it follows. */
