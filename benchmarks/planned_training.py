@@ -17,7 +17,9 @@ iteration left out). Figures, each a ratio against fit() measured in the same ru
 - the largest batch that trains `--container-iterations` iterations inside a memory cgroup of
   one fixed size (`pyd4j.memory.container`), each batch under the JVM flags `pyd4j flags` gives
   for it: planned / fit();
-- the planner's predicted peak for the plan vs the measured peak above the idle JVM.
+- the planner's predicted peak for the plan vs the measured peak above the idle JVM;
+- for the offloading plan (policy recompute, disk tier): the share of the tier's copy time hidden
+  behind compute (1 - time the trainer waited on copies / time the copies ran).
 
 Runs alternate fit() and planned; medians of `--repeats`. One OpenMP thread (ND4J's default of
 one per core makes runs on a shared machine erratic); the same for every run.
@@ -40,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 NETWORKS = ROOT / "examples" / "networks"
 DEFAULT_NETWORKS = {"deep_cnn_bn": 64, "deep_cnn30": 128, "resnet_graph": 32, "lenet": 128, "mlp": 256}
-POLICIES = ("liveness", "recompute_in_memory")
+POLICIES = ("liveness", "recompute_in_memory", "recompute")
+# "recompute" offloads: the job's trainer gets the CPU backend's disk tier (org.pyd4j.train.DiskTier)
 # DL4J's fit() with glibc's mmap threshold fixed as the planned trainer fixes it: how much of the
 # difference is malloc alone
 MALLOC_FIXED = {"MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -57,7 +60,7 @@ def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
     graph = graph_from_dl4j_json(doc, batch, _input_shape(str(config)))
-    plan, result = choose_plan(graph, policy=policy, offload=False)
+    plan, result = choose_plan(graph, policy=policy, offload=True)
     path = folder / f"{name}.{batch}.{policy}.plan.json"
     if path.exists():
         path.unlink()
@@ -163,6 +166,10 @@ def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path) 
             "predicted_over_measured": predicted / peak if peak else None,
             "trainer": runs[p][-1].get("trainer"),
         }
+        tier = (runs[p][-1].get("trainer") or {}).get("tier")
+        if tier:
+            out["planned"][p]["disk_tier"] = {k: tier.get(k) for k in (
+                "bytes_offloaded", "bytes_prefetched", "copy_s", "wait_s", "hidden_share")}
     return out
 
 
@@ -215,10 +222,14 @@ def main() -> None:
     parser.add_argument("--container", default="1g", help="memory cgroup size for the largest-batch search")
     parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
     parser.add_argument("--container-iterations", type=int, default=5)
+    parser.add_argument("--batches", default="", help="name=batch,... overrides of the default batch sizes")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "planned_training.json"))
     args = parser.parse_args()
 
     container = parse_bytes(args.container, "--container")
+    for item in filter(None, args.batches.split(",")):
+        key, _, value = item.partition("=")
+        DEFAULT_NETWORKS[key] = int(value)
     doc = {"benchmark": "planned_training", "repeats": args.repeats, "networks": {}, "container": {},
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": 1,
                        "shared": "other jobs ran on this machine while it measured",

@@ -15,7 +15,15 @@ With `memory="superneurons"`, each iteration replays a plan of `pyd4j.sched` on 
 (the Java planned trainer, org.pyd4j.train): gradients, updates, listeners and counts are DL4J's.
 Without a budget the plan is liveness only (every activation closed right after its last use:
 as fast as fit()); with one, the fastest plan that fits it (`pyd4j.sched.training_plan`); a budget
-below what any plan needs is refused before training, with the minimum that works.
+below what any plan needs is refused before training, with the minimum that works. `policy` forces
+one planner policy (e.g. "utp" or "recompute", which offload activations).
+
+A plan that offloads activations gets the backend's offload tier (`tier="auto"`, the default): a
+disk tier on ND4J's CPU backend (a memory-mapped file in the temp directory, written behind the
+forward steps and read ahead of the backward steps), the native side-agent's pinned host pool on
+CUDA; pyd4j creates it for the training and closes it after. `tier="disk"` / `"pinned"` choose one,
+`tier="none"` keeps every plan in memory, and a Java org.pyd4j.train.OffloadTier is used as given
+(and left open: its owner closes it).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from pyd4j.data.source import NumpyBatches, PrefetchIterator, iterator
 from pyd4j.jvm.errors import java_errors
 
 MEMORY_MODES = (None, "superneurons")
+TIER_CHOICES = ("auto", "disk", "pinned", "none")
 
 
 @dataclass
@@ -140,7 +149,7 @@ class _Monitor(threading.Thread):
 def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 0, progress: bool = True,
         preprocessor: Any = None, copy_before_preprocess: bool = True, use_workspace: bool = True,
         multi: bool | None = None, memory: str | None = None, budget: str | int | None = None,
-        tier: Any = None) -> FitResult:
+        tier: Any = "auto", policy: str | None = None) -> FitResult:
     """Train a DL4J MultiLayerNetwork or ComputationGraph on batches from Python.
 
     source: a re-iterable of batches (e.g. pyd4j.data.NumpyBatches), a function returning an
@@ -149,8 +158,9 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     lists of arrays per slot for multi-input/-output graphs.
     prefetch: async queue depth (DL4J's own fit() fixes 2); pyd4j.data.tune.tune_prefetch measures it.
     memory: None (DL4J's own fit()) or "superneurons" (planned training; see the module docstring),
-    with `budget` (bytes or "1500m") for the plan's peak and `tier`, an org.pyd4j.train.OffloadTier
-    for plans that offload activations.
+    with `budget` (bytes or "1500m") for the plan's peak, `policy` to force one planner policy, and
+    `tier` ("auto", "disk", "pinned", "none" or an org.pyd4j.train.OffloadTier) for plans that
+    offload activations.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be an int >= 1")
@@ -170,7 +180,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
             f"epochs={epochs} but the source is a one-shot iterator/generator; pass a function that returns "
             f"a new iterable per epoch (e.g. lambda: my_batches()) or a re-iterable such as NumpyBatches")
     try:
-        planned = _attach_plan(net, source, batch_size, memory, budget, tier)
+        planned = _attach_plan(net, source, batch_size, memory, budget, tier, policy)
     except BaseException:
         if owned:
             it.shutdown()
@@ -202,9 +212,13 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         if owned:
             it.shutdown()
         if planned is not None:
-            trainer, plan_doc = planned
-            plan_doc["trainer"] = json.loads(str(trainer.stats().toJson()))
-            trainer.close()
+            trainer, plan_doc, own_tier = planned
+            try:
+                plan_doc["trainer"] = json.loads(str(trainer.stats().toJson()))
+                trainer.close()
+            finally:
+                if own_tier is not None:
+                    own_tier.close()
     samples = it.samples_consumed - start_samples
     try:
         score = float(net.score())
@@ -218,12 +232,16 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
 
 
 def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: str | int | None,
-                 tier: Any) -> tuple[Any, dict[str, Any]] | None:
-    """For memory="superneurons": plan the network and install the plan in its optimizer."""
+                 tier: Any, policy: str | None) -> tuple[Any, dict[str, Any], Any] | None:
+    """For memory="superneurons": plan the network, make the offload tier the plan needs (the
+    third element: pyd4j's own tier, closed after training; None otherwise) and install the plan
+    in the network's optimizer."""
     if memory is None:
-        if budget is not None or tier is not None:
-            raise ValueError("budget and tier are for planned training: add memory='superneurons'")
+        if budget is not None or tier != "auto" or policy is not None:
+            raise ValueError("budget, tier and policy are for planned training: add memory='superneurons'")
         return None
+    if isinstance(tier, str) and tier not in TIER_CHOICES:
+        raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
     import jpype  # noqa: PLC0415
 
     from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind  # noqa: PLC0415
@@ -239,15 +257,35 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
     if batch_size < 1:
         raise ValueError("planned training plans for one batch size: pass batch_size=N (or a NumpyBatches source)")
     graph = graph_from_dl4j_json(doc, batch_size, shape)
-    plan, result = choose_plan(graph, cap, offload=tier is not None)   # BudgetTooSmall names the minimum
+    offload = not (isinstance(tier, str) and tier == "none")
+    plan, result = choose_plan(graph, cap, policy, offload=offload)   # BudgetTooSmall names the minimum
     plan_doc = plan_document(plan, result, network_kind(doc), "pyd4j.train.fit", cap)
     PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")  # noqa: N806
+    trainer_cls = jpype.JClass("org.pyd4j.train.PlannedTrainer")
     with java_errors():
-        trainer = jpype.JClass("org.pyd4j.train.PlannedTrainer").attach(
-            net, PlanFile.parse(json.dumps(plan_doc), "pyd4j.train.fit"), tier)
+        plan_file = PlanFile.parse(json.dumps(plan_doc), "pyd4j.train.fit")
+        own = None
+        if isinstance(tier, str):
+            if plan_file.offloads():
+                own = _make_tier(tier, plan_file, trainer_cls)
+            given = own
+        else:
+            given = tier
+        try:
+            trainer = trainer_cls.attach(net, plan_file, given)
+        except BaseException:
+            if own is not None:
+                own.close()
+            raise
     summary = {"policy": plan.policy, "tensor_cache": plan_doc["tensor_cache"], "budget_bytes": cap,
-               "predicted": plan_doc["predicted"], "batch": batch_size}
-    return trainer, summary
+               "predicted": plan_doc["predicted"], "batch": batch_size,
+               "tier": None if given is None else str(given.getClass().getSimpleName())}
+    return trainer, summary, own
+
+
+def _make_tier(choice: str, plan_file: Any, trainer_cls: Any) -> Any:
+    """pyd4j's own offload tier for an offloading plan: the backend's ("auto"), or the one named."""
+    return trainer_cls.tier(choice, plan_file)
 
 
 def evaluate(net, features, labels, batch_size: int = 256) -> float:

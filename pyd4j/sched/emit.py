@@ -62,17 +62,25 @@ def backward_order(graph: Graph) -> list[int]:
 
 def y_uses(graph: Graph, order: list[int], drop: frozenset[int] | set[int]) -> list[list[int]]:
     """uses[j]: positions in `order` of the backward steps that need Y of j -- read directly, or
-    through the rebuild of a dropped layer that reads it (sorted)."""
+    through the rebuild of a dropped layer that reads it (its output, or what it keeps for its
+    own backward step) (sorted)."""
     d = graph.deps
     n = len(graph)
     direct: list[list[int]] = [[] for _ in range(n)]
     for pos, i in enumerate(order):
         for j in d.bwd_reads[i]:
             direct[j].append(pos)
+    bpos = {i: pos for pos, i in enumerate(order)}
     uses: list[list[int]] = [[] for _ in range(n)]
     cons = graph.consumers
+
+    def rebuilt_at(c: int) -> list[int]:
+        if d.saved_bytes[c] and c in bpos:
+            return sorted(set(uses[c]) | {bpos[c]})
+        return uses[c]
+
     for j in range(n - 1, -1, -1):
-        extra = [uses[c] for c in cons[j] if c in drop and j in d.rc_reads[c] and uses[c]]
+        extra = [r for c in cons[j] if c in drop and j in d.rc_reads[c] and (r := rebuilt_at(c))]
         if extra:
             uses[j] = sorted(set(direct[j]).union(*extra))
         else:

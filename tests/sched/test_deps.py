@@ -36,7 +36,11 @@ def test_profiles_release_or_keep_dw_and_name_their_state() -> None:
     cudnn, dl4j = deps.profile("cudnn"), deps.profile("dl4j")
     assert not cudnn.keep_dw and dl4j.keep_dw
     assert set(cudnn.layers["BN"].state) == {"running_mean", "running_var"}
-    assert "mask" in dl4j.layers["DROPOUT"].state
+    # DL4J keeps no persistent state besides its parameters: BN's xMu/xHat/std and dropout masks
+    # live from a forward step to its backward step (saved)
+    assert not any(e.state for e in dl4j.layers.values())
+    assert dl4j.layers["DROPOUT"].saved.x == 1 and dl4j.layers["BN"].saved.x == 2
+    assert dl4j.input_dropout.saved.x == 2 and not dl4j.input_dropout.backward_reads_x
     assert deps.profile_names() == ["cudnn", "dl4j"]
     with pytest.raises(deps.DepsError, match="unknown dependency profile 'caffe'.*cudnn"):
         deps.profile("caffe")
@@ -84,12 +88,16 @@ def test_graph_deps_under_dl4j() -> None:
     c, a, b, r, j, s, f = (ids[k] for k in "cabrjsf")
     assert d.fwd_inplace[a] == c  # the conv's activation is applied in place
     assert d.fwd_inplace[r] == -1  # an ActivationLayer of its own keeps its input
-    assert d.bwd_reads[r] == (b,) and d.bwd_reads[s] == ()
+    assert d.bwd_reads[r] == (b,) and d.bwd_reads[s] == (f,)  # the output layer reads its input
     assert d.bwd_inplace[j] is None  # ElementWiseVertex copies the gradient
     im2col = 3 * 9 * 4 * 4 * 2 * 4
     assert d.ws_fwd[c] == aligned(im2col)
-    assert d.ws_bwd[c] == aligned(g.layers[c].out_bytes + 2 * im2col)
-    assert d.state_bytes[b] == aligned(4 * 4 * 4)
+    assert d.ws_bwd[c] == aligned(4 * g.layers[c].out_bytes + 3 * im2col)
+    assert d.state_bytes == [0] * len(g)  # nothing resident besides parameters
+    x_b = g.layers[a].out_bytes
+    assert d.saved_bytes[b] == aligned(2 * x_b + 4 * 4)  # xMu, xHat, std
+    assert d.saved_bytes[ids["d"]] == aligned(g.layers[j].out_bytes)  # the mask
+    assert d.nbytes[5 * len(g) + b] == d.saved_bytes[b]
     assert d.inplace_owner()[c] == a
     # a second reader of the conv output forbids the in-place activation
     g2 = Graph("t2", 2, profile="dl4j")

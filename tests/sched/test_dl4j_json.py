@@ -76,3 +76,36 @@ def test_unknown_layer_types_are_named() -> None:
     doc["vertices"]["merge"]["@class"] = "org.deeplearning4j.nn.conf.graph.SubsetVertex"
     with pytest.raises(UnsupportedLayer, match="SubsetVertex"):
         graph_from_dl4j_json(doc, 4, (3, 32, 32))
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet", "deep_cnn_bn", "resnet_graph", "deep_cnn30"])
+def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
+    """The bound on DL4J's measured model (profile dl4j) holds for every policy's plan of the
+    example networks, and its peak step is what the model says it holds."""
+    from pyd4j.commands.plan import _input_shape  # noqa: PLC0415
+    from pyd4j.sched.bounds import lower_bound, step_working_sets  # noqa: PLC0415
+    from pyd4j.sched.training_plan import IN_MEMORY, default_cost, make_training_plan  # noqa: PLC0415
+
+    path = NETS / f"{name}.json"
+    g = graph_from_dl4j_json(path.read_text(), 8, _input_shape(str(path)))
+    assert g.profile.name == "dl4j"
+    bound = lower_bound(g)
+    cost = default_cost()
+    peaks = {}
+    for policy in (*POLICIES, IN_MEMORY):
+        r = simulate(make_training_plan(g, policy, cost), cost)
+        peaks[policy] = r.device_peak_bytes
+        assert r.device_peak_bytes >= bound.lower_bound_bytes, (policy, r.device_peak_bytes, bound)
+    # the bound is reached or approached by the smallest plan (recomputation everywhere)
+    assert min(peaks.values()) <= 1.5 * bound.lower_bound_bytes, (peaks, bound)
+    # the peak step holds what the model says: its reads, its gradients, its scratch, its saved tensors
+    d = g.deps
+    k = next(layer.id for layer in g.layers if layer.name == bound.l_peak_layer)
+    fwd, bwd = step_working_sets(g)
+    assert bound.l_peak_bytes == (bwd[k] if bound.l_peak_step == "BACKWARD" else fwd[k])
+    if bound.l_peak_step == "BACKWARD":
+        own = sum(d.ysz[j] for j in d.bwd_reads[k]) + d.ws_bwd[k] + d.saved_bytes[k]
+        own += d.ysz[k] if d.bwd_dy[k] else 0
+        own += sum(d.ysz[j] for j in d.bwd_dx[k])
+        assert own <= bound.l_peak_bytes
+    assert bound.resident_bytes == 3 * sum(d.psz)   # DL4J: parameters, their gradient view, updater

@@ -174,3 +174,53 @@ def test_working_memory_of_each_step(facts: dict[str, dict]) -> None:
         f = facts[c]
         assert f["ws_forward_bytes"] == f["y_bytes"]
         assert f["ws_backward_bytes"] == f["x_bytes"] + f["y_bytes"]
+
+
+# the planner's `dl4j` profile entry (pyd4j/sched/deps.json) of each measured case
+PROFILE_KEY = {"conv": "CONV", "conv_first": "CONV", "conv_same_stride2": "CONV",
+               "conv_dropout": "CONV", "dense": "FC", "dense_dropout": "FC", "dense_after_conv": "FC",
+               "batchnorm_cnn": "BN", "batchnorm_dense": "BN", "activation_relu": "ACT",
+               "activation_sigmoid": "ACT", "maxpool": "POOL", "avgpool": "POOL.avg", "lrn": "LRN",
+               "dropout_layer": "DROPOUT", "global_max": "POOL.global_max",
+               "global_avg": "POOL.global_avg", "output": "SOFTMAX", "output_dropout": "SOFTMAX",
+               "add": "JOIN", "product": "ELTWISE.prod", "max": "ELTWISE.max", "merge": "CONCAT"}
+UPPER_BOUNDS = {("activation_sigmoid", "backward"), ("max", "backward")}  # the entry covers the larger case
+
+
+def test_the_planners_dl4j_profile_is_what_was_measured(facts: dict[str, dict]) -> None:
+    """The planner's model of DL4J (deps.json, profile dl4j) against ND4J's measurements: what each
+    backward step reads, what each step allocates in DL4J's working memory, what a forward step
+    keeps for its backward step."""
+    from pyd4j.sched.deps import profile  # noqa: PLC0415
+
+    prof = profile("dl4j")
+    for case, key in PROFILE_KEY.items():
+        f, e = facts[case], prof.layers[key]
+        assert "y" not in e.backward.reads, case
+        assert ("x" in e.backward.reads) == READS_INPUT[case], case
+        pre_output = 4 * 3 * 4 if key == "SOFTMAX" else 0   # the output layer is not activated: y_bytes 0
+        sizes = {"x": f.get("x_bytes") or 0, "y": f["y_bytes"] or pre_output, "im2col": f.get("im2col_bytes") or 0}
+        for step in ("forward", "backward"):
+            ws = getattr(e, step).workspace
+            modelled = ws.x * sizes["x"] + ws.y * sizes["y"] + ws.im2col * sizes["im2col"]
+            measured = f[f"ws_{step}_bytes"]
+            # ND4J hands out 32-byte granules; per-channel statistics are a few hundred bytes
+            slack = 512 if ws.channels else 32 * 4
+            if (case, step) in UPPER_BOUNDS:
+                assert measured <= modelled + slack, (case, step, measured, modelled)
+            else:
+                assert abs(measured - modelled) <= slack, (case, step, measured, modelled)
+    # what a forward step keeps for its backward step (saved): batch norm's xMu + xHat + std, a
+    # DropoutLayer's mask; a layer with input dropout: its mask, and (input modification
+    # forbidden, as the planned trainer runs) the dropped copy of its input, which its backward
+    # step reads instead of the producer's output
+    for case in ("batchnorm_cnn", "batchnorm_dense"):
+        f, saved = facts[case], prof.layers["BN"].saved
+        kept = sum(held(f).values())
+        assert abs(saved.x * f["x_bytes"] - kept) <= 4 * 8, case   # + std: one float per channel
+    assert prof.layers["DROPOUT"].saved.x * facts["dropout_layer"]["x_bytes"] == held(facts["dropout_layer"])["dropout.mask"]
+    s = facts["dropout_state"]
+    assert prof.input_dropout.saved.x == 2 and s["copy_when_modification_forbidden"]
+    assert not prof.input_dropout.backward_reads_x
+    for case in ("conv_dropout", "dense_dropout"):
+        assert held(facts[case])["dropout.mask"] == facts[case]["x_bytes"]

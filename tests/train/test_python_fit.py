@@ -72,3 +72,35 @@ def test_bad_memory_modes_are_refused(jvm, xy) -> None:
         fit(lenet(), NumpyBatches(x, y, 16), progress=False, memory="fast")
     with pytest.raises(ValueError, match="add memory='superneurons'"):
         fit(lenet(), NumpyBatches(x, y, 16), progress=False, budget="1g")
+
+
+@pytest.mark.parametrize("policy", ["utp", "recompute"])
+def test_an_offloading_plan_trains_exactly_like_fit_through_the_disk_tier(jvm, xy, policy) -> None:
+    """An offloading plan gets the CPU backend's disk tier by itself; training is DL4J's, bit for
+    bit, and the tier really wrote and read the offloaded activations."""
+    import jpype
+
+    x, y = xy
+    x, y = x[:24], y[:24]
+    plain, planned = lenet(), lenet()
+    random = jpype.JClass("org.nd4j.linalg.factory.Nd4j").getRandom()
+    random.setSeed(jpype.JLong(7))
+    fit(plain, NumpyBatches(x, y, 8, shuffle=False), progress=False)
+    random.setSeed(jpype.JLong(7))
+    result = fit(planned, NumpyBatches(x, y, 8, shuffle=False), progress=False, memory="superneurons",
+                 policy=policy)
+    assert result.plan["policy"] == policy and result.plan["tier"] == "DiskTier"
+    stats = result.plan["trainer"]
+    assert stats["iterations"] == 3 == planned.getIterationCount()
+    assert planned.params().equals(plain.params())
+    assert stats["offloads"] > 0 and stats["prefetches"] > 0 and stats["rebuilds"] == 0
+    tier = stats["tier"]
+    assert tier["name"] == "disk" and tier["bytes_offloaded"] > 0 and tier["bytes_prefetched"] > 0
+
+
+def test_tier_none_keeps_every_plan_in_memory_and_bad_tiers_are_named(jvm, xy) -> None:
+    x, y = xy
+    with pytest.raises(ValueError, match="policy 'utp' offloads activations and there is no offload tier"):
+        fit(lenet(), NumpyBatches(x, y, 16), progress=False, memory="superneurons", policy="utp", tier="none")
+    with pytest.raises(ValueError, match="tier='tape'; use one of"):
+        fit(lenet(), NumpyBatches(x, y, 16), progress=False, memory="superneurons", tier="tape")

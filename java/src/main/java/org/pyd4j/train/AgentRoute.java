@@ -12,7 +12,8 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
  * The agent's way into planned training ({@code -javaagent:pyd4j-java.jar=plan=FILE,...}): the
  * agent's hook on every {@code fit(...)} of an unchanged job calls {@link #attach} by reflection,
  * and from then on the network trains under the plan (DL4J's own fit() loop, planned gradient
- * steps) for the rest of the process. Answers are JSON objects for the agent's timeline.
+ * steps) for the rest of the process; a plan that offloads activations gets the backend's offload
+ * tier ({@link PlannedTrainer#defaultTier}). Answers are JSON objects for the agent's timeline.
  */
 public final class AgentRoute {
     private static final Map<Object, PlannedTrainer> ROUTED = Collections.synchronizedMap(new IdentityHashMap<>());
@@ -25,7 +26,16 @@ public final class AgentRoute {
         if (ROUTED.containsKey(model)) return "{\"status\": \"attached\", \"again\": true}";
         try {
             PlanFile plan = PlanFile.read(planFile);
-            PlannedTrainer t = PlannedTrainer.attach((Model) model, plan, null);
+            // an offloading plan gets the backend's tier, kept for the rest of the process
+            OffloadTier tier = plan.offloads() ? PlannedTrainer.defaultTier(plan) : null;
+            PlannedTrainer t;
+            try {
+                t = PlannedTrainer.attach((Model) model, plan, tier);
+            } catch (RuntimeException e) {
+                if (tier != null) tier.close();
+                throw e;
+            }
+            if (tier != null) Runtime.getRuntime().addShutdownHook(new Thread(tier::close, "pyd4j-tier-close"));
             ROUTED.put(model, t);
             return "{\"status\": \"attached\", \"policy\": \"" + plan.policy + "\", \"nodes\": " + plan.nodes.size()
                     + ", \"predicted_peak_bytes\": " + plan.predictedPeakBytes + "}";

@@ -41,6 +41,7 @@ import org.nd4j.linalg.factory.Nd4j;
  *
  * <pre>
  *   PlannedTrainer.fit(net, trainIterator, "net.plan.json");          // one epoch, as net.fit(iterator)
+ *                                                                     // (an offloading plan gets the backend's tier)
  *
  *   try (PlannedTrainer t = PlannedTrainer.attach(net, PlanFile.read("net.plan.json"), tier)) {
  *       net.fit(trainIterator, 10);                                       // DL4J's loop, planned iterations
@@ -133,9 +134,13 @@ public final class PlannedTrainer implements AutoCloseable {
     /** Train for {@code epochs} epochs; {@code tier} holds offloaded activations (needed when the plan offloads). */
     public static TrainStats fit(MultiLayerNetwork net, DataSetIterator data, String planFile, int epochs,
                                  OffloadTier tier) throws IOException {
-        try (PlannedTrainer t = attach(net, PlanFile.read(planFile), tier)) {
+        PlanFile plan = PlanFile.read(planFile);
+        OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
+        try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
             net.fit(data, epochs);
             return t.stats();
+        } finally {
+            if (own != null) own.close();
         }
     }
 
@@ -145,18 +150,55 @@ public final class PlannedTrainer implements AutoCloseable {
 
     public static TrainStats fit(ComputationGraph net, DataSetIterator data, String planFile, int epochs,
                                  OffloadTier tier) throws IOException {
-        try (PlannedTrainer t = attach(net, PlanFile.read(planFile), tier)) {
+        PlanFile plan = PlanFile.read(planFile);
+        OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
+        try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
             net.fit(data, epochs);
             return t.stats();
+        } finally {
+            if (own != null) own.close();
         }
     }
 
     public static TrainStats fit(ComputationGraph net, MultiDataSetIterator data, String planFile, int epochs,
                                  OffloadTier tier) throws IOException {
-        try (PlannedTrainer t = attach(net, PlanFile.read(planFile), tier)) {
+        PlanFile plan = PlanFile.read(planFile);
+        OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
+        try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
             net.fit(data, epochs);
             return t.stats();
+        } finally {
+            if (own != null) own.close();
         }
+    }
+
+    /**
+     * The offload tier for this ND4J backend, sized for {@code plan}'s offloaded activations: a
+     * {@link DiskTier} in {@code java.io.tmpdir} on the CPU backend, the native side-agent's
+     * {@link PinnedHostTier} for device memory otherwise. The caller closes it.
+     */
+    public static OffloadTier defaultTier(PlanFile plan) {
+        return tier("auto", plan);
+    }
+
+    /**
+     * An offload tier sized for {@code plan}: {@code kind} "disk" ({@link DiskTier}), "pinned"
+     * ({@link PinnedHostTier}) or "auto" (the backend's, as {@link #defaultTier}). The caller closes it.
+     */
+    public static OffloadTier tier(String kind, PlanFile plan) {
+        if (!kind.equals("auto") && !kind.equals("disk") && !kind.equals("pinned")) {
+            throw new IllegalArgumentException("tier kind '" + kind + "': use auto, disk or pinned");
+        }
+        java.util.Set<Integer> offloaded = new java.util.HashSet<>();
+        long bytes = 0;
+        for (PlanFile.Record r : plan.records) {
+            if (r.op == PlanFile.Op.OFFLOAD && offloaded.add(r.arg)) {
+                bytes += (plan.nodes.get(PlanFile.node(r.arg)).yBytes + DiskTier.PAGE - 1) / DiskTier.PAGE * DiskTier.PAGE;
+            }
+        }
+        long size = Math.max(2 * bytes, 1L << 20);   // every offloaded activation at once, twice over
+        boolean disk = kind.equals("disk") || (kind.equals("auto") && Nd4j.getEnvironment().isCPU());
+        return disk ? new DiskTier(size) : new PinnedHostTier(size);
     }
 
     /**
@@ -193,7 +235,7 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         if (plan.offloads() && tier == null) {
             throw new IllegalArgumentException("plan " + plan.source + " (" + plan.policy + ") offloads activations: "
-                    + "give an OffloadTier (DiskTier on the CPU backend), or write a plan that does not offload "
+                    + "give an OffloadTier (PlannedTrainer.defaultTier(plan): DiskTier on the CPU backend), or write a plan that does not offload "
                     + "(policy liveness or recompute without a tier: `pyd4j plan ... --policy liveness --emit-plan FILE`)");
         }
         PlannedTrainer t = new PlannedTrainer(net, plan, NetworkNodes.of(net, plan), tier);
@@ -382,6 +424,10 @@ public final class PlannedTrainer implements AutoCloseable {
     /** Y of node j, bringing it back from the tier if a prefetch is on its way. */
     private INDArray materialize(int j, String reader) {
         if (y[j] != null) return y[j].array;
+        if (plan.nodes.get(j).isInput()) {   // DL4J holds the network's input for the whole iteration
+            y[j] = Held.borrowed(nodes.input(j));
+            return y[j].array;
+        }
         if (incoming[j]) {
             INDArray a = tier.take(PlanFile.KINDS * j);
             incoming[j] = false;
@@ -622,6 +668,10 @@ public final class PlannedTrainer implements AutoCloseable {
 
     private void prefetch(int t) {
         int node = PlanFile.node(t);
+        if (plan.nodes.get(node).isInput()) {   // the network's input never left: DL4J holds it
+            if (y[node] == null) y[node] = Held.borrowed(nodes.input(node));
+            return;
+        }
         if (!hostCopy[node]) {
             if (y[node] != null && y[node].base == null) return;   // the network's input never left
             throw planError("prefetches " + plan.nodes.get(node).name + ":Y, which has no host copy");
