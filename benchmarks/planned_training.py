@@ -48,6 +48,7 @@ POLICIES = ("liveness", "recompute_in_memory", "recompute")
 # difference is malloc alone
 MALLOC_FIXED = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 HEAP = "512m"
+RESOLUTION = 8
 EXTRA_ENV: dict[str, str] = json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))
 
 
@@ -203,7 +204,7 @@ def largest_batch(name: str, iterations: int, container: int, policy: str | None
     lo, hi = 0, start
     while ok(hi):
         lo, hi = hi, hi * 2
-    while hi - lo > max(1, lo // 16):   # 1/16 of the batch is resolution enough for a ratio
+    while hi - lo > max(1, lo // RESOLUTION):   # 1/8 of the batch is resolution enough for a ratio
         mid = (lo + hi) // 2
         if ok(mid):
             lo = mid
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--container", default="1g", help="memory cgroup size for the largest-batch search")
     parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
+    parser.add_argument("--container-start", type=int, default=16, help="first batch of the largest-batch search")
     parser.add_argument("--container-iterations", type=int, default=5)
     parser.add_argument("--batches", default="", help="name=batch,... overrides of the default batch sizes")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "planned_training.json"))
@@ -239,7 +241,7 @@ def main() -> None:
         for name in args.networks.split(","):
             doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder)
         for name in filter(None, args.container_networks.split(",")):
-            fit = largest_batch(name, args.container_iterations, container, None, 16, folder)
+            fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
             planned = largest_batch(name, args.container_iterations, container, "recompute_in_memory",
                                     max(16, fit["largest_batch"]), folder)
             doc["container"][name] = {

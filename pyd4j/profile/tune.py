@@ -212,7 +212,8 @@ def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
     if not described:
         raise JobFailedError(f"the job trained no DL4J network the agent could describe (see {run.run_dir}): "
                              "there is nothing to plan", {"out_dir": str(path.parent), "before": _side(run)})
-    return plan_for_job(described[-1], path, policy)   # the network the job trained last
+    # the network the job trained last; the agent's trainer has the backend's offload tier
+    return plan_for_job(described[-1], path, policy, offload=True)
 
 
 def _untunable(before: JobRun, side: dict) -> str | None:

@@ -31,8 +31,9 @@ Definition (no policy may redefine it):
 
 For a DL4J network (profile `dl4j`, `pyd4j.sched.dl4j_json`) the model is DL4J's measured one:
 parameters, updater state and parameter gradients are resident (DL4J keeps its flattened
-gradient view for the whole run); each step's scratch is what it allocates in DL4J's
-working-memory workspace; no backward step reads its own output.
+gradient view for the whole run); the scratch is DL4J's working-memory workspace, as large as
+the largest step's need and held throughout (profile scratch "held": every step counts it); no
+backward step reads its own output.
 
 The optional convolution workspace of a faster algorithm is not part of the bound (the
 no-workspace algorithm always exists); `workspace_bytes` reports the largest workspace of the

@@ -43,6 +43,9 @@ ROLES = ("x", "y", "dy", "dx", "w", "dw")
 READ_ROLES = frozenset({"x", "y", "dy", "w"})
 WRITE_ROLES = frozenset({"y", "dx", "dw"})
 SIZE_TERMS = ("y", "x", "im2col", "channels", "bytes")
+SCRATCH = {"step": "each step holds its own scratch while it runs",
+           "held": "one scratch workspace, as large as the largest step's, held for the whole iteration "
+                   "(DL4J's working-memory workspace, which learns its size and keeps it)"}
 DEFAULT_PROFILE = "cudnn"
 
 
@@ -157,6 +160,7 @@ class Profile:
     keep_dw: bool
     layers: dict[str, LayerDeps]
     input_dropout: InputDropout | None = None
+    scratch: str = "step"  # "step": each step's scratch only while it runs; "held": see SCRATCH
 
     def of(self, layer: "Layer") -> LayerDeps:
         """The entry for `layer`: `TYPE.variant` when the layer has a variant and the profile
@@ -205,8 +209,11 @@ class Profile:
                 raise DepsError(f"profile {name!r}, input_dropout: unknown keys {sorted(bad)}")
             input_dropout = InputDropout(Size.from_doc(idrop.get("saved"), f"profile {name!r}, input_dropout"),
                                          bool(idrop.get("backward_reads_x", True)))
+        scratch = doc.get("scratch", "step")
+        if scratch not in SCRATCH:
+            raise DepsError(f"profile {name!r}: scratch {scratch!r}; use one of {sorted(SCRATCH)}")
         return cls(name, doc.get("description", ""), bool(doc.get("keep_dw", False)), layers,
-                   input_dropout)
+                   input_dropout, scratch)
 
 
 def _table() -> dict[str, Any]:
@@ -279,8 +286,8 @@ class GraphDeps:
     bwd_dw: list[bool]  # BACKWARD writes DW (and applies the update)
     fwd_inplace: list[int]
     bwd_inplace: list[tuple[int, int] | None]
-    ws_fwd: list[int]  # mandatory scratch of each step, aligned
-    ws_bwd: list[int]
+    ws_fwd: list[int]  # mandatory scratch of each step, aligned (profile scratch "held": the
+    ws_bwd: list[int]  # largest step's, for every step: the workspace is there throughout)
     ws_rc: list[int]
     algo_ws: list[bool]  # the layer's steps may take an optional algorithm workspace
     state_bytes: list[int]  # persistent extra state, aligned (one tensor per layer)
@@ -414,6 +421,9 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
                 if cons[j][-1] == i and ysz[j] == ysz[i]:
                     bwd_inplace[i] = (j, source)
                     break
+    if prof.scratch == "held":
+        held_ws = max(ws_fwd + ws_bwd + ws_rc, default=0)
+        ws_fwd, ws_bwd, ws_rc = [held_ws] * n, [held_ws] * n, [held_ws] * n
     nbytes = [0] * (6 * n)
     for layer in layers:
         i = layer.id

@@ -91,8 +91,12 @@ def test_graph_deps_under_dl4j() -> None:
     assert d.bwd_reads[r] == (b,) and d.bwd_reads[s] == (f,)  # the output layer reads its input
     assert d.bwd_inplace[j] is None  # ElementWiseVertex copies the gradient
     im2col = 3 * 9 * 4 * 4 * 2 * 4
-    assert d.ws_fwd[c] == aligned(im2col)
-    assert d.ws_bwd[c] == aligned(4 * g.layers[c].out_bytes + 3 * im2col)
+    prof = deps.profile("dl4j")
+    assert prof.layers["CONV"].forward.workspace.of(g, g.layers[c]) == im2col
+    assert prof.layers["CONV"].backward.workspace.of(g, g.layers[c]) == 4 * g.layers[c].out_bytes + 3 * im2col
+    # DL4J's working-memory workspace keeps the largest step's size: every step holds it
+    assert prof.scratch == "held"
+    assert set(d.ws_fwd) == set(d.ws_bwd) == set(d.ws_rc) == {aligned(4 * g.layers[c].out_bytes + 3 * im2col)}
     assert d.state_bytes == [0] * len(g)  # nothing resident besides parameters
     x_b = g.layers[a].out_bytes
     assert d.saved_bytes[b] == aligned(2 * x_b + 4 * 4)  # xMu, xHat, std
