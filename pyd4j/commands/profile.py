@@ -188,6 +188,10 @@ def _print_summary(doc: dict) -> None:
         print_table("JVMs of the run", ["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS"],
                     [(j["pid"], role_text(j), j["main_class"], j["parent_jvm"] or "-",
                       j["samples"], j["iterations"], human_bytes(j.get("rss_peak"))) for j in doc["jvms"]])
+    if doc.get("spark_executors"):
+        print_table("Spark executors", ["executor", "pid", "exit code", "ended", "diagnosis"],
+                    [(e["executor_id"], e["pid"] or "-", e["exit_code"] if e["exit_code"] is not None else "-",
+                      e["kind"], e["diagnosis"]) for e in doc["spark_executors"]])
     if doc["findings"]:
         print_table("findings", ["severity", "finding", "fix", "flags"],
                     [(f["severity"], f["title"], f["fix"], " ".join(f["flags"])) for f in doc["findings"]])

@@ -405,6 +405,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
     findings = diagnose(t) if findings is None else findings
     overall, worst = gc_share(t)
     stopped_by = t.meta.get("stopped_by") or ("interrupted" if t.meta.get("interrupted") else None)
+    spark = _spark_executors(lanes, t)
     jvms = []
     for lane in lanes:
         row = lane.jvm.to_dict() if lane.jvm is not None else {"pid": lane.start.get("pid"), "main_class": lane.name}
@@ -424,10 +425,24 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
         "gc_events": len(t.gc_events), "findings": [f.to_dict() for f in findings],
         "jvms": jvms, "write_errors": write_errors,
     }
+    if spark is not None:
+        doc["spark_executors"] = spark
     launcher = startup_error_in(t.run_dir)
     if launcher is not None and t.exit_code not in (None, 0):
         doc["startup_error"] = f"{launcher.what}: {launcher.line}"
     return doc
+
+
+def _spark_executors(lanes: list[Timeline], t: Timeline) -> list[dict] | None:
+    """How each Spark executor of the run ended (None when the run is no Spark application); each
+    executor lane gets its own exit status, so its findings speak of that executor."""
+    from pyd4j.spark.executors import mark_exit_codes, outcomes  # noqa: PLC0415
+
+    if not any(lane.jvm is not None and lane.jvm.spark for lane in lanes):
+        return None
+    found = outcomes(t.run_dir, lanes)
+    mark_exit_codes(lanes, found)
+    return [o.to_dict() for o in found]
 
 
 def find_tune_doc(run_dir: Path) -> tuple[dict, str] | None:

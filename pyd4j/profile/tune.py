@@ -160,7 +160,7 @@ def _spark_side(run: JobRun, findings: list[Finding], args: list[str]) -> dict:
     from pyd4j.spark.executors import mark_exit_codes, outcomes  # noqa: PLC0415
     from pyd4j.spark.tuning import spark_side  # noqa: PLC0415
 
-    mark_exit_codes(run, outcomes(run))
+    mark_exit_codes(run.lanes, outcomes(run.run_dir, run.lanes))
     workers = [lane for lane in run.lanes if lane.jvm is not None and lane.jvm.role == "job"]
     iterations = sum(lane.iterations() for lane in workers)
     kinds: list[str] = []

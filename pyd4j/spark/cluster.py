@@ -98,7 +98,7 @@ class LocalCluster:
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: int | str = "1g", *,
                  limit_memory: bool | None = None, directory: str | Path | None = None,
-                 start_timeout: float = 180.0) -> None:
+                 start_timeout: float = 180.0, offer: int | str | None = None) -> None:
         if workers < 1 or cores < 1:
             raise ValueError(f"workers={workers}, cores={cores}: a cluster needs at least 1 worker with 1 core")
         self.workers = workers
@@ -106,6 +106,9 @@ class LocalCluster:
         self.memory_bytes = parse_bytes(memory, what="worker memory")
         if self.memory_bytes < 64 * MiB:
             raise ValueError(f"worker memory {memory!r} is under 64 MiB: no executor fits; give e.g. '1g'")
+        # what each worker offers its executors (--memory; Spark checks spark.executor.memory, the heap, against
+        # it): `memory` unless a test needs a node whose real limit is below the executor heap Spark insists on
+        self.offer_bytes = parse_bytes(offer, what="worker offer") if offer is not None else self.memory_bytes
         self.limit_memory = limit_memory
         self.limited = False
         self.limit_note = ""
@@ -166,7 +169,7 @@ class LocalCluster:
                 try:
                     daemon = self._spawn(f"worker-{i}", [
                         "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", "0",
-                        "--webui-port", "0", "--cores", str(self.cores), "--memory", f"{self.memory_bytes // MiB}M",
+                        "--webui-port", "0", "--cores", str(self.cores), "--memory", f"{self.offer_bytes // MiB}M",
                         "--work-dir", str(work), self.master_url], group=group)
                 except BaseException:
                     if group is not None:

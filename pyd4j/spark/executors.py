@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyd4j.output import human_bytes
 
 if TYPE_CHECKING:
-    from pyd4j.profile.launch import JobRun
     from pyd4j.profile.timeline import Timeline
 
 SPARK_OOM_EXIT = 52
@@ -70,6 +70,11 @@ def driver_log_lines(log: str) -> dict[str, list[str]]:
     return out
 
 
+def exit_code(lines: list[str]) -> int | None:
+    """The executor's exit code where the driver's log names one ("Command exited with code 137")."""
+    return next((int(m.group(1)) for line in lines for m in [_EXIT_CODE.search(line)] if m), None)
+
+
 def classify(lines: list[str], exit_code: int | None, agent_errors: list[str] = ()) -> tuple[str, bool, str]:
     """(kind, memory, diagnosis) from what the driver log and the executor's agent say."""
     from pyd4j.jvm.errors import JavaCppOutOfMemoryError, python_class_for  # noqa: PLC0415
@@ -96,21 +101,21 @@ def classify(lines: list[str], exit_code: int | None, agent_errors: list[str] = 
     return "ok", False, "ended with the application"
 
 
-def outcomes(run: "JobRun") -> list[ExecutorOutcome]:
-    """How each executor of a profiled spark-submit run ended, from its lane and the driver's log."""
+def outcomes(run_dir: "Path", all_lanes: list["Timeline"]) -> list[ExecutorOutcome]:
+    """How each executor of a profiled spark-submit run ended, from its lane and the driver's log
+    (the run's stderr.log: spark-submit's JVM is the driver in client mode)."""
     try:
-        log = (run.run_dir / "stderr.log").read_text(errors="replace")
+        log = (Path(run_dir) / "stderr.log").read_text(errors="replace")
     except OSError:
         log = ""
     said = driver_log_lines(log)
-    lanes = executor_lanes(run.lanes)
+    lanes = executor_lanes(all_lanes)
     ids = [t.jvm.executor_id for t in lanes] + sorted(set(said) - {t.jvm.executor_id for t in lanes}, key=int)
     out = []
     for eid in ids:
         lane = next((t for t in lanes if t.jvm.executor_id == eid), None)
         lines = said.get(eid, [])
-        codes = [int(m.group(1)) for line in lines for m in [_EXIT_CODE.search(line)] if m]
-        code = codes[0] if codes else None
+        code = exit_code(lines)
         agent_errors = [f"{e.get('class')}: {e.get('message') or ''} {e.get('cause') or ''}"
                         for e in (lane.errors if lane is not None else [])]
         kind, memory, why = classify(lines, code, agent_errors)
@@ -126,11 +131,11 @@ def outcomes(run: "JobRun") -> list[ExecutorOutcome]:
     return out
 
 
-def mark_exit_codes(run: "JobRun", found: list[ExecutorOutcome]) -> None:
+def mark_exit_codes(lanes: list["Timeline"], found: list[ExecutorOutcome]) -> None:
     """Give each executor lane its own exit status (the run's is the driver's), so a lane's findings
     (pyd4j.profile.diagnose: "killed" for 137) speak of that executor."""
     for o in found:
-        lane = next((t for t in run.lanes if t.jvm is not None and t.jvm.spark == "executor"
+        lane = next((t for t in lanes if t.jvm is not None and t.jvm.spark == "executor"
                      and t.jvm.executor_id == o.executor_id), None)
         if lane is not None:
             lane.meta = {**lane.meta, "returncode": o.exit_code, "interrupted": False}

@@ -51,7 +51,7 @@ def executor_row(t: "Timeline") -> dict:
 
 def spark_side(run: "JobRun") -> dict:
     """Per executor of a spark-submit run: peaks, limits and how it ended (the driver in local mode)."""
-    found = {o.executor_id: o for o in outcomes(run)}
+    found = {o.executor_id: o for o in outcomes(run.run_dir, run.lanes)}
     lanes = executor_lanes(run.lanes)
     rows = []
     for t in lanes:
