@@ -669,6 +669,12 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
             + _table(["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS", "-Xmx"], jvm_rows, wrap=(2,))
             + f"<details><summary>their command lines</summary><ul>{commands}</ul></details>"
             + _img(paths.get("jvms_png"))) if len(lanes) > 1 else ""
+    if doc.get("spark_executors"):
+        jvms += ("<h2>Spark executors</h2><p>How each executor ended: its exit code and the reason Spark gave in the "
+                 "driver's log, and an OutOfMemoryError its agent or a failed task reported.</p>"
+                 + _table(["executor", "pid", "exit code", "ended", "diagnosis"],
+                          [(x["executor_id"], x["pid"] or "-", "-" if x["exit_code"] is None else x["exit_code"], x["kind"],
+                            x["diagnosis"]) for x in doc["spark_executors"]], wrap=(4,)))
     other = "".join(f"<h2>Memory — {e(_lane_label(lane))}</h2>{_img(paths[key])}"
                     for lane in lanes if (key := _lane_png_key(lane)) in paths)
     gc_note = ("<p>Grey dots: heap right after young collections, which still holds old-generation garbage: it is not "

@@ -28,6 +28,7 @@ _REMOVED = re.compile(r"Executor (?:app-[\w-]+/)?(?P<id>\d+) removed: (?P<why>.*
 _LOST_EXECUTOR = re.compile(r"Lost executor (?P<id>\d+) on [^:]*: (?P<why>.*)$")
 _LOST_TASK = re.compile(r"Lost task .*?executor (?P<id>\d+)\): (?P<why>.*)$")
 _EXIT_CODE = re.compile(r"exit(?:ed with)?(?: code|Status)[ :=]*(-?\d+)", re.IGNORECASE)
+_LOG_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d |\d{4}-\d\d-\d\d[ T]\d\d:\d\d")   # log4j's default date
 _OVER_LIMIT = re.compile(r"exceeding (?:physical |virtual )?memory limits|OOMKilled|killed by the kernel", re.IGNORECASE)
 
 
@@ -59,14 +60,24 @@ def driver_lane(lanes: list["Timeline"]) -> "Timeline | None":
 
 
 def driver_log_lines(log: str) -> dict[str, list[str]]:
-    """What the driver's log says about each executor id: lines on its removal, loss and failed tasks."""
+    """What the driver's log says about each executor id: lines on its removal, loss and failed tasks,
+    each failed task with the `Caused by:` lines of its stack trace (DL4J wraps an OutOfMemoryError)."""
     out: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in log.splitlines():
         for pattern in (_REMOVED, _LOST_EXECUTOR, _LOST_TASK):
             match = pattern.search(line)
             if match:
-                out.setdefault(match.group("id"), []).append(line.strip()[-600:])
+                current = out.setdefault(match.group("id"), [])
+                current.append(line.strip()[-600:])
+                if pattern is not _LOST_TASK:
+                    current = None
                 break
+        else:
+            if current is not None and _LOG_LINE.match(line):
+                current = None   # the next log line: the failed task's stack trace is over
+            elif current is not None and line.startswith("Caused by:"):
+                current.append(line.strip()[:600])
     return out
 
 

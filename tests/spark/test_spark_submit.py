@@ -68,14 +68,19 @@ def test_lost_executors_classified_from_fake_driver_log():
         "26/12/03 00:01:02 ERROR TaskSchedulerImpl: Lost executor 1 on 127.0.0.1: Command exited with code 137",
         "26/12/03 00:01:03 WARN TaskSetManager: Lost task 1.0 in stage 2.0 (TID 5) (127.0.0.1 executor 0): "
         "java.lang.OutOfMemoryError: Java heap space",
+        "26/12/03 00:01:04 WARN TaskSetManager: Lost task 0.0 in stage 4.0 (TID 8) (127.0.0.1 executor 2): "
+        "java.lang.RuntimeException: java.lang.OutOfMemoryError: Cannot allocate new LongPointer(4)",
+        "\tat org.nd4j.linalg.cpu.nativecpu.ops.NativeOpExecutioner.exec(NativeOpExecutioner.java:1)",
+        "Caused by: java.lang.OutOfMemoryError: Cannot allocate new LongPointer(4): totalBytes = 256, "
+        "physicalBytes = 345M",
+        "\tat org.bytedeco.javacpp.Pointer.deallocator(Pointer.java:1)",
         "26/12/03 00:01:04 INFO SparkContext: Invoking stop() from shutdown hook",
+        "Caused by: java.lang.OutOfMemoryError: Java heap space",    # another trace, no executor's
     ])
     said = driver_log_lines(log)
-    assert set(said) == {"0", "1"} and len(said["1"]) == 2
+    assert set(said) == {"0", "1", "2"} and len(said["1"]) == 2 and len(said["2"]) == 2
     assert classify(said["1"], 137)[:2] == ("killed-for-memory", True)
     assert classify(said["0"], None)[:2] == ("oom-heap", True)
-    offheap = ["Lost task 0.0 (127.0.0.1 executor 2): java.lang.OutOfMemoryError: Cannot allocate new LongPointer(8): "
-               "totalBytes = 1 GiB, physicalBytes = 2 GiB"]
-    assert classify(offheap, None)[:2] == ("oom-offheap", True)
+    assert classify(said["2"], None)[:2] == ("oom-offheap", True)   # JavaCPP's, from the Caused-by line
     assert classify([], 143)[:2] == ("ok", False)             # ended by the worker at the application's end
     assert classify(["Lost executor 3 on h: Remote RPC client disassociated"], 1)[:2] == ("lost", False)
