@@ -26,7 +26,7 @@ Tune: `pyd4j tune -- spark-submit ...` on the 2-worker cluster, the job at Spark
 settings (1 GiB heap, no JavaCPP limits): the recommendation from the worst executor, the re-run, and the
 per-executor before/after table (benchmarks/README.md).
 
-Writes benchmarks/results/spark.json. Usage: python benchmarks/spark.py [--examples 2048] [--skip-shapes]. Needs a
+Writes benchmarks/results/spark.json. Usage: python benchmarks/spark.py [--examples 2048]. Needs a
 writable memory cgroup (root, or a delegated cgroup). The machine may be shared: times are not figures here.
 """
 
@@ -37,7 +37,6 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +108,8 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
         tmp = Path(tmp)
         with LocalCluster(workers=workers, cores=cores, memory=node_memory, directory=tmp / "cluster",
                           limit_memory=True, offer=offer) as cluster:
-            conf = with_agent({**cluster.app_properties(), **sf.conf(), **(conf_extra or {})}, tmp / "timelines")
+            conf = with_agent({**cluster.app_properties(), **sf.conf(), **(conf_extra or {})}, tmp / "timelines",
+                              options=AGENT_OPTIONS)
             result = run_example(conf, job_args(examples, batch, workers * cores), tmp / "app.properties",
                                  env=cluster.env(), timeout=1500)
             diagnoses = executor_diagnoses(cluster, result.app_id, cluster.worker_limit_bytes)
@@ -152,13 +152,10 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
             "stderr_tail": "" if result.ok else result.stderr[-3000:]}
 
 
-def scaled(est: Estimate, factor: float) -> Estimate:
-    terms = tuple(replace(t, fixed_bytes=int(t.fixed_bytes * factor), per_sample_bytes=int(t.per_sample_bytes * factor))
-                  for t in est.terms)
-    return replace(est, terms=terms)
-
-
 CONTROL_FRACTIONS = (0.5, 0.4, 0.3)
+# The agent measures the live heap after full collections; its own inspections are at most every 5 s and 0.5% of
+# the run by default, too few in a one-minute job to catch the peak: here every second, up to 5% of the run.
+AGENT_OPTIONS = "live=1,live_share=0.05"
 
 
 def run_control(name: str, workers: int, cores: int, batch: int, examples: int, full: SparkFlags,
@@ -224,6 +221,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2048)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
+    parser.add_argument("--fractions", default=",".join(map(str, CONTROL_FRACTIONS)),
+                        help="negative control: fractions of the generated container to try, until one fails")
     args = parser.parse_args()
     runs = []
     for name, workers, cores, batch in SHAPES:
@@ -244,7 +243,7 @@ def main() -> None:
     full = spark_flags(estimate(NETWORK, batch), SparkShape(executors=workers, executor_cores=cores,
                                                              worker_memory=8 * 1024 * MiB))
     controls = []
-    for fraction in CONTROL_FRACTIONS:
+    for fraction in [float(f) for f in args.fractions.split(",")]:
         control = run_control(name, workers, cores, batch, args.examples, full, fraction)
         controls.append(control)
         print(f"negative control at {fraction:g}: ok={control['ok']}, exits "

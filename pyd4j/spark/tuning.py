@@ -152,7 +152,7 @@ def before_after_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
         return rows
 
     before, after = rows_of("before"), rows_of("after")
-    headers = ["executor", "side", "heap max", "peak heap used", "live heap", "peak RSS", "ND4J + native",
+    headers = ["executor", "side", "heap max", "peak heap used", "live heap", "peak RSS", "native (ND4J, Spark, JVM)",
                "iterations", "ended"]
     out = []
     for eid in sorted(set(before) | set(after), key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e)):
