@@ -307,8 +307,9 @@ class LocalCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pyd4j.spark.cluster`: start a local cluster, print its master URL and daemons as one JSON
-    line, keep it up until Ctrl-C or SIGTERM, then stop it."""
+    """`python -m pyd4j.spark.cluster`: start a local cluster, print as one JSON line its master URL, its
+    daemons, the spark-submit to use and the properties file a job needs (master and secret; readable by
+    this user only: `spark-submit --properties-file <it> ...`), keep it up until Ctrl-C or SIGTERM, then stop it."""
     import argparse  # noqa: PLC0415
     import json  # noqa: PLC0415
     import sys  # noqa: PLC0415
@@ -325,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, terminate)
     try:
         with LocalCluster(args.workers, args.cores, args.memory) as cluster:
+            props = write_properties(cluster.dir / "app.properties", cluster.app_properties())
             print(json.dumps({"master": cluster.master_url, "web_ui": cluster.master_web_url,
-                              "pids": cluster.pids(), "memory_limit": cluster.limit_note}), flush=True)
+                              "pids": cluster.pids(), "memory_limit": cluster.limit_note,
+                              "spark_submit": spark_script("spark-submit"), "properties": str(props)}), flush=True)
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:
