@@ -404,7 +404,9 @@ def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: di
                 verify: bool, repeat: int) -> dict:
     """tune for spark-submit: Spark settings from the worst executor's measured peaks (pyd4j.spark.tuning),
     given to the re-run as --conf; verified when the re-run ends well, no executor lost memory, and every
-    executor (the driver in local mode) got the recommended heap and JavaCPP limit."""
+    executor (the driver in local mode) got the recommended heap and JavaCPP limit. When an executor of the
+    re-run runs out of memory, the settings are recommended again from the worst executor of both runs
+    and the job re-run once more."""
     from pyd4j.spark.tuning import recommend, settings_held  # noqa: PLC0415
 
     conf, sf, why = recommend(before, argv, headroom)
@@ -417,16 +419,29 @@ def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: di
         doc.update(outcome="recommended", exit_code=EXIT_VERIFIED)
         save_tune_doc(out, doc)
         return doc
-    after = run("after", spark_conf=conf)
-    side = _side(after, True)
-    side["flags"] = doc["recommended"]
-    side["settings_not_held"] = settings_held(after, conf)
-    attempts = [side]
+    attempts = []
+    for attempt in range(MAX_RERECOMMENDATIONS + 1):
+        after = run("after" if attempt == 0 else f"after-{attempt + 1}", spark_conf=conf)
+        side = _side(after, True)
+        side["flags"] = [f"{k}={v}" for k, v in conf.items()]
+        side["settings_not_held"] = settings_held(after, conf)
+        attempts.append(side)
+        failures = side["spark"]["executor_memory_failures"]
+        memory = failures or any(k.startswith(("oom", "killed")) for k in side["findings"])
+        if _outcome(side) != "rerun-failed" or attempt == MAX_RERECOMMENDATIONS or not memory:
+            break
+        # an executor (or the driver) ran out of memory with the recommended settings: recommend again from
+        # the worst of both runs (the failed one counts with its raised need), once
+        conf, sf, why = recommend([before, after], argv, headroom)
+        doc.update(recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf, reasons=why.pop("reasons"),
+                   measured_need=why["worst_need"], spark=why, container_bytes=sf.executor_container_bytes,
+                   rerecommended_after=failures or side["finding_titles"])
     before_speeds, after_speeds = [first["iterations_per_s"]], [side["iterations_per_s"]]
     if _outcome(side) == "verified":
+        used = len(attempts)
         for i in range(2, repeat + 1):
             before_speeds.append(_side(run(f"before-{i}"), True)["iterations_per_s"])
-            after_speeds.append(_side(run(f"after-{i}", spark_conf=conf), True)["iterations_per_s"])
+            after_speeds.append(_side(run(f"after-{used + i - 1}", spark_conf=conf), True)["iterations_per_s"])
     doc.update(after=side, attempts=attempts)
     doc["throughput"] = throughput(before_speeds, after_speeds)
     doc["speedup"] = doc["throughput"]["speedup"]

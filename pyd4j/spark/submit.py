@@ -7,6 +7,9 @@ pyd4j tune's recommended settings through `--conf`. Settings are merged, never l
 extraJavaOptions keep their own options (less the memory flags tune owns, on its re-run) with pyd4j's
 appended; every other setting pyd4j gives replaces the user's one for the same key (a `--conf`, a
 shorthand like `--executor-memory`, or a line of `--properties-file`).
+
+The agent's jar and the run directory are given by their paths on this machine: executors must see
+them there (a cluster on this machine, or a shared file system), since each writes its own timeline.
 """
 
 from __future__ import annotations

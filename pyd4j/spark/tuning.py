@@ -69,13 +69,20 @@ def spark_side(run: "JobRun") -> dict:
             "executor_memory_failures": [r["diagnosis"] for r in rows if r.get("outcome") not in ("ok", None)]}
 
 
-def recommend(run: "JobRun", argv: list[str], headroom: float = DEFAULT_HEADROOM) -> tuple[dict[str, str], SparkFlags, dict]:
-    """(the Spark settings for the re-run, the SparkFlags behind them, the why) from a profiled spark-submit run."""
+def recommend(runs: "JobRun | list[JobRun]", argv: list[str],
+              headroom: float = DEFAULT_HEADROOM) -> tuple[dict[str, str], SparkFlags, dict]:
+    """(the Spark settings for the re-run, the SparkFlags behind them, the why) from profiled spark-submit runs:
+    the worst executor (and driver) of all of them. A run that failed for memory counts with its raised need
+    (pyd4j.profile.tune.measured_need: an OOM or a kill shows only a lower bound), so recommending from the
+    first run and a failed re-run gives settings above both."""
+    runs = runs if isinstance(runs, list) else [runs]
     submit = SparkSubmit.parse(argv)
     settings = submit.settings()
     task_cpus = int(settings.get("spark.task.cpus", "1") or 1)
-    lanes = [t for t in executor_lanes(run.lanes) if t.samples]
-    driver = driver_lane(run.lanes)
+    lanes = [t for run in runs for t in executor_lanes(run.lanes) if t.samples]
+    executors = max(len([t for t in executor_lanes(run.lanes) if t.samples]) for run in runs)
+    drivers = [d for run in runs for d in [driver_lane(run.lanes)] if d is not None and d.samples]
+    driver = max(drivers, key=lambda d: _total(_split(d, 0, "driver")[1])) if drivers else None
     local = submit.local_threads()
     if lanes:
         parts = []
@@ -84,18 +91,18 @@ def recommend(run: "JobRun", argv: list[str], headroom: float = DEFAULT_HEADROOM
             est, need = _split(t, max(cores // task_cpus, 1), "executor")
             parts.append((t, cores, est, need))
         worst_t, cores, exec_est, worst = max(parts, key=lambda p: _total(p[3]))
-        if driver is not None and driver.samples:
+        if driver is not None:
             driver_est, driver_need = _split(driver, 0, "driver")
         else:
             driver_est, driver_need = exec_est, worst
-        shape = SparkShape(executors=len(lanes), executor_cores=cores, task_cpus=min(task_cpus, cores))
+        shape = SparkShape(executors=executors, executor_cores=cores, task_cpus=min(task_cpus, cores))
         sf = spark_measured_flags(exec_est, driver_est, shape, headroom)
         conf = sf.conf()
         why = {"worst_executor": worst_t.jvm.executor_id, "worst_need": asdict(worst),
-               "executor_needs": {t.jvm.executor_id: asdict(n) for t, _, _, n in parts},
+               "executor_needs": {_key(t, runs): asdict(n) for t, _, _, n in parts},
                "driver_need": asdict(driver_need), "concurrent_tasks": shape.concurrent_tasks}
     else:
-        if driver is None or not driver.samples:
+        if driver is None:
             raise ValueError("the spark-submit run left no executor or driver timeline with samples: nothing to size from")
         tasks = local or 1
         exec_est, worst = _split(driver, tasks, "executor")
@@ -109,8 +116,15 @@ def recommend(run: "JobRun", argv: list[str], headroom: float = DEFAULT_HEADROOM
     why.update(per_task={"javacpp": exec_est.term_bytes("javacpp_peak") // max(shape.concurrent_tasks, 1),
                          "nd4j_untracked": exec_est.term_bytes("untracked_offheap") // max(shape.concurrent_tasks, 1)},
                executor_fixed_offheap=exec_est.term_bytes("spark_jvm_offheap"),
-               executor_container_bytes=sf.executor_container_bytes, reasons={k: r for k, _, r in sf.settings()})
+               executor_container_bytes=sf.executor_container_bytes,
+               reasons={k: r for k, _, r in sf.settings() if k in conf})
     return conf, sf, why
+
+
+def _key(t: "Timeline", runs: list["JobRun"]) -> str:
+    """An executor's name in the recommendation: its id, with its run's directory name after the first run."""
+    first = runs[0].run_dir
+    return t.jvm.executor_id if t.run_dir == first else f"{t.run_dir.name}:{t.jvm.executor_id}"
 
 
 def settings_held(run: "JobRun", conf: dict[str, str]) -> list[str]:
