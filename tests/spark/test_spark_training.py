@@ -36,7 +36,7 @@ def _check_trained(result, min_accuracy: float) -> None:
     assert "OutOfMemoryError" not in result.stderr
 
 
-def test_cnn_as_computation_graph_in_local_mode_under_profile(tmp_path, monkeypatch):
+def test_cnn_as_computation_graph_in_local_mode_under_profile(jvm, tmp_path, monkeypatch):
     """`pyd4j profile -- spark-submit --master local[2] ...`: the driver runs the tasks, under generated settings."""
     est = estimate(DIGITS_LENET, 32, input="cnn:8x8x1")
     sf = spark_flags(est, SparkShape(executors=1, executor_cores=2, worker_memory=4 * 1024**3))

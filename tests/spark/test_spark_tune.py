@@ -35,7 +35,7 @@ def _events(run_dir) -> list[dict]:
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
-def test_tune_spark_submit_on_two_worker_cluster(tmp_path, monkeypatch):
+def test_tune_spark_submit_on_two_worker_cluster(jvm, tmp_path, monkeypatch):
     est = estimate(DIGITS_MLP, 32, input="ff:64")
     sf = spark_flags(est, SparkShape(executors=2, executor_cores=1, worker_memory=4 * 1024**3))
     with LocalCluster(workers=2, cores=1, memory=sf.executor_container_bytes, directory=tmp_path / "cluster") as cluster:
