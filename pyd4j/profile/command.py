@@ -168,10 +168,14 @@ class JobCommand:
         if self.kind == "spark-submit":
             from pyd4j.spark.submit import SparkSubmit  # noqa: PLC0415
 
+            submit = SparkSubmit.parse(self.argv)
             conf = dict(spark_conf or {})
-            key = "spark.executor.extraJavaOptions"
-            conf[key] = " ".join(w for w in (conf.get(key, ""), shlex.quote(agent)) if w)
-            argv = SparkSubmit.parse(self.argv).with_settings(conf, drop_memory_flags=drop_memory_flags)
+            keys = ["spark.executor.extraJavaOptions"]
+            if submit.settings().get("spark.submit.deployMode") == "cluster":
+                keys.append("spark.driver.extraJavaOptions")   # the driver, too, is started by the cluster
+            for key in keys:
+                conf[key] = " ".join(w for w in (conf.get(key, ""), shlex.quote(agent)) if w)
+            argv = submit.with_settings(conf, drop_memory_flags=drop_memory_flags)
             return argv, with_tool_options(env, [agent, *self.tool_options(extra_jvm_options)])
         if spark_conf:
             raise JobCommandError("Spark settings can only be given to a spark-submit command")

@@ -56,8 +56,8 @@ def spark_part(command: str) -> tuple[str | None, str | None, int | None]:
     spark-submit's JVM (client mode: the driver, also the executor in local[N]), ("executor", "1", 2)
     for an executor; (None, None, None) for any other JVM."""
     first = command.split(" ", 1)[0] if command else ""
-    if first == "org.apache.spark.deploy.SparkSubmit":
-        return "driver", None, None
+    if first in ("org.apache.spark.deploy.SparkSubmit", "org.apache.spark.deploy.worker.DriverWrapper"):
+        return "driver", None, None   # client mode: spark-submit's JVM; cluster deploy mode: a worker's DriverWrapper
     if first in SPARK_EXECUTOR_MAINS:
         args = dict(_EXECUTOR_ARG.findall(command))
         cores = args.get("cores")

@@ -51,6 +51,11 @@ def test_agent_reaches_executors_through_extra_java_options():
     opts = shlex.split(SparkSubmit.parse(argv).settings()["spark.executor.extraJavaOptions"])
     assert opts == ["-Dfoo=1", "-javaagent:/x/agent.jar=interval=100,out=/runs/jvm-%p.jsonl"]
     assert "-javaagent:/x/agent.jar" in env["JAVA_TOOL_OPTIONS"]   # the driver and spark-submit's own JVMs
+    assert "spark.driver.extraJavaOptions" not in SparkSubmit.parse(argv).settings()
+    # in cluster deploy mode a worker starts the driver too: the agent goes into its options as well
+    command = JobCommand(("spark-submit", "--deploy-mode", "cluster", "--class", "a.B", *APP), "spark-submit", None, "a.B")
+    argv, _ = command.launch("-javaagent:/x/agent.jar=interval=100", env={})
+    assert SparkSubmit.parse(argv).settings()["spark.driver.extraJavaOptions"] == "-javaagent:/x/agent.jar=interval=100"
 
 
 def test_spark_parts_from_jvm_commands():
@@ -60,6 +65,7 @@ def test_spark_parts_from_jvm_commands():
                 "--worker-url spark://Worker@127.0.0.1:4343 --resourceProfileId 0")
     assert spark_part(executor) == ("executor", "1", 2)
     assert spark_part("org.apache.spark.launcher.Main org.apache.spark.deploy.SparkSubmit") == (None, None, None)
+    assert spark_part("org.apache.spark.deploy.worker.DriverWrapper spark://Worker@h:1 app.jar a.B")[0] == "driver"
 
 
 def test_lost_executors_classified_from_fake_driver_log():
