@@ -575,8 +575,16 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
     except (FileNotFoundError, KeyError):
         pass
     notes = "".join(f"<li>{e(n)}</li>" for n in doc.get("notes") or [])
+    per_executor = ""
+    if b.get("spark"):
+        from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+
+        headers, executor_rows = before_after_rows(doc)
+        per_executor = ("<h3>Per executor</h3><p>The worst executor's measured peaks size every executor's "
+                        f"settings (worst: {e(str((doc.get('spark') or {}).get('worst_executor')))}).</p>"
+                        + _table(headers, executor_rows))
     section = (f"<h2>Before / after</h2>{verdict}{_table(['', 'before', 'after (tuned)'], rows, wrap=(1, 2))}"
-               + (f"<ul>{notes}</ul>" if notes else "") + _img(plot))
+               + per_executor + (f"<ul>{notes}</ul>" if notes else "") + _img(plot))
     return banner, section, plot
 
 

@@ -18,6 +18,7 @@ from pyd4j.jvm.classpath import spark_examples_classpath
 from pyd4j.memory import container
 from pyd4j.memory.estimate import estimate
 from pyd4j.memory.flags import SparkShape, spark_flags
+from pyd4j.profile.report import write_report
 from pyd4j.profile.tune import tune_job
 from pyd4j.spark.cluster import LocalCluster
 from pyd4j.spark.install import spark_script, write_properties
@@ -96,3 +97,8 @@ def test_tune_spark_submit_on_two_worker_cluster(jvm, tmp_path, monkeypatch):
     assert all(abs(r["heap_max"] - parse_bytes(conf["spark.executor.memory"])) < 0.1 * r["heap_max"]
                for r in after["spark"]["executors"])
     assert after["iterations"] > 0
+
+    # the report of the tuned run: one lane per executor, how each ended, the per-executor before/after
+    page = write_report(tmp_path / "tune" / "after")["html"].read_text()
+    assert "Spark executor 0" in page and "Spark executor 1" in page and "Spark driver (main)" in page
+    assert "<h2>Spark executors</h2>" in page and "<h3>Per executor</h3>" in page
