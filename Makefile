@@ -29,6 +29,8 @@ $(VENV): pyproject.toml constraints.txt
 
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
 $(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml examples/spark/pom.xml tests/fixtures/java/pom.xml tests/fixtures/java-compat/pom.xml .mvn/settings.xml $(JAVA_SRC)
+	@# copy-dependencies only adds jars: a stale one of another release would stay on the older-release fixture's classpath
+	rm -rf tests/fixtures/java-compat/target/lib
 	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
 	touch $@
 

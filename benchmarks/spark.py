@@ -11,22 +11,32 @@ pyd4j's agent on the driver and every executor. Per executor, from its own timel
               vs measured: peak of (RSS - resident heap)                                     (goal +-20%)
   budget      generated container / measured need (peak RSS)                                  (goal <= 1.3)
 
-Negative control: the first shape again with each worker's memory at half the generated executor
-container and settings generated from half the executor estimate (the heap kept at Spark's minimum):
-it must fail, and pyd4j must diagnose it as that executor's memory (kernel OOM kill in its worker's
-cgroup, or a Java/JavaCPP OutOfMemoryError in its log).
+  sound need  the heap Spark makes the executor take (spark.executor.memory: the JVM may fill it before a
+              full collection) + measured off-heap: the least a container can soundly hold; the generated
+              container over it shows pyd4j's own headroom, apart from Spark's 480 MiB heap floor
 
-Writes benchmarks/results/spark.json. Usage: python benchmarks/spark.py [--examples 2048]. Needs a writable
-memory cgroup (root, or a delegated cgroup). The machine may be shared: times are not figures here.
+Negative control: the first shape again with the executor's container at a fraction of the generated one
+(0.5 first, then lower until it fails): each worker's cgroup is that container (plus the worker daemon's
+allowance), JavaCPP's maxphysicalbytes is that container, memoryOverhead is what is left of it over the
+heap (the heap stays at Spark's minimum, which the worker must still offer). It must fail, and pyd4j must
+diagnose it as that executor's memory, both from the workers' logs and executor stderr
+(pyd4j.memory.container) and from the driver's log alone, as `pyd4j profile` does (pyd4j.spark.executors).
+
+Tune: `pyd4j tune -- spark-submit ...` on the 2-worker cluster, the job at Spark's default executor
+settings (1 GiB heap, no JavaCPP limits): the recommendation from the worst executor, the re-run, and the
+per-executor before/after table (benchmarks/README.md).
+
+Writes benchmarks/results/spark.json. Usage: python benchmarks/spark.py [--examples 2048]. Needs a
+writable memory cgroup (root, or a delegated cgroup). The machine may be shared: times are not figures here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +49,8 @@ from pyd4j.memory.estimate import HEAP_GC_FACTOR, Estimate, estimate  # noqa: E4
 from pyd4j.memory.flags import SparkFlags, SparkShape, spark_flags  # noqa: E402
 from pyd4j.profile.timeline import Timeline  # noqa: E402
 from pyd4j.spark.cluster import LocalCluster  # noqa: E402
-from pyd4j.spark.job import run_example, with_agent  # noqa: E402
+from pyd4j.spark.executors import classify, driver_log_lines, exit_code  # noqa: E402
+from pyd4j.spark.job import MAIN_CLASS, job_classpath_conf, run_example, with_agent  # noqa: E402
 
 MiB = 1024**2
 NETWORK = ROOT / "examples" / "networks" / "lenet.json"
@@ -81,13 +92,24 @@ def executor_diagnoses(cluster: LocalCluster, app_id: str | None, limit: int) ->
     return out
 
 
+def driver_diagnoses(driver_log: str) -> list[dict]:
+    """How each lost executor ended, from the driver's log alone (what `pyd4j profile -- spark-submit` reads)."""
+    out = []
+    for eid, lines in driver_log_lines(driver_log).items():
+        kind, memory, why = classify(lines, exit_code(lines))
+        out.append({"executor": eid, "kind": kind, "memory_exhausted": memory, "diagnosis": f"executor {eid}: {why}",
+                    "lines": lines[:3]})
+    return out
+
+
 def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf: SparkFlags, node_memory: int,
-              conf_extra: dict | None = None) -> dict:
+              conf_extra: dict | None = None, offer: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="pyd4j-spark-bench-") as tmp:
         tmp = Path(tmp)
         with LocalCluster(workers=workers, cores=cores, memory=node_memory, directory=tmp / "cluster",
-                          limit_memory=True) as cluster:
-            conf = with_agent({**cluster.app_properties(), **sf.conf(), **(conf_extra or {})}, tmp / "timelines")
+                          limit_memory=True, offer=offer) as cluster:
+            conf = with_agent({**cluster.app_properties(), **sf.conf(), **(conf_extra or {})}, tmp / "timelines",
+                              options=AGENT_OPTIONS)
             result = run_example(conf, job_args(examples, batch, workers * cores), tmp / "app.properties",
                                  env=cluster.env(), timeout=1500)
             diagnoses = executor_diagnoses(cluster, result.app_id, cluster.worker_limit_bytes)
@@ -112,6 +134,8 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
             "measured_nd4j_and_native_bytes": tl.peaks()["native"],
             "generated_container_bytes": sf.executor_container_bytes, "measured_need_bytes": need,
             "budget_ratio": round(sf.executor_container_bytes / need, 3) if need else None,
+            "sound_need_bytes": sf.executor_memory_bytes + meas_off,
+            "budget_ratio_vs_sound_need": round(sf.executor_container_bytes / (sf.executor_memory_bytes + meas_off), 3),
             "threads": tl.peak("threads"),
         })
     driver = timelines.get("driver")
@@ -119,6 +143,7 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
             "examples": examples, "ok": result.ok, "returncode": result.returncode, "seconds": result.seconds,
             "scores": result.scores(), "conf": sf.conf(), "worker_cgroup_bytes": node_memory,
             "executor_breakdown": sf.executor_estimate.breakdown(), "executors": executors, "exits": diagnoses,
+            "driver_log_diagnoses": driver_diagnoses(result.stderr),
             "driver": {"measured_live_heap_bytes": driver.live_heap_peak(), "measured_peak_rss_bytes": driver.peak("rss"),
                        "predicted_live_heap_bytes": predicted_live_heap(sf.driver_estimate),
                        "predicted_offheap_bytes": sf.driver_estimate.offheap_bytes + sf.driver_estimate.native_bytes,
@@ -127,16 +152,77 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
             "stderr_tail": "" if result.ok else result.stderr[-3000:]}
 
 
-def scaled(est: Estimate, factor: float) -> Estimate:
-    terms = tuple(replace(t, fixed_bytes=int(t.fixed_bytes * factor), per_sample_bytes=int(t.per_sample_bytes * factor))
-                  for t in est.terms)
-    return replace(est, terms=terms)
+CONTROL_FRACTIONS = (0.5, 0.4, 0.3)
+# The agent measures the live heap after full collections; its own inspections are at most every 5 s and 0.5% of
+# the run by default, too few in a one-minute job to catch the peak: here every second, up to 5% of the run.
+AGENT_OPTIONS = "live=1,live_share=0.05"
+
+
+def run_control(name: str, workers: int, cores: int, batch: int, examples: int, full: SparkFlags,
+                fraction: float) -> dict:
+    """The first shape with the executor container at `fraction` of the generated one."""
+    budget = int(full.executor_container_bytes * fraction) // MiB * MiB
+    heap = full.executor_memory_bytes
+    conf = dict(full.conf())
+    conf["spark.executor.memoryOverhead"] = f"{max(budget - heap, 0) // MiB}m"
+    conf["spark.executor.extraJavaOptions"] = " ".join(
+        f"-Dorg.bytedeco.javacpp.maxphysicalbytes={budget}" if w.startswith("-Dorg.bytedeco.javacpp.maxphysicalbytes=")
+        else w for w in conf["spark.executor.extraJavaOptions"].split())
+    control = run_shape(f"{name}, {fraction:g} of the generated container", workers, cores, batch, examples, full,
+                        budget, conf_extra={**conf, "spark.task.maxFailures": "1"}, offer=max(budget, heap))
+    failed = [e for e in control["exits"] if e["kind"] != "ok"]
+    said = [d for d in control["driver_log_diagnoses"] if d["kind"] != "ok"]
+    control.update(fraction=fraction, control_container_bytes=budget,
+                   generated_container_bytes=full.executor_container_bytes, failed_as_expected=not control["ok"],
+                   diagnosed_as_executor_memory=bool(failed) and all(e["memory_exhausted"] for e in failed),
+                   driver_log_says_executor_memory=bool(said) and all(d["memory_exhausted"] for d in said))
+    return control
+
+
+def run_tune(examples: int, full: SparkFlags) -> dict:
+    """`pyd4j tune -- spark-submit ...` on the 2-worker cluster, from Spark's default executor settings."""
+    from pyd4j.profile.tune import tune_job  # noqa: PLC0415
+    from pyd4j.spark.install import spark_script, write_properties  # noqa: PLC0415
+    from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+
+    name, workers, cores, batch = SHAPES[0]
+    with tempfile.TemporaryDirectory(prefix="pyd4j-spark-tune-") as tmp:
+        tmp = Path(tmp)
+        with LocalCluster(workers=workers, cores=cores, memory=full.executor_container_bytes, directory=tmp / "cluster",
+                          limit_memory=True) as cluster:
+            saved = {k: os.environ.get(k) for k in cluster.env() if k.startswith("SPARK")}
+            os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
+            try:
+                props = write_properties(tmp / "app.properties", {
+                    **cluster.app_properties(), **job_classpath_conf(), "spark.ui.enabled": "false",
+                    "spark.cores.max": str(workers * cores), "spark.executor.cores": str(cores),
+                    # Spark's defaults otherwise; this one is needed with any MaxDirectMemorySize under 200 MiB
+                    "spark.network.maxRemoteBlockSizeFetchToMem": "32m"})
+                jar = job_classpath_conf()["spark.driver.extraClassPath"].split(os.pathsep)[0]
+                argv = [spark_script("spark-submit"), "--properties-file", str(props), "--class", MAIN_CLASS, jar,
+                        *job_args(examples, batch, workers * cores)]
+                doc = tune_job(argv, tmp / "tune", timeout_s=1500)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            doc["worker_oom_kills"] = cluster.oom_kills()
+    headers, rows = before_after_rows(doc)
+    doc["table"] = {"headers": headers, "rows": rows}
+    print(f"tune: {doc['outcome']}; recommended {doc.get('spark_conf')}", flush=True)
+    for row in rows:
+        print("  " + " | ".join(row), flush=True)
+    return doc
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2048)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
+    parser.add_argument("--fractions", default=",".join(map(str, CONTROL_FRACTIONS)),
+                        help="negative control: fractions of the generated container to try, until one fails")
     args = parser.parse_args()
     runs = []
     for name, workers, cores, batch in SHAPES:
@@ -152,21 +238,22 @@ def main() -> None:
                   f"{x['measured_need_bytes'] / MiB:.0f} MiB ratio {x['budget_ratio']}", flush=True)
         print(f"{name}: ok={r['ok']} scores {r['scores']} exits {[e['kind'] for e in r['exits']]}", flush=True)
 
-    # negative control: half the generated executor memory
+    # negative control: the executor's container at a fraction of the generated one, until it fails
     name, workers, cores, batch = SHAPES[0]
-    est = estimate(NETWORK, batch)
-    shape = SparkShape(executors=workers, executor_cores=cores, worker_memory=8 * 1024 * MiB)
-    full = spark_flags(est, shape)
-    half_est = scaled(est, 0.5)
-    half = spark_flags(half_est, shape)
-    control = run_shape(f"{name}, half memory", workers, cores, batch, args.examples, half,
-                        full.executor_container_bytes // 2, conf_extra={"spark.task.maxFailures": "1"})
-    failed = [e for e in control["exits"] if e["kind"] != "ok"]
-    control.update(generated_container_bytes=full.executor_container_bytes,
-                   failed_as_expected=not control["ok"],
-                   diagnosed_as_executor_memory=bool(failed) and all(e["memory_exhausted"] for e in failed))
-    print(f"negative control: ok={control['ok']}, {[e['diagnosis'][:160] for e in control['exits']]}", flush=True)
+    full = spark_flags(estimate(NETWORK, batch), SparkShape(executors=workers, executor_cores=cores,
+                                                             worker_memory=8 * 1024 * MiB))
+    controls = []
+    for fraction in [float(f) for f in args.fractions.split(",")]:
+        control = run_control(name, workers, cores, batch, args.examples, full, fraction)
+        controls.append(control)
+        print(f"negative control at {fraction:g}: ok={control['ok']}, exits "
+              f"{[e['diagnosis'][:160] for e in control['exits']]}; driver log "
+              f"{[d['diagnosis'][:160] for d in control['driver_log_diagnoses']]}", flush=True)
+        if not control["ok"]:
+            break
+    control = controls[-1]
 
+    tune = run_tune(args.examples, full)
     execs = [x for r in runs if r["ok"] for x in r["executors"]]
     heap_err = [abs(x["heap_error"]) for x in execs if x["heap_error"] is not None]
     off_err = [abs(x["offheap_error"]) for x in execs if x["offheap_error"] is not None]
@@ -178,12 +265,22 @@ def main() -> None:
         "heap_error_abs_max": max(heap_err, default=None), "heap_within_20pct": sum(e <= 0.2 for e in heap_err),
         "offheap_error_abs_max": max(off_err, default=None), "offheap_within_20pct": sum(e <= 0.2 for e in off_err),
         "budget_ratio_min": min(ratios, default=None), "budget_ratio_max": max(ratios, default=None),
+        "sound_need_ratio_min": min((x["budget_ratio_vs_sound_need"] for x in execs), default=None),
+        "sound_need_ratio_max": max((x["budget_ratio_vs_sound_need"] for x in execs), default=None),
+        "negative_control_fractions_tried": [c["fraction"] for c in controls],
+        "negative_control_fraction": control["fraction"],
         "negative_control_failed": control["failed_as_expected"],
         "negative_control_diagnosed_as_executor_memory": control["diagnosed_as_executor_memory"],
+        "negative_control_half_failed": controls[0]["failed_as_expected"],
+        "tune_outcome": tune["outcome"], "tune_worst_executor": tune.get("spark", {}).get("worst_executor"),
+        "tune_container_bytes": tune.get("container_bytes"),
+        "tune_after_executor_peak_rss": [r.get("peak_rss") for r in tune["after"]["spark"]["executors"]]
+        if tune.get("after") else None,
         "note": "measured on a 2-core machine shared with other work; times are not compared",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"summary": summary, "runs": runs, "negative_control": control}, indent=1))
+    Path(args.out).write_text(json.dumps({"summary": summary, "runs": runs, "negative_control": control,
+                                          "negative_controls": controls, "tune": tune}, indent=1, default=str))
     print(json.dumps(summary, indent=1))
 
 

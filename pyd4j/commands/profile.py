@@ -188,6 +188,12 @@ def _print_summary(doc: dict) -> None:
         print_table("JVMs of the run", ["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS"],
                     [(j["pid"], role_text(j), j["main_class"], j["parent_jvm"] or "-",
                       j["samples"], j["iterations"], human_bytes(j.get("rss_peak"))) for j in doc["jvms"]])
+    if doc.get("spark_executors"):
+        executors = [j for j in doc["jvms"] if j.get("spark") == "executor"]
+        click.echo(f"{len(executors)} Spark executor(s): {sum(j['iterations'] or 0 for j in executors)} iterations in all")
+        print_table("Spark executors", ["executor", "pid", "exit code", "ended", "diagnosis"],
+                    [(e["executor_id"], e["pid"] or "-", e["exit_code"] if e["exit_code"] is not None else "-",
+                      e["kind"], e["diagnosis"]) for e in doc["spark_executors"]])
     if doc["findings"]:
         print_table("findings", ["severity", "finding", "fix", "flags"],
                     [(f["severity"], f["title"], f["fix"], " ".join(f["flags"])) for f in doc["findings"]])

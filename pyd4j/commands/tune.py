@@ -133,6 +133,11 @@ def _finish(doc: dict, as_json: bool) -> None:
         row("iterations/s", speed),
         row("findings", lambda s: ", ".join(s["findings"]) or "none"),
     ])
+    if (doc.get("before") or {}).get("spark"):
+        from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+
+        headers, rows = before_after_rows(doc)
+        print_table("per executor (the worst one sizes them all)", headers, rows)
     if doc.get("plan"):
         p = doc["plan"]
         said = next((e["result"] for e in p.get("agent", []) if e["type"] == "plan"), {"status": "not reached"})
@@ -161,10 +166,11 @@ def _finish(doc: dict, as_json: bool) -> None:
     if outcome == "verified":
         click.echo("verified: the re-run finished cleanly" + ("" if doc.get("plan") else " with these flags"))
     elif outcome == "not-verified":
-        click.echo("NOT verified: the re-run finished but shows problems (" + ", ".join(doc["after"]["findings"])
-                   + "); see the report")
+        click.echo("NOT verified: the re-run finished but shows problems ("
+                   + ", ".join(doc["after"]["findings"] + doc["after"].get("settings_not_held", [])) + "); see the report")
     elif outcome == "rerun-failed":
+        failures = ((doc["after"].get("spark") or {}).get("executor_memory_failures") or [])
         click.echo(f"re-run FAILED (exit code {doc['after']['exit_code']}; "
-                   + ", ".join(doc["after"]["findings"]) + "); see the report")
+                   + ", ".join(doc["after"]["findings"] + failures) + "); see the report")
     if doc.get("report"):
         click.echo(f"report: {doc['report']}")

@@ -649,3 +649,33 @@ def spark_flags(est: Estimate, shape: SparkShape, headroom: float = DEFAULT_HEAD
             needed_bytes=executor.container_bytes, budget_bytes=per_executor, biggest_term=biggest.name,
             largest_batch=best_batch, breakdown=exec_est.breakdown())
     return result
+
+
+def spark_measured_estimate(per_task_javacpp: int, per_task_offheap: int, fixed_offheap: int, heap: int, native: int,
+                            tasks: int, model: str = "measured", role: str = "executor") -> Estimate:
+    """An executor's (or driver's) memory from a profiled run: what one task's network used off the heap
+    (measured peak of the executor divided by the tasks it ran at once), times `tasks`, plus what the
+    JVM and Spark used once per executor (measured: off-heap outside ND4J, heap, metaspace and code).
+    The heap is at least Spark's minimum. Spark's own memory is in the measurement, so no model term is added."""
+    terms = [
+        Term(JAVACPP_TERM, "offheap", "measured", int(per_task_javacpp) * tasks, 0,
+             f"measured peak of JavaCPP totalBytes per task ({human_bytes(per_task_javacpp)}) x {tasks} concurrent task(s)"),
+        Term("untracked_offheap", "offheap", "measured", int(per_task_offheap) * tasks, 0,
+             f"measured peak of libnd4j buffers JavaCPP does not count, per task ({human_bytes(per_task_offheap)}) "
+             f"x {tasks} concurrent task(s)"),
+        Term("spark_jvm_offheap", "offheap", "measured", int(fixed_offheap), 0,
+             f"measured memory outside the heap and ND4J, once per {role} (Spark's Netty arenas, threads, malloc)"),
+        Term("java_heap", "heap", "measured", max(int(heap), SPARK_MIN_HEAP), 0,
+             f"measured heap need, at least Spark's {SPARK_MIN_HEAP // MiB} MiB minimum"),
+        Term("jvm_native", "native", "measured", int(native), 0, "measured metaspace + code cache"),
+    ]
+    return Estimate(model=model, model_kind="measured", batch=1, dtype="float32", mode="train", inputs=(),
+                    parameter_count=0, layer_count=0, terms=tuple(terms), workspace_overallocation=0.0, prefetch_queue=0,
+                    cpu_count=max(tasks, 1))
+
+
+def spark_measured_flags(executor: Estimate, driver: Estimate, shape: SparkShape,
+                         headroom: float = DEFAULT_HEADROOM) -> SparkFlags:
+    """Spark settings from measured executor and driver estimates (spark_measured_estimate), by the one flag generator."""
+    return SparkFlags(shape, flags(executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False),
+                      flags(driver, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False), executor, driver)

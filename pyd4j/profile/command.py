@@ -150,7 +150,8 @@ class JobCommand:
         return cls(tuple(argv), kind, None, _title(kind, [str(a) for a in argv]))
 
     def launch(self, agent: str, extra_jvm_options: list[str] | tuple[str, ...] = (), drop_memory_flags: bool = False,
-               env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+               env: dict[str, str] | None = None,
+               spark_conf: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
         """The argv and environment that start the job with `agent` in every JVM it starts.
 
         The agent always travels in JAVA_TOOL_OPTIONS, appended to the user's own value, so child
@@ -158,8 +159,26 @@ class JobCommand:
         (pyd4j tune's flags) go on the command line of a `java` command, where `drop_memory_flags`
         replaces the user's own; for launchers they follow the agent in JAVA_TOOL_OPTIONS (see
         `tool_options`), where a JVM's own command-line flags still win (tune checks what each JVM
-        really got)."""
+        really got).
+
+        spark-submit's executors are started by the cluster, not by this command, so the agent reaches
+        them through `spark.executor.extraJavaOptions` (pyd4j.spark.submit), where `spark_conf`
+        (pyd4j tune's Spark settings) goes too."""
         env = dict(os.environ if env is None else env)
+        if self.kind == "spark-submit":
+            from pyd4j.spark.submit import SparkSubmit  # noqa: PLC0415
+
+            submit = SparkSubmit.parse(self.argv)
+            conf = dict(spark_conf or {})
+            keys = ["spark.executor.extraJavaOptions"]
+            if submit.settings().get("spark.submit.deployMode") == "cluster":
+                keys.append("spark.driver.extraJavaOptions")   # the driver, too, is started by the cluster
+            for key in keys:
+                conf[key] = " ".join(w for w in (conf.get(key, ""), shlex.quote(agent)) if w)
+            argv = submit.with_settings(conf, drop_memory_flags=drop_memory_flags)
+            return argv, with_tool_options(env, [agent, *self.tool_options(extra_jvm_options)])
+        if spark_conf:
+            raise JobCommandError("Spark settings can only be given to a spark-submit command")
         if self.java is not None:
             return self.java.argv(extra_jvm_options, drop_memory_flags=drop_memory_flags), with_tool_options(env, [agent])
         return list(self.argv), with_tool_options(env, [agent, *self.tool_options(extra_jvm_options)])

@@ -32,6 +32,7 @@ KNOWN_LAUNCHERS = {
     "org.gradle.launcher.GradleMain": "gradle",
     "org.gradle.launcher.daemon.bootstrap.GradleDaemon": "gradle-daemon",
     "worker.org.gradle.process.internal.worker.GradleWorkerMain": "gradle-worker",
+    "org.apache.spark.launcher.Main": "spark-launcher",
     "org.apache.spark.deploy.SparkSubmit": "spark-submit",
     "org.apache.spark.deploy.master.Master": "spark-master",
     "org.apache.spark.deploy.worker.Worker": "spark-worker",
@@ -41,6 +42,27 @@ _HOSTED_MAIN = {
     "maven": re.compile(r"-Dexec\.mainClass=(\S+)"),
     "spark-submit": re.compile(r"--class[ =](\S+)"),
 }
+
+
+# Spark's executor back-ends (standalone, YARN, Kubernetes): each names its executor id and cores.
+SPARK_EXECUTOR_MAINS = ("org.apache.spark.executor.CoarseGrainedExecutorBackend",
+                        "org.apache.spark.executor.YarnCoarseGrainedExecutorBackend",
+                        "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend")
+_EXECUTOR_ARG = re.compile(r"--(executor-id|cores|app-id)[ =](\S+)")
+
+
+def spark_part(command: str) -> tuple[str | None, str | None, int | None]:
+    """(part, executor id, cores) of a Spark JVM from its command: ("driver", None, None) for
+    spark-submit's JVM (client mode: the driver, also the executor in local[N]), ("executor", "1", 2)
+    for an executor; (None, None, None) for any other JVM."""
+    first = command.split(" ", 1)[0] if command else ""
+    if first in ("org.apache.spark.deploy.SparkSubmit", "org.apache.spark.deploy.worker.DriverWrapper"):
+        return "driver", None, None   # client mode: spark-submit's JVM; cluster deploy mode: a worker's DriverWrapper
+    if first in SPARK_EXECUTOR_MAINS:
+        args = dict(_EXECUTOR_ARG.findall(command))
+        cores = args.get("cores")
+        return "executor", args.get("executor-id"), int(cores) if cores and cores.isdigit() else None
+    return None, None, None
 
 
 def lane_files(run_dir: Path) -> list[Path]:
@@ -89,10 +111,17 @@ class JvmIdentity:
     started_ms: float | None
     samples: int
     iterations: int
+    spark: str | None = None          # "driver" or "executor" for the JVMs of a Spark application
+    executor_id: str | None = None    # a Spark executor's id
+    cores: int | None = None          # a Spark executor's cores (its concurrent tasks x spark.task.cpus)
 
     @property
     def label(self) -> str:
         """What a lane is called in the live view and the report: short class name and pid."""
+        if self.spark == "executor":
+            return f"Spark executor {self.executor_id} · pid {self.pid}"
+        if self.spark == "driver" and self.role == "job":
+            return f"{short_name(self.main_class)} (Spark driver) · pid {self.pid}"
         tag = f" ({self.launcher})" if self.role == "launcher" and self.launcher else (" (launcher)" if self.role == "launcher" else "")
         return f"{short_name(self.main_class)}{tag} · pid {self.pid}"
 
@@ -103,7 +132,11 @@ class JvmIdentity:
 
 
 def role_text(jvm: dict[str, Any]) -> str:
-    """A JVM's role for people: "job (main)", "job", "launcher (maven)"."""
+    """A JVM's role for people: "job (main)", "job", "launcher (maven)", "Spark driver (main)", "Spark executor 1"."""
+    if jvm.get("spark") == "executor":
+        return f"Spark executor {jvm.get('executor_id')}" + (" (main)" if jvm.get("primary") else "")
+    if jvm.get("spark") == "driver" and jvm.get("role") == "job":
+        return "Spark driver (main)" if jvm.get("primary") else "Spark driver"
     if jvm.get("role") == "launcher":
         return f"launcher ({jvm['launcher']})" if jvm.get("launcher") else "launcher"
     return "job (main)" if jvm.get("primary") else "job"
@@ -116,8 +149,8 @@ def _did_work(t: "Timeline") -> bool:
 
 def identify(lanes: Sequence["Timeline"]) -> list[JvmIdentity]:
     """Identities of a run's JVMs (same order as `lanes`), with parents, roles and the primary job
-    lane: of the job lanes, the one with the most iterations, then the one that used ND4J, then the
-    one that ran longest."""
+    lane: a Spark application's driver, else of the job lanes the one with the most iterations, then
+    the one that used ND4J, then the one that ran longest."""
     pids = {int(t.start["pid"]) for t in lanes if t.start.get("pid") is not None}
     parents: dict[int, int | None] = {}
     for t in lanes:
@@ -134,14 +167,21 @@ def identify(lanes: Sequence["Timeline"]) -> list[JvmIdentity]:
         worked = _did_work(t)
         role = "job" if worked or (launcher is None and pid not in has_child) else "launcher"
         ancestors = t.start.get("ancestors") or ()
+        part, executor_id, cores = spark_part(command)
+        if part == "executor":
+            role = "job"   # an executor is started by a worker, outside the run's process tree
         rows.append(dict(
             pid=pid, file=t.path.name if t.path else "", main_class=main_class(t.start), command=command,
             jvm_args=tuple(str(a) for a in t.start.get("jvm_args") or ()), ppid=int(ancestors[0]) if ancestors else None,
             parent_jvm=parents.get(pid), launcher=launcher, role=role, primary=False,
             started_ms=t.start.get("jvm_start"), samples=len(t.samples), iterations=t.iterations(),
+            spark=part, executor_id=executor_id, cores=cores,
         ))
     jobs = [i for i, r in enumerate(rows) if r["role"] == "job"] or list(range(len(rows)))
-    if jobs:
+    drivers = [i for i in jobs if rows[i]["spark"] == "driver"]
+    if drivers:  # a Spark application's main JVM is its driver: its exit status is the job's
+        rows[drivers[0]]["primary"] = True
+    elif jobs:
         best = max(jobs, key=lambda i: (rows[i]["iterations"], _did_work(lanes[i]), lanes[i].duration_s(), -i))
         rows[best]["primary"] = True
     return [JvmIdentity(**r) for r in rows]

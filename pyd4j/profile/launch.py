@@ -462,6 +462,7 @@ def profile_job(
     plan: Path | str | None = None,
     describe: bool = False,
     on_jvm: Callable[[dict], None] | None = None,
+    spark_conf: dict[str, str] | None = None,
 ) -> JobRun:
     """Run the job command under the agent and return its timelines.
 
@@ -473,6 +474,7 @@ def profile_job(
     pyd4j.profile.signals.Stopped) the job is ended and Stopped raised with `.run` set.
     `plan`: the job's networks train under that pyd4j plan file (the agent's plan= option);
     `describe`: the agent reports each network (configuration, first batch shape) in the timeline.
+    `spark_conf`: Spark settings for a spark-submit job (pyd4j tune's), given as --conf.
     """
     command = JobCommand.parse(argv)
     run_dir = Path(run_dir) if run_dir else default_run_dir(command.title)
@@ -493,12 +495,13 @@ def profile_job(
                              describe=describe)
     else:
         raise ValueError(f"transport {transport!r}: use 'file' or 'socket'")
-    full, env = command.launch(agent, extra_jvm_options, drop_memory_flags=drop_memory_flags, env=env)
+    full, env = command.launch(agent, extra_jvm_options, drop_memory_flags=drop_memory_flags, env=env,
+                               spark_conf=spark_conf)
     meta = {
         "command": full, "user_command": list(argv), "launcher": command.kind, "title": command.title,
         "interval_ms": interval_ms, "transport": transport, "started": time.time(),
         "cgroup_limit_bytes": cgroup_limit_bytes(), "extra_jvm_options": list(extra_jvm_options),
-        "java_tool_options": env.get(TOOL_OPTIONS, ""), "returncode": None, "interrupted": False, "stopped_by": None,
+        "java_tool_options": env.get(TOOL_OPTIONS, ""), "spark_conf": dict(spark_conf or {}), "returncode": None, "interrupted": False, "stopped_by": None,
     }
     _write_meta(run_dir, meta)
     stdout = (run_dir / "stdout.log").open("wb")

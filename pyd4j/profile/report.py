@@ -405,6 +405,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
     findings = diagnose(t) if findings is None else findings
     overall, worst = gc_share(t)
     stopped_by = t.meta.get("stopped_by") or ("interrupted" if t.meta.get("interrupted") else None)
+    spark = _spark_executors(lanes, t)
     jvms = []
     for lane in lanes:
         row = lane.jvm.to_dict() if lane.jvm is not None else {"pid": lane.start.get("pid"), "main_class": lane.name}
@@ -424,10 +425,24 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
         "gc_events": len(t.gc_events), "findings": [f.to_dict() for f in findings],
         "jvms": jvms, "write_errors": write_errors,
     }
+    if spark is not None:
+        doc["spark_executors"] = spark
     launcher = startup_error_in(t.run_dir)
     if launcher is not None and t.exit_code not in (None, 0):
         doc["startup_error"] = f"{launcher.what}: {launcher.line}"
     return doc
+
+
+def _spark_executors(lanes: list[Timeline], t: Timeline) -> list[dict] | None:
+    """How each Spark executor of the run ended (None when the run is no Spark application); each
+    executor lane gets its own exit status, so its findings speak of that executor."""
+    from pyd4j.spark.executors import mark_exit_codes, outcomes  # noqa: PLC0415
+
+    if not any(lane.jvm is not None and lane.jvm.spark for lane in lanes):
+        return None
+    found = outcomes(t.run_dir, lanes)
+    mark_exit_codes(lanes, found)
+    return [o.to_dict() for o in found]
 
 
 def find_tune_doc(run_dir: Path) -> tuple[dict, str] | None:
@@ -560,8 +575,16 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
     except (FileNotFoundError, KeyError):
         pass
     notes = "".join(f"<li>{e(n)}</li>" for n in doc.get("notes") or [])
+    per_executor = ""
+    if b.get("spark"):
+        from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+
+        headers, executor_rows = before_after_rows(doc)
+        per_executor = ("<h3>Per executor</h3><p>The worst executor's measured peaks size every executor's "
+                        f"settings (worst: {e(str((doc.get('spark') or {}).get('worst_executor')))}).</p>"
+                        + _table(headers, executor_rows))
     section = (f"<h2>Before / after</h2>{verdict}{_table(['', 'before', 'after (tuned)'], rows, wrap=(1, 2))}"
-               + (f"<ul>{notes}</ul>" if notes else "") + _img(plot))
+               + per_executor + (f"<ul>{notes}</ul>" if notes else "") + _img(plot))
     return banner, section, plot
 
 
@@ -654,6 +677,12 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
             + _table(["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS", "-Xmx"], jvm_rows, wrap=(2,))
             + f"<details><summary>their command lines</summary><ul>{commands}</ul></details>"
             + _img(paths.get("jvms_png"))) if len(lanes) > 1 else ""
+    if doc.get("spark_executors"):
+        jvms += ("<h2>Spark executors</h2><p>How each executor ended: its exit code and the reason Spark gave in the "
+                 "driver's log, and an OutOfMemoryError its agent or a failed task reported.</p>"
+                 + _table(["executor", "pid", "exit code", "ended", "diagnosis"],
+                          [(x["executor_id"], x["pid"] or "-", "-" if x["exit_code"] is None else x["exit_code"], x["kind"],
+                            x["diagnosis"]) for x in doc["spark_executors"]], wrap=(4,)))
     other = "".join(f"<h2>Memory — {e(_lane_label(lane))}</h2>{_img(paths[key])}"
                     for lane in lanes if (key := _lane_png_key(lane)) in paths)
     gc_note = ("<p>Grey dots: heap right after young collections, which still holds old-generation garbage: it is not "

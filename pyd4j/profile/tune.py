@@ -137,11 +137,13 @@ def recommend(t: Timeline, total: str | int | None = None, headroom: float = DEF
     return flags_for(need, t.name, total, headroom), need
 
 
-def _side(run: JobRun) -> dict:
+def _side(run: JobRun, spark: bool = False) -> dict:
     t = run.timeline
     # what the job's JVM really got (its command line and JAVA_TOOL_OPTIONS), else the command pyd4j ran
     args = t.start.get("jvm_args") or run.command
     findings = diagnose(t)
+    if spark:
+        return _spark_side(run, findings, args)
     return {
         "run_dir": str(run.run_dir), "exit_code": run.returncode, "interrupted": run.interrupted,
         "stopped_by": run.stopped_by, "wall_s": round(run.wall_s, 2), "iterations": t.iterations(),
@@ -149,6 +151,36 @@ def _side(run: JobRun) -> dict:
         "allocators": t.allocators(), "findings": [f.kind for f in findings],
         "finding_titles": [f.title for f in findings], "jvms": len(run.lanes),
         "jvm_memory_flags": [a for a in args if a.startswith(MEMORY_FLAG_PREFIXES)],
+    }
+
+
+def _spark_side(run: JobRun, findings: list[Finding], args: list[str]) -> dict:
+    """A spark-submit run's side: the driver's and every executor's findings, iterations of all of them
+    (executors train; the driver of a cluster run only averages), and one row per executor."""
+    from pyd4j.spark.executors import mark_exit_codes, outcomes  # noqa: PLC0415
+    from pyd4j.spark.tuning import spark_side  # noqa: PLC0415
+
+    mark_exit_codes(run.lanes, outcomes(run.run_dir, run.lanes))
+    workers = [lane for lane in run.lanes if lane.jvm is not None and lane.jvm.role == "job"]
+    iterations = sum(lane.iterations() for lane in workers)
+    kinds: list[str] = []
+    titles: list[str] = []
+    for lane in workers:
+        for f in (findings if lane is run.timeline else diagnose(lane)):
+            if f.kind == "no-iterations" and iterations:
+                continue   # a cluster driver runs no iteration itself
+            if f.kind not in kinds:
+                kinds.append(f.kind)
+                titles.append(f"{lane.jvm.label}: {f.title}")
+    t = run.timeline
+    spark = spark_side(run)
+    return {
+        "run_dir": str(run.run_dir), "exit_code": run.returncode, "interrupted": run.interrupted,
+        "stopped_by": run.stopped_by, "wall_s": round(run.wall_s, 2), "iterations": iterations,
+        "iterations_per_s": round(iterations / run.wall_s, 3) if iterations and run.wall_s else None,
+        "limits": t.limits(), "peaks": t.peaks(), "allocators": t.allocators(), "findings": kinds,
+        "finding_titles": titles, "jvms": len(run.lanes),
+        "jvm_memory_flags": [a for a in args if a.startswith(MEMORY_FLAG_PREFIXES)], "spark": spark,
     }
 
 
@@ -234,6 +266,10 @@ def _untunable(before: JobRun, side: dict) -> str | None:
 def _outcome(side: dict) -> str:
     if side["exit_code"] != 0 or side["interrupted"] or any(k.startswith(("oom", "killed", "crash")) for k in side["findings"]):
         return "rerun-failed"
+    if side.get("spark") and side["spark"]["executor_memory_failures"]:
+        return "rerun-failed"
+    if side.get("settings_not_held"):
+        return "not-verified"
     if any(k in NOT_VERIFIED_KINDS for k in side["findings"]):
         return "not-verified"
     return "verified"
@@ -280,6 +316,7 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
         raise ValueError(f"repeat {repeat}: give 1 or more runs per side")
     command = JobCommand.parse(argv)
     planned = plan_policy is not None
+    spark = command.kind == "spark-submit" and not planned
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-tune")
     names = ["before"] + ([f"before-{i}" for i in range(2, repeat + 1)] if verify else [])
     if verify:
@@ -288,11 +325,11 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
         check_run_dir(out / name)  # refuse before running anything, not after the first run
     doc: dict = {"out_dir": str(out), "command": list(argv), "partial": False}
 
-    def run(name: str, extra: list[str] = (), plan: str | None = None) -> JobRun:
+    def run(name: str, extra: list[str] = (), plan: str | None = None, spark_conf: dict | None = None) -> JobRun:
         try:
             return profile_job(argv, out / name, interval_ms=interval_ms, extra_jvm_options=list(extra),
-                               drop_memory_flags=bool(extra), on_sample=on_sample, timeout_s=timeout_s,
-                               plan=plan, describe=planned and name == "before")
+                               drop_memory_flags=bool(extra or spark_conf), on_sample=on_sample, timeout_s=timeout_s,
+                               plan=plan, describe=planned and name == "before", spark_conf=spark_conf)
         except Stopped as err:
             side = "before" if name.startswith("before") else "after"
             if side == "after":
@@ -301,10 +338,12 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
             raise
 
     before = run("before")
-    first = _side(before)
+    first = _side(before, spark)
     failure = _untunable(before, first)
     if failure:
         raise JobFailedError(failure, {"out_dir": str(out), "before": first, "outcome": "error", "exit_code": EXIT_ERROR})
+    if spark:
+        return _tune_spark(argv, out, doc, before, first, run, headroom, verify, repeat)
     need = measured_need(before.timeline)
     flagset = flags_for(need, before.timeline.name, total, headroom)
     doc.update({"before": first, "recommended": flagset.args(),
@@ -355,6 +394,59 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     doc["throughput"] = throughput(before_speeds, after_speeds)
     doc["speedup"] = doc["throughput"]["speedup"]
     doc["outcome"] = _outcome(attempts[-1])
+    doc["verified"] = doc["outcome"] == "verified"
+    doc["exit_code"] = {"verified": EXIT_VERIFIED, "not-verified": EXIT_NOT_VERIFIED,
+                        "rerun-failed": EXIT_RERUN_FAILED}[doc["outcome"]]
+    save_tune_doc(out, doc)
+    return doc
+
+
+def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: dict, run, headroom: float,
+                verify: bool, repeat: int) -> dict:
+    """tune for spark-submit: Spark settings from the worst executor's measured peaks (pyd4j.spark.tuning),
+    given to the re-run as --conf; verified when the re-run ends well, no executor lost memory, and every
+    executor (the driver in local mode) got the recommended heap and JavaCPP limit. When an executor of the
+    re-run runs out of memory, the settings are recommended again from the worst executor of both runs
+    and the job re-run once more."""
+    from pyd4j.spark.tuning import recommend, settings_held  # noqa: PLC0415
+
+    conf, sf, why = recommend(before, argv, headroom)
+    doc.update(before=first, recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf,
+               reasons=why.pop("reasons"), measured_need=why["worst_need"], spark=why,
+               container_bytes=sf.executor_container_bytes,
+               notes=["Spark settings are given to the re-run as --conf; spark.executor.extraJavaOptions keeps the "
+                      "job's own options (less its memory flags) and carries pyd4j's agent"])
+    if not verify:
+        doc.update(outcome="recommended", exit_code=EXIT_VERIFIED)
+        save_tune_doc(out, doc)
+        return doc
+    attempts = []
+    for attempt in range(MAX_RERECOMMENDATIONS + 1):
+        after = run("after" if attempt == 0 else f"after-{attempt + 1}", spark_conf=conf)
+        side = _side(after, True)
+        side["flags"] = [f"{k}={v}" for k, v in conf.items()]
+        side["settings_not_held"] = settings_held(after, conf)
+        attempts.append(side)
+        failures = side["spark"]["executor_memory_failures"]
+        memory = failures or any(k.startswith(("oom", "killed")) for k in side["findings"])
+        if _outcome(side) != "rerun-failed" or attempt == MAX_RERECOMMENDATIONS or not memory:
+            break
+        # an executor (or the driver) ran out of memory with the recommended settings: recommend again from
+        # the worst of both runs (the failed one counts with its raised need), once
+        conf, sf, why = recommend([before, after], argv, headroom)
+        doc.update(recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf, reasons=why.pop("reasons"),
+                   measured_need=why["worst_need"], spark=why, container_bytes=sf.executor_container_bytes,
+                   rerecommended_after=failures or side["finding_titles"])
+    before_speeds, after_speeds = [first["iterations_per_s"]], [side["iterations_per_s"]]
+    if _outcome(side) == "verified":
+        used = len(attempts)
+        for i in range(2, repeat + 1):
+            before_speeds.append(_side(run(f"before-{i}"), True)["iterations_per_s"])
+            after_speeds.append(_side(run(f"after-{used + i - 1}", spark_conf=conf), True)["iterations_per_s"])
+    doc.update(after=side, attempts=attempts)
+    doc["throughput"] = throughput(before_speeds, after_speeds)
+    doc["speedup"] = doc["throughput"]["speedup"]
+    doc["outcome"] = _outcome(side)
     doc["verified"] = doc["outcome"] == "verified"
     doc["exit_code"] = {"verified": EXIT_VERIFIED, "not-verified": EXIT_NOT_VERIFIED,
                         "rerun-failed": EXIT_RERUN_FAILED}[doc["outcome"]]

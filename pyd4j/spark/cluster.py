@@ -98,7 +98,7 @@ class LocalCluster:
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: int | str = "1g", *,
                  limit_memory: bool | None = None, directory: str | Path | None = None,
-                 start_timeout: float = 180.0) -> None:
+                 start_timeout: float = 180.0, offer: int | str | None = None) -> None:
         if workers < 1 or cores < 1:
             raise ValueError(f"workers={workers}, cores={cores}: a cluster needs at least 1 worker with 1 core")
         self.workers = workers
@@ -106,6 +106,9 @@ class LocalCluster:
         self.memory_bytes = parse_bytes(memory, what="worker memory")
         if self.memory_bytes < 64 * MiB:
             raise ValueError(f"worker memory {memory!r} is under 64 MiB: no executor fits; give e.g. '1g'")
+        # what each worker offers its executors (--memory; Spark checks spark.executor.memory, the heap, against
+        # it): `memory` unless a test needs a node whose real limit is below the executor heap Spark insists on
+        self.offer_bytes = parse_bytes(offer, what="worker offer") if offer is not None else self.memory_bytes
         self.limit_memory = limit_memory
         self.limited = False
         self.limit_note = ""
@@ -166,7 +169,7 @@ class LocalCluster:
                 try:
                     daemon = self._spawn(f"worker-{i}", [
                         "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", "0",
-                        "--webui-port", "0", "--cores", str(self.cores), "--memory", f"{self.memory_bytes // MiB}M",
+                        "--webui-port", "0", "--cores", str(self.cores), "--memory", f"{self.offer_bytes // MiB}M",
                         "--work-dir", str(work), self.master_url], group=group)
                 except BaseException:
                     if group is not None:
@@ -304,8 +307,9 @@ class LocalCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pyd4j.spark.cluster`: start a local cluster, print its master URL and daemons as one JSON
-    line, keep it up until Ctrl-C or SIGTERM, then stop it."""
+    """`python -m pyd4j.spark.cluster`: start a local cluster, print as one JSON line its master URL, its
+    daemons, the spark-submit to use and the properties file a job needs (master and secret; readable by
+    this user only: `spark-submit --properties-file <it> ...`), keep it up until Ctrl-C or SIGTERM, then stop it."""
     import argparse  # noqa: PLC0415
     import json  # noqa: PLC0415
     import sys  # noqa: PLC0415
@@ -322,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, terminate)
     try:
         with LocalCluster(args.workers, args.cores, args.memory) as cluster:
+            props = write_properties(cluster.dir / "app.properties", cluster.app_properties())
             print(json.dumps({"master": cluster.master_url, "web_ui": cluster.master_web_url,
-                              "pids": cluster.pids(), "memory_limit": cluster.limit_note}), flush=True)
+                              "pids": cluster.pids(), "memory_limit": cluster.limit_note,
+                              "spark_submit": spark_script("spark-submit"), "properties": str(props)}), flush=True)
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:

@@ -62,20 +62,23 @@ def _append_option(conf: dict[str, str], key: str, option: str) -> None:
     conf[key] = f"{conf[key]} {option}".strip() if conf.get(key) else option
 
 
-def with_agent(conf: dict[str, str], out_dir: str | Path, interval_ms: int = 100) -> dict[str, str]:
+def with_agent(conf: dict[str, str], out_dir: str | Path, interval_ms: int = 100, options: str = "") -> dict[str, str]:
     """`conf` plus pyd4j's agent on the driver and every executor, each with its own timeline in `out_dir`.
 
     Spark fills in {{APP_ID}} and {{EXECUTOR_ID}} in executor options, so each executor's file is its own.
+    `options`: more agent options, e.g. "live=1,live_share=0.05" (live-set inspections every second, up to 5%
+    of the run), for a truer live-heap peak in a short job.
     """
     from pyd4j.profile.launch import agent_jar  # noqa: PLC0415
 
+    more = f",{options}" if options else ""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     jar = agent_jar()
     conf = dict(conf)
-    _append_option(conf, "spark.driver.extraJavaOptions", f"-javaagent:{jar}=out={out / 'driver.jsonl'},interval={interval_ms}")
+    _append_option(conf, "spark.driver.extraJavaOptions", f"-javaagent:{jar}=out={out / 'driver.jsonl'},interval={interval_ms}{more}")
     _append_option(conf, "spark.executor.extraJavaOptions",
-                   f"-javaagent:{jar}=out={out}/executor-{{{{APP_ID}}}}-{{{{EXECUTOR_ID}}}}.jsonl,interval={interval_ms}")
+                   f"-javaagent:{jar}=out={out}/executor-{{{{APP_ID}}}}-{{{{EXECUTOR_ID}}}}.jsonl,interval={interval_ms}{more}")
     return conf
 
 

@@ -124,3 +124,28 @@ def test_bad_shapes_are_refused_with_the_value(kwargs, word):
 def test_plain_flagset_points_to_spark_flags():
     with pytest.raises(ValueError, match="spark_flags"):
         flags(hand_estimate(10), total="8g").render("spark")
+
+
+def test_hand_worked_settings_from_measured_executor():
+    # A profiled executor ran 2 tasks at once: JavaCPP 20 MiB and libnd4j 200 MiB in all (10 + 100 MiB per task),
+    # 150 MiB more outside the heap once (Spark, the JVM), heap need 100 MiB, metaspace + code 90 MiB.
+    from pyd4j.memory.flags import spark_measured_estimate, spark_measured_flags
+
+    def settings(tasks: int):
+        est = spark_measured_estimate(10 * MiB, 100 * MiB, 150 * MiB, 100 * MiB, 90 * MiB, tasks)
+        return est, spark_measured_flags(est, est, SparkShape(executors=2, executor_cores=tasks))
+
+    est, sf = settings(2)
+    assert est.offheap_bytes == (2 * 110 + 150) * MiB and est.native_bytes == 90 * MiB
+    assert est.heap_bytes == SPARK_MIN_HEAP                       # 100 MiB measured, Spark insists on 480 MiB
+    conf = sf.conf()
+    assert conf["spark.executor.memory"] == "480m"
+    # overhead by hand: maxbytes max(20 x 1.15, 64) = 64 MiB; untracked (200 + 150) x 1.15 = 402.5 -> 403 MiB;
+    # native 90 x 1.15 = 103.5 -> 104 MiB; direct 64 MiB; maxphysicalbytes = 64 + 403 + 480 + 64 + 104 = 1115 MiB;
+    # container + max(16 MiB, 5% = 55.75 -> 56 MiB) = 1171 MiB; overhead = 1171 - 480 = 691 MiB
+    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1115 * MiB}" in conf["spark.executor.extraJavaOptions"]
+    assert conf["spark.executor.memoryOverhead"] == "691m"
+    # per-task split: 4 tasks: untracked (400 + 150) x 1.15 = 632.5 -> 633 MiB (+230; JavaCPP 40 MiB stays under the
+    # 64 MiB floor); maxphysicalbytes 1345 MiB, margin 5% = 67.25 -> 68 MiB (+12): overhead +242 MiB
+    _, sf4 = settings(4)
+    assert sf4.executor_overhead_bytes - sf.executor_overhead_bytes == 242 * MiB
