@@ -226,13 +226,17 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
 
     m = _Model()
     v = _Vars()
-    big = 0.0
-    for i in range(n):
-        big += max(t for _, _, t in options(i, False)) + xfer[i]
-    for p, i in enumerate(order):
-        big += max(t for _, _, t in options(i, True)) + upd[i] * _MS
-        big += sum(max(t for _, _, t in options(j, False)) + xfer[j] for j in cand[p])
-    M = big * 1.01 + 1.0
+    # U[x]: an upper bound of time variable x (the latest its record can end), which is also
+    # the big-M of each inequality that starts from x: tight Ms keep the relaxation useful
+    U: dict[int, float] = {}
+
+    def tv(*after: float) -> int:
+        x = m.var(0.0, max(after, default=0.0) * 1.000001 + 1e-6)
+        U[x] = m.ub[x]
+        return x
+
+    def slowest(i: int, backward: bool) -> float:
+        return max(t for _, _, t in options(i, backward)) + (upd[i] * _MS if backward else 0.0)
     if minimize_budget:
         # no plan goes below the dependency model's lower bound: the search starts there
         v.B = m.var(float(lower_bound(graph).lower_bound_bytes), math.inf, cost=1.0)
@@ -287,23 +291,24 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
         for z, _, ws in v.zf.get(i, ()):
             terms.append((z, ws))
         m.row(terms, hi=cap - fixed)
-        tF[i] = m.var()
+        tF[i] = tv((U[tFp[i - 1]] if i else 0.0) + slowest(i, False))
         dt, dc = dur(i, False, v.zf.get(i))
         m.row([(tF[i], 1.0)] + ([(tFp[i - 1], -1.0)] if i else []) + [(z, -t) for z, t in dt],
               lo=dc)
         if i in v.o:
-            td[i] = m.var()
+            td[i] = tv(max(U[td[td_prev]] if td_prev >= 0 else 0.0, U[tF[i]]) + xfer[i])
             if td_prev >= 0:
                 m.row({td[i]: 1, td[td_prev]: -1, v.o[i]: -xfer[i]}, lo=0)
             else:
                 m.row({td[i]: 1, v.o[i]: -xfer[i]}, lo=0)
-            m.row({td[i]: 1, tF[i]: -1, v.o[i]: -M}, lo=xfer[i] - M)
+            big = U[tF[i]] + xfer[i]
+            m.row({td[i]: 1, tF[i]: -1, v.o[i]: -big}, lo=xfer[i] - big)
             td_prev = i
-        tFp[i] = m.var()
+        waits = [j for j in inputs[i] if last_use[j] == i and j in v.o]
+        tFp[i] = tv(U[tF[i]], *(U[td[j]] for j in waits))
         m.row({tFp[i]: 1, tF[i]: -1}, lo=0)
-        for j in inputs[i]:
-            if last_use[j] == i and j in v.o:
-                m.row({tFp[i]: 1, td[j]: -1, v.o[j]: -M}, lo=-M)
+        for j in waits:
+            m.row({tFp[i]: 1, td[j]: -1, v.o[j]: -U[td[j]]}, lo=-U[td[j]])
 
     # -- backward stages ---------------------------------------------------------------------
     e_prev = tFp[n - 1]
@@ -352,18 +357,19 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
             if (p, j) not in v.P:
                 continue
             pv = v.P[p, j]
-            th = m.var()
+            th = tv(max(U[th_prev] if th_prev >= 0 else 0.0, U[e_prev], U[td[j]]) + xfer[j])
             if th_prev >= 0:
                 m.row({th: 1, th_prev: -1, pv: -xfer[j]}, lo=0)
             else:
                 m.row({th: 1, pv: -xfer[j]}, lo=0)
-            m.row({th: 1, e_prev: -1, pv: -M}, lo=xfer[j] - M)
-            m.row({th: 1, td[j]: -1, pv: -M}, lo=xfer[j] - M)
+            for start in (e_prev, td[j]):
+                big = U[start] + xfer[j]
+                m.row({th: 1, start: -1, pv: -big}, lo=xfer[j] - big)
             th_prev = th
-            r = rdy[j] = m.var()
+            r = rdy[j] = tv(U[rdy_prev[j]] if j in rdy_prev else 0.0, U[th])
             if j in rdy_prev:
                 m.row({r: 1, rdy_prev[j]: -1}, lo=0)
-            m.row({r: 1, th: -1, pv: -M}, lo=-M)
+            m.row({r: 1, th: -1, pv: -U[th]}, lo=-U[th])
         for j in rdy_prev:  # offloaded earlier, not a candidate for a new prefetch now
             if j not in rdy and j in cp:
                 rdy[j] = rdy_prev[j]
@@ -371,14 +377,16 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
         for j in cp:
             rs = v.R[p, j]
             times = {a: t for a, _, t in options(j, False)}
-            c = m.var()
+            waits = [u for u in d.rc_reads[j] if u in rdy]
+            c = tv(max([U[c_prev]] + [U[rdy[u]] for u in waits]) + slowest(j, False))
             m.row([(c, 1.0), (c_prev, -1.0)] + [(r, -times[a]) for r, a, _ in rs], lo=0)
-            for u in d.rc_reads[j]:
-                if u in rdy:
-                    m.row([(c, 1.0), (rdy[u], -1.0)] + [(r, -times[a] - M) for r, a, _ in rs],
-                          lo=-M)
+            for u in waits:
+                big = U[rdy[u]]
+                m.row([(c, 1.0), (rdy[u], -1.0)] + [(r, -times[a] - big) for r, a, _ in rs],
+                      lo=-big)
             c_prev = c
-        e = m.var()
+        e = tv(max([U[c_prev]] + [U[rdy[u]] for u in d.bwd_reads[i] if u in rdy])
+               + slowest(i, True))
         dt, dc = dur(i, True, v.zb.get(i))
         m.row([(e, 1.0), (c_prev, -1.0)] + [(z, -t) for z, t in dt], lo=dc)
         for u in d.bwd_reads[i]:
@@ -392,7 +400,7 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
     if th_prev >= 0:
         m.row({v.T: 1, th_prev: -1}, lo=0)
     info = {"order": order, "cand": cand, "grads": grads, "resident": resident,
-            "n_vars": len(m.lb), "n_rows": len(m.rows)}
+            "n_vars": len(m.lb), "n_rows": len(m.rows), "time_vars": set(U) | {v.T}}
     return m, v, info
 
 
@@ -526,6 +534,9 @@ def _solve(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
                            f"limited to {MAX_LAYERS} (use a smaller network or a policy)")
     t0 = time.perf_counter()
     m, v, info = _build(graph, cost, budget, minimize_budget)
+    if minimize_budget:  # time plays no part: drop its rows (a much smaller problem)
+        tvars = info["time_vars"]
+        m.rows = [r for r in m.rows if not any(k in tvars for k in r[2])]
     status, sol, obj, mip_gap = m.solve(time_limit, gap)
     if status not in ("Optimal",) and not (status.startswith("Time limit") and sol
                                             and any(x != 0 for x in sol)):
@@ -533,11 +544,13 @@ def _solve(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
                            f"{'any budget' if minimize_budget else f'{budget} bytes'} "
                            f"(solver: {status}); give a larger budget "
                            "(pyd4j.sched.optimum.min_budget gives the smallest)")
+    if minimize_budget:
+        smallest = int(math.ceil(sol[v.B] - 1e-6))
+        return Optimum(Plan(graph, "optimum", [], graph.nbytes_table()), math.nan, smallest,
+                       status, mip_gap, time.perf_counter() - t0,
+                       {"variables": info["n_vars"], "rows": len(m.rows)})
     fixed = _clean(graph, v, sol, info)
     best_budget = budget
-    if minimize_budget:
-        best_budget = int(math.ceil(sol[v.B] - 1e-6))
-        fixed[v.B] = float(best_budget)
     status2, sol2, obj2, _ = m.solve(time_limit, 0.0, fixed)
     if status2 != "Optimal":
         raise OptimumError(f"re-solving the times of the rounded plan failed ({status2})")
@@ -562,9 +575,12 @@ def optimum_plan(graph: Graph, cost: CostModel, budget: int, time_limit: float =
 @gc_paused
 def min_budget(graph: Graph, cost: CostModel, time_limit: float = 60.0,
                gap: float = 1e-4) -> Optimum:
-    """The smallest budget a plan of the class fits (`Optimum.budget`), with the fastest plan
-    that fits it (a second solve at that budget)."""
+    """The smallest budget a plan of the class fits (`Optimum.budget`; the solver's dual
+    bound in `stats["budget_bound"]` when it stopped early), with the fastest plan that fits
+    it (a second solve at that budget)."""
     smallest = _solve(graph, cost, None, True, time_limit, gap)
     fastest = _solve(graph, cost, smallest.budget, False, time_limit, gap)
     fastest.solve_s += smallest.solve_s
+    fastest.stats["budget_status"] = smallest.status
+    fastest.stats["budget_bound"] = int(round(smallest.budget * (1 - smallest.mip_gap)))
     return fastest
