@@ -147,7 +147,7 @@ class _Vars:
     B: int = -1
 
 
-def _grad_schedule(graph: Graph, order: list[int]) -> list[dict[str, Any]]:
+def gradient_schedule(graph: Graph, order: list[int]) -> list[dict[str, Any]]:
     """Per backward stage: gradient bytes held before it, what it allocates, its in-place move
     and what it frees -- the rule `emit` follows, independent of the MILP's choices."""
     d = graph.deps
@@ -197,7 +197,7 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
     inputs = [tuple(dict.fromkeys(l.inputs)) for l in layers]
     last_use = [max(graph.consumers[j], default=j) for j in range(n)]
     xfer = [cost.transfer_time(nb[5 * j]) * _MS for j in range(n)]
-    grads = _grad_schedule(graph, order)
+    grads = gradient_schedule(graph, order)
 
     def options(i: int, backward: bool) -> list[tuple[int, int, float]]:
         """(algo, aligned workspace, ms) of a compute step of layer i."""
