@@ -573,14 +573,21 @@ def optimum_plan(graph: Graph, cost: CostModel, budget: int, time_limit: float =
 
 
 @gc_paused
+def smallest_budget(graph: Graph, cost: CostModel, time_limit: float = 60.0,
+                    gap: float = 1e-4) -> tuple[int, int, str]:
+    """(smallest budget a plan of the class fits, the solver's lower bound on it, status):
+    the two are equal when the solver proved optimality."""
+    found = _solve(graph, cost, None, True, time_limit, gap)
+    return found.budget, int(round(found.budget * (1 - found.mip_gap))), found.status
+
+
+@gc_paused
 def min_budget(graph: Graph, cost: CostModel, time_limit: float = 60.0,
                gap: float = 1e-4) -> Optimum:
-    """The smallest budget a plan of the class fits (`Optimum.budget`; the solver's dual
-    bound in `stats["budget_bound"]` when it stopped early), with the fastest plan that fits
-    it (a second solve at that budget)."""
-    smallest = _solve(graph, cost, None, True, time_limit, gap)
-    fastest = _solve(graph, cost, smallest.budget, False, time_limit, gap)
-    fastest.solve_s += smallest.solve_s
-    fastest.stats["budget_status"] = smallest.status
-    fastest.stats["budget_bound"] = int(round(smallest.budget * (1 - smallest.mip_gap)))
+    """The fastest plan at the smallest budget a plan of the class fits (`Optimum.budget`;
+    `stats["budget_bound"]`: the solver's lower bound on that budget)."""
+    budget, bound, status = smallest_budget(graph, cost, time_limit, gap)
+    fastest = _solve(graph, cost, budget, False, time_limit, gap)
+    fastest.stats["budget_status"] = status
+    fastest.stats["budget_bound"] = bound
     return fastest
