@@ -143,6 +143,7 @@ class _Vars:
     S: dict[tuple[int, int], int] = field(default_factory=dict)
     P: dict[tuple[int, int], int] = field(default_factory=dict)
     R: dict[tuple[int, int], list[tuple[int, int, int]]] = field(default_factory=dict)
+    Tr: dict[tuple[int, int], int] = field(default_factory=dict)
     T: int = -1
     B: int = -1
 
@@ -221,6 +222,10 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
             acc.add(u)
             acc |= anc[u]
         cand[p] = sorted(acc)
+    rc_cons: list[list[int]] = [[] for _ in range(n)]
+    for k in range(n):
+        for u in d.rc_reads[k]:
+            rc_cons[u].append(k)
     loss = {i for i in range(n) if layers[i].type is LayerType.SOFTMAX}
     offloadable = [layers[j].type is not LayerType.SOFTMAX for j in range(n)]
 
@@ -328,14 +333,20 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
             opts = options(j, False)
             rs = [(m.var(binary=True, cost=eps), a, ws) for a, ws, _ in opts]
             v.R[p, j] = rs
-            m.row([(r, 1.0) for r, _, _ in rs] + [(s, -1.0)], hi=0)
+            tr = v.Tr[p, j] = m.var(binary=True)
+            # a rebuild either stays for the stage (S) or is transient: freed right after the
+            # last rebuild of this stage that reads it, before the backward step
+            m.row([(r, 1.0) for r, _, _ in rs] + [(s, -1.0), (tr, -1.0)], hi=0)
+            m.row([(r, -1.0) for r, _, _ in rs] + [(tr, 1.0)], hi=0)
+            m.row({s: 1, tr: 1}, hi=1)
             if j in v.o:
                 m.row([(r, 1.0) for r, _, _ in rs] + [(v.o[j], 1.0)], hi=1)
             for u in d.rc_reads[j]:
-                m.row([(r, 1.0) for r, _, _ in rs] + [(v.S[p, u], -1.0)], hi=0)
-            # continuity: resident now => resident before, prefetched or rebuilt
+                m.row([(r, 1.0) for r, _, _ in rs] + [(v.S[p, u], -1.0), (v.Tr[p, u], -1.0)],
+                      hi=0)
+            # continuity: resident now => resident before, prefetched or rebuilt to stay
             prev = v.S.get((p - 1, j)) if p else v.K.get(j)
-            terms = [(s, 1.0)] + [(r, -1.0) for r, _, _ in rs]
+            terms = [(s, 1.0), (tr, 1.0)] + [(r, -1.0) for r, _, _ in rs]
             if prev is not None:
                 terms.append((prev, -1.0))
             if (p, j) in v.P:
@@ -347,10 +358,28 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
         fixed = resident + g["held"] + g["new_bytes"] + d.ws_bwd[i]
         m.row([(ysum, 1.0)] + list(cap_terms) + [(z, ws) for z, _, ws in v.zb.get(i, ())],
               hi=cap - fixed)
-        for j in cp:  # a rebuild in this stage: before the gradients are allocated
+        # a rebuild in this stage (before the gradients are allocated): what stays for the
+        # stage, less what is rebuilt after it, plus the transients still to be read
+        in_cp = set(cp)
+        for j in cp:
             base = resident + g["held"] + d.ws_rc[j]
-            m.row([(ysum, 1.0)] + list(cap_terms) + [(r, float(ws + base))
-                                                     for r, _, ws in v.R[p, j]], hi=cap)
+            terms = [(ysum, 1.0)] + list(cap_terms)
+            terms += [(r, float(ws + base)) for r, _, ws in v.R[p, j]]
+            for k in cp:
+                if k > j:
+                    terms += [(r, -float(asz[5 * k])) for r, _, _ in v.R[p, k]]
+                    terms.append((v.Tr[p, k], float(asz[5 * k])))
+            terms.append((v.Tr[p, j], float(asz[5 * j])))
+            for u in cp:
+                later = [k for k in rc_cons[u] if k >= j and k in in_cp]
+                if u >= j or not later:
+                    continue
+                alive = m.var(0.0, 1.0)
+                for k in later:
+                    m.row([(alive, 1.0), (v.Tr[p, u], -1.0)]
+                          + [(r, -1.0) for r, _, _ in v.R[p, k]], lo=-1)
+                terms.append((alive, float(asz[5 * u])))
+            m.row(terms, hi=cap)
         # time: prefetches (h2d stream), then rebuilds, then the backward step
         rdy: dict[int, int] = {}
         for j in cp:
@@ -416,19 +445,25 @@ def _clean(graph: Graph, v: _Vars, sol: list[float], info: dict[str, Any]) -> di
     S = {k: _round(sol, x) for k, x in v.S.items()}
     P = {k: _round(sol, x) for k, x in v.P.items()}
     R = {k: next((a for r, a, _ in rs if sol[r] > 0.5), None) for k, rs in v.R.items()}
+    Tr = {k: _round(sol, x) for k, x in v.Tr.items()}
     needed: dict[tuple[int, int], bool] = {}
     for p in range(len(order) - 1, -1, -1):
         i = order[p]
         need = set(d.bwd_reads[i])
+        passing: set[int] = set()  # transients a needed rebuild reads
         for j in cand[p]:  # carried to the next stage and used there without being rebuilt
             if needed.get((p + 1, j)) and not P.get((p + 1, j)) and R.get((p + 1, j)) is None:
                 need.add(j)
         for j in sorted(cand[p], reverse=True):  # rebuilds that are needed need their inputs
-            if j in need and R[p, j] is not None:
-                need.update(d.rc_reads[j])
+            if R[p, j] is not None and (j in passing if Tr[p, j] else j in need):
+                for u in d.rc_reads[j]:
+                    (passing if Tr[p, u] else need).add(u)
         for j in cand[p]:
-            needed[p, j] = j in need
-            if not needed[p, j]:
+            needed[p, j] = j in need and not Tr[p, j]
+            if Tr[p, j] and j not in passing:
+                Tr[p, j] = 0
+                R[p, j] = None
+            if not Tr[p, j] and not needed[p, j]:
                 S[p, j] = 0
                 P[p, j] = 0
                 R[p, j] = None
@@ -447,6 +482,8 @@ def _clean(graph: Graph, v: _Vars, sol: list[float], info: dict[str, Any]) -> di
         fixed[x] = S[k]
     for k, x in v.P.items():
         fixed[x] = P[k]
+    for k, x in v.Tr.items():
+        fixed[x] = Tr[k]
     for k, rs in v.R.items():
         for r, a, _ in rs:
             fixed[r] = 1.0 if R[k] == a else 0.0
@@ -492,17 +529,28 @@ def _emit(graph: Graph, v: _Vars, fixed: dict[int, float], info: dict[str, Any])
     for p, i in enumerate(order):
         g = grads[p]
         now = {j for j in cand[p] if on(v.S[p, j])}
-        for j in sorted(resident_y - now):
+        # what this stage brings back is freed at its start if still there
+        back = {j for j in cand[p] if on(v.P.get((p, j)))
+                or any(on(r) for r, _, _ in v.R[p, j])}
+        for j in sorted(resident_y - (now - back)):
             add(Step(Op.FREE, 5 * j))
         for j in cand[p]:
             if on(v.P.get((p, j))):
                 add(Step(Op.ALLOC, 5 * j))
                 add(Step(Op.PREFETCH, 5 * j))
-        for j in cand[p]:
+        rebuilt = [j for j in cand[p] if any(on(r) for r, _, _ in v.R[p, j])]
+        last_reader = {}
+        for j in rebuilt:
+            for u in d.rc_reads[j]:
+                last_reader[u] = j
+        for j in rebuilt:
             for r, a, ws in v.R[p, j]:
                 if on(r):
                     add(Step(Op.ALLOC, 5 * j))
                     add(Step(Op.RECOMPUTE, j, ws, a))
+            for u in d.rc_reads[j]:  # transients are freed after their last reader
+                if on(v.Tr[p, u]) and last_reader[u] == j:
+                    add(Step(Op.FREE, 5 * u))
         for t in g["new"]:
             add(Step(Op.ALLOC, t))
         if g["dw"] >= 0:
