@@ -5,7 +5,8 @@ Chen's greedy (their Algorithm 2 with a memory threshold `b`): walk the layers i
 order adding up output sizes; the layer where the running sum passes `b` becomes a checkpoint
 and the sum restarts. Outputs of other layers are dropped after their last forward use and each
 segment is recomputed once from its checkpoint in the backward pass (speed-centric in `emit`'s
-terms). `b` = sqrt(sum of outputs) gives O(sqrt(n)) memory; `plans` sweeps `b` for the
+terms). `b` = (sum of outputs) / sqrt(n) cuts n equal layers into sqrt(n) segments of sqrt(n)
+layers: O(sqrt(n)) memory for one extra forward pass; `thresholds` sweeps `b` for the
 time-memory trade-off. DATA and SOFTMAX outputs are always kept; nothing is offloaded.
 """
 
@@ -36,10 +37,10 @@ def checkpoints(graph: Graph, threshold: float) -> frozenset[int]:
 
 def plan_checkpoint(graph: Graph, cost: CostModel, budget: int,
                     threshold: float | None = None) -> Plan:
-    """Checkpoint plan for `threshold` (default sqrt of the summed outputs: Chen's sqrt(n));
-    convolution algorithms as fast as `budget` allows at each step."""
+    """Checkpoint plan for `threshold` (default: the summed outputs over sqrt(n), Chen's
+    sqrt(n) segments); convolution algorithms as fast as `budget` allows at each step."""
     if threshold is None:
-        threshold = math.sqrt(sum(graph.deps.ysz))
+        threshold = sum(graph.deps.ysz) / math.sqrt(len(graph))
     keep = checkpoints(graph, threshold)
     drop = frozenset(range(len(graph))) - keep
     plan = Plan(graph, "checkpoint", emit(graph, Decisions(free=True, drop=drop)),
