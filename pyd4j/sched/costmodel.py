@@ -70,10 +70,14 @@ class DeviceProfile:
     mem_gbps: float
     link_gbps: float
     disk_gbps: float = 1.0
+    efficiency: float | None = None  # measured fraction of `tflops` (None: the global default)
 
     @classmethod
     def from_json(cls, key: str, doc: dict[str, Any]) -> "DeviceProfile":
-        return cls(key=key, **{k: v for k, v in doc.items() if k != "key"})
+        """Profile from a devices.json entry (documentation keys such as `source` or
+        `calibration` are ignored)."""
+        known = {f for f in cls.__dataclass_fields__ if f != "key"}
+        return cls(key=key, **{k: v for k, v in doc.items() if k in known})
 
 
 def _load_default() -> dict[str, Any]:
@@ -128,7 +132,9 @@ class CostModel:
                                f"and aliases {sorted(doc['aliases'])}")
             profile = DeviceProfile.from_json(key, doc["devices"][key])
         algos = tuple(ConvAlgo(**a) for a in doc["conv_algorithms"])
-        return cls(profile, algos, doc["compute_efficiency"], doc["transfer_latency_s"],
+        efficiency = (profile.efficiency if profile.efficiency is not None
+                      else doc["compute_efficiency"])
+        return cls(profile, algos, efficiency, doc["transfer_latency_s"],
                    doc["host_memory_bytes"])
 
     # -- step times -------------------------------------------------------------------------
