@@ -40,7 +40,7 @@ test: setup
 	$(PY) -m pytest
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth flags_accuracy agent_overhead prefetch workspaces agent_gpu
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead prefetch workspaces agent_gpu
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 

@@ -122,8 +122,13 @@ def sweep(name: str, cost: CostModel, time_limit: float) -> dict:
         })
     out["optimum_at"] = checks
     out["budget_ratio"] = sn_min / best if sn_min else None
+    # proven: against the solver's lower bound on the optimum's time (equal to the optimum
+    # where it proved optimality); against the best plan it found, where it did not
     out["meets"] = {
-        "time": all(c["ratio"] is not None and c["ratio"] <= TARGET for c in checks),
+        "time_proven": all(c["ratio_vs_bound"] is not None and c["ratio_vs_bound"] <= TARGET
+                           for c in checks),
+        "time_vs_best_found": all(c["ratio"] is not None and c["ratio"] <= TARGET
+                                  for c in checks),
         "smallest_budget": out["budget_ratio"] is not None and out["budget_ratio"] <= TARGET,
     }
     return out

@@ -314,6 +314,8 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
         m.row({tFp[i]: 1, tF[i]: -1}, lo=0)
         for j in waits:
             m.row({tFp[i]: 1, td[j]: -1, v.o[j]: -U[td[j]]}, lo=-U[td[j]])
+            # the same wait without big-M (a valid cut): the copy starts after j is produced
+            m.row({tFp[i]: 1, tF[j]: -1, v.o[j]: -xfer[j]}, lo=0)
 
     # -- backward stages ---------------------------------------------------------------------
     e_prev = tFp[n - 1]
@@ -421,6 +423,9 @@ def _build(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
         for u in d.bwd_reads[i]:
             if u in rdy:
                 m.row([(e, 1.0), (rdy[u], -1.0)] + [(z, -t) for z, t in dt], lo=dc)
+            if (p, u) in v.P:  # valid cut without big-M: a prefetch it reads starts after
+                m.row([(e, 1.0), (e_prev, -1.0), (v.P[p, u], -xfer[u])]  # the last step
+                      + [(z, -t) for z, t in dt], lo=dc)
         e_prev = e
         rdy_prev = rdy
     m.row({v.T: 1, e_prev: -1}, lo=0)
