@@ -71,6 +71,7 @@ class DeviceProfile:
     link_gbps: float
     disk_gbps: float = 1.0
     efficiency: float | None = None  # measured fraction of `tflops` (None: the global default)
+    step_overhead_s: float = 0.0  # fixed cost of every compute step (op dispatch; CPU backends)
 
     @classmethod
     def from_json(cls, key: str, doc: dict[str, Any]) -> "DeviceProfile":
@@ -140,7 +141,7 @@ class CostModel:
     # -- step times -------------------------------------------------------------------------
     def _roofline(self, flops: float, nbytes: float, speed: float = 1.0) -> float:
         return max(flops / (self.device.tflops * 1e12 * self.efficiency * speed),
-                   nbytes / (self.device.mem_gbps * 1e9))
+                   nbytes / (self.device.mem_gbps * 1e9)) + self.device.step_overhead_s
 
     def layer_times(self, graph: Graph) -> tuple[list[float], list[float], list[float]]:
         """(forward, backward, update) seconds per layer with the no-workspace algorithm."""
