@@ -91,7 +91,10 @@ class _Model:
         self.rows.append((lo, hi, idx, val))
 
     def solve(self, time_limit: float, gap: float, fixed: dict[int, float] | None = None,
+              integral: bool = True, start: list[float] | None = None,
               ) -> tuple[str, list[float], float, float]:
+        """Solve with `fixed` columns pinned (as an LP when not `integral`), from a known
+        feasible point `start` when given: (status, values, objective, MIP gap)."""
         import highspy
         import numpy as np
 
@@ -122,15 +125,17 @@ class _Model:
         lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
         lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
         lp.a_matrix_.value_ = np.array(value, dtype=float)
-        if not fixed:
+        if integral:
             lp.integrality_ = [highspy.HighsVarType.kInteger if b else
                                highspy.HighsVarType.kContinuous for b in self.integer]
         h.passModel(lp)
+        if start is not None:
+            h.setSolution(n, np.arange(n, dtype=np.int32), np.array(start, dtype=float))
         h.run()
         status = h.modelStatusToString(h.getModelStatus())
         info = h.getInfo()
         sol = list(h.getSolution().col_value)
-        gap_out = float(info.mip_gap) if not fixed and info.mip_gap < math.inf else 0.0
+        gap_out = float(info.mip_gap) if integral and info.mip_gap < math.inf else 0.0
         return status, sol, float(info.objective_function_value), gap_out
 
 
@@ -590,7 +595,15 @@ def _solve(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
     if minimize_budget:  # time plays no part: drop its rows (a much smaller problem)
         tvars = info["time_vars"]
         m.rows = [r for r in m.rows if not any(k in tvars for k in r[2])]
-    status, sol, obj, mip_gap = m.solve(time_limit, gap)
+    start = None
+    if not minimize_budget and v.o:
+        # first without offloading (no big-M stalls: quick), as a starting point for the whole
+        spent = time.perf_counter()
+        st, first, _, _ = m.solve(time_limit / 3, gap, {x: 0.0 for x in v.o.values()})
+        if st == "Optimal" or (st.startswith("Time limit") and any(first)):
+            start = first
+        time_limit = max(1.0, time_limit - (time.perf_counter() - spent))
+    status, sol, obj, mip_gap = m.solve(time_limit, gap, start=start)
     if status not in ("Optimal",) and not (status.startswith("Time limit") and sol
                                             and any(x != 0 for x in sol)):
         raise OptimumError(f"no plan of {graph.name} fits "
@@ -604,7 +617,7 @@ def _solve(graph: Graph, cost: CostModel, budget: int | None, minimize_budget: b
                        {"variables": info["n_vars"], "rows": len(m.rows)})
     fixed = _clean(graph, v, sol, info)
     best_budget = budget
-    status2, sol2, obj2, _ = m.solve(time_limit, 0.0, fixed)
+    status2, sol2, obj2, _ = m.solve(time_limit, 0.0, fixed, integral=False)
     if status2 != "Optimal":
         raise OptimumError(f"re-solving the times of the rounded plan failed ({status2})")
     steps = _emit(graph, v, fixed, info)
