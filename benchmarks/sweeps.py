@@ -117,6 +117,7 @@ def sweep(name: str, cost: CostModel, time_limit: float) -> dict:
             "mip_gap": opt.mip_gap, "time_bound_s": opt.time_s * (1 - opt.mip_gap),
             "simulated_time_s": sim.time_s, "simulated_peak_bytes": sim.device_peak_bytes,
             "solve_s": round(opt.solve_s, 1), "superneurons_time_s": sn,
+            "checkpoint_time_s": checkpointing(g, cost, b), "dtr_time_s": dtr(g, cost, b),
             "ratio": sn / opt.time_s if sn else None,
             "ratio_vs_bound": sn / (opt.time_s * (1 - opt.mip_gap)) if sn else None,
         })
