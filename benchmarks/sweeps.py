@@ -154,6 +154,11 @@ def plot(doc: dict, path: Path) -> None:
         opt = [(c["budget"] / 2**30, 100 * (c["optimum_time_s"] / r["ideal_time_s"] - 1))
                for c in r["optimum_at"]]
         ax.plot(*zip(*opt), "k*", ms=11, label="optimum (MILP)")
+        proven = [(c["budget"] / 2**30, 100 * (c["time_bound_s"] / r["ideal_time_s"] - 1))
+                  for c in r["optimum_at"] if c["mip_gap"] > 1e-6]
+        if proven:
+            ax.plot(*zip(*proven), "kv", mfc="none", ms=8,
+                    label="no plan beats (solver stopped at its limit)")
         ax.axvline(r["smallest_budget"]["optimum"] / 2**30, color="k", lw=0.8, ls="-.",
                    label="optimum's smallest budget")
         ax.axvline(r["lower_bound_bytes"] / 2**30, color="grey", lw=0.8, ls=":",
