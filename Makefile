@@ -2,24 +2,33 @@
 PY        := .venv/bin/python
 VENV      := .venv/.installed
 JAR       := java/target/pyd4j-java.jar
-JAVA_SRC  := $(shell find java/src examples/src tests/fixtures/java/src -type f 2>/dev/null)
+JAVA_SRC  := $(shell find java/src examples/src examples/spark/src tests/fixtures/java/src tests/fixtures/java-compat/src -type f 2>/dev/null)
 MVN       := mvn -q -B
 # Side-agent library: CUDA build where nvcc is found, host-only build elsewhere (same C ABI).
 NATIVE_LIB := native/build/libpyd4j_agent.so
 NATIVE_SRC := $(shell find native/include native/src native/tests native/CMakeLists.txt -type f 2>/dev/null)
 
-.PHONY: setup demo test bench clean
+# CUDA build of the side-agent, compiled and linked with nvcc from pip (CUDA 13 wheels) in its own
+# build directory: a compile check that needs no GPU (its device tests skip where there is none).
+CUDA_VENV  := .venv-cuda
+CUDA_BUILD := native/build-cuda-check
+CUDA_WHEELS := nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-crt nvidia-nvvm
+
+# The wheel carries the helper/agent jar and ASM (not ND4J: jobs bring their own classpath).
+WHEEL_JARS := pyd4j/jvm/java
+
+.PHONY: setup demo test bench clean cuda-check wheel
 
 setup: $(VENV) $(JAR) $(NATIVE_LIB)
 
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -c constraints.txt -e ".[dev]"
+	.venv/bin/pip install -q -c constraints.txt -e ".[dev,spark]"
 	touch $@
 
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
-$(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml tests/fixtures/java/pom.xml $(JAVA_SRC)
+$(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml examples/spark/pom.xml tests/fixtures/java/pom.xml tests/fixtures/java-compat/pom.xml .mvn/settings.xml $(JAVA_SRC)
 	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
 	touch $@
 
@@ -35,14 +44,37 @@ demo: setup
 	rm -rf examples/target/demo-tune
 	.venv/bin/pyd4j tune --out examples/target/demo-tune -- java -cp "examples/target/pyd4j-examples.jar:java/target/lib/*" org.pyd4j.examples.TrainLeNetSynthetic 20 16 2
 
-test: setup
+test: setup cuda-check
 	ctest --test-dir native/build --output-on-failure -j2
 	$(PY) -m pytest
 
+$(CUDA_VENV)/.installed: constraints.txt
+	python3 -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/pip install -q -c constraints.txt $(CUDA_WHEELS)
+	touch $@
+
+cuda-check: $(CUDA_VENV)/.installed
+	@# The wheels ship libcudart.so.13 only; CMake's FindCUDAToolkit links against libcudart.so.
+	tk=$$(echo $(CUDA_VENV)/lib/python3*/site-packages/nvidia/cu13) && \
+	  ln -sf libcudart.so.13 $$tk/lib/libcudart.so && \
+	  cmake -S native -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=$$PWD/$$tk/bin/nvcc >/dev/null && \
+	  cmake --build $(CUDA_BUILD) -j && \
+	  test "$$(nm -D --defined-only $(CUDA_BUILD)/libpyd4j_agent.so | grep -c pyd4j_agent_)" -gt 0 && \
+	  ldd $(CUDA_BUILD)/libpyd4j_agent.so | grep -q libcudart && \
+	  ctest --test-dir $(CUDA_BUILD) --output-on-failure -j2
+
+wheel: $(JAR)
+	rm -rf $(WHEEL_JARS) dist
+	mkdir -p $(WHEEL_JARS)/lib
+	cp $(JAR) $(WHEEL_JARS)/
+	cp java/target/lib/asm-*.jar $(WHEEL_JARS)/lib/
+	$(PY) -m build --wheel --outdir dist . >/dev/null; rc=$$?; rm -rf $(WHEEL_JARS) build; exit $$rc
+	@ls dist/*.whl
+
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead prefetch workspaces agent_gpu
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 
 clean:
-	rm -rf .venv java/target native/build
+	rm -rf .venv $(CUDA_VENV) java/target native/build $(CUDA_BUILD)

@@ -15,6 +15,11 @@ Writes benchmarks/results/agent_gpu.json. Without a GPU it says so (in the JSON 
 0; `--host` runs the same pipeline on the host build (a smoke test of the script; figures are
 memcpy speeds, written to agent_host.json).
 
+Needs Python, numpy and, on a GPU, CuPy for CUDA 12 or 13 (`pip install cupy-cuda13x`) plus
+cmake and nvcc to build native/ (a system CUDA toolkit, or `pip install nvidia-cuda-nvcc
+nvidia-cuda-runtime nvidia-cuda-crt`); no Java: nothing on this path imports the JVM. Where the
+CUDA build cannot be made, the CuPy parts still run and the JSON says why the rest did not.
+
     .venv/bin/python benchmarks/agent_gpu.py            # on a GPU machine
     .venv/bin/python benchmarks/agent_gpu.py --host     # anywhere
 """
@@ -65,14 +70,37 @@ def ensure_cuda_library() -> Path:
     lib = CUDA_BUILD / "libpyd4j_agent.so"
     if not lib.is_file():
         log("building native/ with nvcc ...")
+        if not shutil.which("cmake"):
+            raise RuntimeError("cmake not found (pip install cmake, or apt-get install cmake)")
         cfg = ["cmake", "-S", str(ROOT / "native"), "-B", str(CUDA_BUILD), "-DCMAKE_BUILD_TYPE=Release",
                "-DPYD4J_AGENT_TESTS=OFF"]
-        nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
-        if nvcc:
-            cfg.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+        nvcc = find_nvcc()
+        if nvcc is None:
+            raise RuntimeError("nvcc not found (on PATH, $CUDA_HOME/bin, /usr/local/cuda/bin or the "
+                               "nvidia-cuda-nvcc wheel)")
+        cfg.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
         subprocess.run(cfg, check=True)
         subprocess.run(["cmake", "--build", str(CUDA_BUILD), "-j"], check=True)
     return lib
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, under CUDA_HOME or /usr/local/cuda, or from the nvidia-cuda-nvcc wheel (which
+    ships libcudart.so.N only: the unversioned name CMake links against is added beside it)."""
+    for candidate in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/nonexistent"), "bin", "nvcc"),
+                      "/usr/local/cuda/bin/nvcc"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    import site
+
+    for base in site.getsitepackages() + [site.getusersitepackages()]:
+        for nvcc in sorted(Path(base).glob("nvidia/cu1*/bin/nvcc"), reverse=True):
+            lib = nvcc.parent.parent / "lib"
+            versioned = sorted(lib.glob("libcudart.so.*"))
+            if versioned and not (lib / "libcudart.so").exists():
+                (lib / "libcudart.so").symlink_to(versioned[-1].name)
+            return str(nvcc)
+    return None
 
 
 # -- 1. bandwidth --------------------------------------------------------------------------------
@@ -251,9 +279,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", action="store_true", help="run on the host build (no GPU needed)")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None, help="JSON to write (default benchmarks/results/)")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out_path = RESULTS / ("agent_host.json" if args.host else "agent_gpu.json")
+    out_path = args.out or RESULTS / ("agent_host.json" if args.host else "agent_gpu.json")
     result: dict = {"python": platform.python_version(), "machine": platform.machine()}
 
     gpu = False
@@ -263,27 +292,38 @@ def main() -> int:
         if not gpu:
             result["status"] = f"no GPU: {what}; nothing measured"
             out_path.write_text(json.dumps(result, indent=2) + "\n")
-            print(f"no GPU ({what}): nothing measured; wrote {out_path.relative_to(ROOT)}")
+            print(f"no GPU ({what}): nothing measured; wrote {out_path}")
             return 0
-        os.environ["PYD4J_NATIVE_LIB"] = str(ensure_cuda_library())
+    native_ok = True
+    if gpu:
+        try:
+            os.environ["PYD4J_NATIVE_LIB"] = str(ensure_cuda_library())
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
+            native_ok = False
+            result["native"] = f"CUDA build of native/ not made: {e}; the CuPy parts still run"
+            log(result["native"])
 
     sys.path.insert(0, str(ROOT))
-    from pyd4j.agent import native
+    if native_ok:
+        from pyd4j.agent import native
 
-    lib = native.load_library()
-    result["library"] = lib.pyd4j_agent_build_kind().decode()
-    if gpu and result["library"] != "cuda":
-        raise SystemExit("the side-agent library is not the CUDA build; check nvcc and rerun")
+        lib = native.load_library()
+        result["library"] = lib.pyd4j_agent_build_kind().decode()
+        if gpu and result["library"] != "cuda":
+            raise SystemExit("the side-agent library is not the CUDA build; check nvcc and rerun")
 
-    size, count = ((256 << 20), 8) if gpu else ((16 << 20), 4)
-    log(f"bandwidth: {count} x {size >> 20} MiB")
-    result["bandwidth"] = bandwidth(native, size, count, reps=3)
-    log(json.dumps(result["bandwidth"]))
-    log("overlap")
-    result["overlap"] = overlap(size, count, gpu)
-    log(json.dumps(result["overlap"]))
+        size, count = ((256 << 20), 8) if gpu else ((16 << 20), 4)
+        log(f"bandwidth: {count} x {size >> 20} MiB")
+        result["bandwidth"] = bandwidth(native, size, count, reps=3)
+        log(json.dumps(result["bandwidth"]))
+        log("overlap")
+        result["overlap"] = overlap(size, count, gpu)
+        log(json.dumps(result["overlap"]))
     result["training"] = {}
     for name in (["native", "cupy"] if gpu else ["native"]):
+        if name == "native" and not native_ok:
+            result["training"][name] = {"status": "skipped: no CUDA build"}
+            continue
         if left() < 90:
             result["training"][name] = {"status": "skipped: time budget"}
             continue
@@ -296,7 +336,7 @@ def main() -> int:
     result["status"] = "ok"
     result["seconds"] = time.monotonic() - T0
     out_path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out_path.relative_to(ROOT)}")
+    print(f"wrote {out_path}")
     return 0
 
 

@@ -17,25 +17,46 @@ from pyd4j import commands
 
 
 class _Group(click.Group):
-    """Subcommands whose arguments click refuses keep the `--json` promise.
+    """One error path for every subcommand.
 
-    A bad argument (an unknown choice, a missing file, a `click.BadParameter` raised by the
-    command) is printed by click as usage text on stderr. With `--json` among the subcommand's
-    own options (before any `--`), it becomes the document `pyd4j.output.fail()` prints for the
-    commands' own errors, `{"ok": false, "error": ...}`, on stdout, with click's exit status.
+    Bad input (click's own refusals, `pyd4j.inputs.InputError` and the errors that say the machine
+    lacks Java or pyd4j's jars) becomes one line on stderr, or, with `--json` among the
+    subcommand's own options (before any `--`), the document `pyd4j.output.fail()` prints,
+    `{"ok": false, "error": ...}`, on stdout. Anything else is a bug and keeps its traceback.
     """
 
     def invoke(self, ctx: click.Context):
         args = [*getattr(ctx, "_protected_args", ()), *ctx.args]
         own = args[: args.index("--")] if "--" in args else args
+        as_json = "--json" in own[1:]
+        from pyd4j.output import fail  # noqa: PLC0415
+
         try:
             return super().invoke(ctx)
         except click.ClickException as err:
-            if "--json" not in own[1:]:
+            if not as_json:
                 raise
-            from pyd4j.output import fail  # noqa: PLC0415
-
             fail(err.format_message(), as_json=True, code=err.exit_code)
+        except _user_errors() as err:
+            fail(_message(err), as_json=as_json, code=2)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input or a machine not set up, never a bug in pyd4j."""
+    from pyd4j.inputs import InputError  # noqa: PLC0415
+    from pyd4j.jvm.classpath import ClasspathError  # noqa: PLC0415
+    from pyd4j.jvm.java import JavaNotFoundError  # noqa: PLC0415
+    from pyd4j.jvm.options import JvmOptionError  # noqa: PLC0415
+    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+
+    return InputError, ClasspathError, JavaNotFoundError, JvmOptionError, JobCommandError, OSError
+
+
+def _message(err: BaseException) -> str:
+    """The error's own words; an OSError names the file and what the system said."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    return str(err)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
-from typing import Any, Iterable, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NoReturn, Sequence
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def emit_json(document: Any) -> None:
-    """Print one JSON document on stdout (what `--json` promises)."""
-    json.dump(document, sys.stdout, indent=2, default=str)
+    """Print one JSON document on stdout (what `--json` promises): strict JSON, so NaN and
+    infinity (a measurement that is not a number) are written as null."""
+    json.dump(_finite(document), sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 @contextlib.contextmanager
@@ -36,14 +48,31 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+# Outside a terminal (a pipe, a log file, CI) nothing says how wide a line may be: tables are
+# printed as wide as their content, so no flag or path is cut or wrapped at 80 columns.
+UNLIMITED_WIDTH = 100_000
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console: the terminal's width in a terminal, unlimited width elsewhere."""
+    from rich.console import Console  # noqa: PLC0415  (heavy: only when a table is printed)
+
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        con = Console(stderr=stderr, width=UNLIMITED_WIDTH)
+    return con
+
+
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Print a table for people."""
+    from rich.table import Table  # noqa: PLC0415  (heavy: only when a table is printed)
+
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(str(cell) for cell in row))
-    Console().print(table)
+    console().print(table)
 
 
 def human_bytes(n: float | int | None) -> str:

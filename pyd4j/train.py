@@ -5,19 +5,31 @@
     result = fit(net, NumpyBatches(x, y, batch_size=64), epochs=10, prefetch=4)
     print(result.samples_per_s)
 
+    # the same training in less memory: SuperNeurons plans govern DL4J's own fit()
+    result = fit(net, NumpyBatches(x, y, batch_size=64), memory="superneurons", budget="1500m")
+
 The source is read on DL4J's prefetch thread while fit() trains (see pyd4j.data). An exception
 in the source stops fit() and is raised here as that same exception object.
+
+With `memory="superneurons"`, each iteration replays a plan of `pyd4j.sched` on DL4J's own layers
+(the Java planned trainer, org.pyd4j.train): gradients, updates, listeners and counts are DL4J's.
+Without a budget the plan is liveness only (every activation closed right after its last use:
+as fast as fit()); with one, the fastest plan that fits it (`pyd4j.sched.training_plan`); a budget
+below what any plan needs is refused before training, with the minimum that works.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyd4j.data.source import PrefetchIterator, iterator
+from pyd4j.data.source import NumpyBatches, PrefetchIterator, iterator
 from pyd4j.jvm.errors import java_errors
+
+MEMORY_MODES = (None, "superneurons")
 
 
 @dataclass
@@ -54,6 +66,7 @@ class FitResult:
     score: float | None
     wait_seconds: float           # fit() waiting for the next batch; near 0 when prefetch hides the source
     epoch_seconds: list[float] = field(default_factory=list)
+    plan: dict[str, Any] | None = None   # memory="superneurons": the plan (policy, predicted peak) and what the trainer did
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +103,14 @@ class _Monitor(threading.Thread):
         return m
 
     def run(self) -> None:
+        from pyd4j.jvm.core import detach  # noqa: PLC0415
+
+        try:
+            self._run()
+        finally:
+            detach()  # this thread used Java: leave no attached Java thread behind
+
+    def _run(self) -> None:
         if not self.show:
             while not self.stop_event.wait(self.interval):
                 self.sample()
@@ -118,7 +139,8 @@ class _Monitor(threading.Thread):
 
 def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 0, progress: bool = True,
         preprocessor: Any = None, copy_before_preprocess: bool = True, use_workspace: bool = True,
-        multi: bool | None = None) -> FitResult:
+        multi: bool | None = None, memory: str | None = None, budget: str | int | None = None,
+        tier: Any = None) -> FitResult:
     """Train a DL4J MultiLayerNetwork or ComputationGraph on batches from Python.
 
     source: a re-iterable of batches (e.g. pyd4j.data.NumpyBatches), a function returning an
@@ -126,9 +148,14 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     Batches: (features, labels[, features_mask, labels_mask]) numpy arrays, a dict, or a DataSet;
     lists of arrays per slot for multi-input/-output graphs.
     prefetch: async queue depth (DL4J's own fit() fixes 2); pyd4j.data.tune.tune_prefetch measures it.
+    memory: None (DL4J's own fit()) or "superneurons" (planned training; see the module docstring),
+    with `budget` (bytes or "1500m") for the plan's peak and `tier`, an org.pyd4j.train.OffloadTier
+    for plans that offload activations.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be an int >= 1")
+    if memory not in MEMORY_MODES:
+        raise ValueError(f"memory={memory!r}; use 'superneurons' (planned training) or None (DL4J's own fit())")
     owned = not isinstance(source, PrefetchIterator)
     if owned:
         multi = _wants_multi(net) if multi is None else multi
@@ -142,6 +169,12 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         raise ValueError(
             f"epochs={epochs} but the source is a one-shot iterator/generator; pass a function that returns "
             f"a new iterable per epoch (e.g. lambda: my_batches()) or a re-iterable such as NumpyBatches")
+    try:
+        planned = _attach_plan(net, source, batch_size, memory, budget, tier)
+    except BaseException:
+        if owned:
+            it.shutdown()
+        raise
     total = None
     try:
         total = epochs * len(it.source.source.features)  # NumpyBatches knows its size
@@ -168,6 +201,10 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         monitor.join(timeout=10)
         if owned:
             it.shutdown()
+        if planned is not None:
+            trainer, plan_doc = planned
+            plan_doc["trainer"] = json.loads(str(trainer.stats().toJson()))
+            trainer.close()
     samples = it.samples_consumed - start_samples
     try:
         score = float(net.score())
@@ -176,7 +213,41 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     return FitResult(epochs=epochs, samples=samples, batches=it.batches_consumed - start_batches,
                      seconds=seconds, samples_per_s=samples / seconds if seconds > 0 else 0.0,
                      prefetch=it.depth, peak_offheap=monitor.peak_offheap, peak_physical=monitor.peak_physical,
-                     score=score, wait_seconds=it.wait_seconds - start_wait, epoch_seconds=epoch_seconds)
+                     score=score, wait_seconds=it.wait_seconds - start_wait, epoch_seconds=epoch_seconds,
+                     plan=planned[1] if planned is not None else None)
+
+
+def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: str | int | None,
+                 tier: Any) -> tuple[Any, dict[str, Any]] | None:
+    """For memory="superneurons": plan the network and install the plan in its optimizer."""
+    if memory is None:
+        if budget is not None or tier is not None:
+            raise ValueError("budget and tier are for planned training: add memory='superneurons'")
+        return None
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind  # noqa: PLC0415
+    from pyd4j.sched.training_plan import choose_plan, plan_document  # noqa: PLC0415
+    from pyd4j.units import parse_bytes  # noqa: PLC0415
+
+    cap = None if budget is None else (budget if isinstance(budget, int) else parse_bytes(str(budget), "budget"))
+    conf = net.getConfiguration() if _is_graph(net) else net.getLayerWiseConfigurations()
+    doc = json.loads(str(conf.toJson()))
+    shape = None
+    if isinstance(source, NumpyBatches):
+        batch_size, shape = source.batch_size, tuple(int(d) for d in source.features.shape[1:])
+    if batch_size < 1:
+        raise ValueError("planned training plans for one batch size: pass batch_size=N (or a NumpyBatches source)")
+    graph = graph_from_dl4j_json(doc, batch_size, shape)
+    plan, result = choose_plan(graph, cap, offload=tier is not None)   # BudgetTooSmall names the minimum
+    plan_doc = plan_document(plan, result, network_kind(doc), "pyd4j.train.fit", cap)
+    PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")  # noqa: N806
+    with java_errors():
+        trainer = jpype.JClass("org.pyd4j.train.PlannedTrainer").attach(
+            net, PlanFile.parse(json.dumps(plan_doc), "pyd4j.train.fit"), tier)
+    summary = {"policy": plan.policy, "tensor_cache": plan_doc["tensor_cache"], "budget_bytes": cap,
+               "predicted": plan_doc["predicted"], "batch": batch_size}
+    return trainer, summary
 
 
 def evaluate(net, features, labels, batch_size: int = 256) -> float:

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import enum
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -166,6 +167,9 @@ class WorkspaceConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "WorkspaceConfig":
         """Accepts our snake_case keys or ND4J's camelCase names (initialSize, policyLearning...)."""
+        if not isinstance(data, dict):
+            raise WorkspaceConfigError(f"a WorkspaceConfig is read from a mapping of fields, not a {type(data).__name__}",
+                                       rule="known_fields", enforced_by="pyd4j")
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             name = key if key in _FIELDS else _JAVA_TO_PY.get(key)
@@ -185,7 +189,12 @@ class WorkspaceConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "WorkspaceConfig":
-        return cls.from_dict(json.loads(text))
+        from pyd4j.inputs import InputError, parse_json  # noqa: PLC0415
+
+        try:
+            return cls.from_dict(parse_json(text, "WorkspaceConfig JSON"))
+        except InputError as err:
+            raise WorkspaceConfigError(str(err), rule="types", enforced_by="pyd4j") from None
 
     def to_yaml(self) -> str:
         import yaml  # noqa: PLC0415
@@ -196,7 +205,11 @@ class WorkspaceConfig:
     def from_yaml(cls, text: str) -> "WorkspaceConfig":
         import yaml  # noqa: PLC0415
 
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError, TypeError) as err:
+            raise WorkspaceConfigError(f"WorkspaceConfig YAML cannot be read: {err}", rule="types",
+                                       enforced_by="pyd4j") from None
         if not isinstance(data, dict):
             raise WorkspaceConfigError(f"YAML must hold a mapping of fields, got {type(data).__name__}",
                                        rule="known_fields", enforced_by="pyd4j")
@@ -275,8 +288,9 @@ def _coerce(name: str, java_name: str, kind: Any, value: Any) -> Any:
             raise WorkspaceConfigError(f"{name}={value!r} must be a file path or None", rule="types", enforced_by="pyd4j")
         return None if value is None else os.fspath(value)
     if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise WorkspaceConfigError(f"{name}={value!r} must be a number, e.g. 0.3", rule="types", enforced_by="pyd4j")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise WorkspaceConfigError(f"{name}={value!r} must be a finite number, e.g. 0.3", rule="types",
+                                       enforced_by="pyd4j")
         return float(value)
     # Java int
     if isinstance(value, bool) or not isinstance(value, int):

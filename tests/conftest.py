@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 
 import pytest
 
@@ -31,3 +32,20 @@ def jvm():
     import pyd4j.jvm
 
     return pyd4j.jvm.start(**SESSION_JVM_OPTIONS)
+
+
+# Hypothesis: no per-example deadline anywhere (a loaded machine runs examples slowly; a test must
+# not fail for that), and statistics for the examples run (`pytest --hypothesis-show-statistics`).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("pyd4j", deadline=None)
+settings.load_profile("pyd4j")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The CLI corpus's count of bad inputs and clean errors (tests/test_cli_corpus.py)."""
+    for name, module in list(sys.modules.items()):
+        results = getattr(module, "RESULTS", None) if name.endswith("test_cli_corpus") else None
+        if results:
+            terminalreporter.write_line(f"CLI corpus: {len(results)} bad inputs run, "
+                                        f"{sum(results.values())} ended as clean errors")

@@ -37,9 +37,15 @@ def L(i: int):
     return jpype.JLong(i)
 
 
-def java_gc_until(J, condition, rounds: int = 40) -> bool:
-    """Run Java's and Python's GC until condition() holds (reference processing is asynchronous)."""
-    for _ in range(rounds):
+def java_gc_until(J, condition, within_s: float = 120.0, rounds: int | None = None) -> bool:
+    """Run Java's and Python's GC until condition() holds (reference processing is asynchronous;
+    a generous deadline, not a number of rounds, so a loaded machine only takes longer). `rounds`
+    runs exactly that many collections: where the condition must stay false, e.g. while a
+    reference is still held."""
+    deadline = time.monotonic() + within_s
+    while (time.monotonic() < deadline) if rounds is None else rounds > 0:
+        if rounds is not None:
+            rounds -= 1
         gc.collect()
         J["System"].gc()
         time.sleep(0.05)

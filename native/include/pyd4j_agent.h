@@ -38,7 +38,8 @@
  *   first, drop_host the second, free both.
  *   A buffer registered with pyd4j_agent_register_external (an ND4J workspace, a CuPy array)
  *   keeps its own address: "release" leaves the memory with its owner and prefetch copies the
- *   contents back to the same address.
+ *   contents back to the same address -- or, after pyd4j_agent_rebind_external, to new memory
+ *   of the same size (an owner that gave the old memory back and allocated a fresh array).
  *
  * Errors: every function returns PYD4J_AGENT_OK (0) or an error code; the message of the last
  * error on the calling thread is returned by pyd4j_agent_last_error().
@@ -62,7 +63,7 @@ extern "C" {
 #define PYD4J_AGENT_API __attribute__((visibility("default")))
 #endif
 
-#define PYD4J_AGENT_ABI_VERSION 2
+#define PYD4J_AGENT_ABI_VERSION 3 /* 3: pyd4j_agent_rebind_external */
 #define PYD4J_AGENT_ALIGNMENT 256
 
 typedef enum {
@@ -182,6 +183,13 @@ PYD4J_AGENT_API int pyd4j_agent_drop_host(pyd4j_agent* agent, uint64_t id);
  * pyd4j_agent_acquire (no host block) or pyd4j_agent_wait (host block) before the compute
  * stream reads it. */
 PYD4J_AGENT_API int pyd4j_agent_prefetch(pyd4j_agent* agent, uint64_t id);
+/* Points an external buffer that holds no device contents (HOST or RESERVED) at other memory
+ * of the same size; the next prefetch copies the host slot there. For an owner that gave the
+ * offloaded memory back (ND4J closed the array) and allocates a fresh array for the way back.
+ * Copies already issued keep the addresses they were issued with. An arena buffer or a NULL
+ * ptr is PYD4J_AGENT_ERR_INVALID_ARGUMENT, a RESIDENT buffer PYD4J_AGENT_ERR_BAD_STATE
+ * (offload it with release=1, or release_device after its offload, first). Since ABI 3. */
+PYD4J_AGENT_API int pyd4j_agent_rebind_external(pyd4j_agent* agent, uint64_t id, void* ptr);
 /* Orders the compute stream after the buffer's pending copy (cudaStreamWaitEvent); the host
  * build blocks the calling thread instead, because that thread is the compute stream. */
 PYD4J_AGENT_API int pyd4j_agent_acquire(pyd4j_agent* agent, uint64_t id);

@@ -462,6 +462,21 @@ int pyd4j_agent_prefetch(pyd4j_agent* a, uint64_t id) {
   });
 }
 
+int pyd4j_agent_rebind_external(pyd4j_agent* a, uint64_t id, void* ptr) {
+  return on_buffer(a, id, [&](Buffer& b) {
+    need(b.external, "buffer " + std::to_string(id) +
+                         " lives in the device arena; only buffers registered with "
+                         "pyd4j_agent_register_external can be pointed at other memory");
+    need(ptr != nullptr, "ptr is NULL: pass the address of " + fmt_bytes(b.size) + " of memory");
+    if (b.state == PYD4J_AGENT_RESIDENT)
+      throw AgentError(PYD4J_AGENT_ERR_BAD_STATE,
+                       "buffer " + std::to_string(id) +
+                           " is RESIDENT: its contents are still at the old address; offload it "
+                           "with release=1 (or release_device after the offload) first");
+    b.ext_ptr = ptr;  // copies already issued captured the old address
+  });
+}
+
 int pyd4j_agent_acquire(pyd4j_agent* a, uint64_t id) {
   return guarded([&] {
     need(a != nullptr, "agent must not be NULL");

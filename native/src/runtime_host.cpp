@@ -9,6 +9,9 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#if defined(__linux__)
+#include <pthread.h>
+#endif
 
 #include "runtime.hpp"
 
@@ -48,7 +51,12 @@ class HostEvent : public Event {
 class HostStream : public Stream {
  public:
   explicit HostStream(bool compute) : compute_(compute) {
-    if (!compute_) worker_ = std::thread([this] { run(); });
+    if (!compute_) worker_ = std::thread([this] {
+#if defined(__linux__)
+      pthread_setname_np(pthread_self(), "pyd4j-copy");  // visible in /proc, top -H, gdb
+#endif
+      run();
+    });
   }
   ~HostStream() override {
     if (!compute_) {

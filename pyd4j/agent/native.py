@@ -25,7 +25,7 @@ import numpy as np
 
 from pyd4j.agent.backend import BackendStats, OutOfDeviceMemory
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 ALIGNMENT = 256
 
 OK = 0
@@ -184,6 +184,7 @@ def load_library() -> ctypes.CDLL:
         "pyd4j_agent_reserve_device": (i, [vp, u64]),
         "pyd4j_agent_drop_host": (i, [vp, u64]),
         "pyd4j_agent_prefetch": (i, [vp, u64]),
+        "pyd4j_agent_rebind_external": (i, [vp, u64, vp]),
         "pyd4j_agent_acquire": (i, [vp, u64]),
         "pyd4j_agent_wait": (i, [vp, u64]),
         "pyd4j_agent_synchronize": (i, [vp]),
@@ -286,6 +287,11 @@ class Agent:
 
     def prefetch(self, buf: int) -> None:
         self._call("pyd4j_agent_prefetch", self.handle, buf)
+
+    def rebind_external(self, buf: int, ptr: int) -> None:
+        """Points an offloaded external buffer at other memory of its size: the next prefetch
+        copies there (the owner gave the old memory back and allocated a fresh array)."""
+        self._call("pyd4j_agent_rebind_external", self.handle, buf, ctypes.c_void_p(ptr))
 
     def acquire(self, buf: int) -> None:
         self._call("pyd4j_agent_acquire", self.handle, buf)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import click
 
-from pyd4j.memory.cli_common import handle_errors, network_options
+from pyd4j import inputs
+from pyd4j.memory.cli_common import network_options
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
 @click.command("batch")
 @network_options
-@click.option("--total", default=None, help="Host memory budget, e.g. 8g (default: cgroup limit, else RAM).")
-@click.option("--gpu-mem", default=None, help="GPU memory budget, e.g. 16g: the batch must fit the device.")
-@click.option("--headroom", default=0.15, show_default=True, type=float, help="Fraction added to estimates.")
-@handle_errors
+@click.option("--total", default=None, type=inputs.SIZE, help="Host memory budget, e.g. 8g (default: cgroup limit, else RAM).")
+@click.option("--gpu-mem", default=None, type=inputs.SIZE, help="GPU memory budget, e.g. 16g: the batch must fit the device.")
+@click.option("--headroom", default=0.15, show_default=True, type=inputs.HEADROOM, help="Fraction added to estimates.")
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool,
-            total: str | None, gpu_mem: str | None, headroom: float) -> None:
+            total: int | None, gpu_mem: int | None, headroom: float) -> None:
     """Largest minibatch that fits a CPU RAM or GPU memory budget. Exits 3 when not even batch 1 fits."""
     from pyd4j.memory.estimate import estimate  # noqa: PLC0415
     from pyd4j.memory.flags import default_total, flags, largest_batch  # noqa: PLC0415
@@ -25,8 +25,8 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
     best = largest_batch(est, total=budget, gpu_mem=gpu_mem, headroom=headroom)
     if best == 0:
         need = flags(est, total=None, headroom=headroom, gpu_mem=gpu_mem, refuse=False)
-        limits = [f"--total {total}" if total is not None else f"the machine's {human_bytes(budget)}"] if budget else []
-        limits += [f"--gpu-mem {gpu_mem}"] if gpu_mem is not None else []
+        limits = [f"--total {human_bytes(total)}" if total is not None else f"the machine's {human_bytes(budget)}"] if budget else []
+        limits += [f"--gpu-mem {human_bytes(gpu_mem)}"] if gpu_mem is not None else []
         fail(f"not even minibatch 1 of {est.model} fits in {' and '.join(limits)}: batch 1 needs "
              f"{human_bytes(need.total_bytes)} of host memory"
              + (f" and {human_bytes(need.gpu_need_bytes)} of GPU memory" if gpu_mem is not None and need.gpu_need_bytes else "")
@@ -41,5 +41,5 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
         emit_json(doc)
     else:
         print_table(f"largest minibatch for {est.model}", ["batch", "needs", "budget"],
-                    [(best, human_bytes(fs.total_bytes), human_bytes(fs.budget_bytes) if fs.budget_bytes else gpu_mem)])
+                    [(best, human_bytes(fs.total_bytes), human_bytes(fs.budget_bytes) if fs.budget_bytes else human_bytes(gpu_mem))])
         click.echo(" ".join(fs.args()))

@@ -14,26 +14,33 @@ from __future__ import annotations
 
 import click
 
-from pyd4j.memory.cli_common import handle_errors, network_options, print_estimate
+from pyd4j import inputs
+from pyd4j.memory.cli_common import network_options, print_estimate
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
 @click.command("flags")
 @network_options
-@click.option("--batch", required=True, type=int, help="Minibatch size.")
-@click.option("--total", default=None, help="Total memory budget, e.g. 8g (default: cgroup limit, else RAM).")
-@click.option("--gpu-mem", default=None, help="GPU memory budget, e.g. 16g (CUDA backend).")
-@click.option("--headroom", default=0.15, show_default=True, type=float, help="Fraction added to estimates.")
+@click.option("--batch", required=True, type=inputs.BATCH, help="Minibatch size.")
+@click.option("--total", default=None, type=inputs.SIZE, help="Total memory budget, e.g. 8g (default: cgroup limit, else RAM).")
+@click.option("--gpu-mem", default=None, type=inputs.SIZE, help="GPU memory budget, e.g. 16g (CUDA backend).")
+@click.option("--headroom", default=0.15, show_default=True, type=inputs.HEADROOM, help="Fraction added to estimates.")
 @click.option("--format", "fmt", default="args", show_default=True,
               type=click.Choice(["args", "env", "maven", "gradle", "spark", "k8s"]), help="Output format.")
+@click.option("--executors", default=None, type=inputs.COUNT, help="With --format spark: executors in the cluster.")
+@click.option("--executor-cores", default=None, type=inputs.COUNT, help="With --format spark: cores per executor (concurrent tasks).")
+@click.option("--worker-memory", default=None, type=inputs.SIZE,
+              help="With --format spark: memory each worker (node) has for its executors, e.g. 16g (default: --total).")
+@click.option("--executors-per-worker", default=None, type=inputs.COUNT, help="With --format spark: executors sharing a worker.")
+@click.option("--task-cpus", default=None, type=inputs.COUNT, help="With --format spark: spark.task.cpus (cores per task).")
 @click.option("--verify", is_flag=True,
               help="Run the Java job given after -- with these flags inside a container at the generated limit.")
-@click.option("--timeout", default=3600.0, show_default=True, type=float, help="With --verify: seconds before the job is killed.")
+@click.option("--timeout", default=3600.0, show_default=True, type=inputs.SECONDS, help="With --verify: seconds before the job is killed.")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
-@handle_errors
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool, batch: int,
-            total: str | None, gpu_mem: str | None, headroom: float, fmt: str, verify: bool, timeout: float,
-            job: tuple[str, ...]) -> None:
+            total: int | None, gpu_mem: int | None, headroom: float, fmt: str, executors: int | None,
+            executor_cores: int | None, worker_memory: int | None, executors_per_worker: int | None,
+            task_cpus: int | None, verify: bool, timeout: float, job: tuple[str, ...]) -> None:
     """JVM flags (-Xmx, maxbytes, maxphysicalbytes, ...) that hold a DL4J network, each with its reason."""
     from pyd4j.memory.estimate import estimate  # noqa: PLC0415
     from pyd4j.memory.flags import BudgetError, flags  # noqa: PLC0415
@@ -42,7 +49,19 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
         fail(f"a job command was given ({' '.join(job)[:80]}) without --verify; add --verify to run it", as_json)
     if verify and not job:
         fail("--verify needs the Java job after --, e.g. pyd4j flags ... --verify -- java -cp app.jar Main", as_json)
+    shape_options = {"--executors": executors, "--executor-cores": executor_cores, "--worker-memory": worker_memory,
+                     "--executors-per-worker": executors_per_worker, "--task-cpus": task_cpus}
+    given = [k for k, v in shape_options.items() if v is not None]
+    if fmt != "spark" and given:
+        fail(f"{', '.join(given)} describe a Spark cluster: add --format spark", as_json)
+    if fmt == "spark" and verify:
+        fail("--verify runs a plain java job; for Spark, run the job on a cluster with the printed settings", as_json)
+    if verify:
+        inputs.job_command(job)
     est = estimate(model, batch, dtype=dtype, mode=mode, input=input_spec, prefetch_queue=prefetch)
+    if fmt == "spark":
+        _spark(est, executors, executor_cores, worker_memory or total, executors_per_worker, task_cpus, headroom, as_json)
+        return
     try:
         fs = flags(est, total=total, headroom=headroom, gpu_mem=gpu_mem)
     except BudgetError as err:
@@ -101,3 +120,26 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
         click.echo(f"flags: {' '.join(fs.args())}; container limit {human_bytes(fs.container_bytes)}")
     if d.kind != "ok":
         raise SystemExit(4)
+
+
+def _spark(est, executors: int | None, cores: int | None, worker_memory: int | None, per_worker: int | None,
+           task_cpus: int | None, headroom: float, as_json: bool) -> None:
+    """--format spark: settings for the cluster shape, or a refusal naming what does not fit."""
+    from pyd4j.memory.flags import BudgetError, SparkShape, spark_flags  # noqa: PLC0415
+
+    shape = SparkShape(executors=executors or 1, executor_cores=cores or 1, worker_memory=worker_memory,
+                       executors_per_worker=per_worker or 1, task_cpus=task_cpus or 1)
+    try:
+        sf = spark_flags(est, shape, headroom=headroom)
+    except BudgetError as err:
+        fail(str(err), as_json, code=3, needed_bytes=err.needed_bytes, budget_bytes=err.budget_bytes,
+             biggest_term=err.biggest_term, largest_batch=err.largest_batch, breakdown=err.breakdown)
+        return
+    if as_json:
+        emit_json({"ok": True, **sf.to_dict(), "rendered": sf.render()})
+        return
+    print_estimate(sf.executor_estimate)
+    print_table(f"Spark: {shape.executors} executor(s) x {shape.executor_cores} core(s), "
+                f"{shape.concurrent_tasks} concurrent task(s) each", ["setting", "value", "reason"], sf.settings())
+    click.echo(f"executor container (memory + memoryOverhead): {human_bytes(sf.executor_container_bytes)}")
+    click.echo(f"\n{sf.render()}")

@@ -6,19 +6,21 @@ from pathlib import Path
 
 import click
 
+from pyd4j import inputs
 from pyd4j.output import emit_json, human_bytes, print_table
 from pyd4j.sched.plan import gc_paused
-from pyd4j.units import SizeError, parse_bytes
 
 
 @click.command("plan")
 @click.option("--model", default="resnet50", show_default=True,
-              help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4")
-@click.option("--network", "network_json", type=click.Path(exists=True, dir_okay=False),
-              help="a DL4J MultiLayerConfiguration / ComputationGraphConfiguration JSON instead")
-@click.option("--depth", type=click.IntRange(min=1), help="ResNet depth N for --model resnet")
-@click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--image", type=click.IntRange(min=1),
+              help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4, or a DL4J "
+              "configuration JSON file (conf.toJson(); input shapes from <name>.input.json next to it)")
+@click.option("--network", "network_json", hidden=True,
+              type=inputs.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),
+              help="a DL4J configuration JSON (the same as --model FILE.json)")
+@click.option("--depth", type=inputs.Whole(1, 100_000, example="--depth 152"), help="ResNet depth N for --model resnet")
+@click.option("--batch", default=32, show_default=True, type=inputs.BATCH)
+@click.option("--image", type=inputs.Whole(1, 65_536, example="--image 224"),
               help="input height/width (default: the network's, 227; inception_v4 299)")
 @click.option("--layout", default="standard", show_default=True,
               type=click.Choice(["standard", "paper"]),
@@ -28,12 +30,12 @@ from pyd4j.units import SizeError, parse_bytes
 @click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
               help="dependency profile: what each layer's steps read and write (default: dl4j for "
               "--network, cudnn -- as the SuperNeurons code -- for --model)")
-@click.option("--devices", "devices_json", type=click.Path(exists=True, dir_okay=False),
+@click.option("--devices", "devices_json", type=inputs.InputFile("device profiles"),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
 @click.option("--policy", "policies", multiple=True,
               type=click.Choice(["baseline", "liveness", "utp", "recompute", "superneurons"]),
               help="policies to report (default: all)")
-@click.option("--budget", help="device bytes plans may use (default: the device's memory)")
+@click.option("--budget", type=inputs.SIZE, help="device bytes plans may use (default: the device's memory)")
 @click.option("--cache", is_flag=True, help="report, plot and execute the time-optimised plans "
               "(tensor cache up to the budget) as the main plans instead of the minimum-memory "
               "ones; both are always in the report")
@@ -42,21 +44,24 @@ from pyd4j.units import SizeError, parse_bytes
               "of its class fits")
 @click.option("--max-batch", is_flag=True, help="search the largest batch that fits")
 @click.option("--max-depth", is_flag=True, help="search the deepest ResNet that fits")
-@click.option("--plot", type=click.Path(dir_okay=False), help="write a memory timeline PNG")
+@click.option("--plot", type=inputs.OutputFile(), help="write a memory timeline PNG (a new file)")
 @click.option("--execute", is_flag=True, help="also run each plan for real (one training "
               "iteration, budget = its planned peak) and report measured vs planned peak and time")
 @click.option("--backend", default="host", show_default=True,
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
+@click.option("--emit-plan", "emit_plan", type=inputs.OutputFile(),
+              help="write the plan DL4J's planned trainer runs (a DL4J JSON --model only): with --budget, "
+              "the fastest plan that fits it; without, liveness only; one --policy forces that policy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
 @gc_paused
 def command(model: str, network_json: str | None, depth: int | None, batch: int,
             image: int | None, layout: str, device: str, deps_profile: str | None,
             devices_json: str | None,
             policies: tuple[str, ...],
-            budget: str | None, cache: bool, max_batch: bool, max_depth: bool,
+            budget: int | None, cache: bool, max_batch: bool, max_depth: bool,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host",
-            optimum: bool = False) -> None:
+            emit_plan: str | None = None, optimum: bool = False) -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
     peak memory and iteration time on a device."""
     from pyd4j.sched import zoo
@@ -67,37 +72,58 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     from pyd4j.sched.search import max_resnet_depth
     from pyd4j.sched.simulator import ideal_time, simulate
 
+    overrides = inputs.read_json(devices_json, "device profiles") if devices_json else None
+    known = {"devices", "aliases", "conv_algorithms", "compute_efficiency", "transfer_latency_s", "host_memory_bytes"}
+    if overrides is not None and (not isinstance(overrides, dict) or not set(overrides) <= known):
+        what = f"keys {sorted(set(overrides) - known)[:5]}" if isinstance(overrides, dict) else \
+            f"a JSON {type(overrides).__name__}"
+        raise click.BadParameter(f"{devices_json} holds {what}, not device profiles; write an object with "
+                                 f"{', '.join(sorted(known))} as in pyd4j/sched/devices.json", param_hint="--devices")
     try:
-        cost = CostModel.for_device(device, devices_json)
+        cost = CostModel.for_device(device, overrides)
     except KeyError as e:
-        raise click.BadParameter(str(e.args[0]), param_hint="--device") from None
-    try:
-        cap = parse_bytes(budget, "--budget") if budget is not None else cost.device.memory_bytes
-    except SizeError as e:
-        raise click.BadParameter(str(e)) from None
-    if cap <= 0:
-        raise click.BadParameter(f"{budget!r} leaves plans no device memory; give more than 0 bytes, "
-                                 f"e.g. --budget 8g (default: the device's {human_bytes(cost.device.memory_bytes)})",
-                                 param_hint="--budget")
+        if devices_json is None or "unknown device" in str(e.args[0]):
+            raise click.BadParameter(str(e.args[0]), param_hint="--device") from None
+        raise click.BadParameter(f"{devices_json} lacks {e}; write it in the format of pyd4j/sched/devices.json",
+                                 param_hint="--devices") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise click.BadParameter(f"{devices_json} is malformed ({e}); write it in the format of "
+                                 "pyd4j/sched/devices.json", param_hint="--devices") from None
+    cap = budget if budget is not None else cost.device.memory_bytes
     chosen = list(policies) or list(POLICIES)
+    if network_json is None and model.lower().endswith(".json"):
+        if not Path(model).is_file():
+            raise click.BadParameter(f"{model!r} is not a file; give a DL4J configuration JSON written by "
+                                     "conf.toJson() or a zoo network name", param_hint="--model")
+        network_json = model
     profile = deps_profile or ("dl4j" if network_json else "cudnn")
+    if execute and network_json:
+        raise click.BadParameter("--execute runs zoo networks on pyd4j's own numpy kernels; a DL4J network "
+                                 "trains under a plan on DL4J's own layers: pyd4j.train.fit(net, data, "
+                                 "memory=...) or --emit-plan FILE for PlannedTrainer", param_hint="--execute")
     if execute and profile != "cudnn":
         raise click.BadParameter(f"the executor's kernels read what the cudnn profile keeps, not "
                                  f"{profile!r}; pass --profile cudnn with --execute",
                                  param_hint="--profile")
+    if emit_plan is not None:
+        if network_json is None:
+            raise click.BadParameter("--emit-plan writes plans for DL4J networks: give --model FILE.json "
+                                     "(a DL4J configuration JSON)", param_hint="--emit-plan")
+        if len(policies) > 1:
+            raise click.BadParameter(f"--emit-plan writes one plan; give at most one --policy, got {list(policies)}",
+                                     param_hint="--policy")
 
     def build(b: int):
         if network_json:
             from pyd4j.sched.dl4j_json import graph_from_dl4j_json
 
             try:
-                return graph_from_dl4j_json(Path(network_json).read_text(), batch=b,
-                                            input_shape=_input_shape(network_json),
-                                            profile=profile)
-            except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError, GraphError, a malformed layer
+                return graph_from_dl4j_json(inputs.read_json(network_json, "network configuration"), batch=b,
+                                            input_shape=_input_shape(network_json), profile=profile)
+            except ValueError as e:  # InputError, GraphError: a malformed file, sidecar or layer
                 raise click.BadParameter(
                     f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
-                    "(examples/networks/ has five), or a zoo network with --model", param_hint="--network") from None
+                    "(examples/networks/ has six), or a zoo network with --model", param_hint="--network") from None
         try:
             return zoo.build(model, batch=b, image=image, depth=depth,
                              layout=layout).with_profile(profile)
@@ -141,6 +167,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         return
 
     g = build(batch)
+    emitted = _emit(g, network_json, emit_plan, budget,
+                    policies[0] if policies else None) if emit_plan else None
     bound = lower_bound(g, cost)
     results = {}
     timelines = {}
@@ -183,6 +211,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         doc["plot"] = plot
     if execute:
         doc["execute"] = _execute(g, plans, results, backend)
+    if emitted is not None:
+        doc["emitted_plan"] = emitted
     if optimum:
         doc["optimum"] = _optimum(g, cost, cap)
     if as_json:
@@ -236,6 +266,29 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
               f"{e['planned_time_s'] * 1e3:.1f} ms", f"{e['measured_time_s'] * 1e3:.1f} ms",
               "yes" if e["grads_equal_reference"] else f"no (max diff {e['max_abs_grad_diff']:.3g})")
              for p, e in ex["policies"].items()])
+    if emitted is not None:
+        click.echo(f"wrote {emitted['path']}: the {emitted['policy']} plan"
+                   f"{' (time-optimised under the budget)' if emitted['tensor_cache'] else ''}, predicted peak "
+                   f"{human_bytes(emitted['device_peak_bytes'])}; train with it: "
+                   f"PlannedTrainer.fit(net, iterator, \"{emitted['path']}\")")
+
+
+def _emit(g, network_json: str, path: str, budget: int | None, policy: str | None) -> dict:
+    """Write the plan the DL4J planned trainer runs (see pyd4j.sched.training_plan)."""
+    import json
+
+    from pyd4j.sched.dl4j_json import network_kind
+    from pyd4j.sched.training_plan import BudgetTooSmall, choose_plan, write_plan
+
+    try:
+        plan, result = choose_plan(g, budget, policy)
+    except BudgetTooSmall as e:
+        raise click.BadParameter(str(e), param_hint="--budget") from None
+    kind = network_kind(json.loads(Path(network_json).read_text()))
+    write_plan(path, plan, result, kind, network_json, budget)
+    return {"path": path, "policy": plan.policy, "tensor_cache": bool(plan.notes.get("tensor_cache")),
+            "budget_bytes": budget, "peak_bytes": result.peak_bytes,
+            "device_peak_bytes": result.device_peak_bytes, "records": len(plan.steps)}
 
 
 def _optimum(g, cost, cap: int) -> dict:
@@ -321,12 +374,12 @@ def cupy_budget(arena_peak_bytes: int) -> int:
 
 def _input_shape(network_json: str) -> tuple[int, ...] | None:
     """Input shape from `<name>.input.json` next to the DL4J JSON, if there is one."""
-    import json
+    from pyd4j.memory.estimate import read_sidecar, sidecar_path
 
-    side = Path(network_json).with_suffix(".input.json")
+    side = sidecar_path(Path(network_json))
     if not side.exists():
         return None
-    inp = json.loads(side.read_text())["inputs"][0]
+    inp = read_sidecar(side)[0]
     if "channels" in inp:
         return (int(inp["channels"]), int(inp["height"]), int(inp["width"]))
     return (int(inp["size"]),) if "size" in inp else None

@@ -1,4 +1,4 @@
-"""`pyd4j profile -- java [options] Main args`: run a DL4J job under the agent, live view, report."""
+"""`pyd4j profile -- <job command>`: run a DL4J job under the agent, live view, report."""
 
 from __future__ import annotations
 
@@ -9,114 +9,196 @@ from pathlib import Path
 
 import click
 
+from pyd4j import inputs
+
+# pyd4j's own exit status when --timeout ended the job (as coreutils' timeout).
+TIMEOUT_EXIT = 124
+
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="run directory (default runs/<Main>-<time>)")
-@click.option("--interval", "interval_ms", type=int, default=100, show_default=True, help="sampling interval, ms")
-@click.option("--socket", "use_socket", is_flag=True, help="stream over a loopback socket (with a token) instead of a file")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="stop the job after this many seconds")
+@click.option("--out", "out_dir", type=inputs.OutputDir(agent_safe=True), default=None,
+              help="run directory, new or empty (default runs/<Main>-<time>)")
+@click.option("--interval", "interval_ms", type=inputs.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
+@click.option("--socket", "use_socket", is_flag=True, help="stream over a loopback socket (with a token) instead of files")
+@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=None, help="stop the job after this many seconds")
 @click.option("--report/--no-report", default=True, show_default=True, help="write report.html, plots and trace.json")
-@click.option("--python", "script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="profile pyd4j's in-process JVM while this Python script runs (instead of a java command)")
+@click.option("--python", "script", type=inputs.InputFile("Python script"), default=None,
+              help="profile pyd4j's in-process JVM while this Python script runs (instead of a job command)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json, job) -> None:
-    """Run a Java job as is under pyd4j's agent and tell what it used and what is wrong.
+    """Run a Java job as is under pyd4j's agent and tell what it used and what is wrong. The job
+    is any command that starts JVMs: every JVM it starts is profiled, each in its own lane.
 
     \b
     pyd4j profile -- java -Xmx2g -cp job.jar com.acme.Train --epochs 3
+    pyd4j profile -- mvn -q exec:java -Dexec.mainClass=com.acme.Train
+    pyd4j profile -- bash -c "java -cp job.jar com.acme.Train"
     pyd4j profile --python train.py
 
     Exits with the job's own exit status when the job fails (1 if it has none), after the
-    summary and report, so scripts notice; 130 when stopped.
+    summary and report, so scripts notice; 1 when the run recorded no measurements; 130 on Ctrl-C,
+    143 on SIGTERM (the summary and the report of the partial run are still written), 124 when
+    --timeout ended the job.
     """
-    from pyd4j.output import emit_json, print_table  # noqa: PLC0415
-    from pyd4j.profile.command import JavaCommand, JobCommandError  # noqa: PLC0415
-    from pyd4j.profile.diagnose import diagnose  # noqa: PLC0415
-    from pyd4j.profile.launch import profile_job  # noqa: PLC0415
-    from pyd4j.profile.live import LiveView  # noqa: PLC0415
-    from pyd4j.profile.report import summary, write_report  # noqa: PLC0415
-    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
+    from pyd4j.profile.command import JobCommand, JobCommandError  # noqa: PLC0415
+    from pyd4j.profile.signals import Stopped, stop_on_signals  # noqa: PLC0415
 
-    if script is not None:
-        if job:
-            raise click.UsageError("give either --python SCRIPT or a java command after --, not both")
-        from pyd4j.profile.launch import RunDirError, check_run_dir, default_run_dir  # noqa: PLC0415
-        from pyd4j.profile.session import session  # noqa: PLC0415
-
-        run_dir = out_dir or default_run_dir(f"{script.stem}-session")
+    if script is not None and job:
+        raise click.UsageError("give either --python SCRIPT or a job command after --, not both")
+    if script is None:
         try:
-            check_run_dir(run_dir)
-        except RunDirError as err:
-            raise click.UsageError(str(err)) from None
-        with session(run_dir, interval_ms=interval_ms):
-            sys.argv = [str(script)]
-            runpy.run_path(str(script), run_name="__main__")
-        timeline = Timeline.load(run_dir)
-        interrupted = False
-    else:
-        try:
-            JavaCommand.parse(list(job))  # a bad command is refused before the live view or any JVM starts
+            inputs.job_command(job)  # a bad command is refused before the live view or any JVM starts
+            command = JobCommand.parse(list(job))
         except JobCommandError as err:
             raise click.UsageError(str(err)) from None
-        live = contextlib.nullcontext(None) if as_json else LiveView(" ".join(job[-2:]) if job else "job")
-        interrupted = False
+    stopped: Stopped | None = None
+    stopped_by: str | None = None
+    script_error: str | None = None
+    with stop_on_signals():
         try:
-            with live as on_sample:
-                run = profile_job(list(job), out_dir, interval_ms=interval_ms, transport="socket" if use_socket else "file",
-                                  on_sample=on_sample, timeout_s=timeout_s)
-            timeline = run.timeline
-        except JobCommandError as err:
-            raise click.UsageError(str(err)) from None
-        except (KeyboardInterrupt, TimeoutError) as err:
-            interrupted = True
-            click.echo(f"stopped ({type(err).__name__}); the job and its children were ended, partial timeline kept", err=True)
-            run_dir = _latest_run(out_dir)
-            timeline = Timeline.load(run_dir)
-    findings = diagnose(timeline)
-    doc = summary(timeline, findings)
-    if report:
-        doc["report"] = {k: str(v) for k, v in write_report(timeline.run_dir).items()}
-    if as_json:
-        emit_json(doc)
-    else:
-        _print_summary(doc, print_table)
-    if interrupted:
-        sys.exit(130)
+            if script is not None:
+                run_dir, script_error = _profile_script(Path(script), out_dir, interval_ms, as_json)
+            else:
+                run_dir, stopped_by = _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json)
+        except Stopped as err:
+            stopped = err
+            if err.run is None:
+                click.echo(f"stopped ({err.name}) before the job started; nothing was run", err=True)
+                sys.exit(err.exit_code)
+            run_dir = err.run.run_dir
+            stopped_by = err.name
+        doc = _summarise(run_dir, report, as_json, stopped_by, script_error)
+    if stopped is not None:
+        sys.exit(stopped.exit_code)
+    if stopped_by == "timeout":
+        sys.exit(TIMEOUT_EXIT)
+    if script_error:
+        click.echo(f"error: {script_error}", err=True)
+        sys.exit(1)
     code = doc.get("exit_code")
     if code not in (None, 0):
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
+    if any(f["kind"] == "no-data" for f in doc["findings"]):
+        sys.exit(1)  # no measurements is never success
 
 
-def _latest_run(out_dir: Path | None) -> Path:
-    if out_dir is not None:
-        return out_dir
-    runs = sorted(Path("runs").glob("*/timeline.jsonl"), key=lambda p: p.stat().st_mtime)
-    if not runs:
-        raise click.ClickException("no run directory was written")
-    return runs[-1].parent
+def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json) -> tuple[Path, str | None]:
+    from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+    from pyd4j.profile.launch import profile_job  # noqa: PLC0415
+    from pyd4j.profile.live import LiveView  # noqa: PLC0415
+
+    live = contextlib.nullcontext(None) if as_json else LiveView(command.title)
+    try:
+        with live as view:
+            run = profile_job(list(command.argv), out_dir, interval_ms=interval_ms,
+                              transport="socket" if use_socket else "file",
+                              on_sample=view.update if view else None, on_jvm=view.jvm if view else None,
+                              timeout_s=timeout_s)
+    except JobCommandError as err:
+        raise click.UsageError(str(err)) from None
+    if run.stopped_by == "timeout":
+        click.echo(f"stopped: the job ran past --timeout {timeout_s:g} s; it and everything it started were ended, "
+                   f"the timeline so far is kept", err=True)
+    return run.run_dir, run.stopped_by
 
 
-def _print_summary(doc: dict, print_table) -> None:
-    from pyd4j.output import human_bytes  # noqa: PLC0415
+def _profile_script(script: Path, out_dir: Path | None, interval_ms: int, as_json: bool) -> tuple[Path, str | None]:
+    """Profile pyd4j's in-process JVM while the script runs; returns the run and how the script
+    failed, if it did (the profile is kept either way)."""
+    from pyd4j.output import stdout_to_stderr  # noqa: PLC0415
+    from pyd4j.profile.launch import RunDirError, check_run_dir, default_run_dir  # noqa: PLC0415
+    from pyd4j.profile.session import SessionRun, session  # noqa: PLC0415
+    from pyd4j.profile.signals import Stopped  # noqa: PLC0415
+
+    run_dir = out_dir or default_run_dir(f"{script.stem}-session")
+    try:
+        check_run_dir(run_dir)
+    except RunDirError as err:
+        raise click.UsageError(str(err)) from None
+    # With --json the script's own prints go to stderr: stdout holds the one JSON document.
+    quiet = stdout_to_stderr() if as_json else contextlib.nullcontext()
+    script_error = None
+    try:
+        with session(run_dir, interval_ms=interval_ms), quiet:
+            sys.argv = [str(script)]
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as err:
+                if err.code not in (None, 0):
+                    script_error = f"{script} exited with status {err.code}"
+            except Exception as err:  # noqa: BLE001  (the user's script failed: say so, keep the profile)
+                import traceback  # noqa: PLC0415
+
+                trace = run_dir / "script-traceback.txt"
+                trace.write_text("".join(traceback.format_exception(err)))
+                script_error = f"{script} raised {type(err).__name__}: {err} (traceback in {trace})"
+    except KeyboardInterrupt as err:
+        stopped = err if isinstance(err, Stopped) else Stopped()
+        stopped.run = SessionRun(run_dir)
+        raise stopped from None
+    return run_dir, script_error
+
+
+def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | None,
+               script_error: str | None = None) -> dict:
+    """Summary (and report) of the run, whole or partial, printed; returns the summary."""
+    from pyd4j.output import emit_json  # noqa: PLC0415
+    from pyd4j.profile.report import summary, write_report  # noqa: PLC0415
+    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
+
+    if stopped_by and stopped_by != "timeout":
+        click.echo(f"stopped ({stopped_by}): the job and everything it started were ended; "
+                   f"the partial run is summarised and reported", err=True)
+    lanes = Timeline.load_lanes(run_dir)
+    doc = summary(lanes)
+    if script_error:
+        doc.update(ok=False, error=script_error)
+    if report:
+        try:
+            doc["report"] = {k: str(v) for k, v in write_report(run_dir, lanes=lanes).items()}
+        except OSError as err:
+            doc["report_error"] = f"could not write the report into {run_dir}: {err.strerror or err}; the timelines are kept"
+            click.echo(f"error: {doc['report_error']}", err=True)
+    if as_json:
+        emit_json(doc)
+    else:
+        _print_summary(doc)
+    return doc
+
+
+def _print_summary(doc: dict) -> None:
+    from pyd4j.output import human_bytes, print_table  # noqa: PLC0415
+    from pyd4j.profile.jvms import role_text  # noqa: PLC0415
 
     speed = doc["iterations_per_s"]
+    partial = f" (PARTIAL: stopped by {doc['stopped_by']})" if doc.get("stopped_by") else ""
     print_table(f"{doc['job']}: exit {doc['exit_code']}, {doc['duration_s']:.1f} s, {doc['iterations']} iterations"
-                + (f" ({speed:.2f}/s)" if speed else ""),
+                + (f" ({speed:.2f}/s)" if speed else "") + partial,
                 ["measure", "peak", "limit"],
                 [("heap used", human_bytes(doc["peaks"]["heap_used"]), human_bytes(doc["limits"]["heap_max"])),
-                 ("heap live after GC", human_bytes(doc["peaks"]["heap_live"]), ""),
+                 ("live heap (after full collections)", human_bytes(doc["peaks"]["heap_live"]), ""),
+                 ("heap after any GC (upper bound)", human_bytes(doc["peaks"].get("heap_after_gc")), ""),
                  ("native (ND4J etc.)", human_bytes(doc["peaks"]["native"]), ""),
                  ("JavaCPP totalBytes", human_bytes(doc["peaks"]["javacpp_total"]), human_bytes(doc["limits"]["javacpp_max"])),
                  ("RSS (JavaCPP physicalBytes)", human_bytes(doc["peaks"]["rss"]), human_bytes(doc["limits"]["javacpp_max_physical"])),
                  ("NIO direct", human_bytes(doc["peaks"]["direct_used"]), human_bytes(doc["limits"]["max_direct"])),
                  ("GC time share", f"{doc['gc_share']:.1%}", "")])
+    if len(doc["jvms"]) > 1:
+        print_table("JVMs of the run", ["pid", "role", "main class", "parent JVM", "samples", "iterations", "peak RSS"],
+                    [(j["pid"], role_text(j), j["main_class"], j["parent_jvm"] or "-",
+                      j["samples"], j["iterations"], human_bytes(j.get("rss_peak"))) for j in doc["jvms"]])
     if doc["findings"]:
         print_table("findings", ["severity", "finding", "fix", "flags"],
                     [(f["severity"], f["title"], f["fix"], " ".join(f["flags"])) for f in doc["findings"]])
+        for f in doc["findings"]:
+            if f["severity"] == "error":
+                for line in f["evidence"]:
+                    click.echo(f"  {line}")
     else:
         click.echo("no problems found (no OOM, leak, GC pressure or workspace spills)")
+    for e in doc.get("write_errors", []):
+        click.echo(f"warning: {e['message']}", err=True)
     if "report" in doc:
         click.echo(f"report: {doc['report']['html']}")
     click.echo(f"run directory: {doc['run_dir']}")

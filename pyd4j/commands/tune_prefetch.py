@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
+from pyd4j import inputs
 from pyd4j.output import emit_json, human_bytes, print_table
 
 _EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
+MAX_DEPTH = 1024  # each queued minibatch is memory: deeper queues only hold more of it
 _BUILTIN = {"digits-mlp": ("digits_mlp.json", None), "digits-lenet": ("digits_lenet.json", (1, 8, 8))}
 
 
@@ -17,13 +19,49 @@ def network_text(model: str) -> str:
     from pyd4j.memory.estimate import EstimateError, read_config_file  # noqa: PLC0415
 
     path = Path(_EXAMPLES / _BUILTIN[model][0]) if model in _BUILTIN else Path(model)
-    if not path.is_file():
+    if not path.exists():
         raise click.BadParameter(f"{model!r} is neither a DL4J configuration JSON file nor one of "
                                  f"{', '.join(_BUILTIN)}", param_hint="--model")
     try:
         return read_config_file(path)[0]
     except EstimateError as err:
         raise click.BadParameter(str(err), param_hint="--model") from None
+
+
+def network_io(text: str) -> tuple[int | None, int | None]:
+    """(features per sample, label columns) a MultiLayerNetwork configuration expects, read from
+    its JSON without a JVM; None where the JSON does not say (a ComputationGraph, a CNN without
+    a preprocessor)."""
+    import json  # noqa: PLC0415
+    import math  # noqa: PLC0415
+
+    from pyd4j.memory.estimate import _derive_inputs  # noqa: PLC0415
+
+    doc = json.loads(text)
+    if "confs" not in doc:
+        return None, None
+    spec = (_derive_inputs(doc, "MultiLayerNetwork") or [None])[0]
+    features = None if spec is None else math.prod(v for k, v in spec.items() if k != "type")
+    labels = doc["confs"][-1].get("layer", {}).get("nout")
+    return features, labels if isinstance(labels, int) else None
+
+
+def check_data_fits(model: str, x, y) -> None:
+    """Refuse data the network cannot train on before any JVM starts: DL4J would fail deep inside
+    fit() on a prefetch thread."""
+    features, labels = network_io(network_text(model))
+    hint = ("give an .npz whose x has one row per sample and y one-hot labels (np.savez(path, x=x, y=y)), "
+            "or a network that matches the data")
+    if len(x) == 0 or len(x) != len(y):
+        raise click.BadParameter(f"the data has {len(x)} feature rows and {len(y)} label rows; they must be the same "
+                                 f"number, at least 1; {hint}", param_hint="--data")
+    per_sample = int(x[0].size)
+    if features is not None and per_sample != features:
+        raise click.BadParameter(f"each sample has {per_sample} features (shape {x.shape[1:]}) but {model} takes "
+                                 f"{features}; {hint}", param_hint="--data")
+    if y.ndim != 2 or (labels is not None and y.shape[1] != labels):
+        raise click.BadParameter(f"labels have shape {y.shape[1:]} per sample but {model} outputs "
+                                 f"{labels if labels is not None else 'a vector'}; {hint}", param_hint="--data")
 
 
 def load_network(model: str):
@@ -44,12 +82,19 @@ def load_network(model: str):
 def load_arrays(data: str | None):
     """(x, y) float32 from an .npz with arrays x and y, or the digits CSV (train split, one-hot)."""
     path = Path(data) if data else _EXAMPLES / "digits.csv"
+    import zipfile  # noqa: PLC0415
+
     try:
-        return _read_arrays(path)
-    except (OSError, ValueError, IndexError) as err:
+        x, y = _read_arrays(path)
+    except (OSError, ValueError, IndexError, TypeError, EOFError, zipfile.BadZipFile) as err:
         raise click.BadParameter(f"cannot read {path}: {err}; give an .npz with arrays x and y "
                                  f"(np.savez(path, x=x, y=y)), or leave --data out for the digits set",
                                  param_hint="--data") from None
+    if x.ndim < 2 or y.ndim != 2:
+        raise click.BadParameter(f"{path}: x has shape {x.shape} and y {y.shape}; x needs one row per sample "
+                                 f"(2 or more dimensions) and y one one-hot row per sample (2 dimensions)",
+                                 param_hint="--data")
+    return x, y
 
 
 def _read_arrays(path: Path):
@@ -69,15 +114,18 @@ def _read_arrays(path: Path):
 @click.command("tune-prefetch")
 @click.option("--model", default="digits-mlp", show_default=True,
               help="DL4J configuration JSON file, or digits-mlp / digits-lenet.")
-@click.option("--data", default=None, type=click.Path(exists=True, dir_okay=False), help=".npz with arrays x, y (default: the digits training split).")
+@click.option("--data", default=None, type=inputs.InputFile("data set"), help=".npz with arrays x, y (default: the digits training split).")
 @click.option("--shape", default=None, help="Reshape each sample, e.g. 1,8,8 for a CNN (digits-lenet sets it).")
-@click.option("--batch", default=64, show_default=True, type=click.IntRange(min=1), help="Minibatch size.")
+@click.option("--batch", default=64, show_default=True, type=inputs.BATCH, help="Minibatch size.")
 @click.option("--depths", default="1,2,4,8,16", show_default=True, help="Queue depths to measure.")
-@click.option("--epochs", default=1, show_default=True, type=click.IntRange(min=1), help="Epochs per measurement.")
-@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1), help="Measurements per depth (median kept).")
-@click.option("--tolerance", default=0.05, show_default=True, type=float,
+@click.option("--epochs", default=1, show_default=True, type=inputs.Whole(1, 10_000, example="--epochs 1"),
+              help="Epochs per measurement.")
+@click.option("--repeats", default=3, show_default=True, type=inputs.Whole(1, 100, example="--repeats 3"),
+              help="Measurements per depth (median kept).")
+@click.option("--tolerance", default=0.05, show_default=True, type=inputs.FRACTION,
               help="Recommend the smallest depth within this fraction of the best.")
-@click.option("--threads", default=None, type=click.IntRange(min=1), help="ND4J's maximum threads (small shared machines: 1).")
+@click.option("--threads", default=None, type=inputs.Whole(1, 4096, example="--threads 1"),
+              help="ND4J's maximum threads (small shared machines: 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def command(model: str, data: str | None, shape: str | None, batch: int, depths: str, epochs: int, repeats: int,
             tolerance: float, threads: int | None, as_json: bool) -> None:
@@ -92,18 +140,21 @@ def command(model: str, data: str | None, shape: str | None, batch: int, depths:
         depth_list = [int(d) for d in depths.split(",") if d.strip()]
     except ValueError:
         raise click.BadParameter(f"{depths!r} must be comma-separated ints, e.g. 1,2,4,8", param_hint="--depths") from None
-    if not depth_list or min(depth_list) < 1:
-        raise click.BadParameter(f"{depths!r}: every depth must be >= 1 (a queue of 0 is no prefetch), e.g. 1,2,4,8",
-                                 param_hint="--depths")
+    if not depth_list or min(depth_list) < 1 or max(depth_list) > MAX_DEPTH:
+        raise click.BadParameter(f"{depths!r}: every depth must be >= 1 (a queue of 0 is no prefetch) and <= {MAX_DEPTH}, "
+                                 "e.g. 1,2,4,8", param_hint="--depths")
     network_text(model)  # a bad --model is refused before the JVM starts
     x, y = load_arrays(data)
     try:
         dims = tuple(int(s) for s in shape.split(",")) if shape else _BUILTIN.get(model, (None, None))[1]
+        if dims and any(not 0 < d <= inputs.JAVA_INT_MAX for d in dims):
+            raise ValueError("every dimension must be a whole number from 1 up")
         if dims:
             x = x.reshape((len(x), *dims))
     except ValueError as err:
         raise click.BadParameter(f"{shape!r} does not fit samples of {x.shape[1:]}: {err}; give per-sample "
                                  "dimensions as comma-separated ints, e.g. 1,8,8", param_hint="--shape") from None
+    check_data_fits(model, x, y)
     pyd4j.jvm.info()
     if threads:
         jpype.JClass("org.nd4j.linalg.factory.Nd4j").getEnvironment().setMaxThreads(threads)

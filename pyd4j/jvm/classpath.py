@@ -1,8 +1,11 @@
 """The one place that finds pyd4j's Java classpath (the helper jar plus ND4J/DL4J from Maven).
 
-`make setup` builds `java/target/pyd4j-java.jar` and copies its runtime classpath to
-`java/target/lib/`. `PYD4J_CLASSPATH` (entries separated by os.pathsep, `dir/*` allowed)
-replaces it.
+In a checkout, `make setup` builds `java/target/pyd4j-java.jar` and copies its runtime classpath
+to `java/target/lib/`. An installed wheel carries the helper jar (which is also the profiling
+agent) and the ASM jar the agent needs in `pyd4j/jvm/java/`, but not ND4J: profiling and tuning
+a job use the job's own classpath, and in-process ND4J uses `PYD4J_CLASSPATH` (entries separated
+by os.pathsep, `dir/*` allowed; the job's classpath will do), which replaces the Maven build and
+gets the helper jar in front when it lacks one.
 """
 
 from __future__ import annotations
@@ -13,8 +16,12 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 JAVA_TARGET = PROJECT_ROOT / "java" / "target"
-HELPER_JAR = JAVA_TARGET / "pyd4j-java.jar"
+PACKAGED_JAR = Path(__file__).resolve().parent / "java" / "pyd4j-java.jar"  # in a wheel, with lib/asm-*.jar
+# The checkout's Maven build when there is one (always the freshest), else the jar a wheel carries.
+HELPER_JAR = JAVA_TARGET / "pyd4j-java.jar" if (JAVA_TARGET / "pyd4j-java.jar").exists() or not PACKAGED_JAR.exists() \
+    else PACKAGED_JAR
 EXAMPLES_JAR = PROJECT_ROOT / "examples" / "target" / "pyd4j-examples.jar"
+SPARK_EXAMPLES_JAR = PROJECT_ROOT / "examples" / "spark" / "target" / "pyd4j-spark-examples.jar"
 
 
 class ClasspathError(RuntimeError):
@@ -33,13 +40,19 @@ def classpath() -> list[str]:
             if not matches:
                 raise ClasspathError(f"PYD4J_CLASSPATH entry {entry!r} matches no file; fix or unset PYD4J_CLASSPATH")
             entries.extend(str(Path(m).resolve()) for m in matches)
+        if not any(e.endswith(".jar") for e in entries):
+            raise ClasspathError(f"PYD4J_CLASSPATH={override!r} holds no jar; give ND4J's jars (your job's classpath, "
+                                 f"e.g. PYD4J_CLASSPATH='target/lib/*'), or unset it to use the Maven build")
+        if HELPER_JAR.exists() and not any(Path(e).name.startswith("pyd4j-java") for e in entries):
+            entries.insert(0, str(HELPER_JAR))
         return entries
     lib = JAVA_TARGET / "lib"
     jars = sorted(str(p) for p in lib.glob("*.jar")) if lib.is_dir() else []
     if not HELPER_JAR.exists() or not any("nd4j-api" in j for j in jars):
         raise ClasspathError(
             f"pyd4j's jars are not built (looked for {HELPER_JAR} and ND4J in {lib}); "
-            f"run `make setup` in the pyd4j checkout, or set PYD4J_CLASSPATH to your own ND4J classpath"
+            f"run `make setup` in the pyd4j checkout, or set PYD4J_CLASSPATH to your job's ND4J classpath "
+            f"(e.g. PYD4J_CLASSPATH='target/lib/*')"
         )
     return [str(HELPER_JAR)] + jars
 
@@ -49,3 +62,11 @@ def examples_jar() -> str:
     if not EXAMPLES_JAR.exists():
         raise ClasspathError(f"{EXAMPLES_JAR} is not built; run `make setup`")
     return str(EXAMPLES_JAR)
+
+
+def spark_examples_classpath() -> list[str]:
+    """The DL4J-on-Spark example jobs jar and its DL4J/ND4J classpath (`dir/*`; Spark itself is the cluster's)."""
+    lib = SPARK_EXAMPLES_JAR.parent / "lib"
+    if not SPARK_EXAMPLES_JAR.exists() or not lib.is_dir():
+        raise ClasspathError(f"{SPARK_EXAMPLES_JAR} is not built; run `make setup`")
+    return [str(SPARK_EXAMPLES_JAR), str(lib / "*")]

@@ -3,6 +3,13 @@
 A JVM cannot be restarted or re-configured, so `start()` with the same options is a no-op and
 with other options raises JvmRestartError naming both sets. Use spawn, not fork, for child
 processes once the JVM is up.
+
+Threads: Java threads JPype attaches for Python threads have no context class loader, and ND4J
+reads the context class loader once, in ND4JClassLoading's static initializer, on whichever
+thread touches ND4J first; a null there breaks ND4J for the whole process
+(ExceptionInInitializerError, then NoClassDefFoundError: Nd4j). `start()` gives the starting
+thread the application class loader and initializes ND4JClassLoading on it at once, so the
+first ND4J use may come from any thread; `attach()` gives a thread the same loader.
 """
 
 from __future__ import annotations
@@ -67,8 +74,32 @@ def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
         jpype.startJVM(str(java.libjvm), *args, classpath=cp, convertStrings=False, ignoreUnrecognized=False)
         import jpype.imports  # noqa: F401,PLC0415  (enables `from org.nd4j... import ...`)
 
+        attach()
+        try:  # ND4J's class loader, fixed now from this thread's (see the module doc)
+            jpype.JClass("org.nd4j.common.config.ND4JClassLoading").getNd4jClassloader()
+        except Exception:  # noqa: BLE001  (a classpath without ND4J: nothing to initialize)
+            pass
         _info = JvmInfo(java=java, options=wanted, classpath=tuple(cp), pid=os.getpid())
         return _info
+
+
+def attach() -> None:
+    """Give the calling thread's Java side the application class loader if it has none (JPype
+    attaches Python threads without one). The JVM must be running."""
+    import jpype  # noqa: PLC0415
+
+    thread = jpype.JClass("java.lang.Thread").currentThread()
+    if thread.getContextClassLoader() is None:
+        thread.setContextClassLoader(jpype.JClass("java.lang.ClassLoader").getSystemClassLoader())
+
+
+def detach() -> None:
+    """Detach the calling Python thread from the JVM (a Python thread that used Java and ends
+    would otherwise leave its Java thread behind). Never call it from the thread that started the JVM."""
+    import jpype  # noqa: PLC0415
+
+    if jpype.isJVMStarted() and jpype.java.lang.Thread.isAttached():
+        jpype.java.lang.Thread.detach()
 
 
 def is_started() -> bool:

@@ -35,18 +35,32 @@ def _libjvm(home: Path) -> Path | None:
 
 
 def _version_of(java: Path) -> str:
-    out = subprocess.run([str(java), "-XshowSettings:properties", "-version"],
-                         capture_output=True, text=True, timeout=60)
-    match = re.search(r"java\.version = (\S+)", out.stderr)
+    fix = f"point JAVA_HOME at a JDK {MIN_JAVA}+ (or put one first on PATH)"
+    try:
+        out = subprocess.run([str(java), "-XshowSettings:properties", "-version"],
+                             capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise JavaNotFoundError(f"{java} did not answer `-version` within 120 s; {fix}") from None
+    except OSError as err:
+        raise JavaNotFoundError(f"{java} cannot run ({err.strerror}); {fix}") from None
+    # A program that is not a JVM may print anything: read it as text whatever the bytes.
+    text = out.stderr.decode("utf-8", errors="replace")
+    match = re.search(r"java\.version = (\d[\w.+-]*)", text)
     if not match:
-        raise JavaNotFoundError(f"{java} did not report its version (exit {out.returncode}): {out.stderr[-300:]}")
+        shown = "".join(c if c.isprintable() else "?" for c in text[-200:].strip()) or "nothing"
+        raise JavaNotFoundError(f"{java} did not report a Java version (exit {out.returncode}; it printed {shown!r}); {fix}")
     return match.group(1)
 
 
 def major_version(version: str) -> int:
     """'1.8.0_292' -> 8, '17.0.15' -> 17."""
     parts = version.split(".")
-    return int(parts[1]) if parts[0] == "1" else int(re.match(r"\d+", parts[0]).group(0))
+    if parts[0] == "1" and len(parts) > 1 and parts[1].isdigit():
+        return int(parts[1])
+    match = re.match(r"\d+", parts[0])
+    if not match:
+        raise JavaNotFoundError(f"cannot read the Java version {version!r}; point JAVA_HOME at a JDK {MIN_JAVA}+")
+    return int(match.group(0))
 
 
 @lru_cache(maxsize=None)

@@ -2,48 +2,34 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import click
 
-from pyd4j.memory.estimate import EstimateError
-from pyd4j.output import fail, human_bytes, print_table
+from pyd4j import inputs
+from pyd4j.output import human_bytes, print_table
+
+MODEL_FILE = inputs.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson() "
+                                                          "(examples/networks/ has five)")
 
 
 def network_options(func: Callable) -> Callable:
     """--model/--batch/--dtype/--mode/--input/--json."""
     options = [
-        click.option("--model", "model", required=True, type=click.Path(dir_okay=False),
+        click.option("--model", "model", required=True, type=MODEL_FILE,
                      help="DL4J network JSON (MultiLayerConfiguration or ComputationGraphConfiguration)."),
         click.option("--input", "input_spec", default=None,
                      help="Input type when no NAME.input.json sidecar exists: ff:784, cnn:32x32x3 (HxWxC), "
                           "cnnflat:28x28x1, rnn:32x50 (size x steps); comma-separated for several graph inputs."),
         click.option("--dtype", default="float32", show_default=True, help="float32, float16, bfloat16 or float64."),
         click.option("--mode", default="train", show_default=True, help="train or infer."),
-        click.option("--prefetch", default=2, show_default=True, type=int,
+        click.option("--prefetch", default=2, show_default=True, type=inputs.Whole(0, 1024, example="--prefetch 2"),
                      help="AsyncDataSetIterator queue size (DL4J's fit() uses 2; 0 for none)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def handle_errors(func: Callable) -> Callable:
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except EstimateError as err:
-            fail(str(err), kwargs.get("as_json", False))
-        except Exception as err:  # noqa: BLE001  (a Java/classpath problem: say it, not a traceback)
-            from pyd4j.jvm import ClasspathError, JavaError, JavaNotFoundError  # noqa: PLC0415
-
-            if isinstance(err, (ClasspathError, JavaError, JavaNotFoundError)):
-                fail(str(err), kwargs.get("as_json", False))
-            raise
-    return wrapper
 
 
 def print_estimate(est) -> None:

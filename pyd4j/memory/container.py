@@ -165,6 +165,11 @@ class _Group:
         text = _read(self.file("cgroup.procs")) or ""
         return [int(p) for p in text.split() if p.strip().isdigit()]
 
+    def join(self) -> None:
+        """Move the calling process into this group (a Popen preexec_fn: the child joins before it execs)."""
+        with open(self.file("cgroup.procs"), "wb", buffering=0) as f:
+            f.write(str(os.getpid()).encode())
+
     def stats(self) -> tuple[int, int, int | None]:
         """(oom kills, limit hits, peak bytes)."""
         if self.version == 1:
@@ -314,11 +319,7 @@ def run_limited(command: Sequence[str], limit_bytes: int, *, timeout: float | No
     if not cmd:
         raise ContainerError("no command to run; give e.g. ['java', '-Xmx1g', 'Main']")
     group = create_group(limit_bytes, root, proc_self)
-    procs = group.file("cgroup.procs")
-
-    def join() -> None:  # in the child, between fork and exec
-        with open(procs, "wb", buffering=0) as f:
-            f.write(str(os.getpid()).encode())
+    join = group.join  # in the child, between fork and exec
 
     notes: list[str] = []
     proc = None

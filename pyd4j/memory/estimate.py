@@ -20,8 +20,11 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from pyd4j.inputs import JAVA_INT_MAX, InputError, parse_json, read_json, read_text
 from pyd4j.output import stdout_to_stderr
 
 MiB = 1024**2
@@ -68,7 +71,7 @@ HEAP_GC_FACTOR = 2.0              # live set x 2: room for the collector to work
 HEAP_MIN_BYTES = 64 * MiB         # G1 below this spends its time collecting; measured peak heap used 11-71 MiB
 
 
-class EstimateError(ValueError):
+class EstimateError(InputError):
     """A network, input type, batch or dtype pyd4j cannot estimate; the message names the fix."""
 
 
@@ -162,8 +165,9 @@ class Estimate:
 
 
 def check_batch(batch: Any) -> int:
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
-        raise EstimateError(f"minibatch size {batch!r} is not a positive integer; give e.g. --batch 32")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch <= JAVA_INT_MAX:
+        raise EstimateError(f"minibatch size {batch!r} is not a positive integer within Java's int "
+                            f"(1..{JAVA_INT_MAX}); give e.g. --batch 32")
     return batch
 
 
@@ -189,6 +193,66 @@ def normalize_mode(mode: str) -> str:
 
 # ----------------------------------------------------------------------------- input types
 
+_Dim = Annotated[int, Field(strict=True, ge=1, le=JAVA_INT_MAX)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _FeedForward(_Spec):
+    type: Literal["feedForward"]
+    size: _Dim
+
+
+class _Convolutional(_Spec):
+    type: Literal["convolutional", "convolutionalFlat"]
+    height: _Dim
+    width: _Dim
+    channels: _Dim
+
+
+class _Recurrent(_Spec):
+    type: Literal["recurrent"]
+    size: _Dim
+    timeSeriesLength: _Dim  # noqa: N815  (DL4J's name)
+
+
+class _Sidecar(BaseModel):
+    """`<name>.input.json` next to a network JSON (examples/networks/*.input.json)."""
+
+    model_config = ConfigDict(extra="allow")
+    inputs: Annotated[list[Annotated[Union[_FeedForward, _Convolutional, _Recurrent], Field(discriminator="type")]],
+                      Field(min_length=1)]
+
+
+_SPEC = TypeAdapter(Annotated[Union[_FeedForward, _Convolutional, _Recurrent], Field(discriminator="type")])
+
+
+def _problems(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in err.errors()[:5])
+
+
+def check_input_spec(spec: Any, where: str) -> dict[str, Any]:
+    """An input type dict (as in a sidecar), every dimension a whole number from 1 to Java's int."""
+    try:
+        return _SPEC.validate_python(spec).model_dump()
+    except ValidationError as err:
+        raise EstimateError(f"{where}: input type {spec!r} is not usable ({_problems(err)}); write e.g. "
+                            f'{{"type": "convolutional", "height": 32, "width": 32, "channels": 3}}') from None
+
+
+def read_sidecar(path: Path) -> list[dict[str, Any]]:
+    """The input types in a `<name>.input.json` sidecar, checked."""
+    try:
+        doc = read_json(path, "input-type sidecar")
+        return [spec.model_dump() for spec in _Sidecar.model_validate(doc).inputs]
+    except InputError as err:
+        raise EstimateError(f"{err}; fix it or pass --input") from None
+    except ValidationError as err:
+        raise EstimateError(f"input-type sidecar {str(path)!r} is malformed ({_problems(err)}); write it like "
+                            f"examples/networks/lenet.input.json, or pass --input") from None
+
 _INPUT_SPEC = re.compile(r"^\s*(ff|feedforward|cnn|conv|cnnflat|rnn|recurrent)\s*:\s*([\dx\s]+)$", re.I)
 
 
@@ -203,8 +267,8 @@ def parse_input_spec(spec: str) -> dict[str, Any]:
     kind = match.group(1).lower()
     dims = [int(x) for x in match.group(2).lower().replace(" ", "").split("x") if x]
     wanted = {"ff": 1, "feedforward": 1, "cnn": 3, "conv": 3, "cnnflat": 3, "rnn": 2, "recurrent": 2}[kind]
-    if len(dims) != wanted or any(d <= 0 for d in dims):
-        raise EstimateError(f"input type {spec!r} needs {wanted} positive dimension(s) for {kind}")
+    if len(dims) != wanted or any(not 0 < d <= JAVA_INT_MAX for d in dims):
+        raise EstimateError(f"input type {spec!r} needs {wanted} dimension(s) from 1 to {JAVA_INT_MAX} for {kind}")
     if kind in ("ff", "feedforward"):
         return {"type": "feedForward", "size": dims[0]}
     if kind in ("cnn", "conv"):
@@ -232,16 +296,18 @@ def _derive_inputs(doc: dict[str, Any], kind: str) -> list[dict[str, Any]] | Non
     """Input types from the JSON itself: a first preprocessor, a first layer's nIn, or a graph's networkInputTypes."""
     if kind == "ComputationGraph":
         return None
-    pre = (doc.get("inputPreProcessors") or {}).get("0")
-    if pre and pre.get("@class", "").endswith("FeedForwardToCnnPreProcessor"):
-        return [{"type": "convolutionalFlat", "height": pre["inputHeight"], "width": pre["inputWidth"],
-                 "channels": pre["numChannels"]}]
+    pres = doc.get("inputPreProcessors") or {}
+    pre = pres.get("0") if isinstance(pres, dict) else None
+    if isinstance(pre, dict) and str(pre.get("@class", "")).endswith("FeedForwardToCnnPreProcessor"):
+        return [check_input_spec({"type": "convolutionalFlat", "height": pre.get("inputHeight"),
+                                  "width": pre.get("inputWidth"), "channels": pre.get("numChannels")},
+                                 "the first layer's FeedForwardToCnnPreProcessor")]
     confs = doc.get("confs") or []
     layer = confs[0].get("layer", {}) if confs else {}
-    cls = layer.get("@class", "")
+    cls = str(layer.get("@class", ""))
     n_in = layer.get("nin", layer.get("nIn"))
     if n_in and cls.split(".")[-1] in ("DenseLayer", "OutputLayer", "EmbeddingLayer", "AutoEncoder"):
-        return [{"type": "feedForward", "size": int(n_in)}]
+        return [check_input_spec({"type": "feedForward", "size": n_in}, "the first layer's nIn")]
     return None
 
 
@@ -272,17 +338,11 @@ class _Loaded:
 
 def _read_json_file(path: Path) -> tuple[str, dict[str, Any]]:
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise EstimateError(f"cannot read network configuration {path}: {err.strerror}; give the path of a JSON "
-                            f"written by conf.toJson() (examples/networks/ has five)") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise EstimateError(
-            f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno} (char {err.pos}); "
-            f"write it with DL4J's MultiLayerConfiguration.toJson() / ComputationGraphConfiguration.toJson()"
-        ) from None
+        text = read_text(path, "network configuration")
+        doc = parse_json(text, f"network configuration {str(path)!r}")
+    except InputError as err:
+        raise EstimateError(f"{err}; give a DL4J configuration JSON written by MultiLayerConfiguration.toJson() / "
+                            f"ComputationGraphConfiguration.toJson() (conf.toJson(); examples/networks/ has five)") from None
     if not isinstance(doc, dict):
         raise EstimateError(f"{path} holds a JSON {type(doc).__name__}, not a DL4J configuration object")
     return text, doc
@@ -290,13 +350,42 @@ def _read_json_file(path: Path) -> tuple[str, dict[str, Any]]:
 
 def _kind_of(doc: dict[str, Any], where: str) -> str:
     if "vertices" in doc and "networkInputs" in doc:
-        return "ComputationGraph"
-    if "confs" in doc:
-        return "MultiLayerNetwork"
-    raise EstimateError(
-        f"{where} is JSON but not a DL4J network configuration (no 'confs' for a MultiLayerConfiguration, "
-        f"no 'vertices' for a ComputationGraphConfiguration); write it with conf.toJson()"
-    )
+        kind = "ComputationGraph"
+    elif "confs" in doc:
+        kind = "MultiLayerNetwork"
+    else:
+        raise EstimateError(
+            f"{where} is JSON but not a DL4J network configuration (no 'confs' for a MultiLayerConfiguration, "
+            f"no 'vertices' for a ComputationGraphConfiguration); write it with conf.toJson()"
+        )
+    _check_layers(doc, kind, where)
+    return kind
+
+
+def _check_layers(doc: dict[str, Any], kind: str, where: str) -> None:
+    """The shape of a DL4J configuration, checked before DL4J sees it: a layer of 0 or fewer units
+    would give a negative memory report and negative flags."""
+    if kind == "MultiLayerNetwork":
+        confs = doc["confs"]
+        if not isinstance(confs, list) or not confs or not all(isinstance(c, dict) for c in confs):
+            raise EstimateError(f"{where}: 'confs' must be a non-empty list of layer configurations; write it with conf.toJson()")
+        layers = [(f"layer {i}", c.get("layer")) for i, c in enumerate(confs)]
+    else:
+        vertices = doc["vertices"]
+        if not isinstance(vertices, dict) or not vertices:
+            raise EstimateError(f"{where}: 'vertices' must be a non-empty object; write it with conf.toJson()")
+        layers = [(f"vertex {name!r}", v["layerConf"].get("layer") if isinstance(v["layerConf"], dict) else None)
+                  for name, v in vertices.items() if isinstance(v, dict) and "layerConf" in v]
+    for label, layer in layers:
+        if not isinstance(layer, dict):
+            raise EstimateError(f"{where}: {label} has no layer object; write the configuration with conf.toJson()")
+        for key in ("nin", "nout", "nIn", "nOut"):
+            value = layer.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 < value <= JAVA_INT_MAX):
+                name = layer.get("layerName") or label
+                raise EstimateError(f"{where}: {label} ({name}) has {key} = {value!r}; a layer's size must be a whole "
+                                    f"number from 1 to {JAVA_INT_MAX}: fix the network configuration")
 
 
 def read_config_file(path: str | Path) -> tuple[str, str]:
@@ -356,31 +445,30 @@ def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa
     if isinstance(input, str):
         inputs = [parse_input_spec(s) for s in input.split(",")]
     elif isinstance(input, dict):
-        inputs = [input]
+        inputs = [check_input_spec(input, "input")]
     elif isinstance(input, list):
-        inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in input]
+        inputs = [parse_input_spec(s) if isinstance(s, str) else check_input_spec(s, "input") for s in input]
 
+    text = None  # JSON read here is checked whole (layers, input types) before DL4J sees it
     if isinstance(model, (str, Path)) and not str(model).lstrip().startswith("{"):
         path = Path(model)
         text, doc = _read_json_file(path)
-        kind = _kind_of(doc, str(path))
+        where = str(path)
+        kind = _kind_of(doc, where)
         name = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
         if inputs is None:
             side = sidecar_path(path)
             if side.exists():
-                try:
-                    inputs = list(json.loads(side.read_text())["inputs"])
-                except (json.JSONDecodeError, KeyError, TypeError) as err:
-                    raise EstimateError(f"input-type sidecar {side} is unreadable ({err}); fix it or pass --input") from None
-        conf = _from_json(text, kind, str(path))
+                inputs = read_sidecar(side)
     elif isinstance(model, str):
         try:
-            doc = json.loads(model)
-        except json.JSONDecodeError as err:
-            raise EstimateError(f"network JSON text is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
-        kind = _kind_of(doc, "network JSON text")
-        name = "network"
-        conf = _from_json(model, kind, "network JSON text")
+            doc = parse_json(model, "network JSON text")
+        except InputError as err:
+            raise EstimateError(str(err)) from None
+        if not isinstance(doc, dict):
+            raise EstimateError(f"network JSON text holds a JSON {type(doc).__name__}, not a DL4J configuration object")
+        text, where, name = model, "network JSON text", "network"
+        kind = _kind_of(doc, where)
     else:
         start_jvm()
         conf, kind = _conf_of_java_object(model)
@@ -397,6 +485,8 @@ def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa
             f"cannot tell the input type of {name}: give --input (ff:SIZE, cnn:HxWxC, cnnflat:HxWxC, rnn:SIZExSTEPS) "
             f"or write a sidecar {name}.input.json like examples/networks/*.input.json"
         )
+    if text is not None:
+        conf = _from_json(text, kind, where)
     return _Loaded(name=name, kind=kind, conf=conf, inputs=inputs)
 
 

@@ -25,7 +25,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyd4j.memory.estimate import Estimate, EstimateError, Term, check_batch
+from pyd4j.inputs import JAVA_LONG_MAX
+from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, check_batch
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
@@ -35,6 +36,7 @@ DEFAULT_HEADROOM = 0.15          # estimate error seen in benchmarks/flags_accur
 DEFAULT_MAX_DIRECT = 16 * MiB    # NIO direct buffers only; NMT 'Other' (where they live) held 31 KB in DL4J training
 CONTAINER_MARGIN_MIN = 16 * MiB  # page tables and kernel memory charged to the cgroup, outside RSS
 CONTAINER_MARGIN_FRACTION = 0.05  # JavaCPP sees RSS over maxphysicalbytes only at its next Pointer: overshoot room
+MIN_MAXBYTES = 16 * MiB          # maxbytes=0 would mean "no limit" to JavaCPP: never write it
 CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS/cuDNN handles on the device (estimate)
 FORMATS = ("args", "env", "maven", "gradle", "spark", "k8s")
 
@@ -94,6 +96,9 @@ class FlagSet:
         """The flags in one of FORMATS."""
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        if fmt == "spark":
+            raise ValueError("Spark settings depend on the cluster shape (executors, cores, worker memory): use "
+                             "spark_flags(estimate, SparkShape(...)).render(), or `pyd4j flags --format spark`")
         return _RENDERERS[fmt](self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,11 +109,27 @@ class FlagSet:
         return d
 
 
+# Name of the measured off-heap term JavaCPP counts (Pointers with a deallocator): `maxbytes` is
+# sized from it alone when an estimate has it; the rest of off-heap memory only counts in RSS.
+JAVACPP_TERM = "javacpp_peak"
+MIN_MAXBYTES = 64 * MiB          # JavaCPP's own small Pointers (op arguments, shapes) in a job that makes no others
+
+
 def measured_estimate(offheap_bytes: int, heap_bytes: int, native_bytes: int, model: str = "measured",
-                      batch: int = 1) -> Estimate:
-    """An Estimate from observed peaks (e.g. a profiled run), so `flags()` can size from facts."""
+                      batch: int = 1, javacpp_bytes: int | None = None) -> Estimate:
+    """An Estimate from observed peaks (e.g. a profiled run), so `flags()` can size from facts.
+
+    With `javacpp_bytes` (the measured peak of JavaCPP's totalBytes), off-heap is two terms: that one,
+    which `maxbytes` must hold, and `offheap_bytes`, memory JavaCPP does not count (libnd4j array
+    buffers on the CPU backend, other native allocations), which only the RSS limits see."""
+    offheap = [Term("offheap_peak", "offheap", "measured", int(offheap_bytes), 0, "measured peak of ND4J off-heap memory")]
+    if javacpp_bytes is not None:
+        offheap = [Term(JAVACPP_TERM, "offheap", "measured", int(javacpp_bytes), 0,
+                        "measured peak of JavaCPP totalBytes (Pointers with a deallocator: arrays built from Java arrays, ...)"),
+                   Term("untracked_offheap", "offheap", "measured", int(offheap_bytes), 0,
+                        "measured peak of off-heap memory JavaCPP does not count (libnd4j array buffers, native allocations)")]
     terms = (
-        Term("offheap_peak", "offheap", "measured", int(offheap_bytes), 0, "measured peak of ND4J off-heap memory"),
+        *offheap,
         Term("java_heap", "heap", "measured", int(heap_bytes), 0, "measured heap need"),
         Term("jvm_native", "native", "measured", int(native_bytes), 0, "measured JVM native memory"),
     )
@@ -133,13 +154,45 @@ def _size(value: int | str | None, what: str) -> int | None:
     return n
 
 
+def _javacpp_part(est: Estimate) -> int | None:
+    """The off-heap bytes JavaCPP counts, when the estimate tells them apart (measured runs)."""
+    try:
+        return est.term_bytes(JAVACPP_TERM)
+    except KeyError:
+        return None
+
+
 def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
-    maxbytes = _mib_up(est.offheap_bytes * (1 + headroom))
-    heap = _mib_up(est.heap_bytes, HEAP_ALIGN)
+    """The sizes behind the flags. Floors keep every flag meaningful whatever the estimate: a heap
+    of at least HEAP_MIN_BYTES (an estimate without a heap term must not give -Xmx0) and a
+    maxbytes of at least MIN_MAXBYTES (0 means unlimited to JavaCPP)."""
+    javacpp = _javacpp_part(est)
+    heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
     native = _mib_up(est.native_bytes * (1 + headroom))
-    maxphys = maxbytes + heap + max_direct + native
+    if javacpp is None:
+        # an estimated network: all of its off-heap memory under maxbytes (harmless where JavaCPP does not count it)
+        maxbytes = max(_mib_up(est.offheap_bytes * (1 + headroom)), MIN_MAXBYTES)
+        maxphys = maxbytes + heap + max_direct + native
+    else:
+        maxbytes = max(_mib_up(javacpp * (1 + headroom)), MIN_MAXBYTES)
+        untracked = _mib_up((est.offheap_bytes - javacpp) * (1 + headroom))
+        maxphys = maxbytes + untracked + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(maxphys * CONTAINER_MARGIN_FRACTION))
     return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, container=maxphys + margin, margin=margin)
+
+
+def _check_estimate(est: Estimate) -> None:
+    """Refuse an estimate no flags can follow: a negative term (a network with a negative layer
+    size gives one) or a total past what a JVM can hold."""
+    if not est.terms:
+        raise EstimateError(f"the estimate of {est.model} has no terms: nothing to size flags from")
+    for term in est.terms:
+        if term.bytes_at(est.batch) < 0:
+            raise EstimateError(f"the estimate's term {term.name} is {term.bytes_at(est.batch)} bytes at batch {est.batch}, "
+                                f"less than 0 ({term.source}: {term.why}); check the network's layer sizes")
+    if est.total_bytes * 5 > JAVA_LONG_MAX:  # with headroom (up to 4x) and margins, flags would leave a Java long
+        raise EstimateError(f"{est.model} at batch {est.batch} needs {human_bytes(est.total_bytes)}, beyond what a JVM "
+                            f"can be given (a Java long of bytes); lower the batch or check the network's sizes")
 
 
 def _gpu_need(est: Estimate, headroom: float) -> int:
@@ -157,12 +210,17 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
                   headroom: float = DEFAULT_HEADROOM, max_direct: int | str = DEFAULT_MAX_DIRECT,
                   limit: int = 1 << 24) -> int:
     """The largest minibatch whose flags fit `total` host memory (and `gpu_mem` device memory); 0 if none."""
+    if not 0 <= headroom <= 4:
+        raise EstimateError(f"headroom {headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)")
+    _check_estimate(est)
     total_b = _size(total, "total budget") if total is not None else (None if gpu_mem is not None else default_total())
     gpu_b = _size(gpu_mem, "GPU memory budget")
     direct = _size(max_direct, "MaxDirectMemorySize")
 
     def fits(b: int) -> bool:
         e = est.at_batch(b)
+        if e.total_bytes * 5 > JAVA_LONG_MAX:
+            return False
         if total_b is not None and _sizes(e, headroom, direct)["container"] > total_b:
             return False
         return gpu_b is None or _gpu_need(e, headroom) <= gpu_b
@@ -192,6 +250,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     check_batch(est.batch)
     if not 0 <= headroom <= 4:
         raise EstimateError(f"headroom {headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)")
+    _check_estimate(est)
     budget = _size(total, "total budget") if total is not None else default_total()
     gpu_b = _size(gpu_mem, "GPU memory budget")
     direct = _size(max_direct, "MaxDirectMemorySize")
@@ -202,17 +261,17 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              "initial heap = maximum: the heap is committed once, so RSS is predictable and never grows past the plan"),
         Flag("-Xmx", f"-Xmx{jvm_size(s['heap'])}", s["heap"],
              f"Java heap for DL4J/ND4J objects (not array data, which is off-heap): {human_bytes(est.heap_bytes)} estimated, "
-             f"rounded up to {HEAP_ALIGN // MiB} MiB"),
+             f"rounded up to {HEAP_ALIGN // MiB} MiB, at least {HEAP_MIN_BYTES // MiB} MiB"),
         Flag("-XX:MaxDirectMemorySize", f"-XX:MaxDirectMemorySize={jvm_size(direct)}", direct,
              "bounds java.nio direct buffers only (Netty, NIO file I/O); ND4J arrays are JavaCPP/libnd4j memory and "
              "ignore it, so it stays small"),
         Flag("org.bytedeco.javacpp.maxbytes", f"-Dorg.bytedeco.javacpp.maxbytes={s['maxbytes']}", s["maxbytes"],
-             f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom "
-             f"(JavaCPP's default would be -Xmx, unrelated to the network)"),
+             _maxbytes_reason(est, pct)),
         Flag("org.bytedeco.javacpp.maxphysicalbytes", f"-Dorg.bytedeco.javacpp.maxphysicalbytes={s['maxphysicalbytes']}",
              s["maxphysicalbytes"],
-             f"the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + heap + direct "
-             f"+ JVM native {human_bytes(est.native_bytes)} + {pct}"),
+             f"the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + "
+             + ("off-heap memory JavaCPP does not count + " if _javacpp_part(est) is not None else "")
+             + f"heap + direct + JVM native {human_bytes(est.native_bytes)} + {pct}"),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [
@@ -234,7 +293,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
                              headroom=headroom, max_direct=direct)
         needed, have, where = (s["container"], budget, "memory budget") if over_host else (gpu_need, gpu_b, "GPU memory")
         biggest = est.biggest_term() if over_host else max(
-            (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch))
+            (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch), default=est.biggest_term())
         fit = (f"the largest minibatch that fits is {best}" if best else
                f"no minibatch fits: even batch 1 needs more (the fixed part alone is "
                f"{human_bytes(sum(t.fixed_bytes for t in est.terms))})")
@@ -245,6 +304,17 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
             needed_bytes=needed, budget_bytes=have, biggest_term=biggest.name, largest_batch=best,
             breakdown=est.breakdown())
     return result
+
+
+def _maxbytes_reason(est: Estimate, pct: str) -> str:
+    javacpp = _javacpp_part(est)
+    if javacpp is None:
+        return (f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom "
+                f"(JavaCPP's default would be -Xmx, unrelated to the network)")
+    return (f"what JavaCPP counts: the job's JavaCPP Pointers peaked at {human_bytes(javacpp)} (measured exactly: arrays "
+            f"built from Java arrays, Pointers it made) + {pct}, at least {human_bytes(MIN_MAXBYTES)}; the "
+            f"{human_bytes(est.offheap_bytes - javacpp)} of libnd4j array buffers and other native memory are not "
+            f"counted by JavaCPP, so maxphysicalbytes holds them")
 
 
 # ----------------------------------------------------------------------------- output formats
@@ -294,33 +364,6 @@ tasks.withType(JavaExec).configureEach {{ jvmArgs nd4jJvmArgs }}
 // with the application plugin: application {{ applicationDefaultJvmArgs = nd4jJvmArgs }}"""
 
 
-# Spark keeps 300 MiB of every executor/driver heap for itself and refuses a heap under 1.5x that.
-SPARK_RESERVED_HEAP = 300 * MiB
-SPARK_MIN_HEAP = 450 * MiB
-
-
-def spark_conf(fs: FlagSet) -> dict[str, str]:
-    """spark-submit --conf values: heap (plus Spark's own reserved 300 MiB, at least Spark's 450 MiB
-    minimum) as spark.*.memory, everything off-heap in memoryOverhead."""
-    extra = " ".join(f.arg for f in fs.flags if f.name not in ("-Xms", "-Xmx"))  # Spark forbids -Xmx here
-    overhead = _mib_up(fs.container_bytes - fs.heap_bytes)
-    heap = _mib_up(max(fs.heap_bytes + SPARK_RESERVED_HEAP, SPARK_MIN_HEAP))
-    conf = {}
-    for role in ("executor", "driver"):
-        conf[f"spark.{role}.memory"] = f"{heap // MiB}m"
-        conf[f"spark.{role}.memoryOverhead"] = f"{overhead // MiB}m"
-        conf[f"spark.{role}.extraJavaOptions"] = extra
-    return conf
-
-
-def _render_spark(fs: FlagSet) -> str:
-    lines = ["spark-submit \\"]
-    for key, value in spark_conf(fs).items():
-        lines.append(f"  --conf {shlex.quote(f'{key}={value}')} \\")
-    lines.append("  ...  # memoryOverhead covers ND4J off-heap + JVM native (driver overhead applies in cluster mode)")
-    return "\n".join(lines)
-
-
 def _render_k8s(fs: FlagSet) -> str:
     mib = _mib_up(fs.container_bytes) // MiB
     return f"""# container spec: request = limit, so the pod is never squeezed below what ND4J was sized for
@@ -335,4 +378,274 @@ env:
 
 
 _RENDERERS = {"args": _render_args, "env": _render_env, "maven": _render_maven, "gradle": _render_gradle,
-              "spark": _render_spark, "k8s": _render_k8s}
+              "k8s": _render_k8s}
+
+
+# ----------------------------------------------------------------------------- DL4J on Spark
+#
+# dl4j-spark's training masters run one task per executor core (spark.task.cpus each), and every
+# running task trains its own copy of the network on its partition (ParameterAveragingTrainingMaster:
+# fit `averagingFrequency` minibatches of `batchSizePerWorker`, then average). So one executor holds
+# `concurrent tasks` x the network's training memory off the heap, plus Spark's own heap and native
+# memory. Spark gives the executor `spark.executor.memory` as its heap (-Xmx) and expects everything
+# else in `spark.executor.memoryOverhead` (YARN and Kubernetes size the container as their sum and
+# kill an executor that goes over it; in standalone mode the node's memory is the limit).
+
+SPARK_RESERVED_HEAP = 300 * MiB   # Spark's reserved memory: its unified pool is (heap - 300 MiB) x spark.memory.fraction
+SPARK_MIN_HEAP = 480 * MiB        # Spark refuses a heap whose Runtime.maxMemory() is under 1.5 x 300 MiB (450 MiB)
+SPARK_MAX_DIRECT = 64 * MiB       # Netty's RPC and block-transfer buffers are NIO direct: 13-20 MiB measured per JVM
+# Spark 3.5 refuses to start an executor whose Netty direct memory is below this setting (200 MiB by
+# default); blocks above it are streamed to disk instead of memory.
+SPARK_FETCH_TO_MEM = SPARK_MAX_DIRECT // 2
+# Spark's own share of an executor/driver JVM beyond a plain DL4J one (pyd4j.memory.estimate's model),
+# measured with pyd4j's agent on the digits MLP (1 MiB of ND4J memory, so the rest is Spark and the JVM)
+# on a loopback standalone cluster (1-core executors, JDK 17, Spark 3.5.8): executor live heap 43-45 MiB
+# vs DL4J's 35 MiB; executor RSS outside the heap 301-314 MiB vs 174 MiB for a plain DL4J JVM; driver
+# 45 MiB live heap and 256 MiB outside the heap. benchmarks/spark.py checks them on other networks.
+SPARK_EXECUTOR_LIVE_HEAP = 10 * MiB   # block manager, RPC endpoints, task and broadcast state
+SPARK_EXECUTOR_NATIVE = 132 * MiB     # Spark's classes (metaspace), Netty arenas, ~95 more threads, malloc arenas
+SPARK_DRIVER_LIVE_HEAP = 10 * MiB
+SPARK_DRIVER_NATIVE = 82 * MiB
+
+
+@dataclass(frozen=True)
+class SparkShape:
+    """The cluster a DL4J-on-Spark job runs on; the network's batch is the batch per worker (batchSizePerWorker)."""
+
+    executors: int = 1
+    executor_cores: int = 1
+    worker_memory: int | None = None   # bytes a worker (node) has for its executors; None: this machine's memory
+    executors_per_worker: int = 1
+    task_cpus: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("executors", "executor_cores", "executors_per_worker", "task_cpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise EstimateError(f"{name.replace('_', '-')} {value!r} must be a whole number of at least 1")
+        if self.task_cpus > self.executor_cores:
+            raise EstimateError(f"task-cpus {self.task_cpus} is more than executor-cores {self.executor_cores}: no task "
+                                f"could ever start; use task-cpus <= executor-cores")
+        if self.worker_memory is not None and self.worker_memory <= 0:
+            raise EstimateError(f"worker-memory {self.worker_memory!r} must be more than 0 bytes; write e.g. '8g'")
+
+    @property
+    def concurrent_tasks(self) -> int:
+        """Tasks an executor runs at once, each training its own copy of the network."""
+        return self.executor_cores // self.task_cpus
+
+    def with_cores(self, cores: int) -> "SparkShape":
+        return SparkShape(self.executors, cores, self.worker_memory, self.executors_per_worker, min(self.task_cpus, cores))
+
+
+def _scaled_term(term: Term, times: int, why: str) -> Term:
+    return Term(term.name, term.region, term.source, term.fixed_bytes * times, term.per_sample_bytes * times,
+                f"{term.why}; {why}" if times != 1 else term.why)
+
+
+def _reserved_term(heap_so_far: int, role: str) -> Term:
+    reserved = max(SPARK_RESERVED_HEAP, SPARK_MIN_HEAP - heap_so_far)
+    return Term("spark_reserved_heap", "heap", "estimate", reserved, 0,
+                f"Spark's reserved memory ({SPARK_RESERVED_HEAP // MiB} MiB; the {role} heap must be at least "
+                f"{SPARK_MIN_HEAP // MiB} MiB): its execution/storage pool, incl. the cached training data, is "
+                f"(heap - {SPARK_RESERVED_HEAP // MiB} MiB) x spark.memory.fraction")
+
+
+def spark_executor_estimate(est: Estimate, shape: SparkShape) -> Estimate:
+    """One executor's memory: `concurrent_tasks` copies of `est` (the network training at the batch per worker)
+    off the heap, DL4J's and Spark's objects on the heap, the JVM's and Spark's native memory."""
+    from pyd4j.memory.estimate import HEAP_GC_FACTOR, HEAP_PER_LAYER_BYTES, jvm_native_bytes  # noqa: PLC0415
+
+    tasks = shape.concurrent_tasks
+    copies = f"x {tasks} concurrent tasks, each training its own copy"
+    terms = [_scaled_term(t, tasks, copies) for t in est.terms if t.region == "offheap"]
+    heap = [t for t in est.terms if t.region == "heap"]
+    if tasks > 1:
+        heap.append(Term("task_copies_heap", "heap", "estimate",
+                         int((tasks - 1) * est.layer_count * HEAP_PER_LAYER_BYTES * HEAP_GC_FACTOR), 0,
+                         f"{tasks - 1} more network copies' layer objects: {HEAP_PER_LAYER_BYTES // MiB} MiB x "
+                         f"{est.layer_count} layers x {HEAP_GC_FACTOR:g}"))
+    heap.append(Term("spark_executor_heap", "heap", "measured", int(SPARK_EXECUTOR_LIVE_HEAP * HEAP_GC_FACTOR), 0,
+                     f"Spark's live objects in an executor (block manager, RPC, task state) "
+                     f"~{SPARK_EXECUTOR_LIVE_HEAP // MiB} MiB x {HEAP_GC_FACTOR:g}, measured"))
+    heap.append(_reserved_term(sum(t.fixed_bytes for t in heap), "executor"))
+    heap_total = sum(t.bytes_at(est.batch) for t in heap)
+    native = jvm_native_bytes(heap_total, shape.executor_cores)
+    terms += heap
+    terms.append(Term("jvm_native", "native", "estimate", native, 0,
+                      f"the JVM's and ND4J's native memory for a {heap_total // MiB} MiB heap on {shape.executor_cores} "
+                      f"cores (pyd4j.memory.estimate.jvm_native_bytes)"))
+    terms.append(Term("spark_executor_native", "native", "measured", SPARK_EXECUTOR_NATIVE, 0,
+                      "Spark in the executor beyond a plain DL4J JVM: its classes, Netty buffers, ~95 more threads; "
+                      "measured"))
+    return Estimate(model=est.model, model_kind=est.model_kind, batch=est.batch, dtype=est.dtype, mode=est.mode,
+                    inputs=est.inputs, parameter_count=est.parameter_count, layer_count=est.layer_count,
+                    terms=tuple(terms), workspace_overallocation=est.workspace_overallocation,
+                    prefetch_queue=est.prefetch_queue, cpu_count=shape.executor_cores,
+                    notes=est.notes + (f"Spark executor: {tasks} concurrent task(s) x the network's training memory.",))
+
+
+def spark_driver_estimate(est: Estimate, cores: int = 1) -> Estimate:
+    """The driver (client mode): the master copy of the network (parameters, updater state) and the averaged
+    parameters coming back, DL4J's and Spark's objects, the JVM's and Spark's native memory."""
+    from pyd4j.memory.estimate import HEAP_GC_FACTOR, jvm_native_bytes  # noqa: PLC0415
+
+    keep = {"parameters": "the master copy of the network", "updater_state": "the master copy's updater state",
+            "gradients": "averaged parameters coming back from the workers (one parameter-sized array)"}
+    terms = [Term(t.name, t.region, t.source, t.bytes_at(est.batch), 0, f"{t.why}: {keep[t.name]}")
+             for t in est.terms if t.name in keep]
+    heap = [t for t in est.terms if t.region == "heap"]
+    heap.append(Term("spark_driver_heap", "heap", "measured", int(SPARK_DRIVER_LIVE_HEAP * HEAP_GC_FACTOR), 0,
+                     f"Spark's live objects in the driver (scheduler, block manager) ~{SPARK_DRIVER_LIVE_HEAP // MiB} MiB x {HEAP_GC_FACTOR:g}, measured"))
+    heap.append(_reserved_term(sum(t.fixed_bytes for t in heap), "driver"))
+    heap_total = sum(t.fixed_bytes for t in heap)
+    terms += heap
+    terms.append(Term("jvm_native", "native", "estimate", jvm_native_bytes(heap_total, cores), 0,
+                      f"the JVM's and ND4J's native memory for a {heap_total // MiB} MiB heap"))
+    terms.append(Term("spark_driver_native", "native", "measured", SPARK_DRIVER_NATIVE, 0,
+                      "Spark in the driver beyond a plain DL4J JVM: its classes, Netty buffers, scheduler threads; measured"))
+    return Estimate(model=est.model, model_kind=est.model_kind, batch=est.batch, dtype=est.dtype, mode=est.mode,
+                    inputs=est.inputs, parameter_count=est.parameter_count, layer_count=est.layer_count,
+                    terms=tuple(terms), workspace_overallocation=est.workspace_overallocation, prefetch_queue=0,
+                    cpu_count=cores)
+
+
+@dataclass(frozen=True)
+class SparkFlags:
+    """spark-submit settings for a DL4J job on a cluster shape: the executors' and the driver's flags."""
+
+    shape: SparkShape
+    executor: FlagSet
+    driver: FlagSet
+    executor_estimate: Estimate
+    driver_estimate: Estimate
+
+    @property
+    def executor_memory_bytes(self) -> int:
+        """spark.executor.memory: the executor's heap."""
+        return self.executor.heap_bytes
+
+    @property
+    def executor_overhead_bytes(self) -> int:
+        """spark.executor.memoryOverhead: everything of the executor's container outside its heap."""
+        return self.executor.container_bytes - self.executor.heap_bytes
+
+    @property
+    def executor_container_bytes(self) -> int:
+        return self.executor.container_bytes
+
+    def conf(self) -> dict[str, str]:
+        """spark.* settings, each a --conf of spark-submit (or a line of a properties file)."""
+        return {key: value for key, value, _ in self.settings()}
+
+    def settings(self) -> list[tuple[str, str, str]]:
+        """(key, value, reason) for every setting."""
+        sh = self.shape
+        def opts(fs: FlagSet) -> str:
+            return " ".join(f.arg for f in fs.flags if f.name not in ("-Xms", "-Xmx"))  # Spark refuses -Xmx there
+        out = [
+            ("spark.executor.memory", f"{self.executor.heap_bytes // MiB}m",
+             f"executor heap: {human_bytes(self.executor_estimate.heap_bytes)} (DL4J's and Spark's objects and Spark's "
+             f"{SPARK_RESERVED_HEAP // MiB} MiB reserve)"),
+            ("spark.executor.memoryOverhead", f"{self.executor_overhead_bytes // MiB}m",
+             f"everything else in the executor: ND4J off-heap {human_bytes(self.executor_estimate.offheap_bytes)} for "
+             f"{sh.concurrent_tasks} concurrent task(s), JVM + Spark native {human_bytes(self.executor_estimate.native_bytes)}, "
+             f"NIO direct, headroom; YARN/Kubernetes size the container as memory + memoryOverhead"),
+            ("spark.executor.cores", str(sh.executor_cores), "cores per executor"),
+            ("spark.executor.instances", str(sh.executors), "executors (YARN, Kubernetes)"),
+            ("spark.cores.max", str(sh.executors * sh.executor_cores), "total cores: executors x cores (standalone)"),
+            ("spark.executor.extraJavaOptions", opts(self.executor),
+             "JavaCPP limits for the executor: maxphysicalbytes (checked against the process's RSS) covers heap + "
+             "off-heap; on the CPU backend maxbytes does not bound ND4J arrays; MaxDirectMemorySize for Netty"),
+            ("spark.network.maxRemoteBlockSizeFetchToMem", f"{SPARK_FETCH_TO_MEM // MiB}m",
+             f"below -XX:MaxDirectMemorySize={SPARK_MAX_DIRECT // MiB}m, as Spark 3.5 requires of Netty's direct memory "
+             f"(its default, 200 MiB, would need a 200 MiB direct pool); larger remote blocks go to disk"),
+            ("spark.executorEnv.OMP_NUM_THREADS", str(sh.task_cpus),
+             f"each task's ND4J ops use spark.task.cpus={sh.task_cpus} thread(s), so {sh.concurrent_tasks} concurrent "
+             f"task(s) do not oversubscribe the executor's {sh.executor_cores} core(s)"),
+            ("spark.driver.memory", f"{self.driver.heap_bytes // MiB}m",
+             f"driver heap: {human_bytes(self.driver_estimate.heap_bytes)}"),
+            ("spark.driver.memoryOverhead", f"{(self.driver.container_bytes - self.driver.heap_bytes) // MiB}m",
+             "driver off-heap (cluster deploy mode only): the master copy of the network and the averaged parameters"),
+            ("spark.driver.extraJavaOptions", opts(self.driver), "JavaCPP limits for the driver"),
+        ]
+        if sh.task_cpus > 1:
+            out.insert(5, ("spark.task.cpus", str(sh.task_cpus),
+                           f"{sh.task_cpus} cores per task: {sh.concurrent_tasks} network copies at a time per executor"))
+        return out
+
+    def local_conf(self) -> dict[str, str]:
+        """For `--master local[N]`: one JVM is driver and executor, so the driver gets the executor's heap and
+        JavaCPP limits (N = executor_cores runs the same concurrent tasks)."""
+        conf = self.conf()
+        conf["spark.driver.memory"] = conf["spark.executor.memory"]
+        conf["spark.driver.extraJavaOptions"] = conf["spark.executor.extraJavaOptions"]
+        return conf
+
+    def render(self) -> str:
+        lines = ["spark-submit \\"]
+        for key, value in self.conf().items():
+            lines.append(f"  --conf {shlex.quote(f'{key}={value}')} \\")
+        lines.append("  ...  # executor container = memory + memoryOverhead; the driver's overhead applies in cluster mode")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": asdict(self.shape), "concurrent_tasks": self.shape.concurrent_tasks, "conf": self.conf(),
+                "reasons": {k: why for k, _, why in self.settings()},
+                "executor_memory_bytes": self.executor_memory_bytes, "executor_overhead_bytes": self.executor_overhead_bytes,
+                "executor_container_bytes": self.executor_container_bytes,
+                "executor": self.executor.to_dict(), "driver": self.driver.to_dict(),
+                "executor_breakdown": self.executor_estimate.breakdown(),
+                "driver_breakdown": self.driver_estimate.breakdown()}
+
+
+def _largest_cores(est: Estimate, shape: SparkShape, budget: int, headroom: float) -> int:
+    """The most cores per executor whose concurrent tasks fit `budget` at this batch; 0 if not even 1."""
+    for cores in range(shape.executor_cores, 0, -1):
+        trial = shape.with_cores(cores)
+        if _sizes(spark_executor_estimate(est, trial), headroom, SPARK_MAX_DIRECT)["container"] <= budget:
+            return cores
+    return 0
+
+
+def spark_flags(est: Estimate, shape: SparkShape, headroom: float = DEFAULT_HEADROOM, refuse: bool = True) -> SparkFlags:
+    """Spark settings that hold `est` (the network at the batch per worker) on `shape`.
+
+    Raises BudgetError when a worker's memory cannot hold its executors, naming the term that does not fit,
+    the largest batch per worker and the most cores per executor that do (refuse=False returns them anyway).
+    """
+    if not isinstance(est, Estimate):
+        raise TypeError(f"spark_flags() takes an Estimate (pyd4j.memory.estimate), not {type(est).__name__}")
+    worker = shape.worker_memory if shape.worker_memory is not None else default_total()
+    per_executor = worker // shape.executors_per_worker
+    exec_est = spark_executor_estimate(est, shape)
+    driver_est = spark_driver_estimate(est)
+    executor = flags(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False)
+    driver = flags(driver_est, total=None if refuse else per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT,
+                   refuse=False)
+    result = SparkFlags(shape, executor, driver, exec_est, driver_est)
+    if refuse and executor.container_bytes > per_executor:
+        best_batch = largest_batch(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT)
+        best_cores = _largest_cores(est, shape, per_executor, headroom)
+        # the term the shape multiplies (ND4J memory per concurrent task), not Spark's fixed reserve
+        biggest = max((t for t in exec_est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(exec_est.batch))
+        fits = [f"the largest batch per worker that fits is {best_batch}" if best_batch else
+                "no batch per worker fits at these cores"]
+        if shape.executor_cores > 1:
+            fits.append(f"at batch {est.batch}, at most {best_cores} core(s) per executor fit" if best_cores else
+                        f"not even 1 core per executor fits at batch {est.batch}")
+            if best_cores and shape.task_cpus == 1 and shape.concurrent_tasks > best_cores:
+                tc = -(-shape.executor_cores // best_cores)
+                fits.append(f"or keep {shape.executor_cores} cores with spark.task.cpus={tc} "
+                            f"({shape.executor_cores // tc} network copies at a time)")
+        where = (f"worker memory {human_bytes(worker)}" + (f" / {shape.executors_per_worker} executors"
+                                                           if shape.executors_per_worker > 1 else ""))
+        raise BudgetError(
+            f"{where} cannot hold an executor running {shape.concurrent_tasks} concurrent task(s) of {est.model} at "
+            f"batch {est.batch} per worker: each executor needs {human_bytes(executor.container_bytes)} (heap "
+            f"{human_bytes(executor.heap_bytes)} + overhead {human_bytes(executor.container_bytes - executor.heap_bytes)}); "
+            f"the biggest term is {biggest.name} = {human_bytes(biggest.bytes_at(exec_est.batch))} ({biggest.source}); "
+            f"{'; '.join(fits)}. Lower the batch per worker or the cores per executor, or give the workers more memory",
+            needed_bytes=executor.container_bytes, budget_bytes=per_executor, biggest_term=biggest.name,
+            largest_batch=best_batch, breakdown=exec_est.breakdown())
+    return result

@@ -3,9 +3,9 @@
 - OOM kinds told apart: Java heap, JavaCPP maxbytes, JavaCPP maxphysicalbytes, NIO direct
   buffers, metaspace, and a kill from outside (exit 137 / SIGKILL: the container's or the
   kernel's OOM killer), using the error the agent caught, the job's stderr and its exit code.
-- Leaks: off-heap (RSS outside the heap, JavaCPP totalBytes) or live heap (heap after GC)
-  growing across iterations: a least-squares slope with its R², over the run after warm-up,
-  never a single sample.
+- Leaks: kept memory (live heap, libnd4j buffers, JavaCPP bytes, measured after full collections)
+  rising with the iterations at 99% confidence, named by the call site that allocated it; "not
+  enough data" rather than a guess.
 - GC pressure: share of wall time spent in GC, overall and in the worst window.
 - Workspace spills: an ND4J workspace that keeps spilling needs a larger initial size.
 """
@@ -25,15 +25,19 @@ from pyd4j.jvm.errors import (
     python_class_for,
 )
 from pyd4j.output import human_bytes
+from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size
 
 MIB = 1 << 20
-# Leak thresholds: growth over the analysed window must be both large and steady.
-LEAK_MIN_GROWTH = 16 * MIB
-LEAK_MIN_R2 = 0.8
-LEAK_MIN_POINTS = 8
-WARMUP_FRACTION = 0.25
+# Leak verdicts (over live points: memory left after full collections, see the leaks section).
+LEAK_MIN_POINTS = 5           # after warm-up; 5 points in rising order is p = 1/120 one-sided
+LEAK_MIN_ITERATIONS = 20      # span of iterations the points cover (or seconds, for jobs without iterations)
+LEAK_MIN_SECONDS = 20
+LEAK_CONFIDENCE = 0.99
+LEAK_MIN_GROWTH = 16 * MIB    # off-heap kept memory grown over the points
+LEAK_MIN_GROWTH_HEAP = 8 * MIB
+LEAK_MIN_RELATIVE_HEAP = 0.25  # ... and a quarter of the live heap: caches DL4J/ND4J grow once are not leaks
 GC_SHARE_WARN = 0.10
 GC_WINDOW_S = 5.0
 GC_WINDOW_WARN = 0.30
@@ -41,6 +45,12 @@ SPILL_MIN_SAMPLES = 3
 SPILL_MIN_SHARE = 0.2
 
 _OOM_LINE = re.compile(r"(?:java\.lang\.)?OutOfMemoryError:?\s*(.*)")
+# JavaCPP's refusals name what was in use, what was asked for, and the limit (formatBytes: K/M/G/T, truncated)
+_SIZE = r"(\d+)([KMGT]?)"
+_JAVACPP_LIMITS = (
+    ("maxbytes", re.compile(rf"totalBytes \({_SIZE} \+ {_SIZE}\) > maxBytes \({_SIZE}\)")),
+    ("maxphysicalbytes", re.compile(rf"physicalBytes \({_SIZE}(?: \+ {_SIZE})?\) > maxPhysicalBytes \({_SIZE}\)")),
+)
 
 
 @dataclass
@@ -63,9 +73,34 @@ class Finding:
 
 def diagnose(timeline: Timeline) -> list[Finding]:
     """All findings for a run, most serious first."""
-    findings = [*_oom(timeline), *_leaks(timeline), *_gc_pressure(timeline), *_spills(timeline), *_near_limits(timeline)]
+    if not timeline.samples:
+        return [_no_data(timeline)]
+    findings = [*_oom(timeline), *_leaks(timeline), *_gc_pressure(timeline), *_spills(timeline), *_near_limits(timeline),
+                *_no_iterations(timeline)]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order.get(f.severity, 3))
+
+
+def _no_data(t: Timeline) -> Finding:
+    """No sample at all: nothing was measured, which is never a clean bill of health."""
+    why = ["the agent wrote no sample: " + ("it started but the job ended before its first tick"
+                                           if t.start else "it never started (no start line in the timeline)")]
+    why += _stderr_tail(t)
+    return Finding("no-data", "error", "No measurements: the run recorded 0 samples", why,
+                   "run the job again and let it run longer; check stderr.log in the run directory for why it ended "
+                   "(a wrong main class, a missing jar) or why the agent did not start ('[pyd4j agent]' lines)")
+
+
+def _no_iterations(t: Timeline) -> list[Finding]:
+    """A run with samples but no DL4J iteration: what was measured is start-up, not training."""
+    if t.iterations() or not t.start.get("hooks", True):
+        return []
+    ended_normally = t.exit_code == 0 and not t.meta.get("interrupted")
+    return [Finding("no-iterations", "warning" if ended_normally else "error", "No training iteration was seen",
+                    [f"{len(t.samples)} samples over {t.duration_s():.1f} s and no MultiLayerNetwork/ComputationGraph "
+                     f"fit() iteration completed"],
+                    "profile the job while it trains (it may have ended or been stopped during start-up); jobs "
+                    "that do not train through fit() are measured by time instead")]
 
 
 # -- out of memory ---------------------------------------------------------------------------
@@ -86,6 +121,37 @@ def _error_texts(timeline: Timeline) -> list[str]:
                 causes = [lines[j] for j in range(i + 1, min(i + 60, len(lines))) if lines[j].startswith("Caused by:")]
                 texts.append(" ".join([text, *causes]))
     return texts
+
+
+@dataclass(frozen=True)
+class LimitRefusal:
+    """A JavaCPP limit error, read back: the limit, the bytes in use plus the bytes asked for, and the limit's value."""
+
+    limit: str          # "maxbytes" or "maxphysicalbytes"
+    needed: int         # in use + requested: what the limit had to allow (upper bound of JavaCPP's rounding)
+    limit_bytes: int
+    text: str
+
+
+def _javacpp_bytes(number: str | None, unit: str | None, upper: bool) -> int:
+    """JavaCPP's Pointer.formatBytes value back to bytes; it truncates, so `upper` gives the largest it may be."""
+    if number is None:
+        return 0
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit or ""]
+    return int(number) * scale + (scale - 1 if upper and scale > 1 else 0)
+
+
+def limit_refusals(t: Timeline) -> list[LimitRefusal]:
+    """Every JavaCPP limit refusal the run shows (agent errors and stderr), with its numbers."""
+    out = []
+    for text in _error_texts(t):
+        for limit, pattern in _JAVACPP_LIMITS:
+            m = pattern.search(text)
+            if m:
+                used = _javacpp_bytes(m.group(1), m.group(2), True)
+                asked = _javacpp_bytes(m.group(3), m.group(4), True)
+                out.append(LimitRefusal(limit, used + asked, _javacpp_bytes(m.group(5), m.group(6), False), m.group(0)))
+    return out
 
 
 def _stderr_tail(timeline: Timeline, lines: int = 3) -> list[str]:
@@ -164,7 +230,8 @@ def _oom(t: Timeline) -> list[Finding]:
                 "oom-heap", "error", "Java heap exhausted",
                 [f"error: {text[:300]}",
                  f"heap used peaked at {human_bytes(peaks['heap_used'])} of -Xmx {human_bytes(limits['heap_max'])}; "
-                 f"live heap after GC reached {human_bytes(peaks['heap_live'])}"],
+                 + (f"live heap after full collections reached {human_bytes(peaks['heap_live'])}" if peaks["heap_live"]
+                    else "no full collection measured the live heap")],
                 "raise -Xmx (ND4J array data is off-heap and does not need heap; the heap holds Java objects, "
                 "INDArray wrappers and DataSets); if the live heap grows per iteration, look at the leak finding first",
                 [f"-Xmx{jvm_size(new)}"], {"limit": limits["heap_max"], "peak": peaks["heap_used"]},
@@ -187,6 +254,11 @@ def _oom(t: Timeline) -> list[Finding]:
             [], {"rss_peak": rss, "cgroup_limit": cgroup},
         ))
     elif not out and code not in (None, 0) and not t.meta.get("interrupted"):
+        launcher = startup_error_in(t.run_dir)
+        if launcher is not None:  # the JVM refused to start the job: a wrong class, jar or option
+            out.append(Finding("crash", "error", f"The job did not start: {launcher.what} (exit code {code})",
+                               [launcher.line], launcher.fix))
+            return out
         msgs = [f"{e.get('class')}: {e.get('message')}" for e in t.errors] or _stderr_tail(t)
         out.append(Finding("crash", "error", f"The job exited with code {code}", msgs or ["see stderr.log in the run directory"],
                            "read the job's stderr.log; no memory limit was reported as the cause"))
@@ -194,103 +266,268 @@ def _oom(t: Timeline) -> list[Finding]:
 
 
 # -- leaks -----------------------------------------------------------------------------------
+#
+# Growth is judged only on what is left after collections that can free it. Heap after young
+# collections still holds old-generation garbage, and array buffers are freed only when the Java
+# objects owning them are collected, so both grow in healthy jobs until an old or full collection.
+# The agent writes a "live" point after every full collection (the job's own, or its own heap
+# inspection, the same as `jcmd GC.class_histogram`), once the deallocators have freed what the
+# collection released: live heap, libnd4j buffers, JavaCPP bytes. A leak is kept memory that rises
+# with the iterations: Kendall's tau over the points (one-sided, exact for small samples) gives the
+# confidence, the Theil-Sen slope the rate; both are robust to the odd point taken mid-iteration.
+
 
 @dataclass(frozen=True)
 class Trend:
-    slope: float          # bytes per x unit
-    r2: float
-    growth: float         # fitted growth over the window, bytes
-    n: int
+    """How a kept quantity moves with iterations (or seconds) over the live points."""
+
+    slope: float          # bytes per x unit (Theil-Sen)
+    intercept: float
+    p_value: float        # one-sided: the quantity does not rise with x
+    growth: float         # slope x span of x, bytes
+    n: int                # points used
+    span: float           # x span of the points used
     x_unit: str           # "iteration" or "s"
+    last_x: float
+    last_y: float
+
+    @property
+    def confidence(self) -> float:
+        return 1.0 - self.p_value
 
 
 def fit_trend(x: np.ndarray, y: np.ndarray, x_unit: str) -> Trend | None:
-    """Least-squares line through (x, y) after dropping the warm-up; None with too few points."""
+    """Robust slope and one-sided significance of y rising with x; None with fewer than 3 usable points."""
+    from scipy import stats  # noqa: PLC0415
+
     ok = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[ok], y[ok]
-    if x.size < LEAK_MIN_POINTS or np.ptp(x) == 0:
+    x, y = np.asarray(x, float)[ok], np.asarray(y, float)[ok]
+    if x.size < 3 or np.ptp(x) == 0:
         return None
-    cut = x.min() + WARMUP_FRACTION * np.ptp(x)
-    keep = x >= cut
-    x, y = x[keep], y[keep]
-    if x.size < LEAK_MIN_POINTS or np.ptp(x) == 0:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    fitted = slope * x + intercept
-    ss_res = float(np.sum((y - fitted) ** 2))
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
-    return Trend(float(slope), r2, float(slope * np.ptp(x)), int(x.size), x_unit)
+    slope, intercept, _, _ = stats.theilslopes(y, x)
+    if np.ptp(y) == 0:
+        p = 1.0
+    else:
+        p = float(stats.kendalltau(x, y, alternative="greater").pvalue)
+    span = float(np.ptp(x))
+    return Trend(float(slope), float(intercept), p, float(slope) * span, int(x.size), span, x_unit,
+                 float(x[-1]), float(y[-1]))
 
 
-def _x_axis(t: Timeline) -> tuple[np.ndarray, str]:
-    iters = t.series("iterations")
-    if np.nanmax(iters, initial=0) >= LEAK_MIN_POINTS:
-        x = iters.copy()
-        x[x < 1] = np.nan
-        return x, "iteration"
-    return t.times(), "s"
+@dataclass(frozen=True)
+class LeakVerdict:
+    """For one kept quantity: leak, no leak, or not enough data (and why)."""
+
+    status: str           # "leak" | "no-leak" | "not-enough-data"
+    label: str
+    trend: Trend | None
+    reason: str
 
 
-def _leaks(t: Timeline) -> list[Finding]:
-    if len(t.samples) < LEAK_MIN_POINTS:
-        return []
-    x, unit = _x_axis(t)
-    out = []
-    candidates = []
-    javacpp_total = t.series("javacpp_total")
-    if np.nanmax(javacpp_total, initial=0) > LEAK_MIN_GROWTH:
-        candidates.append(("JavaCPP totalBytes", javacpp_total, "leak-offheap"))
-    candidates.append(("off-heap native memory (RSS outside heap, metaspace, code cache)", t.native(), "leak-offheap"))
-    seen = set()
-    for label, y, kind in candidates:
-        trend = fit_trend(x, y, unit)
-        if trend and kind not in seen and _is_leak(trend):
-            seen.add(kind)
-            out.append(_leak_finding(t, kind, label, trend))
-    heap_trend = _heap_trend(t, x, unit)
-    if heap_trend and _is_leak(heap_trend):
-        out.append(_leak_finding(t, "leak-heap", "live heap (heap after GC)", heap_trend))
+def _usable(t: Timeline, what: str) -> list[dict]:
+    """Live points fit to judge `what` ("heap" or "offheap"): taken once the deallocators had freed
+    what the collection released (before that, memory and the bookkeeping of dead arrays are still
+    held). For the heap, only the agent's inspections when there are any: right after the job's own
+    full collections, that bookkeeping is always still reachable."""
+    points = sorted(t.live_points, key=lambda p: p["t"])
+    if what == "heap" and any(p.get("trigger") == "inspection" for p in points):
+        return [p for p in points if p.get("trigger") == "inspection" and p.get("heap_drained", True)]
+    return [p for p in points if p.get(f"{what}_drained", True)]
+
+
+def _live_axis(t: Timeline, what: str = "offheap") -> tuple[list[dict], np.ndarray, str]:
+    """Usable live points after warm-up, and their x: iterations when the job reports them, else seconds."""
+    points = _usable(t, what)
+    if t.iterations() >= LEAK_MIN_ITERATIONS:
+        # warm-up: before the first iteration, and the first point after it (updater state, workspaces learning)
+        points = [p for p in points if (p.get("iterations") or 0) >= 1][1:]
+        return points, np.array([p.get("iterations") or 0 for p in points], dtype=float), "iteration"
+    points = points[1:]
+    return points, np.array([(p["t"] - t.t0) / 1000.0 for p in points], dtype=float), "s"
+
+
+def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float,
+          min_relative: float = 0.0) -> LeakVerdict:
+    """Leak when y rises with x at >= LEAK_CONFIDENCE and grows over the points by >= min_growth and
+    >= min_relative of where it started."""
+    need_span = LEAK_MIN_ITERATIONS if unit == "iteration" else LEAK_MIN_SECONDS
+    ok = ~np.isnan(y)
+    n, span = int(ok.sum()), float(np.ptp(x[ok])) if ok.any() else 0.0
+    if n < LEAK_MIN_POINTS or span < need_span:
+        return LeakVerdict("not-enough-data", label, None,
+                           f"{n} live points after full collections over {span:.0f} {unit}s after warm-up; "
+                           f"a verdict needs {LEAK_MIN_POINTS} points over {need_span} {unit}s")
+    trend = fit_trend(x, y, unit)
+    if trend is None:
+        return LeakVerdict("not-enough-data", label, None, "no spread in the points")
+    start = trend.intercept + trend.slope * float(np.nanmin(x[ok]))
+    needed = max(min_growth, min_relative * max(start, 0.0))
+    if trend.confidence >= LEAK_CONFIDENCE and trend.slope > 0 and trend.growth >= needed:
+        return LeakVerdict("leak", label, trend, "")
+    why = (f"grows {human_bytes(trend.growth)} at {trend.confidence:.1%} confidence "
+           f"(a leak needs {LEAK_CONFIDENCE:.0%} and {human_bytes(needed)})")
+    return LeakVerdict("no-leak", label, trend, why)
+
+
+def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
+    """Heap and off-heap verdicts over the usable live points (see `_usable`): the bookkeeping of
+    arrays that just died (ND4J's reference objects and ids, JavaCPP's deallocators) inflates the heap
+    by an amount that depends on how much garbage came before, so points taken before the
+    deallocators caught up could fake a trend."""
+    heap_points, hx, hunit = _live_axis(t, "heap")
+    points, x, unit = _live_axis(t, "offheap")
+
+    def col(name: str, pts: list[dict] | None = None) -> np.ndarray:
+        return np.array([float(p[name]) if p.get(name) is not None else np.nan for p in (points if pts is None else pts)],
+                        dtype=float)
+
+    # the heap less ND4J's and JavaCPP's deallocation bookkeeping (from the histogram's classes): it
+    # churns with every array made, and how much a histogram catches depends on how many just died;
+    # kept arrays show in the off-heap verdict, the job's own objects stay in this one
+    heap = col("heap_live", heap_points) - np.nan_to_num(col("heap_bookkeeping", heap_points))
+    out = [judge(hx, heap, hunit, "live heap", LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP)]
+    nd4j, javacpp = col("nd4j_live"), col("javacpp_total")
+    if (~np.isnan(nd4j)).any():
+        kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j
+        verdict = judge(x, kept, unit, "off-heap arrays kept (libnd4j buffers + JavaCPP Pointers)", LEAK_MIN_GROWTH)
+    else:
+        # no allocation counters (the agent's hooks are off): JavaCPP's own count only
+        verdict = judge(x, javacpp, unit, "JavaCPP Pointers kept (totalBytes)", LEAK_MIN_GROWTH)
+    out.append(verdict)
     return out
 
 
-def _heap_trend(t: Timeline, x: np.ndarray, unit: str) -> Trend | None:
-    """Live heap: heap after each GC, placed at that GC's iteration (or time)."""
-    if len(t.gc_events) < LEAK_MIN_POINTS:
+def _leaks(t: Timeline) -> list[Finding]:
+    verdicts = leak_verdicts(t)
+    out = [_leak_finding(t, v) for v in verdicts if v.status == "leak"]
+    unknown = [v for v in verdicts if v.status == "not-enough-data"]
+    if unknown and not out:
+        out.append(Finding(
+            "not-enough-data", "info", "Not enough data to judge memory leaks",
+            [f"{v.label}: {v.reason}" for v in unknown],
+            "leaks are judged on memory left after full collections, over iterations: let the job train "
+            "longer (a minute or more), or have the agent measure the live set more often "
+            "(-Dpyd4j.agent=live=2); no leak is reported without that evidence",
+            [], {"live_points": len(t.live_points), "iterations": t.iterations()},
+        ))
+    return out
+
+
+def _iteration_rate(t: Timeline) -> float | None:
+    """Iterations per second over the last third of the run (the rate a leak keeps going at)."""
+    marks = [(s["t"], s["iterations"]) for s in t.samples if s.get("iterations")]
+    if len(marks) < 2:
         return None
-    sample_t = np.array([s["t"] for s in t.samples], dtype=float)
-    gx, gy = [], []
-    for g in t.gc_events:
-        if g.get("heap_after") is None:
-            continue
-        i = int(np.clip(np.searchsorted(sample_t, g["t"]), 0, len(sample_t) - 1))
-        gx.append(x[i])
-        gy.append(g["heap_after"])
-    return fit_trend(np.array(gx, dtype=float), np.array(gy, dtype=float), unit)
+    cut = marks[0][0] + (marks[-1][0] - marks[0][0]) * 2 / 3
+    recent = [m for m in marks if m[0] >= cut] or marks
+    (t0, n0), (t1, n1) = (recent[0], recent[-1]) if len(recent) >= 2 else (marks[0], marks[-1])
+    return (n1 - n0) / ((t1 - t0) / 1000.0) if t1 > t0 and n1 > n0 else None
 
 
-def _is_leak(trend: Trend) -> bool:
-    return trend.slope > 0 and trend.r2 >= LEAK_MIN_R2 and trend.growth >= LEAK_MIN_GROWTH
+@dataclass(frozen=True)
+class _Limit:
+    name: str
+    limit: float | None
+    level: float | None      # where the leaking quantity stands against the limit now
+    slope: float             # how fast that quantity moves toward it, per x unit
+    what: str
 
 
-def _leak_finding(t: Timeline, kind: str, label: str, trend: Trend) -> Finding:
+def _limit_for(t: Timeline, verdict: LeakVerdict, kind: str) -> _Limit:
+    """The limit a leak runs into, the quantity that limit compares, its level and slope."""
     limits = t.limits()
+    points, x, unit = _live_axis(t, "offheap")
+
+    def trend_of(name: str) -> Trend | None:
+        y = np.array([float(p[name]) if p.get(name) is not None else np.nan for p in points], dtype=float)
+        return fit_trend(x, y, unit)
+
+    if kind == "leak-heap":
+        # -Xmx bounds what the collector counts (whole regions for large arrays), not the objects' bytes
+        used = trend_of("heap_after_gc")
+        if used is not None and used.n >= LEAK_MIN_POINTS - 1 and used.slope > 0:
+            return _Limit("-Xmx", limits["heap_max"], used.last_y, used.slope, "heap in use after full collections")
+        return _Limit("-Xmx", limits["heap_max"], verdict.trend.last_y, verdict.trend.slope, "live heap")
+    nd4j, javacpp = trend_of("nd4j_live"), trend_of("javacpp_total")
+    if javacpp is not None and javacpp.slope > (nd4j.slope if nd4j else 0):
+        return _Limit("JavaCPP maxbytes", limits["javacpp_max"], javacpp.last_y, javacpp.slope,
+                      "JavaCPP totalBytes after full collections")
+    candidates = [("maxphysicalbytes (JavaCPP checks RSS against it at its next Pointer allocation)",
+                   limits["javacpp_max_physical"]), ("the container memory limit", limits["cgroup"])]
+    name, limit = min(((n, v) for n, v in candidates if v), key=lambda c: c[1], default=("", None))
+    rss = trend_of("rss")
+    return _Limit(name, limit, rss.last_y if rss else None, verdict.trend.slope, "process RSS")
+
+
+def leak_sites(t: Timeline, kind: str) -> list[dict]:
+    """Sites holding the kept memory at the last live point (or at the end), largest first."""
+    snapshots = [s for s in t.site_snapshots if s.get("reason") in ("live", "end")]
+    if not snapshots:
+        return []
+    last = max(snapshots, key=lambda s: s["t"])
+    sites = [s for s in last.get("sites", ()) if s.get("live_bytes", 0) > 0]
+    return sorted(sites, key=lambda s: -s["live_bytes"])
+
+
+def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
+    trend = verdict.trend
+    kind = "leak-heap" if verdict.label == "live heap" else "leak-offheap"
     per = f"{human_bytes(trend.slope)}/{trend.x_unit}"
-    evidence = [f"{label} grows {per} (least squares over {trend.n} samples after warm-up, R² = {trend.r2:.3f}); "
-                f"+{human_bytes(trend.growth)} over the window"]
-    limit_name, limit = ("javacpp maxphysicalbytes", limits["javacpp_max_physical"]) if kind == "leak-offheap" else ("-Xmx", limits["heap_max"])
-    current = _last(t, "rss" if kind == "leak-offheap" else "heap_used")
-    if limit and current and trend.slope > 0:
-        left = (limit - current) / trend.slope
-        evidence.append(f"at this rate {limit_name} ({human_bytes(limit)}) is reached in about {left:,.0f} more {trend.x_unit}s")
-    fix = ("something keeps a reference to ND4J arrays (or JavaCPP Pointers) every iteration: a growing list, a cache, "
-           "arrays detached from a workspace (detach()/leverage), or outputs kept from fit/output. Close or drop them, "
-           "or run the loop in a workspace; raising limits only delays the OOM"
+    evidence = [f"{verdict.label} grows {per} over {trend.n} points after full collections "
+                f"(+{human_bytes(trend.growth)} over {trend.span:.0f} {trend.x_unit}s; "
+                f"Kendall tau p = {trend.p_value:.2g}, confidence {trend.confidence:.1%})"]
+    numbers: dict[str, float | int | None] = {
+        "slope_bytes_per_unit": trend.slope, "confidence": trend.confidence, "p_value": trend.p_value,
+        "growth_bytes": trend.growth, "points": trend.n}
+    lim = _limit_for(t, verdict, kind)
+    limit_name, limit, level, level_what = lim.name, lim.limit, lim.level, lim.what
+    if limit and level is not None and lim.slope > 0:
+        left = max(0.0, (limit - level) / lim.slope)
+        numbers.update(limit_bytes=limit, units_to_limit=left)
+        when = f"about {left:,.0f} more {trend.x_unit}s"
+        if trend.x_unit == "iteration":
+            numbers["limit_at_iteration"] = trend.last_x + left
+            rate = _iteration_rate(t)
+            if rate:
+                numbers["seconds_to_limit"] = left / rate
+                when += f" (~{left / rate:,.0f} s at {rate:.2f} iterations/s), around iteration {trend.last_x + left:,.0f}"
+        else:
+            numbers["seconds_to_limit"] = left
+        evidence.append(f"{level_what} is {human_bytes(level)} of {limit_name} {human_bytes(limit)}: "
+                        f"at this rate it is reached in {when}")
+    sites = leak_sites(t, kind) if kind == "leak-offheap" else []
+    user_sites = [s for s in sites if s.get("user")] or sites
+    if user_sites:
+        top = user_sites[0]
+        numbers["site"] = top["site"]
+        evidence.append(f"allocated at {top['site']}" + (f" (via {top['via']})" if top.get("via") else "")
+                        + f": {human_bytes(top['live_bytes'])} still held, estimated from sampled allocations")
+        for s in user_sites[1:3]:
+            evidence.append(f"also held: {human_bytes(s['live_bytes'])} from {s['site']}")
+    if kind == "leak-heap":
+        classes = _growing_classes(t)
+        if classes:
+            evidence.append("growing classes: " + ", ".join(f"{c} +{human_bytes(b)}" for c, b in classes))
+    fix = ("the job keeps references to ND4J arrays (or JavaCPP Pointers) every iteration: a growing list, a cache, "
+           "arrays detached from a workspace (detach()/leverage), or outputs kept from fit/output. Close or drop them "
+           "at the line named above, or run the loop in a workspace; raising limits only delays the OOM"
            if kind == "leak-offheap" else
            "Java objects accumulate every iteration (a growing collection, listeners, DataSets kept). "
            "Drop the references; raising -Xmx only delays the OOM")
-    return Finding(kind, "error", f"Memory leak: {label} grows every {trend.x_unit}", evidence, fix, [],
-                   {"slope_bytes_per_unit": trend.slope, "r2": trend.r2, "growth_bytes": trend.growth, "points": trend.n})
+    where = f" at {user_sites[0]['site']}" if user_sites else ""
+    return Finding(kind, "error", f"Memory leak: {verdict.label} grows every {trend.x_unit}{where}", evidence, fix, [],
+                   numbers)
+
+
+def _growing_classes(t: Timeline, top: int = 3) -> list[tuple[str, int]]:
+    """Classes whose live bytes grew most between the first and last heap inspection."""
+    inspected = [p for p in sorted(t.live_points, key=lambda p: p["t"]) if p.get("classes")]
+    if len(inspected) < 2:
+        return []
+    first = {c["name"]: c["bytes"] for c in inspected[0]["classes"]}
+    last = {c["name"]: c["bytes"] for c in inspected[-1]["classes"]}
+    grown = sorted(((name, b - first.get(name, 0)) for name, b in last.items()), key=lambda g: -g[1])
+    return [(name, int(g)) for name, g in grown[:top] if g > 0]
 
 
 # -- GC pressure -----------------------------------------------------------------------------
@@ -335,13 +572,16 @@ def _gc_pressure(t: Timeline) -> list[Finding]:
 
 def _spills(t: Timeline) -> list[Finding]:
     out = []
+    # the first iterations spill by design (FIRST_LOOP learning sizes the workspace from them)
+    trained = t.series("iterations") >= 2 if t.samples else np.array([], dtype=bool)
     for key, cols in t.workspace_series().items():
         spilled = np.nan_to_num(cols["spilled"]) + np.nan_to_num(cols["pinned"])
-        present = ~np.isnan(cols["size"])
+        present = ~np.isnan(cols["size"]) & trained
         n_present = int(present.sum())
         n_spill = int((spilled[present] > 0).sum())
         if n_present == 0 or n_spill < SPILL_MIN_SAMPLES or n_spill / n_present < SPILL_MIN_SHARE:
             continue
+        spilled = np.where(present, spilled, 0)
         need = np.nanmax(cols["max_cycle"] + np.nan_to_num(cols["spilled"]), initial=0)
         size = np.nanmax(cols["size"], initial=0)
         suggested = _grow(max(need, size) * 1.3, 1.0, floor=MIB)
@@ -362,8 +602,9 @@ def _near_limits(t: Timeline) -> list[Finding]:
         return []
     peaks, limits = t.peaks(), t.limits()
     out = []
+    # the heap fills up to -Xmx between collections by design: what must fit is the live heap
     for label, peak, limit, flag in (
-        ("heap", peaks["heap_used"], limits["heap_max"], "-Xmx"),
+        ("live heap", peaks["heap_live"], limits["heap_max"], "-Xmx"),
         ("JavaCPP physicalBytes", peaks["javacpp_physical"], limits["javacpp_max_physical"], "-Dorg.bytedeco.javacpp.maxphysicalbytes"),
         ("JavaCPP totalBytes", peaks["javacpp_total"], limits["javacpp_max"], "-Dorg.bytedeco.javacpp.maxbytes"),
     ):

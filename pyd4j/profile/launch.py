@@ -1,17 +1,30 @@
-"""Run a user's Java job under pyd4j's agent: a child in its own process group that never
-outlives us, its output kept in the run directory, its timeline streamed to disk as it comes.
+"""Run a user's job under pyd4j's agent: every JVM it starts is profiled, nothing it starts
+outlives the run, its output is kept in the run directory, its timelines streamed to disk.
 
-Two ways for the agent to send its lines: straight into `timeline.jsonl` (default, survives
-anything), or a loopback socket that this process listens on, where the first line must carry
-a random token handed to the job in its environment (PYD4J_AGENT_TOKEN), so no other local
-process can inject samples.
+The job is any command (`java ...`, `bash -c "java ..."`, `mvn exec:java`, Gradle,
+`spark-submit`): the agent reaches every JVM through JAVA_TOOL_OPTIONS (see
+pyd4j.profile.command), and each JVM writes its own timeline `jvm-<pid>.jsonl` (see
+pyd4j.profile.jvms for who is who).
+
+Two ways for the agents to send their lines: straight into their files (default, survives
+anything), or a loopback socket that this process listens on, where the first line of each
+connection must carry a random token handed to the job in its environment (PYD4J_AGENT_TOKEN), so
+no other local process can inject samples; connections are served concurrently, so a silent one
+holds up no agent.
+
+The job runs in its own session (process group); at its end, on a timeout, on Ctrl-C/SIGTERM or
+on any error here, whatever it started and left running is ended, and each agent also ends its JVM
+when this process is gone (even after SIGKILL).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import secrets
+import signal
 import socket
 import subprocess
 import threading
@@ -25,13 +38,19 @@ import psutil
 
 from pyd4j.jvm.classpath import HELPER_JAR, ClasspathError
 from pyd4j.memory.machine import cgroup_limit_bytes
-from pyd4j.profile.command import JavaCommand, JobCommandError
-from pyd4j.profile.timeline import RUN_META, TIMELINE, Timeline
+from pyd4j.profile.command import TOOL_OPTIONS, JobCommand, JobCommandError
+from pyd4j.profile.jvms import LANE_PATTERN, LANE_PREFIX, LANE_SUFFIX
+from pyd4j.profile.signals import Stopped
+from pyd4j.profile.timeline import RUN_META, Timeline, share_meta
 
 DEFAULT_INTERVAL_MS = 100
 # How long a connection to the socket receiver may take to send its hello line before it is
-# dropped, so a silent local process cannot hold the one accept slot the agent needs.
+# dropped.
 HELLO_TIMEOUT_S = 5.0
+# How long the job's processes get between SIGTERM (shutdown hooks write the timelines' end lines)
+# and SIGKILL.
+GRACE_S = 5.0
+_AGENT_WRITE_FAILED = re.compile(r"\[pyd4j agent\] could not write the timeline of pid (\d+) \((.*?)\) at (\d+) ms")
 
 
 class RunDirError(JobCommandError):
@@ -40,7 +59,7 @@ class RunDirError(JobCommandError):
 
 def check_run_dir(run_dir: Path) -> None:
     """Refuse a run directory that exists and is not empty: the run and its report would write
-    timeline.jsonl, run.json, stdout.log, stderr.log, report.html, ... over what is there."""
+    jvm-*.jsonl, run.json, stdout.log, stderr.log, report.html, ... over what is there."""
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise RunDirError(f"run directory {run_dir} already exists and is not empty; pyd4j does not overwrite "
                           f"earlier runs or other files: give a new or empty directory with --out, or remove it")
@@ -54,9 +73,12 @@ def agent_jar() -> Path:
 
 
 def agent_option(interval_ms: int, out: Path | None = None, port: int | None = None, hooks: bool = True,
-                 parent: int | None = None) -> str:
-    """The -javaagent option. Files are given last since a path may hold '=' (not ',').
-    With `parent`, the job ends itself when that process (pyd4j) is gone."""
+                 parent: int | None = None, plan: Path | None = None, describe: bool = False) -> str:
+    """The -javaagent option. Files are given last since a path may hold '=' (not ','); an `out`
+    with %p gives each JVM its own file. With `parent`, each JVM ends itself when that process
+    (pyd4j) is gone; with `plan`, its networks train under that pyd4j plan file (planned
+    training); with `describe`, the agent reports each network's configuration and first batch
+    shape (what pyd4j plans from)."""
     if interval_ms < 1:
         raise ValueError(f"sampling interval {interval_ms} ms is too small; use 1 ms or more (default {DEFAULT_INTERVAL_MS})")
     parts = [f"interval={interval_ms}"]
@@ -64,6 +86,12 @@ def agent_option(interval_ms: int, out: Path | None = None, port: int | None = N
         parts.append("hooks=false")
     if parent is not None:
         parts.append(f"parent={parent}")
+    if describe:
+        parts.append("describe=true")
+    if plan is not None:
+        if "," in str(plan):
+            raise ValueError(f"plan file {plan} contains ',', which the agent's option syntax cannot carry; move it")
+        parts.append(f"plan={plan}")
     if port is not None:
         parts.append(f"port={port}")
     elif out is not None:
@@ -88,7 +116,7 @@ def default_run_dir(title: str, root: Path = Path("runs")) -> Path:
 
 @dataclass
 class JobRun:
-    """A finished (or interrupted) profiled run."""
+    """A finished (or stopped) profiled run: the job's timeline plus every JVM's (`lanes`)."""
 
     run_dir: Path
     command: list[str]
@@ -96,80 +124,213 @@ class JobRun:
     interrupted: bool
     wall_s: float
     timeline: Timeline = field(repr=False)
+    lanes: list[Timeline] = field(default_factory=list, repr=False)
+    stopped_by: str | None = None     # "timeout", "SIGINT", "SIGTERM", "SIGHUP" or None
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.interrupted
 
 
+# -- the job's processes -----------------------------------------------------------------------
+
+class ProcessTree:
+    """Every process the job started, remembered as it runs (pid with its start time, so a reused
+    pid is never taken for one of ours): children and grandchildren seen under the root, and every
+    JVM whose agent reported in, even one that left the tree (a Gradle daemon detaches itself)."""
+
+    def __init__(self, root: subprocess.Popen) -> None:
+        self.root = root
+        self.seen: dict[int, float] = {}
+
+    def add(self, pid: int) -> None:
+        if pid == self.root.pid or pid in self.seen:
+            return
+        try:
+            self.seen[pid] = psutil.Process(pid).create_time()
+        except psutil.Error:
+            pass
+
+    def scan(self) -> None:
+        try:
+            for child in psutil.Process(self.root.pid).children(recursive=True):
+                self.add(child.pid)
+        except psutil.Error:
+            pass
+
+    def alive(self) -> list[psutil.Process]:
+        out = []
+        for pid, created in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    def end(self, grace_s: float = GRACE_S) -> list[dict]:
+        """SIGTERM to the job's process group and to every process seen, SIGKILL to what is left
+        after `grace_s`. The root is reaped by Popen.wait() (never by psutil), so its real exit
+        status is kept. Returns the processes other than the root that were still running."""
+        self.scan()
+        others = self.alive()
+        left = [{"pid": p.pid, "name": _name(p)} for p in others]
+        if self.root.poll() is None or others:
+            _signal_group(self.root.pid, signal.SIGTERM)
+            for p in others:
+                _try(p.terminate)
+        deadline = time.monotonic() + grace_s
+        try:
+            self.root.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        _, survivors = psutil.wait_procs(others, timeout=max(0.1, deadline - time.monotonic()))
+        survivors = [p for p in survivors if _running(p)]
+        if self.root.poll() is None or survivors:
+            _signal_group(self.root.pid, signal.SIGKILL)
+            _try(self.root.kill)
+            for p in survivors:
+                _try(p.kill)
+        self.root.wait()
+        psutil.wait_procs(survivors, timeout=grace_s)
+        return left
+
+
+def _name(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())[:300] or p.name()
+    except psutil.Error:
+        return "?"
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _try(action: Callable[[], object]) -> None:
+    try:
+        action()
+    except (psutil.Error, ProcessLookupError):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def kill_tree(pid: int, grace_s: float = 3.0) -> None:
-    """End a process and everything it started: SIGTERM to all, then SIGKILL to the survivors."""
+    """End a process that is not our child and everything it started: SIGTERM, then SIGKILL."""
     try:
         parent = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return
     procs = [parent, *parent.children(recursive=True)]
     for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
+        _try(p.terminate)
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+        _try(p.kill)
     psutil.wait_procs(alive, timeout=grace_s)
 
 
-class _SocketReceiver(threading.Thread):
-    """Accepts one agent connection on loopback, checks its token, appends its lines to disk."""
+# -- the agents' streams -------------------------------------------------------------------------
 
-    def __init__(self, path: Path, token: str) -> None:
+class _SocketReceiver(threading.Thread):
+    """Accepts agent connections on loopback, each served on its own thread: a connection whose
+    first line carries the token has its lines appended to `jvm-<pid>.jsonl`; any other (wrong
+    token, garbage, silent past HELLO_TIMEOUT_S) is dropped without holding up the others."""
+
+    def __init__(self, run_dir: Path, token: str) -> None:
         super().__init__(name="pyd4j-agent-receiver", daemon=True)
         self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.5)
+        self.server.settimeout(0.2)
         self.port = self.server.getsockname()[1]
-        self.path = path
+        self.run_dir = run_dir
         self.token = token
         self.rejected = 0
+        self.streams: list[Path] = []
+        self.write_errors: list[dict] = []
         self.stop = threading.Event()
+        self._handlers: list[threading.Thread] = []
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
 
     def run(self) -> None:
         try:
-            with self.path.open("ab") as out:
-                while not self.stop.is_set():
-                    try:
-                        conn, _ = self.server.accept()
-                    except OSError:
-                        continue
-                    with conn:
-                        rest = self._hello(conn)
-                        if rest is None:
-                            self.rejected += 1  # a local process without the token: drop it
-                            continue
-                        conn.settimeout(None)
-                        for chunk in iter(lambda: conn.recv(1 << 16), b""):
-                            out.write(rest + chunk)
-                            out.flush()
-                            rest = b""
-                        out.write(rest)
-                        return
+            while not self.stop.is_set():
+                try:
+                    conn, _ = self.server.accept()
+                except OSError:
+                    continue
+                with self._lock:
+                    self._open.add(conn)
+                handler = threading.Thread(target=self._serve, args=(conn,), name="pyd4j-agent-stream", daemon=True)
+                self._handlers.append(handler)
+                handler.start()
         finally:
             self.server.close()
 
-    def _hello(self, conn: socket.socket) -> bytes | None:
-        """Read the first line within HELLO_TIMEOUT_S; the bytes after it if it carries the token."""
+    def close(self, timeout_s: float = HELLO_TIMEOUT_S + 2) -> None:
+        """Stop accepting; let open streams finish (their JVMs are gone by now), then cut them."""
+        self.stop.set()
+        self.join(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for h in list(self._handlers):
+            h.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            for conn in self._open:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for h in list(self._handlers):
+            h.join(timeout=2)
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            with conn:
+                hello = self._hello(conn)
+                if hello is None:
+                    with self._lock:
+                        self.rejected += 1  # a local process without the token: drop it
+                    return
+                pid, rest = hello
+                path = self.run_dir / f"{LANE_PREFIX}{pid}{LANE_SUFFIX}"
+                with self._lock:
+                    n = 2
+                    while path in self.streams or path.exists():
+                        path = self.run_dir / f"{LANE_PREFIX}{pid}-{n}{LANE_SUFFIX}"
+                        n += 1
+                    self.streams.append(path)
+                conn.settimeout(None)
+                _copy_stream(conn, rest, path, pid, self.write_errors, self._lock)
+        finally:
+            with self._lock:
+                self._open.discard(conn)
+
+    def _hello(self, conn: socket.socket) -> tuple[int | str, bytes] | None:
+        """Read the first line within HELLO_TIMEOUT_S; (the agent's pid, the bytes after the line)
+        if it carries the token."""
         deadline = time.monotonic() + HELLO_TIMEOUT_S
         data = b""
         while b"\n" not in data:
             left = deadline - time.monotonic()
             if left <= 0 or len(data) > 4096:
                 return None
-            conn.settimeout(left)
+            conn.settimeout(min(left, 0.5))
             try:
                 chunk = conn.recv(4096)
+            except socket.timeout:
+                if self.stop.is_set():
+                    return None  # the run is over: no agent is still to say hello
+                continue
             except OSError:
                 return None
             if not chunk:
@@ -183,8 +344,109 @@ class _SocketReceiver(threading.Thread):
         if not isinstance(hello, dict) or hello.get("type") != "hello" \
                 or not secrets.compare_digest(str(hello.get("token", "")).encode(), self.token.encode()):
             return None
-        return rest
+        pid = hello.get("pid")
+        return (int(pid) if isinstance(pid, int) else "unknown"), rest
 
+
+def _copy_stream(conn: socket.socket, rest: bytes, path: Path, pid, errors: list[dict], lock: threading.Lock) -> None:
+    """Append an agent's stream to its file. When a write fails (disk full), the lines from then on
+    are counted, not written, and the stream is still read to its end, so the job is never held up."""
+    failure: dict | None = None
+    out = None
+    for chunk in _chunks(conn, rest):
+        if failure is None:
+            try:
+                out = out or _open_lane(path)
+                out.write(chunk)
+                out.flush()
+                continue
+            except OSError as err:
+                failure = {"pid": pid, "file": path.name, "error": _os_error(err),
+                           "errno": errno.errorcode.get(err.errno or 0, ""), "lost_lines": 0, "lost_bytes": 0,
+                           "from_t_ms": _first_t(chunk)}
+                with lock:
+                    errors.append(failure)
+        failure["lost_lines"] += chunk.count(b"\n")
+        failure["lost_bytes"] += len(chunk)
+    if out is not None:
+        try:
+            out.close()
+        except OSError:
+            pass
+
+
+def _open_lane(path: Path):
+    return path.open("ab")
+
+
+def _os_error(err: OSError) -> str:
+    return os.strerror(err.errno) if err.errno else str(err)
+
+
+def _chunks(conn: socket.socket, first: bytes):
+    if first:
+        yield first
+    while True:
+        try:
+            chunk = conn.recv(1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
+def _first_t(chunk: bytes) -> int | None:
+    match = re.search(rb'"t":(\d+)', chunk)
+    return int(match.group(1)) if match else None
+
+
+class _LaneTail:
+    """Follows every `jvm-*.jsonl` of the run directory as it grows: a new JVM's start line goes to
+    `on_jvm`, each sample (with its JVM's "pid" added) to `on_sample`."""
+
+    def __init__(self, run_dir: Path, tree: ProcessTree, on_sample: Callable[[dict], None] | None,
+                 on_jvm: Callable[[dict], None] | None) -> None:
+        self.run_dir = run_dir
+        self.tree = tree
+        self.on_sample = on_sample
+        self.on_jvm = on_jvm
+        self.files: dict[Path, list] = {}   # path -> [position, pending bytes, pid]
+
+    def poll(self) -> None:
+        for path in self.run_dir.glob(f"{LANE_PREFIX}*{LANE_SUFFIX}"):
+            state = self.files.setdefault(path, [0, b"", None])
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(state[0])
+                    chunk = fh.read()
+            except OSError:
+                continue
+            state[0] += len(chunk)
+            state[1] += chunk
+            *lines, state[1] = state[1].split(b"\n")
+            for line in lines:
+                self._line(line, state)
+
+    def _line(self, line: bytes, state: list) -> None:
+        try:
+            event = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == "start" and state[2] is None:
+            state[2] = event.get("pid")
+            if isinstance(state[2], int):
+                self.tree.add(state[2])
+            if self.on_jvm is not None:
+                self.on_jvm(event)
+        elif kind == "sample" and self.on_sample is not None:
+            self.on_sample({**event, "pid": state[2]})
+
+
+# -- the run ------------------------------------------------------------------------------------
 
 def profile_job(
     argv: list[str],
@@ -197,72 +459,128 @@ def profile_job(
     on_sample: Callable[[dict], None] | None = None,
     echo_output: bool = False,
     timeout_s: float | None = None,
+    plan: Path | str | None = None,
+    describe: bool = False,
+    on_jvm: Callable[[dict], None] | None = None,
 ) -> JobRun:
-    """Run `java ... Main ...` under the agent and return its timeline.
+    """Run the job command under the agent and return its timelines.
 
-    The job runs in its own session (process group); on Ctrl-C, timeout or any exception here
-    the whole tree is terminated, and the timeline written so far stays in `run_dir`.
-    `on_sample` gets each sample as it arrives (live display). `extra_jvm_options` go before the
-    user's own options; `drop_memory_flags` removes the user's -Xmx/-Xms/MaxDirectMemorySize/
-    JavaCPP limits first (pyd4j tune's second run).
+    `on_sample` gets each sample as it arrives, with its JVM's "pid" (live display); `on_jvm`
+    each JVM's start line. `extra_jvm_options` reach the job's JVMs (on a `java` command line
+    before the user's own options, so the user's win unless `drop_memory_flags` removes the user's
+    -Xmx/-Xms/MaxDirectMemorySize/JavaCPP limits first: pyd4j tune's second run). Past
+    `timeout_s` the job is ended and the run returned with stopped_by="timeout". On Ctrl-C (or
+    pyd4j.profile.signals.Stopped) the job is ended and Stopped raised with `.run` set.
+    `plan`: the job's networks train under that pyd4j plan file (the agent's plan= option);
+    `describe`: the agent reports each network (configuration, first batch shape) in the timeline.
     """
-    command = JavaCommand.parse(argv)
+    command = JobCommand.parse(argv)
     run_dir = Path(run_dir) if run_dir else default_run_dir(command.title)
     check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    timeline_path = (run_dir / TIMELINE).resolve()
-    timeline_path.write_text("")
-    env = dict(os.environ)
+    run_dir = run_dir.resolve()
     receiver = None
+    env = dict(os.environ)
     if transport == "socket":
         token = secrets.token_hex(16)
-        receiver = _SocketReceiver(timeline_path, token)
+        receiver = _SocketReceiver(run_dir, token)
         receiver.start()
         env["PYD4J_AGENT_TOKEN"] = token
-        agent = agent_option(interval_ms, port=receiver.port, hooks=hooks, parent=os.getpid())
+        agent = agent_option(interval_ms, port=receiver.port, hooks=hooks, parent=os.getpid(), plan=plan,
+                             describe=describe)
     elif transport == "file":
-        agent = agent_option(interval_ms, out=timeline_path, hooks=hooks, parent=os.getpid())
+        agent = agent_option(interval_ms, out=run_dir / LANE_PATTERN, hooks=hooks, parent=os.getpid(), plan=plan,
+                             describe=describe)
     else:
         raise ValueError(f"transport {transport!r}: use 'file' or 'socket'")
-    full = command.argv([agent, *extra_jvm_options], drop_memory_flags=drop_memory_flags)
+    full, env = command.launch(agent, extra_jvm_options, drop_memory_flags=drop_memory_flags, env=env)
     meta = {
-        "command": full, "user_command": list(argv), "title": command.title, "interval_ms": interval_ms,
-        "transport": transport, "started": time.time(), "cgroup_limit_bytes": cgroup_limit_bytes(),
-        "extra_jvm_options": list(extra_jvm_options), "returncode": None, "interrupted": False,
+        "command": full, "user_command": list(argv), "launcher": command.kind, "title": command.title,
+        "interval_ms": interval_ms, "transport": transport, "started": time.time(),
+        "cgroup_limit_bytes": cgroup_limit_bytes(), "extra_jvm_options": list(extra_jvm_options),
+        "java_tool_options": env.get(TOOL_OPTIONS, ""), "returncode": None, "interrupted": False, "stopped_by": None,
     }
-    (run_dir / RUN_META).write_text(json.dumps(meta, indent=2))
+    _write_meta(run_dir, meta)
     stdout = (run_dir / "stdout.log").open("wb")
     stderr = (run_dir / "stderr.log").open("wb")
     started = time.monotonic()
-    proc = subprocess.Popen(full, stdout=subprocess.PIPE if echo_output else stdout, stderr=stderr,
-                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        proc = subprocess.Popen(full, stdout=subprocess.PIPE if echo_output else stdout, stderr=stderr,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    except OSError as err:
+        stdout.close()
+        stderr.close()
+        if receiver is not None:
+            receiver.close(timeout_s=1)
+        raise JobCommandError(f"could not start {full[0]!r}: {err.strerror or err}") from None
+    tree = ProcessTree(proc)
     pumps = []
     if echo_output:
         pumps.append(threading.Thread(target=_tee, args=(proc.stdout, stdout), daemon=True))
         pumps[-1].start()
-    interrupted = False
+    stopped: Stopped | None = None
+    stopped_by = None
+    left: list[dict] = []
     try:
-        _watch(proc, timeline_path, on_sample, timeout_s, started)
-    except BaseException:
-        interrupted = True
-        kill_tree(proc.pid)
-        raise
+        stopped_by = _watch(proc, _LaneTail(run_dir, tree, on_sample, on_jvm), tree, timeout_s, started)
+    except KeyboardInterrupt as err:
+        stopped = err if isinstance(err, Stopped) else Stopped(signal.SIGINT)
+        stopped_by = stopped.name
     finally:
-        if proc.poll() is None:
-            kill_tree(proc.pid)
-        proc.wait()
+        root_done = proc.poll() is not None
+        left = tree.end()
         for pump in pumps:
             pump.join(timeout=5)
         stdout.close()
         stderr.close()
         if receiver is not None:
-            receiver.stop.set()
-            receiver.join(timeout=5)
-        meta.update(returncode=proc.returncode, interrupted=interrupted, wall_s=time.monotonic() - started,
-                    ended=time.time())
+            receiver.close()
+        meta.update(returncode=proc.returncode, interrupted=stopped_by is not None, stopped_by=stopped_by,
+                    wall_s=time.monotonic() - started, ended=time.time(),
+                    ended_after_exit=left if root_done else [])
+    lanes = Timeline.load_lanes(run_dir)
+    meta["jvms"] = [t.jvm.to_dict() for t in lanes if t.jvm is not None]
+    meta["write_errors"] = _write_errors(run_dir, lanes, receiver, meta)
+    _write_meta(run_dir, meta)
+    share_meta(lanes, meta)
+    primary = next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
+    run = JobRun(run_dir, full, proc.returncode, stopped_by is not None, meta["wall_s"], primary, lanes, stopped_by)
+    if stopped is not None:
+        stopped.run = run
+        raise stopped
+    return run
+
+
+def _write_meta(run_dir: Path, meta: dict) -> None:
+    """run.json; a full disk loses it (said in write_errors kept in memory), not the run."""
+    try:
         (run_dir / RUN_META).write_text(json.dumps(meta, indent=2))
-    timeline = Timeline.load(run_dir)
-    return JobRun(run_dir, full, proc.returncode, interrupted, meta["wall_s"], timeline)
+    except OSError as err:
+        meta.setdefault("write_errors", []).append({"file": RUN_META, "error": _os_error(err)})
+
+
+def _write_errors(run_dir: Path, lanes: list[Timeline], receiver: _SocketReceiver | None, meta: dict) -> list[dict]:
+    """What could not be written: streams the receiver could not store, and timelines an agent
+    could not write itself (it says so on stderr), each with where the kept part ends."""
+    errors = [e for e in meta.get("write_errors", []) if e.get("file") == RUN_META]
+    if receiver is not None:
+        errors += receiver.write_errors
+    try:
+        text = (run_dir / "stderr.log").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for match in _AGENT_WRITE_FAILED.finditer(text):
+        pid = int(match.group(1))
+        lane = next((t for t in lanes if t.start.get("pid") == pid), None)
+        errors.append({"pid": pid, "file": lane.path.name if lane and lane.path else None, "error": match.group(2),
+                       "from_t_ms": int(match.group(3)), "lost_lines": None, "lost_bytes": None})
+    ended_ms = meta.get("ended", time.time()) * 1000.0
+    for e in errors:
+        lane = next((t for t in lanes if t.start.get("pid") == e.get("pid")), None)
+        last = lane.samples[-1]["t"] if lane is not None and lane.samples else None
+        e["last_kept_t_ms"] = last
+        e["lost_s"] = round((ended_ms - last) / 1000.0, 3) if last else None
+    return errors
 
 
 def _tee(src, dst) -> None:
@@ -272,29 +590,18 @@ def _tee(src, dst) -> None:
         os.write(1, chunk)
 
 
-def _watch(proc: subprocess.Popen, path: Path, on_sample: Callable[[dict], None] | None,
-           timeout_s: float | None, started: float) -> None:
-    """Wait for the job, handing new samples to on_sample; raise TimeoutError past timeout_s."""
-    position = 0
-    pending = b""
+def _watch(proc: subprocess.Popen, tail: _LaneTail, tree: ProcessTree, timeout_s: float | None,
+           started: float) -> str | None:
+    """Wait for the job's root process, following its timelines; "timeout" past timeout_s."""
+    scans = 0
     while True:
         done = proc.poll() is not None
-        if on_sample is not None and path.exists():
-            with path.open("rb") as fh:
-                fh.seek(position)
-                chunk = fh.read()
-            position += len(chunk)
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if event.get("type") == "sample":
-                    on_sample(event)
+        if scans % 5 == 0 and not done:
+            tree.scan()  # remember children while they are still under the root
+        scans += 1
+        tail.poll()
         if done:
-            return
+            return None
         if timeout_s is not None and time.monotonic() - started > timeout_s:
-            raise TimeoutError(f"the job ran past --timeout {timeout_s:.0f} s and was stopped; its timeline so far is kept")
+            return "timeout"
         time.sleep(0.2)

@@ -1,5 +1,7 @@
-"""A profiled run on disk: the agent's JSON lines (`timeline.jsonl`) plus `run.json` (how the job
-was started and how it ended), read back into arrays.
+"""A profiled run on disk, read back into arrays: one JSON-lines timeline per JVM
+(`jvm-<pid>.jsonl`; the job and any JVM it starts, see pyd4j.profile.jvms) plus `run.json` (how
+the job was started and how it ended). In-process sessions and runs of earlier versions have a
+single `timeline.jsonl`.
 
 The JSON lines are appended as they stream, so a run that crashed or was interrupted reads back
 as far as it got; a torn last line is skipped.
@@ -8,21 +10,101 @@ as far as it got; a torn last line is skipped.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
+
 TIMELINE = "timeline.jsonl"
 RUN_META = "run.json"
 
+# Events that are placed in time: a line of one of these kinds without a finite "t" is skipped.
+_TIMED = ("sample", "gc", "iter", "epoch", "end")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, str]:
+    """One timeline line as an event with only sound values, or (None, why it is skipped)."""
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError):
+        return None, "torn or not JSON"  # the job died mid-write: keep everything before
+    if not isinstance(event, dict):
+        return None, "not a JSON object"
+    kind = event.get("type")
+    if not isinstance(kind, str):
+        return None, "no event type"
+    if kind in _TIMED and not _number(event.get("t")):
+        return None, f"{kind} without a time"
+    if kind == "iter" and not (_number(event.get("n")) and event["n"] >= 0):
+        return None, "iter without a count"
+    dropped = 0
+    for key in [k for k, v in event.items() if v is None]:  # null is "not measured", as an absent key is
+        del event[key]
+    for key, value in list(event.items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            del event[key]
+            dropped += 1
+        elif key in SERIES and not (_number(value) and value >= 0):  # bytes and counts are never negative
+            del event[key]
+            dropped += 1
+    if kind == "sample":
+        gc = event.get("gc")
+        if gc is not None:
+            sound = {k: v for k, v in gc.items() if isinstance(v, list) and len(v) == 2 and all(map(_number, v))} \
+                if isinstance(gc, dict) else {}
+            dropped += (len(gc) if isinstance(gc, dict) else 1) - len(sound)
+            event["gc"] = sound
+        ws = event.get("ws")
+        if ws is not None:
+            sound = [w for w in ws if isinstance(w, dict) and "id" in w and "thread" in w
+                     and all(_number(v) for k, v in w.items() if k not in ("id", "thread") and v is not None)] \
+                if isinstance(ws, list) else []
+            dropped += (len(ws) if isinstance(ws, list) else 1) - len(sound)
+            event["ws"] = sound
+    if dropped:
+        skipped["values not finite numbers"] = skipped.get("values not finite numbers", 0) + dropped
+    return event, ""
+
+
 # Per-sample numeric series the report and the diagnosis use (agent field names).
 SERIES = (
-    "heap_used", "heap_committed", "heap_max", "nonheap_used", "nonheap_committed",
+    "heap_used", "heap_committed", "heap_max", "nonheap_used", "nonheap_committed", "old_used",
     "direct_used", "mapped_used", "rss", "threads", "iterations",
-    "javacpp_total", "javacpp_physical", "javacpp_max", "javacpp_max_physical",
+    "javacpp_total", "javacpp_count", "javacpp_physical", "javacpp_max", "javacpp_max_physical",
+    # the agent's allocation counters: libnd4j buffers (not counted by JavaCPP) and JavaCPP Pointers
+    "nd4j_live", "nd4j_live_count", "nd4j_peak", "nd4j_allocated", "live_points",
+    "javacpp_allocated", "javacpp_peak", "javacpp_largest",
 )
+
+
+def _read_meta(run_dir: Path) -> dict[str, Any] | None:
+    """The run's run.json ({} when there is none), or None when it cannot be read as an object."""
+    from pyd4j.inputs import InputError, read_json  # noqa: PLC0415
+
+    path = run_dir / RUN_META
+    if not path.exists():
+        return {}
+    try:
+        meta = read_json(path, "run description")
+    except InputError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def share_meta(lanes: list["Timeline"], meta: dict[str, Any]) -> None:
+    """Give every lane the run's run.json; the run's exit status is the job's (its primary JVM's),
+    not every JVM's, so the other lanes of a multi-JVM run get none."""
+    for t in lanes:
+        primary = t.jvm is None or t.jvm.primary or len(lanes) == 1
+        t.meta = dict(meta) if primary else {**meta, "returncode": None}
 
 
 @dataclass
@@ -38,32 +120,69 @@ class Timeline:
     errors: list[dict[str, Any]]
     end: dict[str, Any] | None
     meta: dict[str, Any] = field(default_factory=dict)
-    torn_lines: int = 0
+    torn_lines: int = 0                  # lines skipped whole (see `skipped` for why)
+    skipped: dict[str, int] = field(default_factory=dict)
+    network_events: list[dict[str, Any]] = field(default_factory=list)  # "network", "plan", "plan_stats"
+    path: Path | None = None
+    jvm: "JvmIdentity | None" = field(default=None, repr=False)
+    # what the job kept: one point after each full collection (the job's own or the agent's inspection)
+    live_points: list[dict[str, Any]] = field(default_factory=list)
+    # allocation sites by call site, sampled by bytes: after each live point, at new peaks, at the end
+    site_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
-        """Read a run directory written by `pyd4j profile` (or the agent's out= file alone)."""
+        """The job's timeline of a run directory written by `pyd4j profile` (its primary JVM when
+        the job started several, see `load_lanes`), or one timeline file.
+
+        Lines that cannot be used (torn, not a JSON object, a sample without a time) are skipped,
+        and values that are not finite numbers are dropped from their line; `skipped` counts
+        both by reason, so a partial timeline reads as far as it is sound."""
+        lanes = cls.load_lanes(run_dir)
+        return next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
+
+    @classmethod
+    def load_lanes(cls, run_dir: str | Path) -> list["Timeline"]:
+        """Every JVM's timeline in a run directory, each with its identity (`.jvm`), in start order."""
         run_dir = Path(run_dir)
-        path = run_dir / TIMELINE if run_dir.is_dir() else run_dir
-        if not path.exists():
+        if run_dir.is_dir():
+            paths = lane_files(run_dir) or [run_dir / TIMELINE]
+        else:
+            paths = [run_dir]
+        if run_dir.is_dir() and not paths[0].exists() and (run_dir / RUN_META).exists():
+            lanes = [cls(run_dir, {}, [], [], [], [], [], None, _read_meta(run_dir) or {})]  # no JVM ever reported in
+        elif not paths[0].exists():
             raise FileNotFoundError(
-                f"no timeline at {path}: give the run directory `pyd4j profile` printed "
-                f"(it holds {TIMELINE} and {RUN_META})"
+                f"no timeline at {run_dir}: give the run directory `pyd4j profile` printed "
+                f"(it holds {LANE_PATTERN.replace('%p', '<pid>')} or {TIMELINE}, and {RUN_META})"
             )
+        else:
+            lanes = [cls._load_file(p) for p in paths]
+        lanes.sort(key=lambda t: (t.start.get("jvm_start") or float("inf"), t.path.name if t.path else ""))
+        for t, identity in zip(lanes, identify(lanes)):
+            t.jvm = identity
+        share_meta(lanes, lanes[0].meta)
+        return lanes
+
+    @classmethod
+    def _load_file(cls, path: Path) -> "Timeline":
+        from pyd4j.inputs import regular_file  # noqa: PLC0415
+
+        regular_file(path, "timeline")
         base = path.parent
         start: dict[str, Any] = {}
-        samples, gcs, iters, epochs, errors = [], [], [], [], []
+        samples, gcs, iters, epochs, errors, networks, lives, sites, notes = [], [], [], [], [], [], [], [], []
         end = None
-        torn = 0
+        skipped: dict[str, int] = {}
         with path.open(encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 line = line.strip()
                 if not line:
                     continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    torn += 1  # the job died mid-write: keep everything before
+                event, why = _event(line, skipped)
+                if event is None:
+                    skipped[why] = skipped.get(why, 0) + 1
                     continue
                 kind = event.get("type")
                 if kind == "sample":
@@ -76,13 +195,36 @@ class Timeline:
                     epochs.append(event)
                 elif kind == "error":
                     errors.append(event)
+                elif kind == "live":
+                    lives.append(event)
+                elif kind == "sites":
+                    sites.append(event)
+                elif kind == "note":
+                    notes.append(event)
                 elif kind == "start" and not start:
                     start = event
                 elif kind == "end":
                     end = event
-        meta_path = base / RUN_META
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn)
+                elif kind in ("network", "plan", "plan_stats"):
+                    networks.append(event)
+        meta = _read_meta(base)
+        if meta is None:
+            meta = {}
+            skipped["unreadable run.json"] = 1
+        torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
+        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn_lines=torn, skipped=skipped,
+                   network_events=networks, path=path, live_points=lives, site_snapshots=sites, notes=notes)
+
+    def until(self, t_ms: float) -> "Timeline":
+        """The run as it was known at epoch-ms `t_ms` (no end line): what a prediction made then could see."""
+        def before(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [e for e in events if e.get("t", 0) <= t_ms]
+
+        meta = dict(self.meta, returncode=None)
+        return Timeline(self.run_dir, self.start, before(self.samples), before(self.gc_events), before(self.iter_events),
+                        before(self.epoch_events), before(self.errors), None, meta, path=self.path, jvm=self.jvm,
+                        live_points=before(self.live_points), site_snapshots=before(self.site_snapshots),
+                        notes=before(self.notes))
 
     # -- arrays -------------------------------------------------------------------------------
 
@@ -93,9 +235,10 @@ class Timeline:
             return float(self.start["jvm_start"])
         return float(self.samples[0]["t"]) if self.samples else 0.0
 
-    def times(self) -> np.ndarray:
-        """Seconds since t0, one per sample."""
-        return (np.array([s["t"] for s in self.samples], dtype=float) - self.t0) / 1000.0
+    def times(self, origin_ms: float | None = None) -> np.ndarray:
+        """Seconds since t0 (or since `origin_ms`, a common origin for all JVMs of a run), one per sample."""
+        origin = self.t0 if origin_ms is None else origin_ms
+        return (np.array([s["t"] for s in self.samples], dtype=float) - origin) / 1000.0
 
     def series(self, name: str) -> np.ndarray:
         """One numeric field per sample; NaN where absent."""
@@ -146,28 +289,62 @@ class Timeline:
 
     def peak(self, name: str) -> int | None:
         """Largest value of a series, or None if never sampled."""
-        values = self.series(name) if self.samples else np.array([])
-        values = values[~np.isnan(values)]
-        return int(values.max()) if values.size else None
+        return _nanmax(self.series(name) if self.samples else np.array([]))
 
     def live_heap_peak(self) -> int | None:
-        """Largest heap still in use right after a GC: the live set -Xmx must hold."""
+        """Largest live heap: object bytes left after a full collection (the job's own, or the agent's
+        heap inspection, which is `jcmd GC.class_histogram`). None when no full collection happened:
+        heap after young collections is not the live set (old-generation garbage stays in it)."""
+        points = [p for p in self.live_points if p.get("heap_live") is not None]
+        # points taken once ND4J's deallocators were done, when there are any: before that the
+        # bookkeeping of arrays that just died is still reachable and counted
+        clean = [p for p in points if p.get("heap_drained")]
+        values = [p["heap_live"] for p in (clean or points)]
+        return max(values) if values else None
+
+    def heap_after_gc_peak(self) -> int | None:
+        """Largest heap left after any collection, young ones included: an upper bound of the live
+        set, up to all the old-generation garbage not collected yet."""
         after = [g["heap_after"] for g in self.gc_events if g.get("heap_after") is not None]
         return max(after) if after else None
+
+    def last_sample_value(self, name: str) -> float | None:
+        """The last sampled value of a field (cumulative counters), or None."""
+        for s in reversed(self.samples):
+            if s.get(name) is not None:
+                return float(s[name])
+        return None
+
+    def allocators(self) -> dict[str, dict[str, int | None]]:
+        """Which off-heap allocators the job used, from the agent's exact counters: libnd4j array
+        buffers (`nd4j`, not counted by JavaCPP's maxbytes) and JavaCPP Pointers (`javacpp`, counted)."""
+        def value(name: str) -> int | None:
+            v = self.last_sample_value(name)
+            return int(v) if v is not None else None
+
+        return {
+            "nd4j": {"allocated": value("nd4j_allocated"), "peak": self.peak("nd4j_peak") or self.peak("nd4j_live")},
+            "javacpp": {"allocated": value("javacpp_allocated"),
+                        "peak": max(filter(None, (self.peak("javacpp_peak"), self.peak("javacpp_total"))), default=None),
+                        "largest": value("javacpp_largest")},
+        }
 
     def peaks(self) -> dict[str, int | None]:
         """The peaks a flag generator needs, in bytes."""
         return {
             "heap_used": self.peak("heap_used"),
             "heap_live": self.live_heap_peak(),
+            "heap_after_gc": self.heap_after_gc_peak(),
             "heap_committed": self.peak("heap_committed"),
             "nonheap_used": self.peak("nonheap_used"),
             "direct_used": self.peak("direct_used"),
             "mapped_used": self.peak("mapped_used"),
-            "javacpp_total": self.peak("javacpp_total"),
+            "javacpp_total": max(filter(None, (self.peak("javacpp_total"), self.peak("javacpp_peak"))), default=None),
+            "javacpp_largest": self.peak("javacpp_largest"),
+            "nd4j": self.peak("nd4j_peak") or self.peak("nd4j_live"),
             "javacpp_physical": self.peak("javacpp_physical"),
             "rss": self.peak("rss"),
-            "native": int(np.nanmax(self.native())) if self.samples else None,
+            "native": _nanmax(self.native()),
             "threads": self.peak("threads"),
         }
 
@@ -201,7 +378,9 @@ class Timeline:
         if len(marks) < 2:
             return None
         marks.sort()
-        first = next(m for m in marks if m[1] >= 1)
+        first = next((m for m in marks if m[1] >= 1), None)
+        if first is None:
+            return None
         last = marks[-1]
         seconds = (last[0] - first[0]) / 1000.0
         return (last[1] - first[1]) / seconds if seconds > 0 and last[1] > first[1] else None
@@ -217,6 +396,15 @@ class Timeline:
 
     @property
     def name(self) -> str:
-        """The job's main class (or jar) as the JVM reported it."""
-        command = self.start.get("command") or " ".join(self.meta.get("command", [])[-1:])
+        """The job's main class (or jar) as the JVM reported it; for `mvn exec:java`, the class
+        Maven runs, not Maven's own launcher."""
+        if self.start.get("command"):
+            return main_class(self.start)
+        command = " ".join(self.meta.get("command", [])[-1:])
         return (command or "job").split(" ")[0]
+
+
+def _nanmax(values: np.ndarray) -> int | None:
+    """The largest value that is a number, or None when there is none."""
+    values = values[~np.isnan(values)]
+    return int(values.max()) if values.size else None

@@ -2,121 +2,369 @@
 them, and compare. The flags come from pyd4j.memory.flags (the one flag generator), fed with the
 measured peaks through `measured_estimate`; `measured_need` below is the only arithmetic here:
 which measured number stands for which need.
+
+Outcomes (and the command's exit codes): verified (0), not verified (3: the re-run finished but shows
+a problem), re-run failed (4: the re-run with the recommended flags failed, even after one new
+recommendation read from its error). A first run that cannot be tuned (no measurements, or it died
+before training for a reason other than memory) is refused before any recommendation (1).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import statistics
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
-from pyd4j.profile.diagnose import Finding, diagnose
+from pyd4j.output import human_bytes
+from pyd4j.profile.command import MEMORY_FLAG_PREFIXES, JobCommand
+from pyd4j.profile.diagnose import Finding, LimitRefusal, diagnose, limit_refusals
 from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, check_run_dir, default_run_dir, profile_job
+from pyd4j.profile.signals import Stopped
 from pyd4j.profile.timeline import Timeline
-from pyd4j.units import parse_bytes
+from pyd4j.units import SizeError, parse_bytes
+
+TUNE_DOC = "tune.json"  # the tune's document, next to its before/ and after/ runs (the reports read it)
 
 MIB = 1 << 20
-HEAP_PER_LIVE = 3.0          # heap = 3x the live set after GC: room for young collections
+HEAP_PER_LIVE = 3.0          # heap = 3x the live set after full collections: room for young collections
 MIN_HEAP = 256 * MIB
+MAX_RERECOMMENDATIONS = 1    # after a re-run fails on a limit, recommend again from its error, once
+
+EXIT_VERIFIED = 0
+EXIT_ERROR = 1
+EXIT_NOT_VERIFIED = 3
+EXIT_RERUN_FAILED = 4
+# Findings in the re-run that mean the flags are not shown to hold the job.
+NOT_VERIFIED_KINDS = ("leak-heap", "leak-offheap", "gc-pressure", "near-limit", "no-data", "no-iterations")
 
 
 @dataclass(frozen=True)
 class MeasuredNeed:
     """What the job needs, read off a timeline (bytes), and where each number came from."""
 
-    offheap: int
+    javacpp: int          # JavaCPP Pointers (count against maxbytes)
+    offheap: int          # off-heap memory JavaCPP does not count (libnd4j buffers, native allocations)
     heap: int
     native: int
     why: dict[str, str] = field(default_factory=dict)
 
 
 def measured_need(t: Timeline, findings: list[Finding] | None = None) -> MeasuredNeed:
-    """Peaks -> needs. A run that died at a limit only shows a lower bound: the need is then at
-    least what the finding's fix asks for."""
+    """Peaks -> needs, per allocator. A run that died at a limit only shows a lower bound: the need
+    is then at least what its error names, or twice the measured peak."""
     peaks, limits = t.peaks(), t.limits()
     findings = diagnose(t) if findings is None else findings
-    offheap = max(peaks["native"] or 0, peaks["javacpp_total"] or 0)
-    why = {"offheap": f"peak native memory outside the JVM's areas ({offheap} B) or JavaCPP totalBytes, whichever is larger"}
+    javacpp = peaks["javacpp_total"] or 0
+    why = {"javacpp": f"JavaCPP totalBytes peaked at {human_bytes(javacpp)} (the agent's exact peak; largest single "
+                      f"Pointer {human_bytes(peaks['javacpp_largest'])})"}
+    native_rss = peaks["native"] or 0
+    nd4j = peaks["nd4j"] or 0
+    offheap = max(native_rss - javacpp, nd4j, 0)
+    why["offheap"] = (f"off-heap memory JavaCPP does not count: the larger of native memory outside the JVM's areas "
+                      f"({human_bytes(native_rss)}) less JavaCPP's peak, and libnd4j buffers at their peak ({human_bytes(nd4j)})")
     live = peaks["heap_live"]
     if live:
         heap = max(int(live * HEAP_PER_LIVE), MIN_HEAP)
-        why["heap"] = f"{HEAP_PER_LIVE:g}x the largest live heap after GC ({live} B), at least {MIN_HEAP >> 20} MiB"
+        why["heap"] = (f"{HEAP_PER_LIVE:g}x the largest live heap after full collections ({human_bytes(live)}), "
+                       f"at least {human_bytes(MIN_HEAP)}")
+    elif peaks["heap_after_gc"]:
+        heap = max(int(peaks["heap_after_gc"] * HEAP_PER_LIVE), MIN_HEAP)
+        why["heap"] = (f"no full collection measured the live heap: {HEAP_PER_LIVE:g}x the heap left after young "
+                       f"collections ({human_bytes(peaks['heap_after_gc'])}, an upper bound of the live heap)")
     else:
         heap = max(peaks["heap_used"] or 0, MIN_HEAP)
-        why["heap"] = "no GC happened: the largest heap used, at least 256 MiB"
+        why["heap"] = f"no GC happened: the largest heap used, at least {human_bytes(MIN_HEAP)}"
     native = peaks["nonheap_used"] or 0
     why["native"] = "peak metaspace + code cache"
-    kinds = {f.kind: f for f in findings}
+    kinds = {f.kind for f in findings}
     if "oom-heap" in kinds:
         heap = max(heap, 2 * (limits["heap_max"] or 0))
         why["heap"] += "; the run died of heap OOM, so at least twice the old -Xmx"
-    for kind in ("oom-javacpp-maxbytes", "oom-javacpp-maxphysicalbytes", "killed"):
-        if kind in kinds:
-            offheap = 2 * offheap
-            why["offheap"] += f"; the run died ({kind}), so twice the measured peak"
-            break
-    return MeasuredNeed(offheap=int(offheap), heap=int(heap), native=int(native), why=why)
+    need = MeasuredNeed(javacpp=int(javacpp), offheap=int(offheap), heap=int(heap), native=int(native), why=why)
+    refusals = limit_refusals(t)
+    if refusals:
+        need = raised_by(need, refusals, limits["javacpp_max_physical"])
+    elif "killed" in kinds or "oom-javacpp-maxphysicalbytes" in kinds:
+        need = replace(need, offheap=2 * need.offheap,
+                       why=dict(need.why, offheap=need.why["offheap"] + "; the run was killed or refused at its RSS "
+                                                                            "limit, so twice that"))
+    return need
+
+
+def raised_by(need: MeasuredNeed, refusals: list[LimitRefusal], max_physical: int | None) -> MeasuredNeed:
+    """The need after JavaCPP refused allocations: at least what each error says was needed.
+
+    `totalBytes (256 + 1144M) > maxBytes (253M)` means JavaCPP had to hold 256 B + 1144 MiB: the
+    JavaCPP need is at least that. `physicalBytes (P + B) > maxPhysicalBytes (M)` means the process
+    needed P + B of RSS: the memory JavaCPP does not count grows by what was missing."""
+    why = dict(need.why)
+    javacpp, offheap = need.javacpp, need.offheap
+    for r in refusals:
+        if r.limit == "maxbytes" and r.needed > javacpp:
+            javacpp = r.needed
+            why["javacpp"] = why.get("javacpp", "") + f"; a run was refused with '{r.text}', so at least {human_bytes(r.needed)}"
+        elif r.limit == "maxphysicalbytes":
+            missing = r.needed - (max_physical or r.limit_bytes)
+            if missing > 0:
+                offheap += missing
+                why["offheap"] = why.get("offheap", "") + f"; a run was refused with '{r.text}', so {human_bytes(missing)} more"
+    return replace(need, javacpp=int(javacpp), offheap=int(offheap), why=why)
+
+
+def _larger(a: MeasuredNeed, b: MeasuredNeed) -> MeasuredNeed:
+    """Each need the larger of two runs', with the reason of the one it came from."""
+    why = {}
+    values = {}
+    for name in ("javacpp", "offheap", "heap", "native"):
+        pick = a if getattr(a, name) >= getattr(b, name) else b
+        values[name] = getattr(pick, name)
+        why[name] = pick.why.get(name, "")
+    return MeasuredNeed(**values, why=why)
+
+
+def flags_for(need: MeasuredNeed, model: str, total: str | int | None, headroom: float) -> FlagSet:
+    """Flags from a need, by the one flag generator."""
+    est = measured_estimate(need.offheap + need.javacpp, need.heap, need.native, model=model, javacpp_bytes=need.javacpp)
+    return flags(est, total=parse_bytes(total, "budget") if total is not None else None, headroom=headroom)
 
 
 def recommend(t: Timeline, total: str | int | None = None, headroom: float = DEFAULT_HEADROOM) -> tuple[FlagSet, MeasuredNeed]:
     """Flags for the measured run, from the flag generator."""
     need = measured_need(t)
-    est = measured_estimate(need.offheap, need.heap, need.native, model=t.name)
-    return flags(est, total=parse_bytes(total, "budget") if total is not None else None, headroom=headroom), need
+    return flags_for(need, t.name, total, headroom), need
 
 
 def _side(run: JobRun) -> dict:
     t = run.timeline
+    # what the job's JVM really got (its command line and JAVA_TOOL_OPTIONS), else the command pyd4j ran
+    args = t.start.get("jvm_args") or run.command
+    findings = diagnose(t)
     return {
         "run_dir": str(run.run_dir), "exit_code": run.returncode, "interrupted": run.interrupted,
-        "wall_s": round(run.wall_s, 2), "iterations": t.iterations(), "iterations_per_s": t.iterations_per_second(),
-        "limits": t.limits(), "peaks": t.peaks(), "findings": [f.kind for f in diagnose(t)],
-        "jvm_memory_flags": [a for a in run.command if a.startswith(("-Xm", "-XX:MaxDirect", "-Dorg.bytedeco"))],
+        "stopped_by": run.stopped_by, "wall_s": round(run.wall_s, 2), "iterations": t.iterations(),
+        "iterations_per_s": t.iterations_per_second(), "limits": t.limits(), "peaks": t.peaks(),
+        "allocators": t.allocators(), "findings": [f.kind for f in findings],
+        "finding_titles": [f.title for f in findings], "jvms": len(run.lanes),
+        "jvm_memory_flags": [a for a in args if a.startswith(MEMORY_FLAG_PREFIXES)],
     }
 
 
+def flags_not_taken(run: JobRun, recommended: list[str]) -> list[str]:
+    """Notes for each job JVM of the tuned run that did not get a recommended limit: a launcher's
+    JVMs get the flags through JAVA_TOOL_OPTIONS, and a JVM's own command-line options win there."""
+    notes = []
+    for t in run.lanes:
+        if t.jvm is None or t.jvm.role != "job" or not t.start:
+            continue
+        for arg in recommended:
+            got, want = _limit_got(t.start, arg)
+            if want is not None and got is not None and abs(got - want) > 0.1 * want:
+                name = "-Xmx" if arg.startswith("-Xmx") else arg.split("=", 1)[0]
+                notes.append(f"JVM pid {t.start.get('pid')} ({t.name}) ran with {name} {human_bytes(got)}, not the "
+                             f"recommended {arg}: its own command line sets it, and command-line options win over "
+                             f"JAVA_TOOL_OPTIONS; change it where that JVM is started")
+    return notes
+
+
+def _limit_got(start: dict, arg: str) -> tuple[float | None, float | None]:
+    """(what the JVM reported, what `arg` asks for), in bytes, for the limits a start line shows."""
+    try:
+        if arg.startswith("-Xmx"):
+            return start.get("heap_max"), parse_bytes(arg[4:])
+        if arg.startswith("-XX:MaxDirectMemorySize="):
+            return start.get("max_direct"), parse_bytes(arg.split("=", 1)[1])
+        for prop in ("maxbytes", "maxphysicalbytes"):
+            if arg.startswith(f"-Dorg.bytedeco.javacpp.{prop}="):
+                got = start.get(f"javacpp_{prop}_prop")
+                return (parse_bytes(got) if got else None), parse_bytes(arg.split("=", 1)[1])
+    except SizeError:
+        pass
+    return None, None
+
+
+def save_tune_doc(out: Path, doc: dict) -> None:
+    """tune.json next to the runs, so each run's report (now or later) shows the before/after."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / TUNE_DOC).write_text(json.dumps(doc, indent=2, default=str))
+    except OSError:
+        pass  # the document is still printed; only the reports' before/after section is lost
+
+
 class JobFailedError(RuntimeError):
-    """The job died before its first iteration for a reason other than memory: there is nothing
-    to tune, and no point in a second run. `doc` holds what the first run showed."""
+    """The first run gives nothing to tune: it died before its first iteration for a reason other
+    than memory, or it recorded no measurements. `doc` holds what the first run showed."""
 
     def __init__(self, message: str, doc: dict) -> None:
         super().__init__(message)
         self.doc = doc
 
 
-def _failed_before_first_iteration(before: JobRun, side: dict) -> str | None:
-    """Why the first run never trained (its crash evidence), or None when it did or ran out of memory."""
-    if side["exit_code"] in (0, None) or side["interrupted"] or side["iterations"] or "crash" not in side["findings"]:
-        return None
-    evidence = [e for f in diagnose(before.timeline) if f.kind == "crash" for e in f.evidence]
-    return (f"the job exited with code {side['exit_code']} before its first iteration, not for lack of memory "
-            f"({'; '.join(evidence)}); fix the java command (see {side['run_dir']}/stderr.log) and tune again")
+def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
+    """The plan for the network the profiled run trained (the agent describes each network at its
+    first iteration; a job that trains several is planned for the last)."""
+    from pyd4j.sched.training_plan import plan_for_job  # noqa: PLC0415
+
+    described = [e["network"] for e in run.timeline.network_events if e["type"] == "network" and e.get("network")]
+    if not described:
+        raise JobFailedError(f"the job trained no DL4J network the agent could describe (see {run.run_dir}): "
+                             "there is nothing to plan", {"out_dir": str(path.parent), "before": _side(run)})
+    return plan_for_job(described[-1], path, policy)   # the network the job trained last
+
+
+def _untunable(before: JobRun, side: dict) -> str | None:
+    """Why the first run cannot be tuned from, or None when it can."""
+    t = before.timeline
+    if not t.samples:
+        return (f"the first run recorded no measurements (0 samples; exit code {side['exit_code']}): there is nothing "
+                f"to size flags from; see {side['run_dir']}/stderr.log, then tune again")
+    ended_normally = side["exit_code"] == 0 and not side["interrupted"]
+    if not side["iterations"] and not ended_normally and not any(k.startswith(("oom", "killed")) for k in side["findings"]):
+        evidence = [e for f in diagnose(t) if f.kind in ("crash", "no-iterations") for e in f.evidence]
+        return (f"the job {'was stopped' if side['interrupted'] else 'exited with code ' + str(side['exit_code'])} "
+                f"before its first iteration, not for lack of memory ({'; '.join(evidence)}); what it used while "
+                f"starting is not what training needs: fix the java command (see {side['run_dir']}/stderr.log) and tune again")
+    return None
+
+
+def _outcome(side: dict) -> str:
+    if side["exit_code"] != 0 or side["interrupted"] or any(k.startswith(("oom", "killed", "crash")) for k in side["findings"]):
+        return "rerun-failed"
+    if any(k in NOT_VERIFIED_KINDS for k in side["findings"]):
+        return "not-verified"
+    return "verified"
+
+
+def throughput(before: list[float | None], after: list[float | None]) -> dict:
+    """Iterations/s before and after as median with min-max, the speedup of the medians, and a
+    warning when the runs vary more than the difference they are meant to show."""
+    def stats(values: list[float | None]) -> dict | None:
+        v = [x for x in values if x]
+        if not v:
+            return None
+        return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": len(v), "values": v}
+
+    b, a = stats(before), stats(after)
+    doc: dict = {"before": b, "after": a, "speedup": (a["median"] / b["median"]) if a and b else None, "warning": None}
+    if a and b:
+        spread = max(b["max"] - b["min"], a["max"] - a["min"])
+        difference = abs(a["median"] - b["median"])
+        if b["runs"] < 2 or a["runs"] < 2:
+            doc["warning"] = ("one run per side: the noise is unknown, so the difference may be noise; "
+                              "use --repeat 3 or more to measure it")
+        elif spread > difference:
+            doc["warning"] = (f"the runs vary by up to {spread:.3g} iterations/s, more than the {difference:.3g} "
+                              f"iterations/s between the medians: the speed difference is within the noise")
+    return doc
 
 
 def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: int = DEFAULT_INTERVAL_MS,
              total: str | int | None = None, headroom: float = DEFAULT_HEADROOM, verify: bool = True,
-             on_sample: Callable[[dict], None] | None = None, timeout_s: float | None = None) -> dict:
-    """Profile, recommend, re-run with the recommendation; everything as one JSON-able document."""
-    from pyd4j.profile.command import JavaCommand  # noqa: PLC0415
+             on_sample: Callable[[dict], None] | None = None, timeout_s: float | None = None,
+             repeat: int = 1, plan_policy: str | None = None) -> dict:
+    """Profile, recommend, re-run with the recommendation (again from the error if the re-run is
+    refused at a limit), and with `repeat` > 1 run both sides that many times for throughput;
+    everything as one JSON-able document whose `outcome` and `exit_code` say how it ended (also
+    saved as tune.json in the tune's directory). The job is any command profile_job takes; the
+    recommended flags reach its JVMs the way the agent does. On Ctrl-C/SIGTERM the Stopped
+    exception carries the partial document in `.doc` (with "partial": true).
 
-    out = Path(out_dir) if out_dir else default_run_dir(JavaCommand.parse(argv).title + "-tune")
-    for side in ("before", "after") if verify else ("before",):
-        check_run_dir(out / side)  # refuse before running anything, not after the first run
-    before = profile_job(argv, out / "before", interval_ms=interval_ms, on_sample=on_sample, timeout_s=timeout_s)
-    first = _side(before)
-    failure = _failed_before_first_iteration(before, first)
-    if failure:
-        raise JobFailedError(failure, {"out_dir": str(out), "before": first})
-    flagset, need = recommend(before.timeline, total=total, headroom=headroom)
-    doc = {"out_dir": str(out), "before": first, "recommended": flagset.args(),
-           "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": need.__dict__,
-           "container_bytes": flagset.container_bytes, "notes": list(flagset.notes)}
+    With `plan_policy`, the re-run keeps the job's own flags and trains its network under a pyd4j
+    plan of that policy instead (planned training through the agent): before/after shows what
+    the plan saves."""
+    if repeat < 1:
+        raise ValueError(f"repeat {repeat}: give 1 or more runs per side")
+    command = JobCommand.parse(argv)
+    planned = plan_policy is not None
+    out = Path(out_dir) if out_dir else default_run_dir(command.title + "-tune")
+    names = ["before"] + ([f"before-{i}" for i in range(2, repeat + 1)] if verify else [])
     if verify:
-        after = profile_job(argv, out / "after", interval_ms=interval_ms, extra_jvm_options=flagset.args(),
-                            drop_memory_flags=True, on_sample=on_sample, timeout_s=timeout_s)
-        doc["after"] = _side(after)
-        b, a = doc["before"]["iterations_per_s"], doc["after"]["iterations_per_s"]
-        doc["speedup"] = (a / b) if a and b else None
-        doc["verified"] = after.ok and not any(k.startswith(("oom", "killed", "leak")) for k in doc["after"]["findings"])
+        names += ["after", *(f"after-{i}" for i in range(2, repeat + 2))]
+    for name in names:
+        check_run_dir(out / name)  # refuse before running anything, not after the first run
+    doc: dict = {"out_dir": str(out), "command": list(argv), "partial": False}
+
+    def run(name: str, extra: list[str] = (), plan: str | None = None) -> JobRun:
+        try:
+            return profile_job(argv, out / name, interval_ms=interval_ms, extra_jvm_options=list(extra),
+                               drop_memory_flags=bool(extra), on_sample=on_sample, timeout_s=timeout_s,
+                               plan=plan, describe=planned and name == "before")
+        except Stopped as err:
+            side = "before" if name.startswith("before") else "after"
+            if side == "after":
+                doc["verified"] = False
+            _stopped(err, out, doc, side)
+            raise
+
+    before = run("before")
+    first = _side(before)
+    failure = _untunable(before, first)
+    if failure:
+        raise JobFailedError(failure, {"out_dir": str(out), "before": first, "outcome": "error", "exit_code": EXIT_ERROR})
+    need = measured_need(before.timeline)
+    flagset = flags_for(need, before.timeline.name, total, headroom)
+    doc.update({"before": first, "recommended": flagset.args(),
+                "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": asdict(need),
+                "container_bytes": flagset.container_bytes, "notes": list(flagset.notes)})
+    if not verify:
+        doc.update(outcome="recommended", exit_code=EXIT_VERIFIED)
+        save_tune_doc(out, doc)
+        return doc
+
+    def run_after(name: str) -> JobRun:
+        """The re-run: the job's own flags under the plan, or the recommended flags."""
+        return run(name, plan=doc["plan"]["path"]) if planned else run(name, flagset.args())
+
+    if planned:  # same flags, the job's network under a plan
+        doc["plan"] = _plan_job(before, plan_policy, out / "plan.json")
+    attempts = []
+    for attempt in range(1 if planned else MAX_RERECOMMENDATIONS + 1):
+        after = run_after("after" if attempt == 0 else f"after-{attempt + 1}")
+        side = _side(after)
+        side["flags"] = [] if planned else flagset.args()
+        attempts.append(side)
+        refusals = limit_refusals(after.timeline)
+        if _outcome(side) != "rerun-failed" or attempt == MAX_RERECOMMENDATIONS \
+                or not (refusals or "oom-heap" in side["findings"]):
+            break
+        # the re-run was refused at a limit: read the numbers its error names, recommend again
+        need = _larger(need, measured_need(after.timeline))
+        flagset = flags_for(need, before.timeline.name, total, headroom)
+        doc["rerecommended_after"] = [r.text for r in refusals] or ["Java heap OOM"]
+    if planned:
+        doc["plan"]["agent"] = [e for e in after.timeline.network_events if e["type"] != "network"]
+    doc.update(recommended=flagset.args(), reasons={f.arg: f.reason for f in flagset.flags},
+               measured_need=asdict(need), container_bytes=flagset.container_bytes, notes=list(flagset.notes),
+               after=attempts[-1], attempts=attempts)
+    if not planned:
+        passed = command.tool_options(flagset.args()) if command.java is None else flagset.args()
+        doc["notes"] += [f"{arg} is not passed to a launcher's JVMs (JAVA_TOOL_OPTIONS): a JVM whose own command "
+                         f"line sets a smaller -Xmx would refuse to start; set it where the job's JVM is started"
+                         for arg in flagset.args() if arg not in passed]
+        doc["notes"] += flags_not_taken(after, passed)
+    before_speeds, after_speeds = [first["iterations_per_s"]], [attempts[-1]["iterations_per_s"]]
+    if _outcome(attempts[-1]) == "verified":
+        used = len(attempts)
+        for i in range(2, repeat + 1):
+            before_speeds.append(_side(run(f"before-{i}"))["iterations_per_s"])
+            after_speeds.append(_side(run_after(f"after-{used + i - 1}"))["iterations_per_s"])
+    doc["throughput"] = throughput(before_speeds, after_speeds)
+    doc["speedup"] = doc["throughput"]["speedup"]
+    doc["outcome"] = _outcome(attempts[-1])
+    doc["verified"] = doc["outcome"] == "verified"
+    doc["exit_code"] = {"verified": EXIT_VERIFIED, "not-verified": EXIT_NOT_VERIFIED,
+                        "rerun-failed": EXIT_RERUN_FAILED}[doc["outcome"]]
+    save_tune_doc(out, doc)
     return doc
+
+
+def _stopped(err: Stopped, out: Path, doc: dict, side: str) -> None:
+    """Keep what the tune had when it was stopped: the partial run, marked so, in err.doc and tune.json."""
+    doc.update(partial=True, stopped_by=err.name, stopped_in=side)
+    if err.run is not None:
+        doc[side] = _side(err.run)
+    save_tune_doc(out, doc)
+    err.doc = doc

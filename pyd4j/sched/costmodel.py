@@ -75,9 +75,13 @@ class DeviceProfile:
 
     @classmethod
     def from_json(cls, key: str, doc: dict[str, Any]) -> "DeviceProfile":
-        """Profile from a devices.json entry (documentation keys such as `source` or
-        `calibration` are ignored)."""
+        """Profile from a devices.json entry; its documentation keys (`source`, `published`,
+        `calibration`) are not read, any other unknown key is refused (a misspelt field)."""
         known = {f for f in cls.__dataclass_fields__ if f != "key"}
+        unknown = set(doc) - known - {"key", "source", "published", "calibration"}
+        if unknown:
+            raise TypeError(f"device {key!r}: unknown fields {sorted(unknown)}; known: "
+                            f"{sorted(known)}")
         return cls(key=key, **{k: v for k, v in doc.items() if k in known})
 
 

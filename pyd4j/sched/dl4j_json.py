@@ -1,25 +1,41 @@
-"""DL4J configuration JSON -> planner IR.
+"""DL4J configuration JSON -> the DL4J-faithful planner graph.
 
-Reads what `MultiLayerConfiguration.toJson()` and `ComputationGraphConfiguration.toJson()`
-write (DL4J 1.0.0-M2.1) and builds a `Graph` at a given batch size. DL4J JSON does not record
-the input shape of a MultiLayerNetwork (only preprocessors hint at it), so `input_shape`
-((C, H, W) or (F,)) is taken from the caller, from a `FeedForwardToCnnPreProcessor`, or from the
-first layer's `nin` for dense networks.
+Reads what `MultiLayerConfiguration.toJson()` and `ComputationGraphConfiguration.toJson()` write
+(DL4J 1.0.0-M2.1) and builds a `Graph` at a given batch size with one node per DL4J layer or
+graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network input:
 
-Mapping: ConvolutionLayer -> CONV (+ ACT of variant `fused` unless identity), SubsamplingLayer /
-GlobalPoolingLayer -> POOL, DenseLayer -> FC (+ fused ACT), OutputLayer -> FC + SOFTMAX (every
-output layer is planned as a loss layer of the same memory footprint), BatchNormalization -> BN
-(DL4J applies no activation after it), ActivationLayer -> ACT, DropoutLayer and any layer's `idropout` ->
-DROPOUT, LocalResponseNormalization -> LRN, ElementWiseVertex Add -> JOIN (other ops ->
-ELTWISE), MergeVertex -> CONCAT. Anything else raises `UnsupportedLayer` naming the type.
+- a DL4J layer applies its activation and its input dropout itself, so a DenseLayer with ReLU is
+  one FC node (`attrs["act"]`), a layer with `idropout` keeps one node (`attrs["idropout"]`, the
+  retain probability), and a layer's input preprocessor (CnnToFeedForward, ...) belongs to its node;
+- ConvolutionLayer -> CONV, DenseLayer -> FC, OutputLayer -> SOFTMAX (the loss node, with the
+  output layer's weights), SubsamplingLayer / GlobalPoolingLayer -> POOL, BatchNormalization -> BN
+  (4 parameters per channel: gamma, beta, global mean, global variance or log-std),
+  ActivationLayer -> ACT, DropoutLayer -> DROPOUT, LocalResponseNormalization -> LRN;
+  ElementWiseVertex Add -> JOIN (other ops -> ELTWISE), MergeVertex -> CONCAT.
+  Anything else raises `UnsupportedLayer` naming the type;
+- shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
+- graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
+  Kahn's algorithm over inputs-then-vertices in JSON order), so a plan's forward steps run in the
+  order DL4J's `fit()` runs them.
+
+Each node's `attrs["dl4j"]` names what it is in the network: `{"layer": i, "class": ...}` for a
+MultiLayerNetwork layer, `{"vertex": name, "class": ...}` for a graph vertex, `{"input": k,
+"vertex": name}` for a network input. `pyd4j.sched.training_plan` writes it into plan files; the
+Java planned trainer (org.pyd4j.train) checks it against the live network.
+
+DL4J JSON does not record a MultiLayerNetwork's input shape (only preprocessors hint at it), so
+`input_shape` ((C, H, W) or (F,)) comes from the caller, from a FeedForwardToCnnPreProcessor, or
+from the first layer's `nin` for dense networks.
 """
 
 from __future__ import annotations
 
-import json
+import math
+from collections import deque
 from typing import Any
 
-from pyd4j.sched.graph import Graph, GraphError
+from pyd4j.inputs import InputError, parse_json
+from pyd4j.sched.graph import Graph, GraphError, LayerType
 
 
 class UnsupportedLayer(GraphError):
@@ -27,19 +43,20 @@ class UnsupportedLayer(GraphError):
 
 
 _ACT = {"ActivationReLU": "relu", "ActivationTanH": "tanh", "ActivationSigmoid": "sigmoid",
-        "ActivationLReLU": "relu", "ActivationReLU6": "relu", "ActivationELU": "relu",
-        "ActivationSoftmax": "softmax", "ActivationIdentity": None}
+        "ActivationLReLU": "leakyrelu", "ActivationReLU6": "relu6", "ActivationELU": "elu",
+        "ActivationSoftmax": "softmax", "ActivationIdentity": "identity"}
 _DTYPES = {"FLOAT": "float32", "HALF": "float16", "DOUBLE": "float64", "BFLOAT16": "bfloat16"}
+_ELTWISE = {"Add": None, "Product": "prod", "Max": "max", "Average": "sum", "Subtract": "sum"}
 
 
 def _simple(cls: str) -> str:
     return cls.rsplit(".", 1)[-1]
 
 
-def _activation(layer: dict[str, Any]) -> str | None:
+def _activation(layer: dict[str, Any]) -> str:
     fn = layer.get("activationFn")
     if not fn:
-        return None
+        return "identity"
     name = _simple(fn["@class"])
     if name not in _ACT:
         raise UnsupportedLayer(f"activation {name} of layer {layer.get('layerName')!r} is not "
@@ -47,83 +64,175 @@ def _activation(layer: dict[str, Any]) -> str | None:
     return _ACT[name]
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
+MAX_SIZE = 2**31 - 1  # DL4J holds layer sizes, kernels and strides in Java ints
+
+
+def _whole(v: Any, what: str, minimum: int = 1) -> int:
+    """A size from the JSON: a whole number from `minimum` to Java's int (0 units or a negative
+    kernel would plan negative memory)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= MAX_SIZE:
+        raise GraphError(f"{what} = {v!r} must be a whole number from {minimum} to {MAX_SIZE}; fix the network "
+                         f"configuration (conf.toJson() writes valid ones)")
+    return v
+
+
+def _pair(v: Any, what: str = "size", minimum: int = 1) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)):
+        if len(v) != 2:
+            raise GraphError(f"{what} = {v!r} must be one number or a pair")
+        return _whole(v[0], what, minimum), _whole(v[1], what, minimum)
+    n = _whole(v, what, minimum)
+    return n, n
+
+
+def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int, same: bool) -> int:
+    """DL4J's output size (ConvolutionUtils.getOutputSize): Same rounds up, Truncate down."""
+    if same:
+        return -(-size // stride)
+    eff = kernel + (kernel - 1) * (dilation - 1)
+    return (size + 2 * pad - eff) // stride + 1
+
+
+def _retain(layer: dict[str, Any]) -> float | None:
+    """Retain probability of a layer's input dropout (DL4J's p), None without dropout."""
+    drop = layer.get("idropout")
+    if not drop:
+        return None
+    kind = _simple(drop["@class"])
+    if kind != "Dropout":
+        raise UnsupportedLayer(f"input dropout {kind} of layer {layer.get('layerName')!r} is not "
+                               "supported (only Dropout)")
+    return float(drop.get("p", 1.0))
 
 
 class _Builder:
+    """Adds one node per DL4J layer; shapes and FLOPs as DL4J computes them."""
+
     def __init__(self, g: Graph) -> None:
         self.g = g
 
-    def layer(self, layer: dict[str, Any], x: int) -> int:
+    def layer(self, layer: dict[str, Any], x: int, dl4j: dict[str, Any],
+              preprocessor: dict[str, Any] | None = None) -> int:
         g = self.g
         kind = _simple(layer["@class"])
-        name = layer.get("layerName")
-        drop = layer.get("idropout")
-        if drop and kind != "DropoutLayer":
-            x = g.dropout(x, 1.0 - float(drop.get("p", 1.0)), name=f"{name}_idropout")
+        name = layer.get("layerName") or f"layer{dl4j.get('layer', len(g.layers))}"
+        attrs: dict[str, Any] = {"dl4j": {**dl4j, "class": kind}}
+        p = _retain(layer)
+        if p is not None:
+            attrs["idropout"] = p
+        if preprocessor is not None:
+            attrs["preprocessor"] = _simple(preprocessor["@class"])
+        xs = g.shape(x)
+        n = g.batch
         if kind in ("ConvolutionLayer", "Convolution2D"):
-            kh, kw = _pair(layer["kernelSize"])
-            sh, _ = _pair(layer["stride"])
-            if layer.get("convolutionMode") == "Same":
-                ph, pw = (kh - 1) // 2, (kw - 1) // 2
-            else:
-                ph, pw = _pair(layer.get("padding", [0, 0]))
-            x = g.conv(x, int(layer["nout"]), (kh, kw), sh, (ph, pw),
-                       bias=bool(layer.get("hasBias", True)), name=name)
-            return self._act(layer, x, name)
+            c, h, w = self._chw(xs, name)
+            kh, kw = _pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, sw = _pair(layer.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = _pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
+            same = layer.get("convolutionMode") == "Same"
+            oh, ow = _out_size(h, kh, sh, ph, dh, same), _out_size(w, kw, sw, pw, dw, same)
+            cout = _whole(layer["nout"], f"{name}: nOut")
+            params: tuple[tuple[int, ...], ...] = ((cout, c, kh, kw),)
+            if layer.get("hasBias", True):
+                params += ((cout,),)
+            macs = n * cout * oh * ow * c * kh * kw
+            return g._add(LayerType.CONV, (x,), (n, cout, oh, ow), name, params, 2.0 * macs,
+                          4.0 * macs, kernel=(kh, kw), stride=sh, pad=(ph, pw), bias=bool(len(params) > 1),
+                          act=_activation(layer), **attrs)
         if kind in ("DenseLayer", "OutputLayer"):
-            x = g.fc(x, int(layer["nout"]), bias=bool(layer.get("hasBias", True)), name=name)
+            f = math.prod(xs[1:])
+            cout = _whole(layer["nout"], f"{name}: nOut")
+            params = ((f, cout),) + (((cout,),) if layer.get("hasBias", True) else ())
+            macs = n * f * cout
+            ltype = LayerType.SOFTMAX if kind == "OutputLayer" else LayerType.FC
             if kind == "OutputLayer":
-                return g.softmax(x, name=f"{name}_loss")
-            return self._act(layer, x, name)
+                attrs["loss"] = _simple(layer.get("lossFn", {}).get("@class", "?"))
+            return g._add(ltype, (x,), (n, cout), name, params, 2.0 * macs, 4.0 * macs,
+                          act=_activation(layer), bias=len(params) > 1, **attrs)
         if kind == "SubsamplingLayer":
-            k, _ = _pair(layer["kernelSize"])
-            s, _ = _pair(layer["stride"])
-            p, _ = _pair(layer.get("padding", [0, 0]))
+            c, h, w = self._chw(xs, name)
+            kh, kw = _pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, sw = _pair(layer.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = _pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
             if mode is None:
                 raise UnsupportedLayer(f"pooling type {layer.get('poolingType')} of {name!r}")
             same = layer.get("convolutionMode") == "Same"
-            return g.pool(x, k, s, 0 if same else p, mode, name=name, ceil=same)
+            oh, ow = _out_size(h, kh, sh, ph, dh, same), _out_size(w, kw, sw, pw, dw, same)
+            return g._add(LayerType.POOL, (x,), (n, c, oh, ow), name, (),
+                          float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
+                          mode=mode, **attrs)
         if kind == "GlobalPoolingLayer":
-            return g.global_pool(x, name=name)
+            c, h, w = self._chw(xs, name)
+            mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
+            if mode is None or not layer.get("collapseDimensions", True):
+                raise UnsupportedLayer(f"global pooling {layer.get('poolingType')} of {name!r} "
+                                       "(supported: MAX, AVG with collapsed dimensions)")
+            return g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
+                          kernel=h, stride=h, pad=0, mode=mode, global_pool=True, **attrs)
         if kind == "BatchNormalization":
-            return g.bn(x, name=name)
+            c = xs[1]
+            return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
+                          **attrs)
         if kind == "ActivationLayer":
-            return self._act(layer, x, name, force=True)
+            fn = _activation(layer)
+            if fn == "softmax":
+                raise UnsupportedLayer(f"softmax activation outside an output layer ({name!r})")
+            return g._add(LayerType.ACT, (x,), xs, name, fn=fn, **attrs)
         if kind == "DropoutLayer":
-            p = float((drop or {}).get("p", 0.5))
-            return g.dropout(x, 1.0 - p, name=name)
+            return g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0),
+                          **attrs)
         if kind == "LocalResponseNormalization":
-            return g.lrn(x, int(layer.get("n", 5)), float(layer.get("alpha", 1e-4)),
-                         float(layer.get("beta", 0.75)), float(layer.get("k", 2.0)), name=name)
+            self._chw(xs, name)
+            size = _whole(layer.get("n", 5), f"{name}: n")
+            return g._add(LayerType.LRN, (x,), xs, name, fwd=float(math.prod(xs) * (size + 4)),
+                          size=size, alpha=float(layer.get("alpha", 1e-4)),
+                          beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
         raise UnsupportedLayer(f"DL4J layer type {kind} ({layer['@class']}) of layer {name!r} "
                                "is not supported by the planner")
 
-    def _act(self, layer: dict[str, Any], x: int, name: str | None, force: bool = False) -> int:
-        fn = _activation(layer)
-        if fn is None and not force:
-            return x
-        if fn == "softmax":
-            raise UnsupportedLayer(f"softmax activation outside an output layer ({name!r})")
-        if force:  # an ActivationLayer of its own
-            return self.g.act(x, fn or "relu", name=name)
-        return self.g.act(x, fn, name=f"{name}_act", fused=True)
+    @staticmethod
+    def _chw(shape: tuple[int, ...], name: str) -> tuple[int, int, int]:
+        if len(shape) != 4:
+            raise GraphError(f"layer {name!r} expects an NCHW input, got {shape}")
+        return shape[1], shape[2], shape[3]
 
 
 def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
                          input_shape: tuple[int, ...] | None = None,
                          profile: str = "dl4j") -> Graph:
-    """Build the IR from DL4J configuration JSON (a string or the parsed document), under the
-    dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`)."""
-    doc = json.loads(text) if isinstance(text, str) else text
-    if "confs" in doc:
-        return _multilayer(doc, batch, input_shape).with_profile(profile)
-    if "vertices" in doc:
-        return _graph(doc, batch, input_shape).with_profile(profile)
-    raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
-                     "(no 'confs' and no 'vertices')")
+    """Build the DL4J-faithful graph from configuration JSON (a string or the parsed document),
+    under the dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`).
+
+    Anything that is not a DL4J configuration the planner can model raises GraphError (or its
+    UnsupportedLayer) naming what is wrong, never a KeyError or TypeError from deep inside."""
+    if isinstance(text, str):
+        try:
+            doc = parse_json(text, "DL4J configuration JSON")
+        except InputError as err:
+            raise GraphError(str(err)) from None
+    else:
+        doc = text
+    if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
+        raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
+                         "(no 'confs' and no 'vertices')")
+    if input_shape is not None:
+        input_shape = tuple(_whole(d, "input shape") for d in input_shape)
+    try:
+        graph = _multilayer(doc, batch, input_shape) if "confs" in doc else _graph(doc, batch, input_shape)
+    except GraphError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as err:
+        what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
+    return graph.with_profile(profile)
+
+
+def network_kind(doc: dict[str, Any]) -> str:
+    """'MultiLayerNetwork' or 'ComputationGraph' for a configuration document."""
+    return "MultiLayerNetwork" if "confs" in doc else "ComputationGraph"
 
 
 def _dtype(doc: dict[str, Any]) -> str:
@@ -133,23 +242,66 @@ def _dtype(doc: dict[str, Any]) -> str:
 def _infer_input(doc: dict[str, Any], first: dict[str, Any]) -> tuple[int, ...]:
     pre = (doc.get("inputPreProcessors") or {}).get("0")
     if pre and _simple(pre["@class"]) == "FeedForwardToCnnPreProcessor":
-        return (int(pre["numChannels"]), int(pre["inputHeight"]), int(pre["inputWidth"]))
+        return (_whole(pre["numChannels"], "preprocessor numChannels"), _whole(pre["inputHeight"], "preprocessor inputHeight"),
+                _whole(pre["inputWidth"], "preprocessor inputWidth"))
     if _simple(first["@class"]) in ("DenseLayer", "OutputLayer"):
-        return (int(first["nin"]),)
+        return (_whole(first["nin"], "first layer nIn"),)
     raise GraphError("DL4J JSON does not record this network's input shape: pass input_shape "
                      "(C, H, W) or (features,)")
+
+
+def _reshape_input(g: Graph, x: int, pre: dict[str, Any] | None) -> None:
+    """A FeedForwardToCnn preprocessor on layer 0 reshapes the flat input: plan on its shape."""
+    if pre and _simple(pre["@class"]) == "FeedForwardToCnnPreProcessor":
+        c, h, w = int(pre["numChannels"]), int(pre["inputHeight"]), int(pre["inputWidth"])
+        layer = g.layers[x]
+        if math.prod(layer.out_shape[1:]) != c * h * w:
+            raise GraphError(f"input of shape {layer.out_shape[1:]} does not reshape to ({c}, {h}, {w})")
+        layer.out_shape = (g.batch, c, h, w)
 
 
 def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None) -> Graph:
     layers = [c["layer"] for c in doc["confs"]]
     shape = tuple(input_shape) if input_shape else _infer_input(doc, layers[0])
+    pres = doc.get("inputPreProcessors") or {}
     g = Graph("dl4j_multilayer", batch, _dtype(doc))
     b = _Builder(g)
     x = g.data(*shape, name="input")
-    for layer in layers:
-        x = b.layer(layer, x)
+    g.layers[x].attrs["dl4j"] = {"input": 0}
+    for i, layer in enumerate(layers):
+        pre = pres.get(str(i))
+        if i == 0:
+            _reshape_input(g, x, pre)
+        x = b.layer(layer, x, {"layer": i}, pre)
     g.validate()
     return g
+
+
+def dl4j_topological_order(doc: dict[str, Any]) -> list[str]:
+    """Vertex names (inputs first) in the order ComputationGraph.topologicalSortOrder() gives:
+    indices are the network inputs, then the vertices in configuration order; Kahn's algorithm
+    with a FIFO queue seeded and extended in ascending index order."""
+    names = list(doc["networkInputs"]) + [v for v in doc["vertices"] if v not in doc["networkInputs"]]
+    index = {name: i for i, name in enumerate(names)}
+    vin: dict[str, list[str]] = doc.get("vertexInputs", {})
+    inputs = {index[v]: {index[s] for s in vin.get(v, [])} for v in names}
+    outputs: dict[int, set[int]] = {i: set() for i in range(len(names))}
+    for v, srcs in inputs.items():
+        for s in srcs:
+            outputs[s].add(v)
+    queue = deque(i for i in sorted(inputs) if not inputs[i])
+    order: list[int] = []
+    while queue:
+        i = queue.popleft()
+        order.append(i)
+        for o in sorted(outputs[i]):
+            inputs[o].discard(i)
+            if not inputs[o]:
+                queue.append(o)
+    if len(order) != len(names):
+        stuck = sorted(names[i] for i in inputs if inputs[i])
+        raise GraphError(f"graph has a cycle or unknown inputs among {stuck}")
+    return [names[i] for i in order]
 
 
 def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None) -> Graph:
@@ -161,21 +313,18 @@ def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None)
                          "input_shape (C, H, W) or (features,)")
     vin: dict[str, list[str]] = doc["vertexInputs"]
     vertices: dict[str, dict[str, Any]] = doc["vertices"]
+    unknown = sorted({s for srcs in vin.values() for s in srcs} - set(vertices) - set(inputs))
+    if unknown:
+        raise GraphError(f"graph vertices read unknown vertices {unknown}")
     g = Graph("dl4j_graph", batch, _dtype(doc))
     b = _Builder(g)
-    ids = {inputs[0]: g.data(*input_shape, name=inputs[0])}
-    pending = [v for v in vertices]
-    while pending:
-        progressed = False
-        for v in list(pending):
-            srcs = vin.get(v, [])
-            if not all(s in ids for s in srcs):
-                continue
-            ids[v] = _vertex(b, v, vertices[v], [ids[s] for s in srcs])
-            pending.remove(v)
-            progressed = True
-        if not progressed:
-            raise GraphError(f"graph has a cycle or unknown inputs among {pending}")
+    ids: dict[str, int] = {}
+    for name in dl4j_topological_order(doc):
+        if name in inputs:
+            ids[name] = g.data(*input_shape, name=name)
+            g.layers[ids[name]].attrs["dl4j"] = {"input": inputs.index(name), "vertex": name}
+        else:
+            ids[name] = _vertex(b, name, vertices[name], [ids[s] for s in vin.get(name, [])])
     g.validate()
     return g
 
@@ -183,18 +332,27 @@ def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None)
 def _vertex(b: _Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> int:
     kind = _simple(vertex["@class"])
     g = b.g
+    dl4j = {"vertex": name, "class": kind}
     if kind == "LayerVertex":
         if len(xs) != 1:
             raise GraphError(f"layer vertex {name!r} has {len(xs)} inputs")
         layer = dict(vertex["layerConf"]["layer"])
-        layer.setdefault("layerName", name)
-        return b.layer(layer, xs[0])
+        layer["layerName"] = name
+        return b.layer(layer, xs[0], {"vertex": name}, vertex.get("preProcessor"))
     if kind == "ElementWiseVertex":
         op = vertex.get("op", "Add")
-        if op == "Add":
-            return g.join(xs, name=name)
-        return g.eltwise(xs, {"Product": "prod", "Max": "max"}.get(op, "sum"), name=name)
+        if op not in _ELTWISE:
+            raise UnsupportedLayer(f"ElementWiseVertex op {op} of vertex {name!r}")
+        i = g.join(xs, name=name) if op == "Add" else g.eltwise(xs, _ELTWISE[op], name=name)
+        g.layers[i].attrs.update(dl4j={**dl4j, "op": op})
+        return i
     if kind == "MergeVertex":
-        return g.concat(xs, name=name)
+        shapes = [g.shape(x) for x in xs]
+        if all(len(s) == 2 for s in shapes):  # merging feature vectors
+            i = g._add(LayerType.CONCAT, tuple(xs), (g.batch, sum(s[1] for s in shapes)), name)
+        else:
+            i = g.concat(xs, name=name)
+        g.layers[i].attrs["dl4j"] = dl4j
+        return i
     raise UnsupportedLayer(f"DL4J vertex type {kind} ({vertex['@class']}) of vertex {name!r} "
                            "is not supported by the planner")

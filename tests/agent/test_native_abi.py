@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 
+import time
+
 import numpy as np
 import pytest
 
@@ -95,6 +97,27 @@ def test_external_numpy_buffer_survives_swap_in_place(agent):
     s = agent.stats()
     assert s["device_in_use"] == 0
     assert s["bytes_offloaded"] == s["bytes_prefetched"] == 77_777
+
+
+def test_external_buffer_rebound_to_fresh_memory_comes_back_there(agent):
+    if agent.is_cuda:
+        pytest.skip("registers host memory; the CUDA build registers device memory")
+    arr = pattern(50_001, 3)
+    want = arr.copy()
+    buf = agent.register_external(arr.ctypes.data, arr.nbytes)
+    agent.offload(buf, release=True)
+    fresh = [np.zeros_like(arr), np.zeros_like(arr)]
+    for dst in fresh:  # a checkpoint read twice, each time into a new array
+        agent.rebind_external(buf, dst.ctypes.data)
+        agent.prefetch(buf)
+        agent.wait(buf)
+        assert np.array_equal(dst, want)
+        assert agent.info(buf).device_ptr == dst.ctypes.data
+        agent.release_device(buf)  # back to HOST: the host slot still holds the contents
+    with pytest.raises(AgentError, match="lives in the device arena"):
+        arena_buf = agent.alloc(16)
+        agent.offload(arena_buf, release=True)
+        agent.rebind_external(arena_buf, arr.ctypes.data)
 
 
 def test_errors_carry_codes_numbers_and_fixes(agent):
@@ -195,8 +218,12 @@ def test_overlap_statistic_counts_copies_during_marked_compute(agent):
     agent.host_array(b)[:] = 1
     with agent.compute():
         agent.offload(b, release=True)
+        host = agent.host_array(b, "host")
         x = np.ones(2_000_000)
-        for _ in range(10):
+        # Compute until the copy has landed (not for a fixed time: a loaded machine may run the
+        # copy worker late), so the whole copy falls inside the marked compute.
+        deadline = time.monotonic() + 120
+        while not (host[-1] == 1 and host.all()) and time.monotonic() < deadline:
             x = np.sqrt(x + 1.0)  # numpy releases the GIL; the worker copies meanwhile
     agent.wait(b)
     s = agent.stats()

@@ -16,7 +16,15 @@ from pyd4j.train import evaluate, fit
 pytestmark = pytest.mark.jvm
 
 
-def run_with_deadline(fn, seconds: float = 60.0):
+def threads_back_to(names: list[str], within_s: float = 60.0) -> bool:
+    """Wait until the prefetch threads are those in `names` (threads end asynchronously)."""
+    deadline = time.monotonic() + within_s
+    while data.prefetch_thread_names() != names and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return data.prefetch_thread_names() == names
+
+
+def run_with_deadline(fn, seconds: float = 300.0):
     """Run fn in a thread; fail (instead of hanging the suite) if it does not finish in time."""
     box: dict = {}
 
@@ -71,12 +79,11 @@ def test_python_exception_reaches_caller_as_itself(net, xy):
 
     before = data.prefetch_thread_names()
     it = data.iterator(source, prefetch=3)
-    box = run_with_deadline(lambda: fit(net, it, epochs=1, progress=False), 60)
+    box = run_with_deadline(lambda: fit(net, it, epochs=1, progress=False))
     assert box.get("error") is boom  # the very object, not a Java wrapper
     assert it.batches_consumed == 7  # everything before the failure was trained on
     it.shutdown()
-    time.sleep(0.3)
-    assert data.prefetch_thread_names() == before  # no leaked prefetch thread
+    assert threads_back_to(before)  # no leaked prefetch thread
 
 
 @pytest.mark.parametrize("prefetch", [1, 8])
@@ -85,11 +92,11 @@ def test_exception_on_first_batch_and_in_factory(net, xy, prefetch):
         raise KeyError("no such shard")
         yield  # noqa: unreachable  (makes this a generator function)
 
-    box = run_with_deadline(lambda: fit(net, first, prefetch=prefetch, progress=False), 60)
+    box = run_with_deadline(lambda: fit(net, first, prefetch=prefetch, progress=False))
     assert isinstance(box.get("error"), KeyError) and "no such shard" in str(box["error"])
-    box = run_with_deadline(lambda: fit(net, lambda: 42, prefetch=prefetch, progress=False), 60)
+    box = run_with_deadline(lambda: fit(net, lambda: 42, prefetch=prefetch, progress=False))
     assert isinstance(box.get("error"), TypeError) and "int" in str(box["error"])
-    box = run_with_deadline(lambda: fit(net, [("not", "arrays", 1, 2, 3)], progress=False), 60)
+    box = run_with_deadline(lambda: fit(net, [("not", "arrays", 1, 2, 3)], progress=False))
     assert isinstance(box.get("error"), TypeError) and "length 5" in str(box["error"])
 
 
@@ -203,10 +210,9 @@ def test_java_error_mid_fit_stops_prefetch_thread(net, xy):
     good = list(data.NumpyBatches(x, y, batch_size=20, shuffle=False))
     bad = (np.ones((20, 5), np.float32), y[:20])  # 5 features, the net takes 8
     before = data.prefetch_thread_names()
-    box = run_with_deadline(lambda: fit(net, good[:3] + [bad] + good[3:], prefetch=2, progress=False), 60)
+    box = run_with_deadline(lambda: fit(net, good[:3] + [bad] + good[3:], prefetch=2, progress=False))
     assert isinstance(box.get("error"), JavaError), box
-    time.sleep(0.3)
-    assert data.prefetch_thread_names() == before
+    assert threads_back_to(before)
 
 
 def _drain(it) -> list[np.ndarray]:

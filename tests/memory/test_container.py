@@ -64,7 +64,7 @@ def test_non_oom_failure_is_not_called_memory():
 @needs_cgroup
 def test_timeout_kills_and_removes_the_group():
     r = run_limited([sys.executable, "-c", "import time; time.sleep(60)"], 128 * MiB, timeout=0.5)
-    assert r.timed_out and not r.ok and not r.oom_killed and r.seconds < 30
+    assert r.timed_out and not r.ok and not r.oom_killed and r.exit_code != 0  # killed, not finished
 
 
 @needs_cgroup

@@ -81,7 +81,7 @@ def test_unknown_layer_type_is_named(jvm, tmp_path):
 def test_bad_json_names_file_and_position(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text('{\n  "confs": [ {\n    "layer": ,\n')
-    with pytest.raises(EstimateError, match=r"broken\.json is not valid JSON.*line 3, column 14"):
+    with pytest.raises(EstimateError, match=r"broken\.json' is not valid JSON.*line 3, column 14"):
         estimate(bad, 8)
 
 

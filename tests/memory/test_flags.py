@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pyd4j.memory.estimate import Estimate, EstimateError, Term, jvm_native_bytes
-from pyd4j.memory.flags import BudgetError, flags, largest_batch, measured_estimate, spark_conf
+from pyd4j.memory.flags import BudgetError, flags, largest_batch, measured_estimate
 
 MiB = 1024**2
 
@@ -139,20 +139,6 @@ def test_format_gradle(fs):
     assert "jvmArgs" in out
 
 
-def test_format_spark(fs):
-    conf = spark_conf(fs)
-    assert conf["spark.executor.memory"] == f"{256 + 300}m"  # + the 300 MiB Spark reserves for itself
-    assert conf["spark.executor.memoryOverhead"] == f"{866 - 256}m"  # container - heap: all off-heap + native
-    assert "-Xmx" not in conf["spark.executor.extraJavaOptions"]  # Spark refuses -Xmx there
-    small = dataclasses.replace(fs, heap_bytes=64 * MiB)
-    assert spark_conf(small)["spark.executor.memory"] == "450m"  # Spark's minimum executor heap
-    assert "-Dorg.bytedeco.javacpp.maxphysicalbytes" in conf["spark.driver.extraJavaOptions"]
-    out = fs.render("spark")
-    assert out.startswith("spark-submit")
-    tokens = shlex.split(out.replace("\\\n", " ").split("#")[0])
-    assert "spark.executor.memoryOverhead=610m" in tokens
-
-
 def test_format_k8s(fs):
     out = fs.render("k8s")
     assert out.count('memory: "866Mi"') == 2
@@ -190,6 +176,6 @@ def test_flags_is_pure_python():
             "from tests.memory.test_flags import hand_estimate\n"
             "from pyd4j.memory.flags import flags\n"
             "print(flags(hand_estimate(), total='4g').args()[1])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "-Xmx256m"

@@ -1,5 +1,6 @@
-"""The profiler's own safety: the socket receiver only takes the token holder's lines and cannot be
-held up by a silent local connection; run directories never overwrite what is already there."""
+"""The profiler's own safety: the socket receiver only takes the token holders' lines, serves
+every agent at once so silent local connections hold none up, and says what a full disk lost; run
+directories never overwrite what is already there."""
 
 from __future__ import annotations
 
@@ -17,37 +18,115 @@ from pyd4j.profile.tune import tune_job
 JOB = ["java", "-Xmx64m", "-cp", "job.jar", "com.acme.Train"]
 
 
-def _hello(token: str) -> bytes:
-    return (json.dumps({"type": "hello", "token": token}) + "\n").encode()
+def _hello(token: str, pid: int = 4242) -> bytes:
+    return (json.dumps({"type": "hello", "token": token, "pid": pid}) + "\n").encode()
 
 
-def test_receiver_listens_on_loopback_and_takes_only_the_token_holder(tmp_path, monkeypatch):
+def _wait_for(predicate, what: str, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_receiver_listens_on_loopback_and_takes_only_the_token_holders(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "HELLO_TIMEOUT_S", 0.3)
-    path = tmp_path / "timeline.jsonl"
-    receiver = _SocketReceiver(path, "right-token")
+    receiver = _SocketReceiver(tmp_path, "right-token")
     assert receiver.server.getsockname()[0] == "127.0.0.1"
     receiver.start()
     try:
         with socket.create_connection(("127.0.0.1", receiver.port)) as wrong:
             wrong.sendall(_hello("wrong-token") + b'{"type": "sample", "who": "wrong"}\n')
-            time.sleep(0.2)
         with socket.create_connection(("127.0.0.1", receiver.port)) as garbage:
             garbage.sendall(b"not json\n")
-            time.sleep(0.2)
         silent = socket.create_connection(("127.0.0.1", receiver.port))  # never sends its hello
         with socket.create_connection(("127.0.0.1", receiver.port)) as agent:
-            agent.sendall(_hello("right-token") + b'{"type": "sample", "who": "agent"}\n')
+            agent.sendall(_hello("right-token", 11) + b'{"type": "sample", "who": "agent"}\n')
             agent.sendall(b'{"type": "end"}\n')
-        receiver.join(timeout=5)
+        _wait_for(lambda: receiver.rejected == 3, "three connections without the token dropped")
         silent.close()
     finally:
-        receiver.stop.set()
-        receiver.join(timeout=5)
+        receiver.close()
     assert not receiver.is_alive()
     assert receiver.rejected == 3
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines == [{"type": "sample", "who": "agent"}, {"type": "end"}]
-    assert receiver.server.fileno() == -1  # the listening socket is closed once the agent is done
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jvm-11.jsonl"]
+    assert _lines(tmp_path / "jvm-11.jsonl") == [{"type": "sample", "who": "agent"}, {"type": "end"}]
+    assert receiver.server.fileno() == -1  # the listening socket is closed once the run is over
+
+
+def test_silent_connections_hold_up_no_agent_and_every_agent_has_its_own_file(tmp_path, monkeypatch):
+    """A local process that opens connections and says nothing, before any agent connects: with
+    connections served one at a time the agents would wait out the hello timeout (set to 10 min
+    here) and their samples would be lost; served concurrently, they all stream at once."""
+    monkeypatch.setattr(launch, "HELLO_TIMEOUT_S", 600.0)
+    receiver = _SocketReceiver(tmp_path, "tok")
+    receiver.start()
+    silent = [socket.create_connection(("127.0.0.1", receiver.port)) for _ in range(4)]
+    agents = []
+    try:
+        for pid in (21, 22, 23):
+            agent = socket.create_connection(("127.0.0.1", receiver.port))
+            agent.sendall(_hello("tok", pid) + json.dumps({"type": "start", "pid": pid}).encode() + b"\n")
+            agents.append(agent)
+        for i, agent in enumerate(agents):
+            agent.sendall(json.dumps({"type": "sample", "n": i}).encode() + b"\n")
+        for pid in (21, 22, 23):
+            path = tmp_path / f"jvm-{pid}.jsonl"
+            _wait_for(lambda path=path: len(_lines(path)) == 2, f"{path.name} received while silent connections are open")
+        assert all(s.fileno() != -1 for s in silent)      # the silent ones are still open: nothing waited them out
+        assert [_lines(tmp_path / f"jvm-{pid}.jsonl")[1]["n"] for pid in (21, 22, 23)] == [0, 1, 2]
+    finally:
+        for c in agents + silent:
+            c.close()
+        receiver.close()
+    assert not receiver.is_alive()
+
+
+def test_receiver_fake_disk_full_counts_what_was_lost_and_keeps_the_rest(tmp_path, monkeypatch):
+    """Isolates our write path: the lane file raises ENOSPC (as a full disk does) after 100 bytes."""
+    import errno
+
+    class FullDisk:
+        def __init__(self, path):
+            self.real = open(path, "ab")  # noqa: SIM115
+            self.written = 0
+
+        def write(self, data):
+            if self.written + len(data) > 100:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.written += len(data)
+            return self.real.write(data)
+
+        def flush(self):
+            self.real.flush()
+
+        def close(self):
+            self.real.close()
+
+    monkeypatch.setattr(launch, "_open_lane", FullDisk)
+    receiver = _SocketReceiver(tmp_path, "tok")
+    receiver.start()
+    kept = b'{"type":"start","t":1,"pid":9}\n{"type":"sample","t":2}\n'
+    lost = b"".join(b'{"type":"sample","t":%d,"rss":123456789}\n' % t for t in range(3, 13))
+    try:
+        with socket.create_connection(("127.0.0.1", receiver.port)) as agent:
+            agent.sendall(_hello("tok", 9) + kept)
+            _wait_for(lambda: len(_lines(tmp_path / "jvm-9.jsonl")) == 2, "the first lines written")
+            agent.sendall(lost)
+            agent.sendall(b'{"type":"end","t":99}\n')
+        _wait_for(lambda: receiver.write_errors and receiver.write_errors[0]["lost_lines"] == 11, "the lost lines counted")
+    finally:
+        receiver.close()
+    assert (tmp_path / "jvm-9.jsonl").read_bytes() == kept       # what was written before stays
+    (error,) = receiver.write_errors
+    assert error["error"] == "No space left on device" and error["errno"] == "ENOSPC"
+    assert error["lost_bytes"] == len(lost) + len(b'{"type":"end","t":99}\n')
+    assert error["from_t_ms"] == 3 and error["pid"] == 9
 
 
 def test_run_dir_with_files_is_refused_and_left_untouched(tmp_path):

@@ -19,14 +19,14 @@ from tests.profile.conftest import fixture_command
 pytestmark = [pytest.mark.jvm]
 
 
-def _job_pid(timeline, deadline: float) -> int:
+def _job_pid(run_dir, deadline: float) -> int:
     while time.monotonic() < deadline:
-        if timeline.exists():
+        for timeline in run_dir.glob("jvm-*.jsonl"):
             for line in timeline.read_text().splitlines():
                 if '"type":"start"' in line.replace(" ", ""):
                     return int(json.loads(line)["pid"])
         time.sleep(0.2)
-    raise AssertionError(f"the job never wrote its start line to {timeline}")
+    raise AssertionError(f"the job never wrote its start line into {run_dir}")
 
 
 @pytest.mark.parametrize("transport", ["file", "socket"])
@@ -39,7 +39,7 @@ def test_job_ends_when_pyd4j_is_killed(tmp_path, transport):
     """)
     pyd4j = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
-        job = _job_pid(run_dir / "timeline.jsonl", time.monotonic() + 120)
+        job = _job_pid(run_dir, time.monotonic() + 120)
         assert psutil.pid_exists(job)
         os.kill(pyd4j.pid, signal.SIGKILL)          # no finally/atexit runs in pyd4j now
         pyd4j.wait(timeout=30)

@@ -31,11 +31,12 @@ def test_html_escapes_job_name_and_arguments(healthy_run, tmp_path):
     meta = json.loads((run_dir / "run.json").read_text())
     meta["command"] = ["java", "-cp", "x.jar", "<script>alert(1)</script>", "--name=\"a&b\""]
     (run_dir / "run.json").write_text(json.dumps(meta))
-    lines = (run_dir / "timeline.jsonl").read_text().splitlines()
+    (lane,) = run_dir.glob("jvm-*.jsonl")
+    lines = lane.read_text().splitlines()
     start = json.loads(lines[0])
     start["command"] = "<img src=x onerror=alert(2)> arg"
     lines[0] = json.dumps(start)
-    (run_dir / "timeline.jsonl").write_text("\n".join(lines) + "\n{\"type\":\"sample\",\"t\":")  # torn last line
+    lane.write_text("\n".join(lines) + "\n{\"type\":\"sample\",\"t\":")  # torn last line
     page = write_report(run_dir)["html"].read_text()
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x" not in page and "pyd4j profile: &lt;img</title>" in page

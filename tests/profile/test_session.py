@@ -17,7 +17,12 @@ def test_session_samples_this_process(jvm, tmp_path):
 
     with session(tmp_path / "s", interval_ms=50) as run:
         kept = [Nd4j.create(DataType.FLOAT, 1 << 20) for _ in range(8)]  # 32 MiB off-heap
-        time.sleep(0.5)
+        # Wait for samples, not for time: a loaded machine samples late (generous deadline for a hang).
+        lines = run.run_dir / "timeline.jsonl"
+        deadline = time.monotonic() + 120
+        while lines.read_text().count('"type":"sample"') + lines.read_text().count('"type": "sample"') < 5 \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
     t = run.timeline
     assert len(t.samples) >= 5 and t.end is not None and t.end["reason"] == "stopped"
     assert t.start["pid"] == jvm.pid

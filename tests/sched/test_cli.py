@@ -63,7 +63,7 @@ def test_plot_and_dl4j_network(tmp_path: Path) -> None:
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
     doc = run("--network", str(nets / "deep_cnn_bn.json"), "--batch", "16", "--plot", str(png))
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert doc["layers"] == 26
+    assert doc["layers"] == 24  # the input and DL4J's 23 layers: one node per DL4J layer
 
 
 def test_table_output() -> None:
@@ -76,11 +76,42 @@ def test_profile_option_and_execute_needs_cudnn() -> None:
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
     doc = run("--network", str(nets / "lenet.json"), "--batch", "4", "--policy", "liveness")
     assert doc["profile"] == "dl4j"
-    doc = run("--network", str(nets / "lenet.json"), "--batch", "4", "--policy", "liveness",
+    doc = run("--model", "alexnet", "--batch", "2", "--image", "67", "--policy", "liveness",
               "--profile", "cudnn", "--execute")
     assert doc["profile"] == "cudnn" and doc["execute"]["policies"]["liveness"]["grads_equal_reference"]
-    r = CliRunner().invoke(command, ["--network", str(nets / "lenet.json"), "--execute", "--json"])
+    r = CliRunner().invoke(command, ["--model", "alexnet", "--profile", "dl4j", "--execute", "--json"])
     assert r.exit_code != 0 and "--profile cudnn" in r.output
+    # DL4J networks train on DL4J's own layers, not the numpy kernels
+    r = CliRunner().invoke(command, ["--network", str(nets / "lenet.json"), "--execute", "--json"])
+    assert r.exit_code != 0 and "pyd4j.train.fit" in r.output
+
+
+def test_emit_plan_for_a_dl4j_network(tmp_path: Path) -> None:
+    from pyd4j.sched.training_plan import read_plan
+
+    nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
+    out = tmp_path / "lenet.plan.json"
+    doc = run("--model", str(nets / "lenet.json"), "--batch", "16", "--emit-plan", str(out))
+    plan = read_plan(out)
+    # no budget: liveness only; one node per DL4J layer plus the input, DL4J's identities
+    assert doc["emitted_plan"]["policy"] == plan["policy"] == "liveness"
+    assert [n["dl4j"].get("layer") for n in plan["nodes"]] == [None, 0, 1, 2, 3, 4, 5]
+    assert plan["network"] == {"kind": "MultiLayerNetwork", "batch": 16, "dtype": "float32",
+                               "source": str(nets / "lenet.json")}
+    assert plan["predicted"]["device_peak_bytes"] == doc["policies"]["liveness"]["device_peak_bytes"]
+    ops = [r[0] for r in plan["records"]]
+    assert ops.count("FORWARD") == ops.count("BACKWARD") + 1 == 7   # the input has no backward step
+    # a budget: the fastest plan that fits; below the smallest peak: refused with the minimum
+    roomy = tmp_path / "roomy.json"
+    doc = run("--model", str(nets / "lenet.json"), "--batch", "16", "--budget", "1GiB", "--emit-plan", str(roomy))
+    assert read_plan(roomy)["predicted"]["device_peak_bytes"] <= 1 << 30
+    low = tmp_path / "low.json"
+    r = CliRunner().invoke(command, ["--model", str(nets / "lenet.json"), "--batch", "16", "--budget", "1MiB",
+                                     "--emit-plan", str(low)])
+    assert r.exit_code != 0 and "smallest peak" in r.output and not low.exists()
+    # the file is never overwritten
+    r = CliRunner().invoke(command, ["--model", str(nets / "lenet.json"), "--emit-plan", str(out)])
+    assert r.exit_code != 0 and "exists" in r.output
 
 
 def test_optimum_option_replays_and_refuses_large_networks() -> None:

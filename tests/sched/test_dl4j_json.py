@@ -1,4 +1,4 @@
-"""DL4J JSON written by real DL4J 1.0.0-M2.1 (examples/networks) -> planner IR."""
+"""DL4J JSON written by real DL4J 1.0.0-M2.1 (examples/networks) -> the DL4J-faithful graph."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.sched.dl4j_json import UnsupportedLayer, graph_from_dl4j_json
+from pyd4j.sched.dl4j_json import UnsupportedLayer, dl4j_topological_order, graph_from_dl4j_json
 from pyd4j.sched.graph import LayerType
 from pyd4j.sched.policies import POLICIES, make_plan
 from pyd4j.sched.simulator import simulate
@@ -19,14 +19,19 @@ def load(name: str, batch: int = 8, shape=None):
     return graph_from_dl4j_json((NETS / f"{name}.json").read_text(), batch, shape)
 
 
-def test_lenet_matches_dl4j_parameter_count() -> None:
+def test_lenet_one_node_per_dl4j_layer_with_dl4j_parameter_count() -> None:
     g = load("lenet")  # input shape from the FeedForwardToCnnPreProcessor
     # conv 20x1x5x5+20, conv 50x20x5x5+50, dense 800x500+500, output 500x10+10
     assert g.n_params == 520 + 25_050 + 400_500 + 5_010
     assert [l.type for l in g.layers] == [
         LayerType.DATA, LayerType.CONV, LayerType.POOL, LayerType.CONV, LayerType.POOL,
-        LayerType.FC, LayerType.ACT, LayerType.FC, LayerType.SOFTMAX]
+        LayerType.FC, LayerType.SOFTMAX]
+    assert [l.attrs["dl4j"].get("layer") for l in g.layers] == [None, 0, 1, 2, 3, 4, 5]
     assert g.layers[4].out_shape == (8, 50, 4, 4)
+    assert g.layers[0].out_shape == (8, 1, 28, 28)  # the flat input, as layer 0's preprocessor sees it
+    dense = g.layers[5]
+    assert dense.attrs["act"] == "relu" and dense.attrs["preprocessor"] == "CnnToFeedForwardPreProcessor"
+    assert g.layers[6].attrs["loss"] == "LossMCXENT"
 
 
 def test_mlp_input_from_first_layer() -> None:
@@ -35,13 +40,33 @@ def test_mlp_input_from_first_layer() -> None:
     assert g.n_params == 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
 
 
-def test_computation_graph_with_residual_add_and_merge() -> None:
-    g = load("resnet_graph", shape=(3, 32, 32))
+def test_batch_norm_holds_four_values_per_channel_as_dl4j() -> None:
+    g = load("deep_cnn_bn", shape=(3, 32, 32))
+    bn = next(l for l in g.layers if l.type is LayerType.BN)
+    assert bn.param_shapes == ((4 * 32,),)  # gamma, beta, global mean, global log-std
+    # Same-mode conv keeps 32x32, the three 2x2 max pools halve it
+    assert [l.out_shape[2] for l in g.layers if l.type is LayerType.POOL] == [16, 8, 4]
+
+
+def test_computation_graph_in_dl4j_topological_order() -> None:
+    doc = json.loads((NETS / "resnet_graph.json").read_text())
+    g = graph_from_dl4j_json(doc, 8, (3, 32, 32))
+    assert [l.name for l in g.layers] == dl4j_topological_order(doc)
     assert g.count(LayerType.JOIN) == 1 and g.count(LayerType.CONCAT) == 1
     join = next(l for l in g.layers if l.type is LayerType.JOIN)
-    assert {g.layers[j].name for j in join.inputs} == {"res_bn2", "stem_act"}
+    assert {g.layers[j].name for j in join.inputs} == {"res_bn2", "stem"}
+    assert g.layers[join.id].attrs["dl4j"] == {"vertex": "res_add", "class": "ElementWiseVertex", "op": "Add"}
     for policy in POLICIES:
         simulate(make_plan(g, policy))
+
+
+def test_topological_order_is_kahn_over_inputs_then_vertices_hand_worked() -> None:
+    # indices: in=0, a=1, b=2, c=3; a and b read the input, c reads b then a.
+    # Kahn's FIFO: [in] -> in's outputs in ascending index: a, b -> c once both are done
+    doc = {"networkInputs": ["in"], "vertices": {"c": {}, "b": {}, "a": {}},
+           "vertexInputs": {"a": ["in"], "b": ["in"], "c": ["b", "a"]}}
+    # vertices in configuration order c, b, a get indices 1, 2, 3: b (2) before a (3)
+    assert dl4j_topological_order(doc) == ["in", "b", "a", "c"]
 
 
 def test_unknown_layer_types_are_named() -> None:

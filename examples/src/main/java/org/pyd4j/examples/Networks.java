@@ -19,6 +19,7 @@ import org.deeplearning4j.nn.conf.layers.ActivationLayer;
 import org.deeplearning4j.nn.conf.layers.BatchNormalization;
 import org.deeplearning4j.nn.conf.layers.ConvolutionLayer;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.DropoutLayer;
 import org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer;
 import org.deeplearning4j.nn.conf.layers.LSTM;
 import org.deeplearning4j.nn.conf.layers.OutputLayer;
@@ -110,6 +111,33 @@ public final class Networks {
                 .build();
     }
 
+    /**
+     * A deep CNN of 30 convolution layers (3 stages of 10 conv3x3 + batch norm + ReLU blocks,
+     * 8-16-32 channels, a 2x2 max pool after each stage) with dropout on the first convolution of
+     * each stage (input dropout), a dropout layer after each stage and on the dense layer, on
+     * 16x16x3 images. Small maps keep it quick to train on a CPU; it is deep enough that keeping
+     * every activation costs many times what one block needs.
+     */
+    public static MultiLayerConfiguration deepCnn30() {
+        NeuralNetConfiguration.ListBuilder b = base().convolutionMode(ConvolutionMode.Same).list();
+        int[] channels = {8, 16, 32};
+        for (int stage = 0; stage < channels.length; stage++) {
+            for (int i = 0; i < 10; i++) {
+                ConvolutionLayer.Builder conv = new ConvolutionLayer.Builder(3, 3).nOut(channels[stage]).activation(Activation.IDENTITY);
+                if (i == 0 && stage > 0) conv.dropOut(0.9);
+                b.layer(conv.build());
+                b.layer(new BatchNormalization.Builder().build());
+                b.layer(new ActivationLayer.Builder().activation(Activation.RELU).build());
+            }
+            b.layer(new SubsamplingLayer.Builder(PoolingType.MAX).kernelSize(2, 2).stride(2, 2).build());
+            b.layer(new DropoutLayer.Builder(0.8).build());
+        }
+        return b.layer(new DenseLayer.Builder().nOut(64).activation(Activation.RELU).dropOut(0.5).build())
+                .layer(new OutputLayer.Builder(LossFunction.MCXENT).nOut(10).activation(Activation.SOFTMAX).build())
+                .setInputType(InputType.convolutional(16, 16, 3))
+                .build();
+    }
+
     /** Two stacked LSTMs over sequences of 50 steps of 32 features, per-step 10-way output. */
     public static MultiLayerConfiguration lstm() {
         return base().list()
@@ -153,6 +181,9 @@ public final class Networks {
                 "LeNet-5 style CNN, 28x28x1 flat input, Adam")});
         out.put("deep_cnn_bn", new String[] {deepCnnBn().toJson(), sidecar("MultiLayerNetwork", convolutional(32, 32, 3),
                 "6 conv3x3 + batch norm + ReLU blocks (32-32-64-64-128-128), 3 max pools, dense 256, Adam")});
+        out.put("deep_cnn30", new String[] {deepCnn30().toJson(), sidecar("MultiLayerNetwork", convolutional(16, 16, 3),
+                "30 conv3x3 + batch norm + ReLU blocks (3 stages x 10, 8-16-32 channels, max pool and dropout after each stage, "
+                + "input dropout on each stage's first conv), dense 64 with dropout, Adam")});
         out.put("lstm", new String[] {lstm().toJson(), sidecar("MultiLayerNetwork", recurrent(32, 50),
                 "2 x LSTM(128) over 50 steps of 32 features, per-step softmax(10), Adam")});
         out.put("resnet_graph", new String[] {residualGraph().toJson(), sidecar("ComputationGraph", convolutional(32, 32, 3),

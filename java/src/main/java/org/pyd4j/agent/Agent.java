@@ -15,9 +15,19 @@ import java.util.Map;
  *   java -javaagent:pyd4j-java.jar=port=40123,interval=100 ...   (token in env PYD4J_AGENT_TOKEN)
  * </pre>
  *
- * Arguments (comma separated key=value): {@code out} file to append to, or {@code port} of a
+ * Arguments (comma separated key=value): {@code out} file to append to ({@code %p} in it becomes
+ * the pid, so every JVM of a multi-JVM job has its own file), or {@code port} of a
  * loopback listener plus {@code token} (or env PYD4J_AGENT_TOKEN); {@code interval} in ms
- * (default 100); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations).
+ * (default 100); {@code plan=FILE} trains every network of the job under a pyd4j plan
+ * (org.pyd4j.train.AgentRoute); {@code describe=true} reports each network's configuration and first
+ * batch shape (pyd4j plans from it); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations, no
+ * allocation counters or sites); {@code live} seconds between the agent's own live-set measurements
+ * when the job had no full collection (default 5, 0 = only the job's own full collections, see
+ * {@link LiveSet}) and {@code live_share} the largest share of wall time their pauses may take
+ * (default 0.005); {@code sites} mean bytes between sampled allocation stacks (default 262144,
+ * 0 = no call sites, see {@link Allocations}). The system property {@code pyd4j.agent} may carry
+ * more arguments in the same form; they win over the -javaagent ones (for launchers whose agent
+ * option cannot be changed).
  */
 public final class Agent {
     private static volatile Sampler sampler;
@@ -55,6 +65,7 @@ public final class Agent {
     private static synchronized void start(String args, Instrumentation inst, boolean late) {
         if (sampler != null) return;
         Map<String, String> opts = parse(args);
+        opts.putAll(parse(System.getProperty("pyd4j.agent")));
         try {
             long interval = Long.parseLong(opts.getOrDefault("interval", "100"));
             if (interval < 1) throw new IllegalArgumentException("interval=" + interval + " ms; use 1 ms or more (100 is the default)");
@@ -68,14 +79,27 @@ public final class Agent {
                 throw new IllegalArgumentException("no output: give out=FILE or port=PORT (with a token)");
             }
             Hooks.sink = sink;
+            Hooks.planFile = opts.get("plan");
+            Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
+            long liveSeconds = Long.parseLong(opts.getOrDefault("live", "5"));
+            long siteBytes = Long.parseLong(opts.getOrDefault("sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES)));
+            double liveShare = Double.parseDouble(opts.getOrDefault("live_share", String.valueOf(LiveSet.DEFAULT_PAUSE_SHARE)));
+            if (!(liveShare > 0 && liveShare <= 1)) throw new IllegalArgumentException("live_share=" + liveShare + "; use a fraction in (0, 1] (0.005 is the default)");
+            if (liveSeconds < 0) throw new IllegalArgumentException("live=" + liveSeconds + " s; use 0 (off) or more (5 is the default)");
+            if (siteBytes < 0) throw new IllegalArgumentException("sites=" + siteBytes + " bytes; use 0 (off) or more (262144 is the default)");
             boolean hooks = inst != null && !"false".equals(opts.get("hooks"));
+            if (Hooks.planFile != null && !hooks) warn("plan=" + Hooks.planFile + " needs the bytecode hooks: not applied");
             if (hooks) hooks = installHooks(inst, late);
+            if (hooks && !late) Allocations.sampleEvery(siteBytes);
             if (late || inst == null) {
-                // Classes already loaded before us: read what exists, initialize nothing new.
-                Hooks.pointerClass = loadedClass("org.bytedeco.javacpp.Pointer");
+                // Classes already loaded before us: read what exists once it is initialized, initialize nothing new.
+                JavaCpp.candidate = loadedClass("org.bytedeco.javacpp.Pointer");
             }
             Sampler s = new Sampler(sink, interval, hooks);
+            LiveSet live = new LiveSet(sink, liveSeconds * 1000, liveShare, s);
+            s.liveSet = live;
             s.begin();
+            live.begin();
             sampler = s;
             if (opts.containsKey("parent")) watchParent(Long.parseLong(opts.get("parent")));
         } catch (Throwable e) {
@@ -101,6 +125,21 @@ public final class Agent {
         }
     }
 
+    /**
+     * This process's ancestors' pids, parent first (at most 32): which JVM of a run started which,
+     * through shells and launchers in between.
+     */
+    static String ancestors() {
+        StringBuilder out = new StringBuilder("[");
+        java.util.Optional<ProcessHandle> p = ProcessHandle.current().parent();
+        for (int i = 0; i < 32 && p.isPresent(); i++) {
+            if (i > 0) out.append(',');
+            out.append(p.get().pid());
+            p = p.get().parent();
+        }
+        return out.append(']').toString();
+    }
+
     private static boolean installHooks(Instrumentation inst, boolean late) {
         try {
             Class.forName("org.objectweb.asm.ClassVisitor");
@@ -108,12 +147,13 @@ public final class Agent {
             warn("ASM not found next to the agent jar (lib/asm-*.jar): no workspace or iteration hooks");
             return false;
         }
-        Instrumenter instrumenter = new Instrumenter();
+        // Allocation counters must see every allocation from the start: only when the agent comes first.
+        Instrumenter instrumenter = new Instrumenter(!late);
         inst.addTransformer(instrumenter, true);
         if (late) {
             List<Class<?>> loaded = new ArrayList<>();
             for (Class<?> c : inst.getAllLoadedClasses()) {
-                if (Instrumenter.isTarget(c.getName().replace('.', '/')) && inst.isModifiableClass(c)) loaded.add(c);
+                if (instrumenter.isTarget(c.getName().replace('.', '/')) && inst.isModifiableClass(c)) loaded.add(c);
             }
             try {
                 if (!loaded.isEmpty()) inst.retransformClasses(loaded.toArray(new Class<?>[0]));

@@ -1,5 +1,8 @@
 package org.pyd4j.agent;
 
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.lang.ref.WeakReference;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.Method;
@@ -29,6 +32,13 @@ public final class Hooks {
     static volatile double lastScore = Double.NaN;
     static volatile int lastEpoch = -1;
     static volatile Sink sink;
+    /** plan=FILE: route every network's fit() through pyd4j's planned trainer (org.pyd4j.train.AgentRoute). */
+    static volatile String planFile;
+    /** describe=true (or plan=FILE): report each network's configuration and first batch shape. */
+    static volatile boolean describeNetworks;
+    /** Networks already described (their configuration) and already routed, by identity. */
+    private static final Map<Object, Boolean> described = java.util.Collections.synchronizedMap(new java.util.IdentityHashMap<>());
+    private static final Map<Object, Boolean> routed = java.util.Collections.synchronizedMap(new java.util.IdentityHashMap<>());
 
     private static final Map<Class<?>, Object> listenerFor = new ConcurrentHashMap<>();
     private static final Map<Class<?>, Method[]> modelMethods = new ConcurrentHashMap<>();
@@ -41,6 +51,66 @@ public final class Hooks {
     /** Called at the end of org.bytedeco.javacpp.Pointer.<clinit>. */
     public static void javacppReady(Class<?> pointer) {
         pointerClass = pointer;
+    }
+
+    /** Return of OpaqueDataBuffer.allocateDataBuffer: a libnd4j buffer of {@code bytes}. */
+    public static void nd4jAllocated(Object opaqueDataBuffer, long bytes) {
+        try {
+            if (opaqueDataBuffer != null) Allocations.nd4jAllocated(address(opaqueDataBuffer), bytes);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** Entry of OpaqueDataBuffer.closeBuffer/setPrimaryBuffer and CpuDeallocator.deallocate: libnd4j's memory goes. */
+    public static void nd4jReleased(Object opaqueDataBuffer) {
+        try {
+            if (opaqueDataBuffer != null) Allocations.nd4jFreed(address(opaqueDataBuffer));
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** JavaCPP's DeallocatorReference.add(): a Pointer of {@code bytes} counts now; totalBytes is {@code total}. */
+    public static void javacppAdded(Object reference, long bytes, long total) {
+        try {
+            Allocations.javacppAdded(reference, bytes, total);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** JavaCPP's DeallocatorReference.remove(), once the Pointer's bytes left totalBytes. */
+    public static void javacppRemoved(Object reference, long bytes) {
+        try {
+            Allocations.javacppRemoved(reference, bytes);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    /** ND4J's DeallocatorService (entry of pickObject): its registered objects, to see its threads catch up. */
+    public static void deallocatorService(Object service) {
+        try {
+            if (Allocations.deallocatorService == null) Allocations.watchDeallocatorService(service);
+        } catch (Throwable ignored) {
+            // never disturb the job
+        }
+    }
+
+    private static volatile MethodHandle addressOf;
+
+    /** JavaCPP's Pointer.address() of a Pointer the agent cannot name at compile time. */
+    private static long address(Object pointer) throws Throwable {
+        MethodHandle h = addressOf;
+        if (h == null) {
+            Class<?> c = pointer.getClass();
+            while (c.getSuperclass() != null && !c.getName().equals("org.bytedeco.javacpp.Pointer")) c = c.getSuperclass();
+            h = MethodHandles.publicLookup().findVirtual(c, "address", MethodType.methodType(long.class))
+                    .asType(MethodType.methodType(long.class, Object.class));
+            addressOf = h;
+        }
+        return (long) h.invokeExact(pointer);
     }
 
     /** Called on entry of Nd4jWorkspace.init(): remember the workspace (once per identity). */
@@ -91,6 +161,60 @@ public final class Hooks {
             m[2].invoke(model, array);
         } catch (Throwable ignored) {
             // no iteration markers for this model; sampling goes on
+        } finally {
+            if (planFile != null) route(model);
+        }
+    }
+
+    /** Call org.pyd4j.train.AgentRoute (in this jar, compiled against DL4J) by reflection: the agent
+     *  itself needs no DL4J, and a job without it just stays unrouted. */
+    private static String callRoute(String method, Object model, String... more) throws Exception {
+        Class<?> route = Class.forName("org.pyd4j.train.AgentRoute", true, model.getClass().getClassLoader());
+        Class<?>[] types = new Class<?>[1 + more.length];
+        Object[] args = new Object[1 + more.length];
+        types[0] = Object.class;
+        args[0] = model;
+        for (int i = 0; i < more.length; i++) {
+            types[i + 1] = String.class;
+            args[i + 1] = more[i];
+        }
+        return (String) route.getMethod(method, types).invoke(null, args);
+    }
+
+    /** Once per network: install the plan; a network the planned trainer refuses trains as before. */
+    private static void route(Object model) {
+        if (routed.putIfAbsent(model, Boolean.TRUE) != null) return;
+        String result;
+        try {
+            result = callRoute("attach", model, planFile);
+        } catch (Throwable e) {
+            Throwable c = e.getCause() != null ? e.getCause() : e;
+            result = new Json().put("status", "refused").put("reason", String.valueOf(c)).close();
+        }
+        if (!result.contains("\"attached\"")) Agent.warn("plan " + planFile + " not applied: " + result);
+        Sink s = sink;
+        if (s != null) {
+            s.line(new Json().put("type", "plan").put("t", System.currentTimeMillis()).put("file", planFile)
+                    .raw("result", result).close());
+        }
+    }
+
+    /** Once per network, at its first iteration: its configuration and input shape (so that pyd4j
+     *  can plan it); at each epoch end, what planned training did when the network is routed. */
+    private static void describe(Object model, boolean end) {
+        Sink s = sink;
+        if (s == null) return;
+        try {
+            if (!end && described.putIfAbsent(model, Boolean.TRUE) == null) {
+                s.line(new Json().put("type", "network").put("t", System.currentTimeMillis())
+                        .raw("network", callRoute("network", model)).close());
+            }
+            if (end && planFile != null) {
+                s.line(new Json().put("type", "plan_stats").put("t", System.currentTimeMillis())
+                        .raw("stats", callRoute("stats", model)).close());
+            }
+        } catch (Throwable ignored) {
+            // no network description for this model
         }
     }
 
@@ -136,6 +260,7 @@ public final class Hooks {
 
     private static void onIteration(Object model, int iteration, int epoch) {
         long n = iterations.incrementAndGet();
+        if (describeNetworks && !described.containsKey(model)) describe(model, false);
         long now = System.nanoTime();
         lastIterationNanos = now;
         lastEpoch = epoch;
@@ -156,6 +281,7 @@ public final class Hooks {
     }
 
     private static void onEpochEnd(Object model) {
+        describe(model, true);
         Sink s = sink;
         if (s != null) {
             s.line(new Json().put("type", "epoch").put("t", System.currentTimeMillis())

@@ -11,24 +11,43 @@ import org.objectweb.asm.Opcodes;
 import org.objectweb.asm.Type;
 
 /**
- * Adds three tiny hooks (ASM, no frames recomputed: only straight-line calls are inserted):
+ * Adds tiny hooks (ASM, no frames recomputed: only straight-line calls are inserted, never a branch):
  * <ul>
  *   <li>end of JavaCPP {@code Pointer.<clinit>}: JavaCPP is ready, its counters may be read;</li>
  *   <li>entry of {@code Nd4jWorkspace.init()}: a workspace exists (workspaces are thread-local in ND4J,
  *       so a sampler thread cannot list them otherwise);</li>
- *   <li>entry of every {@code fit} of MultiLayerNetwork / ComputationGraph: attach the iteration listener.</li>
+ *   <li>entry of every {@code fit} of MultiLayerNetwork / ComputationGraph: attach the iteration listener;</li>
+ *   <li>the allocation paths ({@link Allocations}): return of {@code OpaqueDataBuffer.allocateDataBuffer}
+ *       (a libnd4j buffer), entry of {@code OpaqueDataBuffer.closeBuffer}/{@code setPrimaryBuffer} and
+ *       {@code CpuDeallocator.deallocate} (its memory freed or replaced), and where JavaCPP's
+ *       {@code DeallocatorReference.add/remove} update {@code totalBytes} (a JavaCPP Pointer);</li>
+ *   <li>entry of {@code DeallocatorService.pickObject}: ND4J's deallocation service, whose queue of
+ *       registered objects shows when its threads have caught up after a collection.</li>
  * </ul>
  */
 final class Instrumenter implements ClassFileTransformer {
     static final String POINTER = "org/bytedeco/javacpp/Pointer";
+    static final String DEALLOCATOR_REF = "org/bytedeco/javacpp/Pointer$DeallocatorReference";
     static final String WORKSPACE = "org/nd4j/linalg/api/memory/abstracts/Nd4jWorkspace";
+    static final String OPAQUE = "org/nd4j/nativeblas/OpaqueDataBuffer";
+    static final String CPU_DEALLOCATOR = "org/nd4j/linalg/cpu/nativecpu/buffer/CpuDeallocator";
+    static final String DEALLOCATOR_SERVICE = "org/nd4j/linalg/api/memory/deallocation/DeallocatorService";
+    static final String DATA_TYPE = "org/nd4j/linalg/api/buffer/DataType";
     static final String MLN = "org/deeplearning4j/nn/multilayer/MultiLayerNetwork";
     static final String GRAPH = "org/deeplearning4j/nn/graph/ComputationGraph";
     private static final String HOOKS = "org/pyd4j/agent/Hooks";
+    private final boolean allocations;
 
-    static boolean isTarget(String internalName) {
+    /** @param allocations hook the allocation paths too (only when the agent starts before the job's classes). */
+    Instrumenter(boolean allocations) {
+        this.allocations = allocations;
+    }
+
+    boolean isTarget(String internalName) {
         return POINTER.equals(internalName) || WORKSPACE.equals(internalName)
-                || MLN.equals(internalName) || GRAPH.equals(internalName);
+                || MLN.equals(internalName) || GRAPH.equals(internalName)
+                || (allocations && (DEALLOCATOR_REF.equals(internalName) || OPAQUE.equals(internalName)
+                || CPU_DEALLOCATOR.equals(internalName) || DEALLOCATOR_SERVICE.equals(internalName)));
     }
 
     @Override
@@ -72,17 +91,87 @@ final class Instrumenter implements ClassFileTransformer {
                     }
                 };
             }
+            if (owner.equals(DEALLOCATOR_REF) && !isStatic && desc.equals("()V") && (name.equals("add") || name.equals("remove"))) {
+                return javacppCounter(mv, name.equals("add"));
+            }
+            if (owner.equals(OPAQUE) && isStatic && name.equals("allocateDataBuffer")
+                    && desc.equals("(JL" + DATA_TYPE + ";Z)L" + OPAQUE + ";")) {
+                return new MethodVisitor(Opcodes.ASM9, mv) {
+                    @Override
+                    public void visitInsn(int opcode) {
+                        if (opcode == Opcodes.ARETURN) {
+                            // stack: buffer -> buffer, buffer, elements * dataType.width()
+                            super.visitInsn(Opcodes.DUP);
+                            super.visitVarInsn(Opcodes.LLOAD, 0);
+                            super.visitVarInsn(Opcodes.ALOAD, 2);
+                            super.visitMethodInsn(Opcodes.INVOKEVIRTUAL, DATA_TYPE, "width", "()I", false);
+                            super.visitInsn(Opcodes.I2L);
+                            super.visitInsn(Opcodes.LMUL);
+                            super.visitMethodInsn(Opcodes.INVOKESTATIC, HOOKS, "nd4jAllocated", "(Ljava/lang/Object;J)V", false);
+                        }
+                        super.visitInsn(opcode);
+                    }
+                };
+            }
+            if (owner.equals(OPAQUE) && !isStatic && (name.equals("closeBuffer") && desc.equals("()V")
+                    || name.equals("setPrimaryBuffer"))) {
+                return atEntry(mv, () -> mv.visitVarInsn(Opcodes.ALOAD, 0), "nd4jReleased");
+            }
+            if (owner.equals(CPU_DEALLOCATOR) && !isStatic && name.equals("deallocate") && desc.equals("()V")) {
+                return atEntry(mv, () -> {
+                    mv.visitVarInsn(Opcodes.ALOAD, 0);
+                    mv.visitFieldInsn(Opcodes.GETFIELD, CPU_DEALLOCATOR, "opaqueDataBuffer", "L" + OPAQUE + ";");
+                }, "nd4jReleased");
+            }
+            if (owner.equals(DEALLOCATOR_SERVICE) && !isStatic && name.equals("pickObject")) {
+                return atEntry(mv, () -> mv.visitVarInsn(Opcodes.ALOAD, 0), "deallocatorService");
+            }
             String hook = null;
             if (owner.equals(WORKSPACE) && name.equals("init") && desc.equals("()V") && !isStatic) hook = "workspace";
             if ((owner.equals(MLN) || owner.equals(GRAPH)) && name.equals("fit") && !isStatic) hook = "model";
             if (hook == null) return mv;
-            final String target = hook;
+            return atEntry(mv, () -> mv.visitVarInsn(Opcodes.ALOAD, 0), hook);
+        }
+
+        /** At method entry: push one object (loader), call Hooks.hook(Object). */
+        private static MethodVisitor atEntry(MethodVisitor mv, Runnable loader, String hook) {
             return new MethodVisitor(Opcodes.ASM9, mv) {
                 @Override
                 public void visitCode() {
                     super.visitCode();
-                    super.visitVarInsn(Opcodes.ALOAD, 0);
-                    super.visitMethodInsn(Opcodes.INVOKESTATIC, HOOKS, target, "(Ljava/lang/Object;)V", false);
+                    loader.run();
+                    super.visitMethodInsn(Opcodes.INVOKESTATIC, HOOKS, hook, "(Ljava/lang/Object;)V", false);
+                }
+            };
+        }
+
+        /**
+         * Right after DeallocatorReference.add()/remove() store JavaCPP's totalBytes (inside its lock for
+         * remove, which returns early when already removed; at the return of add, outside the lock).
+         */
+        private MethodVisitor javacppCounter(MethodVisitor mv, boolean add) {
+            return new MethodVisitor(Opcodes.ASM9, mv) {
+                @Override
+                public void visitInsn(int opcode) {
+                    if (add && opcode == Opcodes.RETURN) {
+                        super.visitVarInsn(Opcodes.ALOAD, 0);
+                        super.visitVarInsn(Opcodes.ALOAD, 0);
+                        super.visitFieldInsn(Opcodes.GETFIELD, owner, "bytes", "J");
+                        super.visitFieldInsn(Opcodes.GETSTATIC, owner, "totalBytes", "J");
+                        super.visitMethodInsn(Opcodes.INVOKESTATIC, HOOKS, "javacppAdded", "(Ljava/lang/Object;JJ)V", false);
+                    }
+                    super.visitInsn(opcode);
+                }
+
+                @Override
+                public void visitFieldInsn(int opcode, String fieldOwner, String field, String fieldDesc) {
+                    super.visitFieldInsn(opcode, fieldOwner, field, fieldDesc);
+                    if (!add && opcode == Opcodes.PUTSTATIC && field.equals("totalBytes") && fieldOwner.equals(owner)) {
+                        super.visitVarInsn(Opcodes.ALOAD, 0);
+                        super.visitVarInsn(Opcodes.ALOAD, 0);
+                        super.visitFieldInsn(Opcodes.GETFIELD, owner, "bytes", "J");
+                        super.visitMethodInsn(Opcodes.INVOKESTATIC, HOOKS, "javacppRemoved", "(Ljava/lang/Object;J)V", false);
+                    }
                 }
             };
         }

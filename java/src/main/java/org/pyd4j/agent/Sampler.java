@@ -5,6 +5,8 @@ import java.lang.management.BufferPoolMXBean;
 import java.lang.management.GarbageCollectorMXBean;
 import java.lang.management.ManagementFactory;
 import java.lang.management.MemoryMXBean;
+import java.lang.management.MemoryPoolMXBean;
+import java.lang.management.MemoryType;
 import java.lang.management.MemoryUsage;
 import java.lang.management.RuntimeMXBean;
 import java.lang.management.ThreadMXBean;
@@ -32,8 +34,13 @@ final class Sampler implements Runnable {
     private volatile boolean running = true;
     private volatile boolean ended;
     private Thread thread;
-    private Method totalBytes, physicalBytes, maxBytes, maxPhysicalBytes;
     private boolean javacppAnnounced;
+    private final MemoryPoolMXBean oldPool = oldPool();
+    /** Set by the agent: live-set points after full collections (null when off). */
+    volatile LiveSet liveSet;
+    private long lastAdaptNanos = System.nanoTime();
+    private long peakSitesNanos;
+    private long peakSitesBytes;
     private Method wsId, wsThread, wsSize, wsSpilled, wsPinned, wsMaxCycle, wsLastCycle, wsConfig, cfgInitial;
     private Class<?> wsClass;
     private long samples;
@@ -54,6 +61,7 @@ final class Sampler implements Runnable {
         RuntimeMXBean rt = ManagementFactory.getRuntimeMXBean();
         sink.line(new Json().put("type", "start").put("t", System.currentTimeMillis())
                 .put("pid", ProcessHandle.current().pid())
+                .raw("ancestors", Agent.ancestors())
                 .put("jvm_start", jvmStartMs)
                 .put("interval_ms", intervalMs)
                 .put("hooks", hooks)
@@ -105,6 +113,8 @@ final class Sampler implements Runnable {
         if (ended) return;
         ended = true;
         running = false;
+        LiveSet liveSetNow = liveSet;
+        if (liveSetNow != null) liveSetNow.stop();
         try {
             sample(true);
         } catch (Throwable ignored) {
@@ -119,6 +129,13 @@ final class Sampler implements Runnable {
             if (os instanceof com.sun.management.OperatingSystemMXBean) processCpu = ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime();
         } catch (Throwable ignored) {
             // CPU accounting not supported here
+        }
+        if (Allocations.sampling()) {
+            try {
+                sink.line(Allocations.sitesLine("end", System.currentTimeMillis(), Hooks.iterations.get(), 30));
+            } catch (Throwable ignored) {
+                // exiting
+            }
         }
         // The agent's own cost, independent of machine load: sampler CPU over the process's CPU.
         sink.line(new Json().put("type", "end").put("t", System.currentTimeMillis()).put("reason", reason)
@@ -148,44 +165,56 @@ final class Sampler implements Runnable {
                 j.put(name + "_used", pool.getMemoryUsed()).put(name + "_capacity", pool.getTotalCapacity()).put(name + "_count", pool.getCount());
             }
         }
-        j.put("rss", rss()).put("threads", threads.getThreadCount());
+        if (oldPool != null) j.put("old_used", oldPool.getUsage().getUsed());
+        long rss = rss();
+        j.put("rss", rss).put("threads", threads.getThreadCount());
         if (last || samples % smapsEvery == 0) {
             long heapRss = heapResident();
             if (heapRss >= 0) j.put("heap_rss", heapRss);
         }
-        javacpp(j);
+        JavaCpp.Counters cpp = javacpp(j, rss);
+        Allocations.counters(j);
         j.put("iterations", Hooks.iterations.get());
+        LiveSet live = liveSet;
+        if (live != null) j.put("live_points", live.points);
         double score = Hooks.lastScore;
         if (!Double.isNaN(score)) j.put("score", score);
         if (hooks) workspaces(j);
         samples++;
         sink.line(j.close());
+        if (Allocations.sampling()) sitesAtPeak(now, cpp);
     }
 
-    private void javacpp(Json j) {
-        Class<?> pointer = Hooks.pointerClass;
-        if (pointer == null) return;
-        try {
-            if (totalBytes == null) {
-                totalBytes = pointer.getMethod("totalBytes");
-                physicalBytes = pointer.getMethod("physicalBytes");
-                maxBytes = pointer.getMethod("maxBytes");
-                maxPhysicalBytes = pointer.getMethod("maxPhysicalBytes");
-            }
-            long max = (Long) maxBytes.invoke(null);
-            long maxPhys = (Long) maxPhysicalBytes.invoke(null);
-            j.put("javacpp_total", (Long) totalBytes.invoke(null))
-                    .put("javacpp_physical", (Long) physicalBytes.invoke(null))
-                    .put("javacpp_max", max).put("javacpp_max_physical", maxPhys);
-            if (!javacppAnnounced) {
-                javacppAnnounced = true;
-                sink.line(new Json().put("type", "javacpp").put("t", System.currentTimeMillis())
-                        .put("max_bytes", max).put("max_physical_bytes", maxPhys).close());
-            }
-        } catch (Throwable e) {
-            Hooks.pointerClass = null;  // not usable (no native library yet): try again when it is
-            totalBytes = null;
+    /**
+     * Once a second, adapt the sampling mean to the allocation rate; when off-heap memory in use
+     * (libnd4j buffers + JavaCPP bytes) reaches a new high (5% over the last one, at most every 2 s),
+     * write the sites holding it: the breakdown of the peak by call site.
+     */
+    private void sitesAtPeak(long now, JavaCpp.Counters cpp) {
+        long nanos = System.nanoTime();
+        if (nanos - lastAdaptNanos >= 1_000_000_000L) {
+            Allocations.adapt((nanos - lastAdaptNanos) / 1e9);
+            lastAdaptNanos = nanos;
         }
+        long inUse = Allocations.nd4jLive.get() + (cpp != null ? cpp.total : 0);
+        if (inUse > peakSitesBytes * 1.05 && nanos - peakSitesNanos >= 2_000_000_000L && inUse >= (16L << 20)) {
+            peakSitesBytes = inUse;
+            peakSitesNanos = nanos;
+            sink.line(Allocations.sitesLine("peak", now, Hooks.iterations.get(), 20));
+        }
+    }
+
+    /** JavaCPP's counters, all of them or none (see {@link JavaCpp}). */
+    private JavaCpp.Counters javacpp(Json j, long rss) {
+        JavaCpp.Counters c = JavaCpp.read(rss);
+        if (c == null) return null;
+        c.into(j);
+        if (!javacppAnnounced) {
+            javacppAnnounced = true;
+            sink.line(new Json().put("type", "javacpp").put("t", System.currentTimeMillis())
+                    .put("max_bytes", c.max).put("max_physical_bytes", c.maxPhysical).close());
+        }
+        return c;
     }
 
     private void workspaces(Json j) {
@@ -226,6 +255,12 @@ final class Sampler implements Runnable {
         j.raw("ws", Json.array(items));
     }
 
+    /**
+     * One "gc" line per collection, with its kind: {@code young}; {@code mixed} (G1 collected old regions
+     * too: the old generation shrank); {@code full} (the whole heap: what is left is the live set);
+     * {@code cycle} (a ZGC/Shenandoah cycle marks the whole heap). Full collections and cycles become
+     * live-set points ({@link LiveSet}).
+     */
     private void listenToGc() {
         NotificationListener listener = (Notification n, Object handback) -> {
             if (!"com.sun.management.gc.notification".equals(n.getType())) return;
@@ -234,13 +269,25 @@ final class Sampler implements Runnable {
                 CompositeData info = (CompositeData) data.get("gcInfo");
                 long start = (Long) info.get("startTime");
                 long duration = (Long) info.get("duration");
-                sink.line(new Json().put("type", "gc").put("t", jvmStartMs + start)
-                        .put("name", (String) data.get("gcName"))
-                        .put("action", (String) data.get("gcAction"))
-                        .put("cause", (String) data.get("gcCause"))
-                        .put("duration_ms", duration)
-                        .put("heap_before", used((TabularData) info.get("memoryUsageBeforeGc")))
-                        .put("heap_after", used((TabularData) info.get("memoryUsageAfterGc"))).close());
+                String name = (String) data.get("gcName");
+                String action = (String) data.get("gcAction");
+                String cause = (String) data.get("gcCause");
+                TabularData before = (TabularData) info.get("memoryUsageBeforeGc");
+                TabularData after = (TabularData) info.get("memoryUsageAfterGc");
+                long heapAfter = used(after);
+                long oldBefore = oldUsed(before);
+                long oldAfter = oldUsed(after);
+                String kind = gcKind(name, action, oldBefore, oldAfter);
+                long t = jvmStartMs + start;
+                Json j = new Json().put("type", "gc").put("t", t).put("name", name).put("action", action)
+                        .put("cause", cause).put("kind", kind).put("duration_ms", duration)
+                        .put("heap_before", used(before)).put("heap_after", heapAfter);
+                if (oldBefore >= 0) j.put("old_before", oldBefore).put("old_after", oldAfter);
+                sink.line(j.close());
+                LiveSet live = liveSet;
+                if (live != null && (kind.equals("full") || kind.equals("cycle"))) {
+                    live.onFullCollection(kind.equals("full") ? "full-gc" : "gc-cycle", cause, t + duration, heapAfter);
+                }
             } catch (Throwable ignored) {
                 // unknown notification layout: pauses stay in the per-collector counters
             }
@@ -248,6 +295,33 @@ final class Sampler implements Runnable {
         for (GarbageCollectorMXBean c : collectors) {
             if (c instanceof NotificationEmitter) ((NotificationEmitter) c).addNotificationListener(listener, null, null);
         }
+    }
+
+    static String gcKind(String name, String action, long oldBefore, long oldAfter) {
+        if (action != null && action.contains("major")) return "full";
+        if (name != null && name.endsWith("Cycles")) return "cycle";
+        if (oldBefore >= 0 && oldAfter < oldBefore) return "mixed";
+        return "young";
+    }
+
+    /** Old-generation pool of the heap ("G1 Old Gen", "PS Old Gen", "Tenured Gen"...), if the collector has one. */
+    private static MemoryPoolMXBean oldPool() {
+        for (MemoryPoolMXBean p : ManagementFactory.getMemoryPoolMXBeans()) {
+            if (p.getType() == MemoryType.HEAP && isOld(p.getName())) return p;
+        }
+        return null;
+    }
+
+    private static boolean isOld(String pool) {
+        return pool.contains("Old") || pool.contains("Tenured");
+    }
+
+    private static long oldUsed(TabularData usage) {
+        for (Object row : usage.values()) {
+            CompositeData entry = (CompositeData) row;
+            if (isOld(String.valueOf(entry.get("key")))) return (Long) ((CompositeData) entry.get("value")).get("used");
+        }
+        return -1;
     }
 
     private static long used(TabularData usage) {
@@ -301,7 +375,13 @@ final class Sampler implements Runnable {
 
     private final byte[] statm = new byte[128];
 
-    private long rss() {
+    long rss() {
+        synchronized (statm) {
+            return readRss();
+        }
+    }
+
+    private long readRss() {
         try (RandomAccessFile f = new RandomAccessFile("/proc/self/statm", "r")) {
             int n = f.read(statm);
             int i = 0;

@@ -23,8 +23,23 @@ final class Sink {
         this.socket = socket;
     }
 
+    /**
+     * Append to a file. A {@code %p} in the path becomes this JVM's pid, so every JVM of a job
+     * started with the same option (JAVA_TOOL_OPTIONS reaches them all) writes its own file; a pid
+     * used again in the same directory gets {@code -2}, {@code -3}, ... before the extension.
+     */
     static Sink file(String path) throws IOException {
-        return new Sink(new BufferedWriter(new OutputStreamWriter(new FileOutputStream(path, true), StandardCharsets.UTF_8), 1 << 16), null);
+        return new Sink(new BufferedWriter(new OutputStreamWriter(new FileOutputStream(resolve(path), true), StandardCharsets.UTF_8), 1 << 16), null);
+    }
+
+    static String resolve(String path) {
+        if (!path.contains("%p")) return path;
+        String pid = String.valueOf(ProcessHandle.current().pid());
+        String candidate = path.replace("%p", pid);
+        for (int n = 2; new java.io.File(candidate).exists(); n++) {
+            candidate = path.replace("%p", pid + "-" + n);
+        }
+        return candidate;
     }
 
     static Sink loopback(int port, String token) throws IOException {
@@ -34,7 +49,7 @@ final class Sink {
         Socket s = new Socket(InetAddress.getLoopbackAddress(), port);
         s.setTcpNoDelay(true);
         Sink sink = new Sink(new BufferedWriter(new OutputStreamWriter(s.getOutputStream(), StandardCharsets.UTF_8), 1 << 16), s);
-        sink.line(new Json().put("type", "hello").put("token", token).close());
+        sink.line(new Json().put("type", "hello").put("token", token).put("pid", ProcessHandle.current().pid()).close());
         sink.flush();
         return sink;
     }
@@ -45,7 +60,7 @@ final class Sink {
             out.write(json);
             out.write('\n');
         } catch (IOException e) {
-            broken = true;  // the reader went away; the job must go on untouched
+            fail(e);
         }
     }
 
@@ -54,8 +69,15 @@ final class Sink {
         try {
             out.flush();
         } catch (IOException e) {
-            broken = true;
+            fail(e);
         }
+    }
+
+    /** The reader went away or the disk is full: say so once on stderr; the job goes on untouched. */
+    private void fail(IOException e) {
+        broken = true;
+        Agent.warn("could not write the timeline of pid " + ProcessHandle.current().pid() + " (" + e.getMessage() + ") at "
+                + System.currentTimeMillis() + " ms since the epoch: this JVM's later samples are lost; the job goes on");
     }
 
     synchronized void close() {

@@ -35,7 +35,9 @@ public interface OffloadTier extends AutoCloseable {
      *  waiting for its prefetch if one is in flight. The caller owns (and closes) the array. */
     INDArray take(int key);
 
-    /** Forget {@code key}: its slot may be reused. */
+    /** Forget {@code key}: its slot may be reused. Waits for the key's copies still in flight
+     *  (so the source may be closed afterwards even without {@link #awaitOffloaded(int)}) and
+     *  closes a prefetched array that was never taken. */
     void release(int key);
 
     /** Counters since the tier was opened. */

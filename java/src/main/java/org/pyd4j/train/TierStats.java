@@ -9,7 +9,7 @@ public final class TierStats {
     public final long bytesOffloaded;  // total copied out
     public final long bytesPrefetched; // total copied back
     public final long copyNanos;       // time the background copies ran
-    public final long waitNanos;       // time callers blocked in awaitOffloaded/take
+    public final long waitNanos;       // time callers blocked in awaitOffloaded/take/release
 
     public TierStats(String tier, long bytesHeld, long peakBytesHeld, long bytesOffloaded,
                      long bytesPrefetched, long copyNanos, long waitNanos) {

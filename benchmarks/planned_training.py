@@ -1,0 +1,245 @@
+"""Planned training vs DL4J's own fit(): memory, largest batch in a container, speed, prediction.
+
+    .venv/bin/python benchmarks/planned_training.py [--networks deep_cnn_bn,resnet_graph,...]
+        [--iterations 8] [--repeats 2] [--container 1g] [--out benchmarks/results/planned_training.json]
+
+Every run is the unchanged example job `org.pyd4j.examples.TrainSynthetic <net.json> <batch>
+<iterations>` in a child JVM under pyd4j's agent; planned runs differ only by the agent's
+`plan=FILE` (the job's fit() trains under the plan: no code change), fit() runs by nothing. The
+job warms up at batch 1, then measures its own peak process memory (RSS, sampled every 2 ms)
+above that idle JVM; iterations/s come from the agent's iteration events (the first measured
+iteration left out). Figures, each a ratio against fit() measured in the same run:
+
+- peak memory above the idle JVM, planned / fit() at the same batch, per plan policy (and over
+  fit() with glibc's mmap threshold fixed as the planned trainer fixes it, to show what malloc
+  alone changes);
+- iterations/s, planned / fit();
+- the largest batch that trains `--container-iterations` iterations inside a memory cgroup of
+  one fixed size (`pyd4j.memory.container`), each batch under the JVM flags `pyd4j flags` gives
+  for it: planned / fit();
+- the planner's predicted peak for the plan vs the measured peak above the idle JVM.
+
+Runs alternate fit() and planned; medians of `--repeats`. One OpenMP thread (ND4J's default of
+one per core makes runs on a shared machine erratic); the same for every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NETWORKS = ROOT / "examples" / "networks"
+DEFAULT_NETWORKS = {"deep_cnn_bn": 64, "deep_cnn30": 128, "resnet_graph": 32, "lenet": 128, "mlp": 256}
+POLICIES = ("liveness", "recompute_in_memory")
+# DL4J's fit() with glibc's mmap threshold fixed as the planned trainer fixes it: how much of the
+# difference is malloc alone
+MALLOC_FIXED = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+HEAP = "512m"
+EXTRA_ENV: dict[str, str] = json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))
+
+
+def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
+    from pyd4j.commands.plan import _input_shape
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+    from pyd4j.sched.training_plan import choose_plan
+    from pyd4j.sched.training_plan import write_plan as write
+
+    config = NETWORKS / f"{name}.json"
+    doc = json.loads(config.read_text())
+    graph = graph_from_dl4j_json(doc, batch, _input_shape(str(config)))
+    plan, result = choose_plan(graph, policy=policy, offload=False)
+    path = folder / f"{name}.{batch}.{policy}.plan.json"
+    if path.exists():
+        path.unlink()
+    write(path, plan, result, network_kind(doc), str(config))
+    return {"path": str(path), "predicted_peak_bytes": result.device_peak_bytes}
+
+
+def job_command(name: str, batch: int, iterations: int, timeline: Path, plan: str | None,
+                flags: list[str] | None = None) -> list[str]:
+    from pyd4j.jvm import JvmOptions, examples_jar, java_command
+    from pyd4j.profile.launch import agent_option
+
+    # Heap fixed and pre-touched: it is resident in the idle baseline, so the peak above the idle
+    # JVM is what training adds off-heap (ND4J's arrays and workspaces).
+    options = JvmOptions.of(heap_max=HEAP, heap_initial=HEAP, extra=["-XX:+AlwaysPreTouch"]) if flags is None \
+        else JvmOptions.of(extra=flags)
+    agent = agent_option(100, out=timeline, plan=Path(plan) if plan else None)
+    return java_command(options, "org.pyd4j.examples.TrainSynthetic",
+                        [str(NETWORKS / f"{name}.json"), str(batch), str(iterations)],
+                        extra_classpath=[examples_jar()], jvm_args=[agent])
+
+
+def env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", **EXTRA_ENV, **(extra or {}))
+
+
+def iterations_per_s(timeline: Path, warmup: int) -> float | None:
+    """From the agent's iteration events after the job's warm-up, the first measured one left out."""
+    times = []
+    for line in timeline.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if e.get("type") == "iter" and e.get("n", 0) > warmup + 1:
+            times.append(e["t"] / 1000.0)
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) >= 2 and times[-1] > times[0] else None
+
+
+def plan_stats(timeline: Path) -> dict | None:
+    stats = None
+    for line in timeline.read_text().splitlines():
+        if '"plan_stats"' in line:
+            try:
+                stats = json.loads(line).get("stats") or stats
+            except json.JSONDecodeError:
+                pass
+    return stats
+
+
+def run(name: str, batch: int, iterations: int, plan: dict | None, folder: Path,
+        extra_env: dict[str, str] | None = None) -> dict:
+    timeline = Path(tempfile.mktemp(suffix=".jsonl", dir=folder))
+    cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(extra_env), cwd=folder)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} batch {batch} {'planned' if plan else 'fit()'} failed (exit {out.returncode}): "
+                           f"{(out.stdout + out.stderr)[-2000:]}")
+    r = json.loads(lines[-1])
+    doc = {"peak_above_idle_bytes": r["peak_physical_bytes"] - r["baseline_physical_bytes"],
+           "peak_physical_bytes": r["peak_physical_bytes"], "baseline_physical_bytes": r["baseline_physical_bytes"],
+           "seconds": r["seconds"], "iterations_per_s": iterations_per_s(timeline, 2)}
+    if plan:
+        doc["trainer"] = plan_stats(timeline)
+    timeline.unlink()
+    return doc
+
+
+def median(rows: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path) -> dict:
+    plans = {p: write_plan(name, batch, p, folder) for p in POLICIES}
+    runs: dict[str, list[dict]] = {"fit": [], "fit_malloc_fixed": [], **{p: [] for p in POLICIES}}
+    modes = list(runs)
+    for i in range(repeats):
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
+            runs[mode].append(run(name, batch, iterations, plans.get(mode), folder,
+                                  MALLOC_FIXED if mode == "fit_malloc_fixed" else None))
+            r = runs[mode][-1]
+            print(f"{name} b{batch} {mode}: peak above idle {r['peak_above_idle_bytes'] / 2**20:.1f} MiB, "
+                  f"{r['iterations_per_s'] or 0:.2f} it/s", flush=True)
+    fit_peak, fit_speed = median(runs["fit"], "peak_above_idle_bytes"), median(runs["fit"], "iterations_per_s")
+    fixed_peak = median(runs["fit_malloc_fixed"], "peak_above_idle_bytes")
+    out = {"batch": batch, "iterations": iterations,
+           "fit": {"peak_above_idle_bytes": fit_peak, "iterations_per_s": fit_speed},
+           "fit_malloc_fixed": {"peak_above_idle_bytes": fixed_peak,
+                                "iterations_per_s": median(runs["fit_malloc_fixed"], "iterations_per_s"),
+                                "peak_over_fit": fixed_peak / fit_peak if fit_peak else None},
+           "planned": {}, "runs": runs}
+    for p in POLICIES:
+        peak, speed = median(runs[p], "peak_above_idle_bytes"), median(runs[p], "iterations_per_s")
+        predicted = plans[p]["predicted_peak_bytes"]
+        out["planned"][p] = {
+            "peak_above_idle_bytes": peak, "iterations_per_s": speed,
+            "peak_over_fit": peak / fit_peak if fit_peak else None,
+            "speed_over_fit": speed / fit_speed if speed and fit_speed else None,
+            "peak_over_fit_malloc_fixed": peak / fixed_peak if fixed_peak else None,
+            "predicted_peak_bytes": predicted,
+            "predicted_over_measured": predicted / peak if peak else None,
+            "trainer": runs[p][-1].get("trainer"),
+        }
+    return out
+
+
+def fits_in(name: str, batch: int, iterations: int, container: int, plan: dict | None, folder: Path) -> bool:
+    """Whether the job trains `iterations` iterations at `batch` inside a cgroup of `container`
+    bytes, under the JVM flags `pyd4j flags` gives for this network and batch."""
+    from pyd4j.memory.container import run_limited
+    from pyd4j.memory.estimate import estimate
+    from pyd4j.memory.flags import flags
+
+    fs = flags(estimate(str(NETWORKS / f"{name}.json"), batch), total=container, refuse=False)
+    timeline = Path(tempfile.mktemp(suffix=".jsonl", dir=folder))
+    cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None, flags=fs.args())
+    r = run_limited(cmd, container, timeout=3600, env=env(), cwd=str(folder))
+    ok = r.ok and '"status": "ok"' in (r.stdout or "")
+    if timeline.exists():
+        timeline.unlink()
+    return ok
+
+
+def largest_batch(name: str, iterations: int, container: int, policy: str | None, start: int, folder: Path) -> dict:
+    """Bisection over batch sizes (training memory grows with the batch)."""
+    tried: dict[int, bool] = {}
+
+    def ok(b: int) -> bool:
+        plan = write_plan(name, b, policy, folder) if policy else None
+        tried[b] = fits_in(name, b, iterations, container, plan, folder)
+        print(f"  {name} {policy or 'fit()'} batch {b}: {'fits' if tried[b] else 'does not fit'}", flush=True)
+        return tried[b]
+
+    lo, hi = 0, start
+    while ok(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > max(1, lo // 16):   # 1/16 of the batch is resolution enough for a ratio
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return {"largest_batch": lo, "tried": tried}
+
+
+def main() -> None:
+    from pyd4j.units import parse_bytes
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--networks", default=",".join(DEFAULT_NETWORKS))
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--container", default="1g", help="memory cgroup size for the largest-batch search")
+    parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
+    parser.add_argument("--container-iterations", type=int, default=5)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "planned_training.json"))
+    args = parser.parse_args()
+
+    container = parse_bytes(args.container, "--container")
+    doc = {"benchmark": "planned_training", "repeats": args.repeats, "networks": {}, "container": {},
+           "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": 1,
+                       "shared": "other jobs ran on this machine while it measured",
+                       "load_avg_1m_at_start": os.getloadavg()[0]}}
+    with tempfile.TemporaryDirectory(prefix="pyd4j-planned-") as tmp:
+        folder = Path(tmp)
+        for name in args.networks.split(","):
+            doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder)
+        for name in filter(None, args.container_networks.split(",")):
+            fit = largest_batch(name, args.container_iterations, container, None, 16, folder)
+            planned = largest_batch(name, args.container_iterations, container, "recompute_in_memory",
+                                    max(16, fit["largest_batch"]), folder)
+            doc["container"][name] = {
+                "container_bytes": container, "iterations": args.container_iterations,
+                "fit": fit, "recompute_in_memory": planned,
+                "planned_over_fit": planned["largest_batch"] / fit["largest_batch"] if fit["largest_batch"] else None}
+    doc["machine"]["load_avg_1m_at_end"] = os.getloadavg()[0]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

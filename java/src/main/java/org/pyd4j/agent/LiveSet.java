@@ -1,0 +1,335 @@
+package org.pyd4j.agent;
+
+import java.lang.management.ManagementFactory;
+import java.lang.management.MemoryMXBean;
+import java.util.ArrayList;
+import java.util.List;
+
+import javax.management.MBeanServer;
+import javax.management.ObjectName;
+
+/**
+ * What the job really keeps: the heap and off-heap memory left after a collection of the whole heap,
+ * one "live" line each time.
+ *
+ * <p>Heap after a young collection is not the live set: old-generation garbage stays until an old or
+ * full collection, and a G1 job with a large heap may run for minutes without one. Array buffers are
+ * freed only when the Java objects owning them are collected, so off-heap memory carries the same
+ * garbage. A live point is taken
+ * <ul>
+ *   <li>after each full collection the job has anyway (System.gc(), a G1 full GC, a ZGC/Shenandoah cycle,
+ *       JavaCPP's own System.gc() near its limits), or</li>
+ *   <li>by the agent itself when no such collection happened for {@code intervalMs}: a full collection
+ *       ({@code jcmd <pid> GC.run}), then, once the deallocators are done, a class histogram of the live
+ *       heap, the same as {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC), spaced so that these pauses take at most 0.5% of the run
+ *       (agent argument {@code live_share}) and
+ *       skipped while more than 1 GiB of heap is in use (its pause would be long); the natural
+ *       collections of such jobs give the points instead.</li>
+ * </ul>
+ * After the collection it waits until ND4J's and JavaCPP's deallocator threads have freed what the
+ * collection released, then records the heap, ND4J's buffers, JavaCPP's bytes, RSS and the largest
+ * classes, followed by the allocation sites still holding memory.
+ */
+final class LiveSet implements Runnable {
+    static final double DEFAULT_PAUSE_SHARE = 0.005;
+    static final long MAX_HEAP_FOR_INSPECTION = 1L << 30;
+    private static final long DRAIN_POLL_MS = 50;
+    private static final int DRAIN_QUIET_POLLS = 3;
+    private static final long DRAIN_MAX_MS = 10_000;
+    private static final long DRAIN_SLACK = 50;
+    private static final long MIN_GAP_NANOS = 1_000_000_000L;  // at most one live point per second
+    private static final int TOP_CLASSES = 12;
+    private static final int TOP_SITES = 20;
+
+    private final Sink sink;
+    private final long intervalNanos;
+    private final double pauseShare;
+    /** Live points written so far (each sample carries it, so a watcher can wait for enough of them). */
+    volatile long points;
+    private final Sampler sampler;
+    private final MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
+    private final Object lock = new Object();
+    private volatile boolean running = true;
+    private Thread thread;
+    // a full collection seen by the GC listener, waiting to be measured
+    private String pendingTrigger;
+    private long pendingT;
+    private long pendingHeap;
+    /** Full collections the agent's own inspections started, not yet seen by the GC listener. */
+    private int expectedOwnGcs;
+    /** Heap usage after the collection of the agent's last inspection (what the collector reports). */
+    private long inspectionHeapAfter = -1;
+    /**
+     * Collector-reported usage after a full collection minus the histogram's object bytes, measured at
+     * each inspection: space no live object holds (G1 keeps the CDS archive regions pinned, about 3 MB
+     * on JDK 17). Natural full collections' usage is corrected by it, so both kinds of point agree.
+     */
+    private long usageOverObjects;
+    private long lastPointNanos = System.nanoTime();
+    private long nextInspectionNanos;
+    private boolean tooLargeNoted;
+    private long lastDrainMs;
+    /** The last inspection's heap bytes of ND4J/JavaCPP deallocation bookkeeping (see Histogram). */
+    private long bookkeeping = -1;
+
+    LiveSet(Sink sink, long intervalMs, double pauseShare, Sampler sampler) {
+        this.sink = sink;
+        this.intervalNanos = intervalMs * 1_000_000L;
+        this.pauseShare = pauseShare;
+        this.sampler = sampler;
+        this.nextInspectionNanos = System.nanoTime() + intervalNanos;
+    }
+
+    void begin() {
+        thread = new Thread(this, "pyd4j-agent-live");
+        thread.setDaemon(true);
+        thread.start();
+    }
+
+    void stop() {
+        running = false;
+        if (thread != null) thread.interrupt();
+    }
+
+    /**
+     * From the GC listener: a collection of the whole heap ended, with {@code heapAfter} bytes left.
+     * Returns false for the agent's own inspection (which it measures itself).
+     */
+    boolean onFullCollection(String trigger, String cause, long t, long heapAfter) {
+        synchronized (lock) {
+            boolean inspection = "Heap Inspection Initiated GC".equals(cause);
+            if ((inspection || "Diagnostic Command".equals(cause)) && expectedOwnGcs > 0) {
+                expectedOwnGcs--;
+                if (inspection) inspectionHeapAfter = heapAfter;
+                return false;
+            }
+            pendingTrigger = trigger;
+            pendingT = t;
+            pendingHeap = heapAfter;
+            lock.notifyAll();
+            return true;
+        }
+    }
+
+    @Override
+    public void run() {
+        while (running) {
+            try {
+                String trigger;
+                long t, heap;
+                synchronized (lock) {
+                    long now = System.nanoTime();
+                    long wait = intervalNanos > 0 ? nextInspectionNanos - now : Long.MAX_VALUE;
+                    if (pendingTrigger == null && wait > 0) {
+                        lock.wait(Math.max(1, Math.min(wait / 1_000_000L, 60_000L)));
+                    }
+                    trigger = pendingTrigger;
+                    t = pendingT;
+                    heap = pendingHeap;
+                    pendingTrigger = null;
+                }
+                long now = System.nanoTime();
+                if (trigger != null) {
+                    // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
+                    long wait = MIN_GAP_NANOS - (now - lastPointNanos);
+                    if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
+                    measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false);
+                    lastPointNanos = System.nanoTime();
+                    nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
+                } else if (intervalNanos > 0 && now >= nextInspectionNanos) {
+                    inspect();
+                }
+            } catch (InterruptedException e) {
+                return;
+            } catch (Throwable e) {
+                nextInspectionNanos = System.nanoTime() + intervalNanos;  // never disturb the job; try later
+            }
+        }
+    }
+
+    /**
+     * Two full collections: the first lets the deallocators free the arrays whose owners died (and
+     * drop their bookkeeping: reference objects, ids, native handles, which a histogram taken at once
+     * would count as live), the second is the class histogram of what is left.
+     */
+    private void inspect() throws Exception {
+        long used = memory.getHeapMemoryUsage().getUsed();
+        if (used > MAX_HEAP_FOR_INSPECTION) {
+            if (!tooLargeNoted) {
+                tooLargeNoted = true;
+                sink.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
+                        .put("text", "heap in use over 1 GiB: no agent heap inspections; live points come from the job's own full collections").close());
+            }
+            nextInspectionNanos = System.nanoTime() + intervalNanos;
+            return;
+        }
+        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
+        ObjectName name = new ObjectName("com.sun.management:type=DiagnosticCommand");
+        synchronized (lock) {
+            expectedOwnGcs += 2;
+            inspectionHeapAfter = -1;
+        }
+        long start = System.nanoTime();
+        server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
+        long pause = System.nanoTime() - start;
+        boolean drained = drain();
+        long t = System.currentTimeMillis();
+        start = System.nanoTime();
+        String text = (String) server.invoke(name, "gcClassHistogram", new Object[]{new String[0]},
+                new String[]{String[].class.getName()});
+        pause += System.nanoTime() - start;
+        Histogram h = Histogram.parse(text, TOP_CLASSES);
+        bookkeeping = h.deallocationBookkeeping();
+        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained);
+        lastPointNanos = System.nanoTime();
+        nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
+    }
+
+    /**
+     * Until ND4J's and JavaCPP's deallocator threads have caught up with what the collection released:
+     * no ND4J object left whose owner is dead but whose deallocator has not run (a few, from young
+     * collections meanwhile, are fine), and JavaCPP's count of Pointers not falling for 3 polls in a
+     * row (where ND4J's registry is unknown: the bytes freed not rising). On a starved machine this can
+     * take long; after 10 s the point is written as not drained, and the heap verdict leaves it out.
+     */
+    private boolean drain() throws InterruptedException {
+        long start = System.nanoTime();
+        long freed = Allocations.freedSoFar();
+        long javacpp = javacppCount();
+        int javacppQuiet = 0;
+        int freedQuiet = 0;
+        while (System.nanoTime() - start < DRAIN_MAX_MS * 1_000_000L) {
+            Thread.sleep(DRAIN_POLL_MS);
+            long javacppNow = javacppCount();
+            javacppQuiet = javacppNow < 0 || javacppNow >= javacpp ? javacppQuiet + 1 : 0;
+            javacpp = javacppNow;
+            long freedNow = Allocations.freedSoFar();
+            freedQuiet = freedNow == freed ? freedQuiet + 1 : 0;
+            freed = freedNow;
+            long awaiting = Allocations.nd4jAwaitingDeallocator();
+            boolean nd4jDone = awaiting >= 0
+                    ? awaiting <= Math.max(DRAIN_SLACK, Allocations.nd4jRegistered() / 100)
+                    : freedQuiet >= DRAIN_QUIET_POLLS;
+            if (nd4jDone && javacppQuiet >= DRAIN_QUIET_POLLS) {
+                lastDrainMs = (System.nanoTime() - start) / 1_000_000L;
+                return true;
+            }
+        }
+        lastDrainMs = (System.nanoTime() - start) / 1_000_000L;
+        return false;
+    }
+
+    private long javacppCount() {
+        JavaCpp.Counters c = JavaCpp.read(-1);
+        return c != null ? c.count : -1;
+    }
+
+    /** Wait for the deallocators, then write the live line and the sites still holding memory. */
+    private void measure(String trigger, long t, long heapLive, String classes, double pauseMs, long instances,
+                         long heapAfterGc, boolean heapDrained) throws InterruptedException {
+        boolean offheapDrained = drain();
+        long drainMs = lastDrainMs;
+        long deallocation = classes != null ? bookkeeping : -1;
+        if (classes != null) {
+            synchronized (lock) {
+                heapAfterGc = inspectionHeapAfter;  // the GC notification came during the drain wait, if at all
+            }
+            if (heapAfterGc >= heapLive) usageOverObjects = heapAfterGc - heapLive;
+        }
+        long iterations = Hooks.iterations.get();
+        long rss = sampler.rss();
+        Json j = new Json().put("type", "live").put("t", t).put("trigger", trigger).put("iterations", iterations)
+                .put("heap_live", heapLive).put("drain_ms", drainMs).put("rss", rss)
+                // heap_live counts no bookkeeping of dead arrays only when the deallocators were done before it
+                .put("heap_drained", heapDrained).put("offheap_drained", offheapDrained);
+        if (heapAfterGc >= 0) j.put("heap_after_gc", heapAfterGc);
+        // of heap_live, ND4J's and JavaCPP's deallocation bookkeeping: it churns with every array made
+        // (how much of it a histogram catches depends on how many arrays just died, not on the job's objects)
+        if (deallocation >= 0) j.put("heap_bookkeeping", Math.min(deallocation, heapLive));
+        if (pauseMs >= 0) j.put("pause_ms", pauseMs);
+        if (instances >= 0) j.put("instances", instances);
+        if (Allocations.nd4jHooked) {
+            j.put("nd4j_live", Allocations.nd4jLive.get()).put("nd4j_live_count", Allocations.nd4jLiveCount.get());
+        }
+        JavaCpp.Counters c = JavaCpp.read(rss);
+        if (c != null) {
+            j.put("javacpp_total", c.total);
+            if (c.count >= 0) j.put("javacpp_count", c.count);
+        }
+        if (classes != null) j.raw("classes", classes);
+        sink.line(j.close());
+        points++;
+        if (Allocations.sampling()) sink.line(Allocations.sitesLine("live", System.currentTimeMillis(), iterations, TOP_SITES));
+        sink.flush();
+    }
+
+    /** The text of GC.class_histogram: its total line and its largest classes. */
+    static final class Histogram {
+        /** ND4J's per-object deallocation bookkeeping: the reference, its deallocator, the native handle. */
+        private static final String[] ND4J_BOOKKEEPING = {
+            "org.nd4j.linalg.api.memory.deallocation.DeallocatableReference", "org.nd4j.linalg.cpu.nativecpu.buffer.CpuDeallocator",
+            "org.nd4j.nativeblas.OpaqueDataBuffer", "org.nd4j.nativeblas.OpaqueContext",
+            "org.nd4j.linalg.cpu.nativecpu.ops.CpuOpContextDeallocator"};
+        /** Per ND4J entry, besides those: its id twice (key and field: String + byte[] each) and its map node. */
+        private static final long ND4J_ID_BYTES = 2 * (24 + 32) + 32;
+        private static final String JAVACPP_BOOKKEEPING = "org.bytedeco.javacpp.Pointer$NativeDeallocator";
+        private static final long JAVACPP_COUNT_BYTES = 16;  // its AtomicInteger reference count
+
+        long totalBytes = -1;
+        long totalInstances = -1;
+        final List<String> classes = new ArrayList<>();
+        private final java.util.Map<String, long[]> tracked = new java.util.HashMap<>();
+
+        static Histogram parse(String text, int top) {
+            Histogram h = new Histogram();
+            for (String line : text.split("\n")) {
+                String s = line.trim();
+                if (s.startsWith("Total")) {
+                    String[] p = s.split("\\s+");
+                    if (p.length >= 3) {
+                        h.totalInstances = Long.parseLong(p[1]);
+                        h.totalBytes = Long.parseLong(p[2]);
+                    }
+                } else if (!s.isEmpty() && Character.isDigit(s.charAt(0)) && s.contains(":")) {
+                    // "   1:        123456       12345678  [B (java.base@17)"
+                    String[] p = s.split("\\s+", 4);
+                    if (p.length == 4) {
+                        String cls = p[3];
+                        int module = cls.indexOf(" (");
+                        if (module > 0) cls = cls.substring(0, module);
+                        long instances = Long.parseLong(p[1]);
+                        long bytes = Long.parseLong(p[2]);
+                        h.tracked.put(cls, new long[]{instances, bytes});
+                        if (h.classes.size() < top) {
+                            h.classes.add(new Json().put("name", cls).put("instances", instances).put("bytes", bytes).close());
+                        }
+                    }
+                }
+            }
+            if (h.totalBytes < 0) throw new IllegalStateException("no Total line in GC.class_histogram output");
+            return h;
+        }
+
+        String classesJson() {
+            return Json.array(classes);
+        }
+
+        /**
+         * Heap bytes of ND4J's and JavaCPP's deallocation bookkeeping (reference objects, deallocators,
+         * native handles, and per ND4J entry its two id strings and registry node): it churns with every
+         * array created, alive or dead-but-not-yet-deallocated, and says nothing about the job's own objects.
+         */
+        long deallocationBookkeeping() {
+            long bytes = 0;
+            for (String cls : ND4J_BOOKKEEPING) {
+                long[] c = tracked.get(cls);
+                if (c != null) bytes += c[1];
+            }
+            long[] refs = tracked.get(ND4J_BOOKKEEPING[0]);
+            if (refs != null) bytes += refs[0] * ND4J_ID_BYTES;
+            long[] javacpp = tracked.get(JAVACPP_BOOKKEEPING);
+            if (javacpp != null) bytes += javacpp[1] + javacpp[0] * JAVACPP_COUNT_BYTES;
+            return bytes;
+        }
+    }
+}

@@ -1,0 +1,81 @@
+package org.pyd4j.train;
+
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.Map;
+
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+
+/**
+ * The agent's way into planned training ({@code -javaagent:pyd4j-java.jar=plan=FILE,...}): the
+ * agent's hook on every {@code fit(...)} of an unchanged job calls {@link #attach} by reflection,
+ * and from then on the network trains under the plan (DL4J's own fit() loop, planned gradient
+ * steps) for the rest of the process. Answers are JSON objects for the agent's timeline.
+ */
+public final class AgentRoute {
+    private static final Map<Object, PlannedTrainer> ROUTED = Collections.synchronizedMap(new IdentityHashMap<>());
+
+    private AgentRoute() {
+    }
+
+    /** Install the plan in {@code model} (once per network); never throws. */
+    public static String attach(Object model, String planFile) {
+        if (ROUTED.containsKey(model)) return "{\"status\": \"attached\", \"again\": true}";
+        try {
+            PlanFile plan = PlanFile.read(planFile);
+            PlannedTrainer t = PlannedTrainer.attach((Model) model, plan, null);
+            ROUTED.put(model, t);
+            return "{\"status\": \"attached\", \"policy\": \"" + plan.policy + "\", \"nodes\": " + plan.nodes.size()
+                    + ", \"predicted_peak_bytes\": " + plan.predictedPeakBytes + "}";
+        } catch (Throwable e) {
+            ROUTED.put(model, null);   // refused once: the job trains with DL4J's own fit()
+            String why = String.valueOf(e.getMessage() == null ? e : e.getMessage());
+            return "{\"status\": \"refused\", \"reason\": " + quote(why) + "}";
+        }
+    }
+
+    /** What the planned trainer of {@code model} did so far (null JSON when none). */
+    public static String stats(Object model) {
+        PlannedTrainer t = ROUTED.get(model);
+        return t == null ? "null" : t.stats().toJson();
+    }
+
+    /** The network's configuration and input shape, so that pyd4j can plan the job's network. */
+    public static String network(Object model) {
+        String kind;
+        String conf;
+        long[] shape;
+        if (model instanceof MultiLayerNetwork) {
+            MultiLayerNetwork n = (MultiLayerNetwork) model;
+            kind = "MultiLayerNetwork";
+            conf = n.getLayerWiseConfigurations().toJson();
+            shape = n.getInput() == null ? null : n.getInput().shape();
+        } else if (model instanceof ComputationGraph) {
+            ComputationGraph g = (ComputationGraph) model;
+            kind = "ComputationGraph";
+            conf = g.getConfiguration().toJson();
+            shape = g.getInputs() == null || g.getInputs()[0] == null ? null : g.getInputs()[0].shape();
+        } else {
+            return "null";
+        }
+        try {   // one line: the agent's timeline holds one event per line
+            conf = new org.nd4j.shade.jackson.databind.ObjectMapper().readTree(conf).toString();
+        } catch (java.io.IOException e) {
+            return "null";
+        }
+        return "{\"kind\": \"" + kind + "\", \"input_shape\": " + (shape == null ? "null" : java.util.Arrays.toString(shape))
+                + ", \"conf\": " + conf + "}";
+    }
+
+    private static String quote(String s) {
+        StringBuilder sb = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') sb.append('\\').append(c);
+            else if (c < 0x20) sb.append(String.format("\\u%04x", (int) c));
+            else sb.append(c);
+        }
+        return sb.append('"').toString();
+    }
+}

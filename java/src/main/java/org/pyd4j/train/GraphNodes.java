@@ -1,0 +1,251 @@
+package org.pyd4j.train;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedList;
+import java.util.List;
+import java.util.Map;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.layers.IOutputLayer;
+import org.deeplearning4j.nn.conf.BackpropType;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.conf.InputPreProcessor;
+import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.graph.vertex.GraphVertex;
+import org.deeplearning4j.nn.graph.vertex.impl.ElementWiseVertex;
+import org.deeplearning4j.nn.graph.vertex.impl.LayerVertex;
+import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.nd4j.common.primitives.Pair;
+import org.nd4j.common.primitives.Triple;
+import org.nd4j.linalg.api.ndarray.INDArray;
+
+/**
+ * A ComputationGraph's plan nodes: one per network input and one per vertex, in DL4J's
+ * topological order (the plan's forward order must be DL4J's own, so that dropout draws its
+ * masks in the same order as {@code fit()}). Steps are {@code GraphVertex.setInput}/{@code
+ * doForward} and {@code setEpsilon}/{@code doBackward}, as in {@code
+ * ComputationGraph.computeGradientAndScore}; gradient entries are collected as DL4J collects them.
+ * One network input and one output layer (more are refused).
+ */
+final class GraphNodes extends NetworkNodes {
+    private static final List<String> SUPPORTED_VERTICES = Arrays.asList(
+            "org.deeplearning4j.nn.graph.vertex.impl.InputVertex",
+            "org.deeplearning4j.nn.graph.vertex.impl.LayerVertex",
+            "org.deeplearning4j.nn.graph.vertex.impl.ElementWiseVertex",
+            "org.deeplearning4j.nn.graph.vertex.impl.MergeVertex",
+            "org.deeplearning4j.nn.graph.vertex.impl.SubsetVertex");
+
+    private final ComputationGraph net;
+    private final ComputationGraphConfiguration conf;
+    private final GraphVertex[] vertices;   // by plan node
+    private boolean[] allowedBefore;
+
+    GraphNodes(ComputationGraph net, PlanFile plan) {
+        super(plan);
+        this.net = net;
+        this.conf = net.getConfiguration();
+        this.vertices = new GraphVertex[plan.nodes.size()];
+        for (PlanFile.Node n : plan.nodes) {
+            if (n.vertex != null) vertices[n.id] = net.getVertex(n.vertex);
+        }
+    }
+
+    @Override
+    Model network() {
+        return net;
+    }
+
+    @Override
+    List<String> unsupported() {
+        List<String> out = new ArrayList<>();
+        if (!"ComputationGraph".equals(plan.networkKind)) {
+            out.add("the plan " + plan.source + " is for a " + plan.networkKind + ", this network is a ComputationGraph; "
+                    + "write the plan from this network's configuration");
+            return out;
+        }
+        if (conf.getNetworkInputs().size() != 1 || conf.getNetworkOutputs().size() != 1) {
+            out.add("the graph has " + conf.getNetworkInputs().size() + " inputs and " + conf.getNetworkOutputs().size()
+                    + " outputs; planned training replays graphs with one input and one output layer; use DL4J's own fit()");
+        }
+        if (conf.getBackpropType() == BackpropType.TruncatedBPTT) {
+            out.add("the graph trains with truncated BPTT, which planned training does not replay; use DL4J's own fit()");
+        }
+        if (plan.nodes.size() != net.getVertices().length) {
+            out.add("the plan " + plan.source + " has " + plan.nodes.size() + " nodes; this graph has "
+                    + net.getVertices().length + " vertices (inputs included): write the plan from this graph's configuration");
+            return out;
+        }
+        int[] order = net.topologicalSortOrder();
+        for (PlanFile.Node n : plan.nodes) {
+            GraphVertex v = vertices[n.id];
+            if (v == null) {
+                out.add("plan node " + n + " names vertex '" + n.vertex + "', which this graph does not have");
+                continue;
+            }
+            GraphVertex expected = net.getVertices()[order[n.id]];
+            if (expected != v) {
+                out.add("plan node " + n.id + " is vertex '" + n.vertex + "', DL4J's topological order has '"
+                        + expected.getVertexName() + "' there: the plan must follow DL4J's order (so dropout draws its "
+                        + "masks as fit() does); write the plan from this graph's configuration");
+            }
+            List<String> ins = v.isInputVertex() ? new ArrayList<>() : conf.getVertexInputs().get(v.getVertexName());
+            List<String> planIns = new ArrayList<>();
+            for (int k : n.inputs) planIns.add(plan.nodes.get(k).vertex);
+            if (!planIns.equals(ins)) {
+                out.add("plan node " + n + " reads " + planIns + "; vertex '" + n.vertex + "' reads " + ins
+                        + ": write the plan from this graph's configuration");
+            }
+            if (!SUPPORTED_VERTICES.contains(v.getClass().getName())) {
+                out.add("vertex '" + v.getVertexName() + "' (" + v.getClass().getSimpleName() + ") is not supported by planned "
+                        + "training (supported: layers, ElementWiseVertex, MergeVertex, SubsetVertex); use DL4J's own fit()");
+                continue;
+            }
+            if (v.hasLayer()) {
+                String p = layerProblem(v.getLayer(), "'" + v.getVertexName() + "'");
+                if (p != null) out.add(p);
+            }
+            if (v.isInputVertex() != n.isInput()) {
+                out.add("plan node " + n + " and vertex '" + v.getVertexName() + "' disagree on being a network input");
+            }
+        }
+        return out;
+    }
+
+    @Override
+    void attach() {
+        allowedBefore = new boolean[vertices.length];
+        for (int i = 0; i < vertices.length; i++) {
+            Layer l = layer(i);
+            if (l == null) continue;
+            allowedBefore[i] = ((org.deeplearning4j.nn.layers.AbstractLayer<?>) l).isInputModificationAllowed();
+            l.allowInputModification(false);
+        }
+    }
+
+    @Override
+    void detach() {
+        if (allowedBefore == null) return;
+        for (int i = 0; i < vertices.length; i++) {
+            Layer l = layer(i);
+            if (l != null) l.allowInputModification(allowedBefore[i]);
+        }
+        allowedBefore = null;
+    }
+
+    @Override
+    void beginIteration() {
+        gradients.clear();
+        if (net.getFlattenedGradients() == null) net.initGradientsView();
+        Reflect.call(net, ComputationGraph.class, "synchronizeIterEpochCounts");
+        for (INDArray[] masks : new INDArray[][] {net.getInputMaskArrays(), net.getLabelMaskArrays()}) {
+            if (masks == null) continue;
+            for (INDArray m : masks) {
+                if (m != null) {
+                    throw new UnsupportedOperationException("planned training does not replay mask arrays (this batch "
+                            + "has a features or labels mask); train this graph with DL4J's own fit()");
+                }
+            }
+        }
+    }
+
+    @Override
+    INDArray input(int node) {
+        return net.getInput(plan.nodes.get(node).inputIndex);
+    }
+
+    @Override
+    Layer layer(int node) {
+        GraphVertex v = vertices[node];
+        return v != null && v.hasLayer() ? v.getLayer() : null;
+    }
+
+    @Override
+    List<INDArray> referenced(int node) {
+        List<INDArray> out = LayerState.referenced(vertices[node]);
+        if (vertices[node].hasLayer()) out.addAll(LayerState.referenced(vertices[node].getLayer()));
+        return out;
+    }
+
+    @Override
+    boolean isOutput(int node) {
+        return vertices[node].isOutputVertex();
+    }
+
+    @Override
+    boolean backwardReadsInput(int node, int k) {
+        GraphVertex v = vertices[node];
+        if (v.hasLayer()) return LayerState.backwardReadsInput(v.getLayer());
+        if (v instanceof ElementWiseVertex) {
+            String op = String.valueOf(Reflect.get(v, ElementWiseVertex.class, "op"));
+            return op.equals("Product") || op.equals("Max");
+        }
+        return false;   // MergeVertex, SubsetVertex: their backward needs only the shapes they kept
+    }
+
+    @Override
+    INDArray forward(int node, INDArray[] inputs, LayerWorkspaceMgr mgr) {
+        GraphVertex v = vertices[node];
+        for (int k = 0; k < inputs.length; k++) v.setInput(k, inputs[k], mgr);
+        if (isOutput(node)) {
+            INDArray[] labels = (INDArray[]) Reflect.get(net, ComputationGraph.class, "labels");
+            ((IOutputLayer) v.getLayer()).setLabels(labels[conf.getNetworkOutputs().indexOf(v.getVertexName())]);
+            return null;
+        }
+        return v.doForward(true, mgr);
+    }
+
+    @Override
+    void rebind(int node, int k, INDArray input, LayerWorkspaceMgr mgr) {
+        vertices[node].setInput(k, input, mgr);
+    }
+
+    @Override
+    Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr) {
+        GraphVertex v = vertices[node];
+        Gradient g;
+        Held[] out;
+        if (v instanceof LayerVertex) {
+            // LayerVertex.doBackward for a non-recurrent layer: the layer's backprop, then the
+            // preprocessor's; called directly so the trainer knows the array a preprocessor's view is cut from
+            Pair<Gradient, INDArray> p = v.getLayer().backpropGradient(epsilon, mgr);
+            g = p.getFirst();
+            INDArray eps = p.getSecond();
+            InputPreProcessor pp = ((LayerVertex) v).getLayerPreProcessor();
+            out = new Held[] {pp == null || eps == null ? Held.own(eps)
+                    : Held.preprocessed(eps, pp.backprop(eps, net.batchSize(), mgr))};
+        } else {
+            v.setEpsilon(epsilon);
+            Pair<Gradient, INDArray[]> p = v.doBackward(false, mgr);
+            v.setEpsilon(null);
+            g = p.getFirst();
+            INDArray[] eps = p.getSecond();
+            out = new Held[eps.length];
+            for (int k = 0; k < eps.length; k++) out[k] = Held.own(eps[k]);
+        }
+        if (g != null) {
+            LinkedList<Triple<String, INDArray, Character>> mine = new LinkedList<>();
+            for (Map.Entry<String, INDArray> e : g.gradientForVariable().entrySet()) {
+                mine.addFirst(new Triple<>(v.getVertexName() + "_" + e.getKey(), e.getValue(), g.flatteningOrderForVariable(e.getKey())));
+            }
+            for (Triple<String, INDArray, Character> t : mine) gradients.addFirst(t);
+        }
+        return out;
+    }
+
+    @Override
+    double score(int node, LayerWorkspaceMgr mgr) {
+        return ((IOutputLayer) vertices[node].getLayer()).computeScore(net.calcRegularizationScore(true), true, mgr);
+    }
+
+    @Override
+    void finishIteration(double score) {
+        net.setGradient(gradient(net.getFlattenedGradients()));
+        net.setScore(score);
+        for (GraphVertex v : vertices) {
+            if (v.isOutputVertex() && v.hasLayer()) v.getLayer().clearNoiseWeightParams();
+        }
+    }
+}

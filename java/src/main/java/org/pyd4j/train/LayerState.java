@@ -1,0 +1,160 @@
+package org.pyd4j.train;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.dropout.Dropout;
+import org.deeplearning4j.nn.conf.dropout.IDropout;
+import org.deeplearning4j.nn.conf.layers.BaseLayer;
+import org.nd4j.linalg.api.ndarray.INDArray;
+
+/**
+ * What a DL4J 1.0.0-M2.1 layer keeps between its forward and its backward step, measured with
+ * ND4J on the CPU backend (tests/train/test_layer_facts.py asserts every entry against ND4J, so a
+ * DL4J upgrade that changes one fails a test):
+ *
+ * <ul>
+ *   <li>every layer keeps a reference to its input ({@code AbstractLayer.input});</li>
+ *   <li>BatchNormalization keeps {@code xMu} and {@code xHat} (each the size of its input) and
+ *       {@code std} (one value per channel); backprop nulls xMu and xHat, std stays;</li>
+ *   <li>a layer with input dropout ({@code Dropout}) keeps the mask (the input's size) in its
+ *       Dropout object until backprop nulls it; the dropped input replaces its input, in place
+ *       when the network allows input modification (DL4J allows it for every layer but the
+ *       first), else as a new array. The planned trainer forbids input modification, so a
+ *       recomputed producer never sees a dropped tensor and the dropped input is the layer's own;</li>
+ *   <li>no supported layer reads its own output in backprop (Dense and Convolution recompute their
+ *       pre-activation from the stored input).</li>
+ * </ul>
+ *
+ * This class finds those arrays, so that the trainer can release them the moment the plan says the
+ * node's output is gone or its backward step is done, instead of leaving them to the garbage
+ * collector.
+ */
+public final class LayerState {
+    private LayerState() {
+    }
+
+    /** DL4J layer classes the planned trainer supports (exact classes, not subclasses). */
+    static final List<String> SUPPORTED_LAYERS = Arrays.asList(
+            "org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer",
+            "org.deeplearning4j.nn.layers.OutputLayer",
+            "org.deeplearning4j.nn.layers.convolution.ConvolutionLayer",
+            "org.deeplearning4j.nn.layers.convolution.subsampling.SubsamplingLayer",
+            "org.deeplearning4j.nn.layers.normalization.BatchNormalization",
+            "org.deeplearning4j.nn.layers.normalization.LocalResponseNormalization",
+            "org.deeplearning4j.nn.layers.ActivationLayer",
+            "org.deeplearning4j.nn.layers.DropoutLayer",
+            "org.deeplearning4j.nn.layers.pooling.GlobalPoolingLayer");
+
+    /** Whether the layer's backprop reads the values of its input (measured; see the class comment). */
+    public static boolean backwardReadsInput(Layer layer) {
+        String name = layer.getClass().getSimpleName();
+        if (name.equals("DropoutLayer")) return false;           // reads only its mask
+        if (name.equals("SubsamplingLayer")) {                   // average pooling needs only the shape
+            return ((org.deeplearning4j.nn.conf.layers.SubsamplingLayer) layer.conf().getLayer())
+                    .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
+        }
+        if (name.equals("GlobalPoolingLayer")) {
+            return ((org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer) layer.conf().getLayer())
+                    .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
+        }
+        return true;
+    }
+
+    static IDropout inputDropout(Layer layer) {
+        return layer.conf().getLayer().getIDropout();
+    }
+
+    static boolean hasWeightNoise(Layer layer) {
+        org.deeplearning4j.nn.conf.layers.Layer conf = layer.conf().getLayer();
+        return conf instanceof BaseLayer && ((BaseLayer) conf).getWeightNoise() != null;
+    }
+
+    /**
+     * The arrays the layer's last step left behind for its backward step, other than its output
+     * {@code output} and the input it was given (which belong to the nodes that own them).
+     */
+    public static List<INDArray> caches(Layer layer, INDArray output) {
+        List<INDArray> out = new ArrayList<>();
+        if (layer instanceof org.deeplearning4j.nn.layers.normalization.BatchNormalization) {
+            for (String f : new String[] {"xMu", "xHat", "std"}) {
+                add(out, (INDArray) Reflect.get(layer, org.deeplearning4j.nn.layers.normalization.BatchNormalization.class, f), output);
+            }
+        }
+        IDropout d = inputDropout(layer);
+        if (d instanceof Dropout) {
+            add(out, ((Dropout) d).getMask(), output);
+            // with input modification forbidden, the dropped input is a new array the layer owns
+            if (((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isDropoutApplied()) add(out, layer.input(), output);
+        }
+        return out;
+    }
+
+    /** Close {@code known} and the arrays {@link #caches} finds now, and forget them in the layer. */
+    static void release(Layer layer, List<INDArray> known, INDArray output) {
+        List<INDArray> all = new ArrayList<>(known);
+        all.addAll(caches(layer, output));
+        for (INDArray a : all) {
+            if (a != null && a != output && !a.wasClosed()) a.close();
+        }
+        if (layer instanceof org.deeplearning4j.nn.layers.normalization.BatchNormalization) {
+            for (String f : new String[] {"xMu", "xHat", "std"}) {
+                Reflect.set(layer, org.deeplearning4j.nn.layers.normalization.BatchNormalization.class, f, null);
+            }
+        }
+        IDropout d = inputDropout(layer);
+        if (d instanceof Dropout) ((Dropout) d).setMask(null);
+    }
+
+    private static final java.util.Map<Class<?>, java.util.List<java.lang.reflect.Field>> ARRAY_FIELDS =
+            new java.util.concurrent.ConcurrentHashMap<>();
+
+    /** Every array a layer or vertex (and its dropout) holds in a field, INDArray[] fields included. */
+    public static List<INDArray> referenced(Object owner) {
+        List<INDArray> out = new ArrayList<>();
+        collect(owner, out);
+        if (owner instanceof Layer) {
+            IDropout d = inputDropout((Layer) owner);
+            if (d != null) collect(d, out);
+        }
+        return out;
+    }
+
+    private static void collect(Object o, List<INDArray> out) {
+        for (java.lang.reflect.Field f : ARRAY_FIELDS.computeIfAbsent(o.getClass(), LayerState::arrayFields)) {
+            Object v;
+            try {
+                v = f.get(o);
+            } catch (IllegalAccessException e) {
+                continue;
+            }
+            if (v instanceof INDArray) out.add((INDArray) v);
+            else if (v instanceof INDArray[]) for (INDArray a : (INDArray[]) v) if (a != null) out.add(a);
+        }
+    }
+
+    private static java.util.List<java.lang.reflect.Field> arrayFields(Class<?> cls) {
+        java.util.List<java.lang.reflect.Field> out = new ArrayList<>();
+        for (Class<?> c = cls; c != null && c != Object.class; c = c.getSuperclass()) {
+            for (java.lang.reflect.Field f : c.getDeclaredFields()) {
+                if (java.lang.reflect.Modifier.isStatic(f.getModifiers())) continue;
+                if (!INDArray.class.isAssignableFrom(f.getType()) && f.getType() != INDArray[].class) continue;
+                try {
+                    f.setAccessible(true);
+                    out.add(f);
+                } catch (RuntimeException e) {
+                    // not accessible: not ours to keep alive either
+                }
+            }
+        }
+        return out;
+    }
+
+    private static void add(List<INDArray> out, INDArray a, INDArray output) {
+        if (a == null || a.wasClosed() || a == output) return;
+        for (INDArray b : out) if (b == a) return;
+        out.add(a);
+    }
+}

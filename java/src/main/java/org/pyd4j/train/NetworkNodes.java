@@ -1,0 +1,123 @@
+package org.pyd4j.train;
+
+import java.util.ArrayList;
+import java.util.LinkedList;
+import java.util.List;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.gradient.DefaultGradient;
+import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.nd4j.common.primitives.Triple;
+import org.nd4j.linalg.api.ndarray.INDArray;
+
+/**
+ * The nodes of a plan bound to a live network: each node's forward and backward step run DL4J's
+ * own code ({@code Layer.activate}/{@code backpropGradient} with the layer's preprocessor for a
+ * MultiLayerNetwork, {@code GraphVertex.doForward}/{@code doBackward} for a ComputationGraph).
+ * Steps run inside the trainer's working-memory workspace scope; what they return is detached.
+ */
+abstract class NetworkNodes {
+    final PlanFile plan;
+    /** DL4J's gradient entries of this iteration, in the order DL4J's own backprop builds them. */
+    protected final LinkedList<Triple<String, INDArray, Character>> gradients = new LinkedList<>();
+
+    NetworkNodes(PlanFile plan) {
+        this.plan = plan;
+    }
+
+    static NetworkNodes of(Model net, PlanFile plan) {
+        if (net instanceof MultiLayerNetwork) return new MultiLayerNodes((MultiLayerNetwork) net, plan);
+        if (net instanceof ComputationGraph) return new GraphNodes((ComputationGraph) net, plan);
+        throw new IllegalArgumentException("planned training runs a MultiLayerNetwork or a ComputationGraph, not "
+                + (net == null ? "null" : net.getClass().getName()));
+    }
+
+    abstract Model network();
+
+    /** Problems that keep this network from planned training (empty: supported). */
+    abstract List<String> unsupported();
+
+    /** Prepare the network for planned iterations (e.g. forbid in-place input dropout). */
+    abstract void attach();
+
+    /** Undo {@link #attach}. */
+    abstract void detach();
+
+    /** Called at the start of every iteration, after the network's input and labels are set. */
+    abstract void beginIteration();
+
+    /** The network's input array for a DATA node (not owned by the trainer). */
+    abstract INDArray input(int node);
+
+    /** The DL4J layer of a node, or null (inputs, non-layer vertices). */
+    abstract Layer layer(int node);
+
+    /** Whether the node is an output (loss) layer: no output tensor, backward starts the gradient. */
+    abstract boolean isOutput(int node);
+
+    /** Run the node's forward step on its inputs; returns its output (null for output layers). */
+    abstract INDArray forward(int node, INDArray[] inputs, LayerWorkspaceMgr mgr);
+
+    /** Give the node's layer a new input array (its producer was freed and rebuilt since forward). */
+    abstract void rebind(int node, int k, INDArray input, LayerWorkspaceMgr mgr);
+
+    /** Run the node's backward step; returns the gradient of each input (null where none). */
+    abstract Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr);
+
+    /** The score, after the backward step of the (only) output node. */
+    abstract double score(int node, LayerWorkspaceMgr mgr);
+
+    /** Arrays the node's layer or vertex holds in its fields now (kept between steps). */
+    abstract List<INDArray> referenced(int node);
+
+    /** Whether the node's backward step reads the values of its k-th input. */
+    boolean backwardReadsInput(int node, int k) {
+        Layer l = layer(node);
+        return l == null || LayerState.backwardReadsInput(l);
+    }
+
+    /** Store the iteration's gradient and score in the network, as its computeGradientAndScore does. */
+    abstract void finishIteration(double score);
+
+    /** Problems common to every layer (null: none). */
+    static String layerProblem(Layer layer, String name) {
+        String cls = layer.getClass().getName();
+        if (!LayerState.SUPPORTED_LAYERS.contains(cls)) {
+            if (layer instanceof org.deeplearning4j.nn.api.layers.RecurrentLayer
+                    || cls.contains(".recurrent.")) {
+                return "layer " + name + " (" + layer.getClass().getSimpleName() + ") is recurrent: planned training "
+                        + "does not replay recurrent layers (their time steps and stored state); train it with DL4J's own fit()";
+            }
+            return "layer " + name + " (" + layer.getClass().getSimpleName() + ") is not supported by planned training "
+                    + "(supported: Dense, Output, Convolution, Subsampling, BatchNormalization, LocalResponseNormalization, "
+                    + "Activation, Dropout, GlobalPooling); train it with DL4J's own fit()";
+        }
+        if (LayerState.hasWeightNoise(layer)) {
+            return "layer " + name + " uses weight noise (DropConnect/WeightNoise), which planned training does not "
+                    + "replay; remove it or train with DL4J's own fit()";
+        }
+        Object d = LayerState.inputDropout(layer);
+        if (d != null && d.getClass() != org.deeplearning4j.nn.conf.dropout.Dropout.class) {
+            return "layer " + name + " uses " + d.getClass().getSimpleName() + "; planned training replays only "
+                    + "Dropout (inverted dropout); use Dropout or train with DL4J's own fit()";
+        }
+        return null;
+    }
+
+    /** DL4J's gradient object for this iteration, built from {@link #gradients} as DL4J does. */
+    Gradient gradient(INDArray flattened) {
+        Gradient g = new DefaultGradient(flattened);
+        for (Triple<String, INDArray, Character> t : gradients) g.setGradientFor(t.getFirst(), t.getSecond(), t.getThird());
+        return g;
+    }
+
+    static List<String> names(List<PlanFile.Node> nodes) {
+        List<String> out = new ArrayList<>();
+        for (PlanFile.Node n : nodes) out.add(n.name);
+        return out;
+    }
+}

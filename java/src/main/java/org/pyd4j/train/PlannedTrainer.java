@@ -1,0 +1,619 @@
+package org.pyd4j.train;
+
+import java.io.IOException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.OptimizationAlgorithm;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.workspace.ArrayType;
+import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.deeplearning4j.optimize.Solver;
+import org.deeplearning4j.optimize.api.ConvexOptimizer;
+import org.deeplearning4j.optimize.api.TrainingListener;
+import org.deeplearning4j.optimize.solvers.BaseOptimizer;
+import org.deeplearning4j.optimize.solvers.StochasticGradientDescent;
+import org.nd4j.linalg.api.memory.MemoryWorkspace;
+import org.nd4j.linalg.api.memory.conf.WorkspaceConfiguration;
+import org.nd4j.linalg.api.memory.enums.AllocationPolicy;
+import org.nd4j.linalg.api.memory.enums.LearningPolicy;
+import org.nd4j.linalg.api.memory.enums.ResetPolicy;
+import org.nd4j.linalg.api.memory.enums.SpillPolicy;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.api.rng.Random;
+import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
+import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
+import org.nd4j.linalg.factory.Nd4j;
+
+/**
+ * Trains a DL4J network with DL4J's own layers, updater and {@code fit()} loop, holding its
+ * activations as a pyd4j plan says: each is kept, closed right after its last use, recomputed in
+ * the backward pass, or offloaded through an {@link OffloadTier}.
+ *
+ * <pre>
+ *   PlannedTrainer.fit(net, trainIterator, "net.plan.json");          // one epoch, as net.fit(iterator)
+ *
+ *   try (PlannedTrainer t = PlannedTrainer.attach(net, PlanFile.read("net.plan.json"), tier)) {
+ *       net.fit(trainIterator, 10);                                       // DL4J's loop, planned iterations
+ *   }
+ * </pre>
+ *
+ * {@link #attach} replaces only the gradient computation of the network's optimizer (see
+ * {@link PlannedOptimizer}); DL4J's updater, listeners, iteration and epoch counts,
+ * regularization and gradient normalization run as in {@code fit()}. One iteration replays the
+ * plan's records on DL4J's layers and vertices ({@link NetworkNodes}); recomputation is exact
+ * (the random state each node drew its dropout mask from is restored; batch normalization's
+ * running statistics change only through the gradient its backprop writes, once). What the
+ * trainer cannot replay exactly is refused before training with the layer and the fix.
+ */
+public final class PlannedTrainer implements AutoCloseable {
+    /** The name of the working-memory workspace (temporaries of one forward or backward step). */
+    public static final String WORKING_MEMORY = "PYD4J_PLANNED_WORKING_MEM";
+
+    private final Model net;
+    private final PlanFile plan;
+    private final NetworkNodes nodes;
+    private final OffloadTier tier;
+    private final StepWorkspaceMgr mgr;     // forward steps: activations are kept
+    private final StepWorkspaceMgr bpMgr;   // backward steps: activations are temporaries
+    private final TrainStats stats = new TrainStats();
+    private final int[] lastPrefetch;   // record index of each tensor's last PREFETCH, -1 if none
+
+    private Solver solver;
+    private ConvexOptimizer original;
+    private boolean attached;
+
+    // replay state of one iteration, by node
+    private Held[] y;
+    private Held[] dy;
+    private List<INDArray>[] caches;
+    private long[] cacheBytes;
+    private boolean[] ready;
+    private INDArray[][] bound;
+    private long[][] rng;
+    private boolean[] hostCopy;
+    private boolean[] offloadPending;
+    private boolean[] incoming;
+    private long live;
+    private int at;   // index of the record being replayed
+
+    private PlannedTrainer(Model net, PlanFile plan, NetworkNodes nodes, OffloadTier tier) {
+        this.net = net;
+        this.plan = plan;
+        this.nodes = nodes;
+        this.tier = tier;
+        this.stats.plannedPeakBytes = plan.predictedPeakBytes;
+        WorkspaceConfiguration working = WorkspaceConfiguration.builder()
+                .initialSize(0).overallocationLimit(0.02)
+                .policyAllocation(AllocationPolicy.OVERALLOCATE).policyLearning(LearningPolicy.OVER_TIME)
+                .cyclesBeforeInitialization(plan.nodes.size()).policySpill(SpillPolicy.REALLOCATE)
+                .policyReset(ResetPolicy.BLOCK_LEFT).build();
+        this.mgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false);
+        this.bpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, true);
+        this.lastPrefetch = new int[PlanFile.KINDS * plan.nodes.size()];
+        Arrays.fill(lastPrefetch, -1);
+        for (int k = 0; k < plan.records.size(); k++) {
+            PlanFile.Record r = plan.records.get(k);
+            if (r.op == PlanFile.Op.PREFETCH) lastPrefetch[r.arg] = k;
+        }
+    }
+
+    /**
+     * A workspace manager that puts the temporaries of a step (FF/BP working memory) in workspace
+     * {@code name} and every other array type in no workspace, so that activations, gradients and
+     * what layers keep are separate arrays the trainer can close. In the backward pass (as in
+     * DL4J's own calcBackpropGradients) activations are temporaries too -- a layer's backprop
+     * recomputes its pre-activation as an ACTIVATIONS array -- so {@code backward} puts them in
+     * the workspace as well. (The builder's defaultNoWorkspace() cannot be combined with with():
+     * the type stays out of workspaces.)
+     */
+    public static LayerWorkspaceMgr workingMemoryOnly(String name, WorkspaceConfiguration conf, boolean backward) {
+        return StepWorkspaceMgr.of(name, conf, backward);
+    }
+
+    // ---------------------------------------------------------------- public entry points
+
+    /** Train {@code net} for one epoch of {@code data} under the plan in {@code planFile}. */
+    public static TrainStats fit(MultiLayerNetwork net, DataSetIterator data, String planFile) throws IOException {
+        return fit(net, data, planFile, 1, null);
+    }
+
+    /** Train for {@code epochs} epochs; {@code tier} holds offloaded activations (needed when the plan offloads). */
+    public static TrainStats fit(MultiLayerNetwork net, DataSetIterator data, String planFile, int epochs,
+                                 OffloadTier tier) throws IOException {
+        try (PlannedTrainer t = attach(net, PlanFile.read(planFile), tier)) {
+            net.fit(data, epochs);
+            return t.stats();
+        }
+    }
+
+    public static TrainStats fit(ComputationGraph net, DataSetIterator data, String planFile) throws IOException {
+        return fit(net, data, planFile, 1, null);
+    }
+
+    public static TrainStats fit(ComputationGraph net, DataSetIterator data, String planFile, int epochs,
+                                 OffloadTier tier) throws IOException {
+        try (PlannedTrainer t = attach(net, PlanFile.read(planFile), tier)) {
+            net.fit(data, epochs);
+            return t.stats();
+        }
+    }
+
+    public static TrainStats fit(ComputationGraph net, MultiDataSetIterator data, String planFile, int epochs,
+                                 OffloadTier tier) throws IOException {
+        try (PlannedTrainer t = attach(net, PlanFile.read(planFile), tier)) {
+            net.fit(data, epochs);
+            return t.stats();
+        }
+    }
+
+    /**
+     * What keeps {@code net} from training under {@code plan}: each entry names the layer, vertex
+     * or setting and the fix. Empty when planned training can run.
+     */
+    public static List<String> check(Model net, PlanFile plan) {
+        NetworkNodes nodes = NetworkNodes.of(net, plan);
+        List<String> out = new ArrayList<>(nodes.unsupported());
+        OptimizationAlgorithm algo = net.conf().getOptimizationAlgo();
+        if (algo != OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT) {
+            out.add("the network's optimization algorithm is " + algo + "; planned training replaces the gradient step "
+                    + "of STOCHASTIC_GRADIENT_DESCENT only; use DL4J's own fit()");
+        }
+        for (TrainingListener l : listeners(net)) {
+            if (usesForwardPass(l)) {
+                out.add("listener " + l.getClass().getName() + " reads every layer's activations (onForwardPass), which "
+                        + "planned training frees as it goes; remove the listener or use DL4J's own fit()");
+            }
+        }
+        return out;
+    }
+
+    /**
+     * Install the plan in {@code net}'s optimizer: from now on its fit() computes gradients with
+     * planned iterations, until {@link #close}. Refuses (before any training) what it cannot
+     * replay exactly.
+     */
+    public static PlannedTrainer attach(Model net, PlanFile plan, OffloadTier tier) {
+        List<String> problems = check(net, plan);
+        if (!problems.isEmpty()) {
+            throw new UnsupportedOperationException("planned training cannot run this network:\n  - "
+                    + String.join("\n  - ", problems));
+        }
+        if (plan.offloads() && tier == null) {
+            throw new IllegalArgumentException("plan " + plan.source + " (" + plan.policy + ") offloads activations: "
+                    + "give an OffloadTier (DiskTier on the CPU backend), or write a plan that does not offload "
+                    + "(policy liveness or recompute without a tier: `pyd4j plan ... --policy liveness --emit-plan FILE`)");
+        }
+        PlannedTrainer t = new PlannedTrainer(net, plan, NetworkNodes.of(net, plan), tier);
+        t.stats.mallocReturnsMemory = ReturnFreedMemory.apply();
+        t.install();
+        return t;
+    }
+
+    /** One planned iteration on the network's current input and labels: sets its gradient and score
+     *  exactly as its own {@code computeGradientAndScore()} would. */
+    public void computeGradientAndScore() {
+        if (!attached) throw new IllegalStateException("this PlannedTrainer was closed");
+        iteration();
+    }
+
+    public TrainStats stats() {
+        if (tier != null) stats.tier = tier.stats();
+        return stats;
+    }
+
+    public PlanFile plan() {
+        return plan;
+    }
+
+    /** Give the network its own optimizer back. Does not close the tier (its owner does). */
+    @Override
+    public void close() {
+        if (!attached) return;
+        attached = false;
+        Reflect.set(solver, Solver.class, "optimizer", original);
+        nodes.detach();
+    }
+
+    // ---------------------------------------------------------------- installation
+
+    private static Collection<TrainingListener> listeners(Model net) {
+        Collection<TrainingListener> l = net instanceof MultiLayerNetwork ? ((MultiLayerNetwork) net).getListeners()
+                : ((ComputationGraph) net).getListeners();
+        return l == null ? Collections.emptyList() : l;
+    }
+
+    private static boolean usesForwardPass(TrainingListener l) {
+        if (Proxy.isProxyClass(l.getClass())) {
+            // pyd4j's profiling agent listens through a proxy that ignores onForwardPass
+            return !Proxy.getInvocationHandler(l).getClass().getName().startsWith("org.pyd4j.");
+        }
+        try {
+            for (Class<?> arg : new Class<?>[] {List.class, java.util.Map.class}) {
+                Method m = l.getClass().getMethod("onForwardPass", Model.class, arg);
+                if (m.getDeclaringClass() != org.deeplearning4j.optimize.api.BaseTrainingListener.class) return true;
+            }
+            return false;
+        } catch (NoSuchMethodException e) {
+            return true;
+        }
+    }
+
+    private void install() {
+        Class<?> owner = net instanceof MultiLayerNetwork ? MultiLayerNetwork.class : ComputationGraph.class;
+        Object updater = net instanceof MultiLayerNetwork ? ((MultiLayerNetwork) net).getUpdater()
+                : ((ComputationGraph) net).getUpdater();   // creates the solver and its updater when absent
+        solver = (Solver) Reflect.get(net, owner, "solver");
+        original = solver.getOptimizer();
+        if (!(original instanceof StochasticGradientDescent) || original instanceof PlannedOptimizer) {
+            throw new IllegalStateException("the network's optimizer is " + original.getClass().getName()
+                    + "; planned training replaces DL4J's StochasticGradientDescent only (is another PlannedTrainer attached?)");
+        }
+        BaseOptimizer base = (BaseOptimizer) original;
+        @SuppressWarnings("unchecked")
+        Collection<TrainingListener> listeners = (Collection<TrainingListener>) Reflect.get(base, BaseOptimizer.class, "trainingListeners");
+        PlannedOptimizer planned = new PlannedOptimizer(base.getConf(), base.getStepFunction(), listeners, net, this);
+        if (net instanceof MultiLayerNetwork) planned.setUpdater((org.deeplearning4j.nn.api.Updater) updater);
+        else planned.setUpdaterComputationGraph(base.getComputationGraphUpdater());
+        Reflect.set(solver, Solver.class, "optimizer", planned);
+        nodes.attach();
+        attached = true;
+    }
+
+    // ---------------------------------------------------------------- one iteration
+
+    @SuppressWarnings("unchecked")
+    private void iteration() {
+        int n = plan.nodes.size();
+        y = new Held[n];
+        dy = new Held[n];
+        caches = new List[n];
+        cacheBytes = new long[n];
+        ready = new boolean[n];
+        bound = new INDArray[n][];
+        rng = new long[n][];
+        hostCopy = new boolean[n];
+        offloadPending = new boolean[n];
+        incoming = new boolean[n];
+        live = 0;
+        double score = Double.NaN;
+        nodes.beginIteration();
+        try {
+            for (at = 0; at < plan.records.size(); at++) {
+                PlanFile.Record r = plan.records.get(at);
+                switch (r.op) {
+                    case ALLOC:
+                        break;   // arrays are created by the steps that produce them
+                    case FREE:
+                        free(r.arg);
+                        break;
+                    case OFFLOAD:
+                        offload(r.arg);
+                        break;
+                    case PREFETCH:
+                        prefetch(r.arg);
+                        break;
+                    case FORWARD:
+                        forward(r.arg, false);
+                        break;
+                    case RECOMPUTE:
+                        forward(r.arg, true);
+                        stats.recomputes++;
+                        break;
+                    case BACKWARD:
+                        double s = backward(r.arg);
+                        if (nodes.isOutput(r.arg)) score = s;
+                        break;
+                    default:
+                        throw planError("operation " + r.op + " is not replayed by this trainer");
+                }
+            }
+            if (Double.isNaN(score)) throw planError("the plan has no BACKWARD record of the output layer");
+        } finally {
+            releaseAll();
+        }
+        nodes.finishIteration(score);
+        stats.iterations++;
+        stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
+    }
+
+    private IllegalStateException planError(String why) {
+        String rec = at < plan.records.size() ? " record " + at + " (" + describe(plan.records.get(at)) + ")" : "";
+        return new IllegalStateException("plan " + plan.source + rec + ": " + why);
+    }
+
+    private String describe(PlanFile.Record r) {
+        if (r.isCompute()) return r.op + " " + plan.nodes.get(r.arg).name;
+        String[] kinds = {"Y", "DY", "W", "DW", "M"};
+        return r.op + " " + plan.nodes.get(PlanFile.node(r.arg)).name + ":" + kinds[PlanFile.kind(r.arg)];
+    }
+
+    /**
+     * Close what DL4J handed out during a step outside workspaces and neither returned ({@code
+     * kept}) nor left in the node's layer or vertex: the step's temporaries.
+     */
+    private void sweep(StepWorkspaceMgr m, int node, INDArray... kept) {
+        List<INDArray> made = m.drain();
+        if (made.isEmpty()) return;
+        java.util.Set<Object> keep = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (INDArray a : kept) if (a != null) keep.add(Held.root(a));
+        for (INDArray a : nodes.referenced(node)) keep.add(Held.root(a));
+        for (INDArray a : made) {
+            if (a.wasClosed() || keep.contains(Held.root(a)) || !a.closeable()) continue;
+            stats.sweptBytes += a.length() * a.dataType().width();
+            a.close();
+        }
+    }
+
+    private void release(Held h) {
+        if (!h.close()) {
+            stats.leftToGc++;
+            stats.leftToGcBytes += h.bytes;
+        }
+    }
+
+    private void hold(long bytes) {
+        live += bytes;
+        if (live > stats.peakLiveBytes) stats.peakLiveBytes = live;
+    }
+
+    /** Y of node j, bringing it back from the tier if a prefetch is on its way. */
+    private INDArray materialize(int j, String reader) {
+        if (y[j] != null) return y[j].array;
+        if (incoming[j]) {
+            INDArray a = tier.take(PlanFile.KINDS * j);
+            incoming[j] = false;
+            y[j] = Held.own(a);
+            hold(y[j].bytes);
+            if (lastPrefetch[PlanFile.KINDS * j] < at) dropHostCopy(j);
+            return a;
+        }
+        throw planError(reader + " reads " + plan.nodes.get(j).name + ":Y, which is neither live nor on its way back "
+                + "(freed without a host copy or a recomputation)");
+    }
+
+    private void forward(int node, boolean recompute) {
+        PlanFile.Node pn = plan.nodes.get(node);
+        if (pn.isInput()) {
+            if (y[node] == null) y[node] = Held.borrowed(nodes.input(node));
+            ready[node] = true;
+            return;
+        }
+        INDArray[] ins = new INDArray[pn.inputs.length];
+        for (int k = 0; k < ins.length; k++) ins[k] = materialize(pn.inputs[k], (recompute ? "RECOMPUTE " : "FORWARD ") + pn.name);
+        releaseState(node);
+        if (y[node] != null) {   // recomputing a live output: the new one replaces it
+            live -= y[node].bytes;
+            release(y[node]);
+            y[node] = null;
+        }
+        Random random = Nd4j.getRandom();
+        long[] saved = null;
+        if (recompute && rng[node] != null) {
+            saved = new long[] {random.rootState(), random.nodeState()};
+            random.setStates(rng[node][0], rng[node][1]);
+        } else {
+            rng[node] = new long[] {random.rootState(), random.nodeState()};
+        }
+        INDArray out;
+        try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+            out = nodes.forward(node, ins, mgr);
+            if (out != null && out.isAttached()) out = out.detach();
+        } finally {
+            if (saved != null) random.setStates(saved[0], saved[1]);
+        }
+        stats.forwards++;
+        if (out != null) {
+            boolean alias = out.isView();
+            for (INDArray in : ins) alias |= in != null && Held.sameMemory(in, out);
+            if (alias) out = detachedCopy(out);   // e.g. a subset vertex's view of its input
+            y[node] = Held.own(out);
+            hold(y[node].bytes);
+        }
+        sweep(mgr, node, out);
+        bound[node] = ins;
+        Layer l = nodes.layer(node);
+        caches[node] = l == null ? Collections.emptyList() : LayerState.caches(l, out);
+        cacheBytes[node] = bytes(caches[node]);
+        hold(cacheBytes[node]);
+        ready[node] = true;
+    }
+
+    private static INDArray detachedCopy(INDArray a) {
+        try (MemoryWorkspace ws = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
+            return a.dup(a.ordering());
+        }
+    }
+
+    private static long bytes(List<INDArray> arrays) {
+        long b = 0;
+        for (INDArray a : arrays) if (!a.isView()) b += a.length() * a.dataType().width();
+        return b;
+    }
+
+    /** Close what the node's layer kept for its backward step. */
+    private void releaseState(int node) {
+        Layer l = nodes.layer(node);
+        if (l != null && (ready[node] || caches[node] != null)) {
+            LayerState.release(l, caches[node] == null ? Collections.emptyList() : caches[node],
+                    y[node] == null ? null : y[node].array);
+        }
+        live -= cacheBytes[node];
+        cacheBytes[node] = 0;
+        caches[node] = null;
+        ready[node] = false;
+    }
+
+    private double backward(int node) {
+        PlanFile.Node pn = plan.nodes.get(node);
+        if (pn.isInput()) throw planError("network inputs have no backward step");
+        if (!ready[node]) {
+            // the plan released the layer's state (with its output) and did not rebuild it: rebuild
+            // it now from the inputs, exactly (same random state); its output is not needed again
+            Held keep = y[node];
+            y[node] = null;
+            forward(node, true);
+            stats.rebuilds++;
+            if (y[node] != null) {
+                live -= y[node].bytes;
+                release(y[node]);
+            }
+            y[node] = keep;
+        }
+        Layer l = nodes.layer(node);
+        boolean ownInput = l != null && ((org.deeplearning4j.nn.layers.AbstractLayer<?>) l).isDropoutApplied();
+        for (int k = 0; k < pn.inputs.length; k++) {
+            int j = pn.inputs[k];
+            INDArray cur = y[j] != null || incoming[j] ? materialize(j, "BACKWARD " + pn.name) : null;
+            if (cur == bound[node][k]) continue;
+            if (cur == null) {
+                if (nodes.backwardReadsInput(node, k)) {
+                    throw planError("BACKWARD " + pn.name + " reads its input " + plan.nodes.get(j).name
+                            + ":Y (DL4J's " + (l == null ? "vertex" : l.getClass().getSimpleName())
+                            + " backprop reads it), which the plan freed");
+                }
+                continue;
+            }
+            if (!ownInput) {
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+                    nodes.rebind(node, k, cur, mgr);
+                }
+                sweep(mgr, node);
+            }
+            bound[node][k] = cur;
+        }
+        boolean output = nodes.isOutput(node);
+        INDArray eps = dy[node] == null ? null : dy[node].array;
+        if (!output && eps == null) throw planError("BACKWARD " + pn.name + " has no gradient of its output");
+        Held[] grads;
+        double score = Double.NaN;
+        try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+            grads = nodes.backward(node, eps, bpMgr);
+            for (int k = 0; k < grads.length; k++) {
+                if (grads[k] != null && grads[k].array.isAttached()) grads[k] = Held.own(grads[k].array.detach());
+            }
+            if (output) score = nodes.score(node, bpMgr);
+        }
+        INDArray[] returned = new INDArray[grads.length];
+        for (int k = 0; k < grads.length; k++) returned[k] = grads[k] == null ? null : grads[k].array;
+        sweep(bpMgr, node, returned);
+        for (int k = 0; k < grads.length && k < pn.inputs.length; k++) {
+            Held g = grads[k];
+            if (g == null) continue;
+            int j = pn.inputs[k];
+            boolean alias = dy[node] != null && dy[node].sharesMemoryWith(g.array);
+            for (int m = 0; m < k; m++) alias |= grads[m] != null && grads[m].sharesMemoryWith(g.array);
+            if (plan.nodes.get(j).isInput()) {   // DL4J computes the input's gradient; nobody needs it
+                if (!alias) release(g);
+                continue;
+            }
+            if (alias) g = Held.own(detachedCopy(g.array));   // e.g. an add vertex passing its gradient on
+            if (dy[j] == null) {
+                dy[j] = g;
+                hold(g.bytes);
+            } else {
+                dy[j].array.addi(g.array);   // as ComputationGraph accumulates epsilons: existing.addi(new)
+                release(g);
+            }
+        }
+        releaseState(node);   // the layer's kept arrays are dead once its backprop ran
+        return score;
+    }
+
+    private void free(int t) {
+        int node = PlanFile.node(t);
+        int kind = PlanFile.kind(t);
+        if (kind == PlanFile.Y) {
+            if (offloadPending[node]) {
+                tier.awaitOffloaded(t);
+                offloadPending[node] = false;
+            }
+            if (incoming[node]) materialize(node, "FREE");
+            if (y[node] != null) {
+                live -= y[node].bytes;
+                release(y[node]);
+                y[node] = null;
+            }
+            // What the layer keeps for its own backprop (batch norm's normalized input, a dropout
+            // mask) goes with its output -- unless the output went to the tier: then it comes back
+            // for the backward step and the layer's state waits for it (the tier holds activations only).
+            if (!hostCopy[node]) {
+                boolean lost = caches[node] != null && !caches[node].isEmpty();
+                boolean wasReady = ready[node];
+                releaseState(node);
+                ready[node] = wasReady && !lost;   // a layer that kept nothing but its input can still run backward
+            }
+            if (lastPrefetch[t] < at && !incoming[node]) dropHostCopy(node);
+        } else if (kind == PlanFile.DY) {
+            if (dy[node] != null) {
+                live -= dy[node].bytes;
+                release(dy[node]);
+                dy[node] = null;
+            }
+        }
+        // W, DW, M: DL4J's parameters, gradients and updater state stay where DL4J keeps them
+    }
+
+    /** The tier forgets node's activation: no PREFETCH of it follows. */
+    private void dropHostCopy(int node) {
+        if (!hostCopy[node]) return;
+        tier.release(PlanFile.KINDS * node);
+        hostCopy[node] = false;
+    }
+
+    private void offload(int t) {
+        int node = PlanFile.node(t);
+        if (PlanFile.kind(t) != PlanFile.Y) throw planError("only activations (Y) are offloaded");
+        if (y[node] == null) throw planError("offloads " + plan.nodes.get(node).name + ":Y, which is not live");
+        if (y[node].base == null) return;   // the network's input: DL4J holds it anyway
+        tier.offload(t, y[node].array);
+        hostCopy[node] = true;
+        offloadPending[node] = true;
+        stats.offloads++;
+    }
+
+    private void prefetch(int t) {
+        int node = PlanFile.node(t);
+        if (!hostCopy[node]) {
+            if (y[node] != null && y[node].base == null) return;   // the network's input never left
+            throw planError("prefetches " + plan.nodes.get(node).name + ":Y, which has no host copy");
+        }
+        if (y[node] != null || incoming[node]) return;   // still live: nothing to bring back
+        tier.prefetch(t);
+        incoming[node] = true;
+        stats.prefetches++;
+    }
+
+    /** End of an iteration (or a failure): close everything still held, forget host copies. */
+    private void releaseAll() {
+        for (int i = 0; i < y.length; i++) {
+            try {
+                if (offloadPending[i]) tier.awaitOffloaded(PlanFile.KINDS * i);
+                if (incoming[i]) tier.take(PlanFile.KINDS * i).close();
+                dropHostCopy(i);
+            } finally {
+                if (y[i] != null) release(y[i]);
+                if (dy[i] != null) release(dy[i]);
+                releaseState(i);
+                y[i] = dy[i] = null;
+                hostCopy[i] = offloadPending[i] = incoming[i] = false;
+            }
+        }
+        live = 0;
+    }
+
+    /** Size of this thread's working-memory workspace (0 before the first step). */
+    private static long workingMemoryBytes() {
+        if (!Nd4j.getWorkspaceManager().checkIfWorkspaceExists(WORKING_MEMORY)) return 0;
+        return Nd4j.getWorkspaceManager().getWorkspaceForCurrentThread(WORKING_MEMORY).getCurrentSize();
+    }
+}

@@ -1,0 +1,103 @@
+package org.pyd4j.train;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.deeplearning4j.nn.workspace.ArrayType;
+import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.memory.conf.WorkspaceConfiguration;
+import org.nd4j.linalg.api.ndarray.INDArray;
+
+/**
+ * DL4J's workspace manager for one planned step, which remembers every array it hands out
+ * outside a workspace. DL4J's layers create their outputs, their input gradients, what they keep
+ * for backprop and also some temporaries through it by array type (an ActivationLayer's backprop
+ * copies its input as an ACTIVATION_GRAD array and drops it); in DL4J's own fit() those land in
+ * workspaces that are reset, here they are separate arrays. After each step the trainer closes the
+ * ones the step neither returned nor left in the layer ({@link #drain}), so their memory returns at
+ * once instead of at the next garbage collection.
+ */
+final class StepWorkspaceMgr extends LayerWorkspaceMgr {
+    private final List<INDArray> made = new ArrayList<>();
+
+    private StepWorkspaceMgr(Set<ArrayType> scopeOutOfWs, Map<ArrayType, WorkspaceConfiguration> configs,
+                             Map<ArrayType, String> names) {
+        super(scopeOutOfWs, configs, names);
+        setHelperWorkspacePointers(new HashMap<>());
+    }
+
+    /** Step temporaries (FF/BP working memory, and in the backward pass activations, which a
+     *  layer's backprop recomputes) in workspace {@code name}; every other type in no workspace. */
+    static StepWorkspaceMgr of(String name, WorkspaceConfiguration conf, boolean backward) {
+        Set<ArrayType> out = new java.util.HashSet<>();
+        Map<ArrayType, WorkspaceConfiguration> configs = new HashMap<>();
+        Map<ArrayType, String> names = new HashMap<>();
+        for (ArrayType t : ArrayType.values()) {
+            boolean working = t == ArrayType.FF_WORKING_MEM || t == ArrayType.BP_WORKING_MEM
+                    || (backward && t == ArrayType.ACTIVATIONS);
+            if (working) {
+                configs.put(t, conf);
+                names.put(t, name);
+            } else {
+                out.add(t);
+            }
+        }
+        return new StepWorkspaceMgr(out, configs, names);
+    }
+
+    private INDArray note(INDArray a, INDArray from) {
+        if (a != null && a != from && !a.isAttached() && !a.isView()) made.add(a);
+        return a;
+    }
+
+    /** The arrays handed out outside workspaces since the last call. */
+    List<INDArray> drain() {
+        List<INDArray> out = new ArrayList<>(made);
+        made.clear();
+        return out;
+    }
+
+    @Override
+    public INDArray create(ArrayType t, DataType d, long... shape) {
+        return note(super.create(t, d, shape), null);
+    }
+
+    @Override
+    public INDArray create(ArrayType t, DataType d, long[] shape, char order) {
+        return note(super.create(t, d, shape, order), null);
+    }
+
+    @Override
+    public INDArray createUninitialized(ArrayType t, DataType d, long... shape) {
+        return note(super.createUninitialized(t, d, shape), null);
+    }
+
+    @Override
+    public INDArray createUninitialized(ArrayType t, DataType d, long[] shape, char order) {
+        return note(super.createUninitialized(t, d, shape, order), null);
+    }
+
+    @Override
+    public INDArray dup(ArrayType t, INDArray a, char order) {
+        return note(super.dup(t, a, order), a);
+    }
+
+    @Override
+    public INDArray dup(ArrayType t, INDArray a) {
+        return note(super.dup(t, a), a);
+    }
+
+    @Override
+    public INDArray castTo(ArrayType t, DataType d, INDArray a, boolean dupIfCorrectType) {
+        return note(super.castTo(t, d, a, dupIfCorrectType), a);
+    }
+
+    @Override
+    public INDArray leverageTo(ArrayType t, INDArray a) {
+        return note(super.leverageTo(t, a), a);
+    }
+}

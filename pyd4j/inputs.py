@@ -1,0 +1,304 @@
+"""The one validation layer for what users hand pyd4j: click parameter types for every
+subcommand's options, and the readers every user-given file goes through.
+
+The same bad value gets the same error everywhere, naming the value, the limit and the fix, and
+it is refused where it enters: before a JVM starts, a job runs or a directory is made. Errors
+are `InputError` (readers) or click's `BadParameter` (options); `pyd4j.cli` turns both into one
+line on stderr, or with `--json` one `{"ok": false, "error": ...}` document on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import click
+
+JAVA_INT_MAX = 2**31 - 1          # batch sizes and counts end up in Java ints
+JAVA_LONG_MAX = 2**63 - 1         # byte sizes end up in Java longs (-Xmx, JavaCPP limits)
+MAX_TEXT_BYTES = 64 * 1024**2     # a DL4J configuration, sidecar or timeline line is far smaller
+MAX_JSON_DEPTH = 64               # DL4J configurations nest about 6 deep
+MAX_INTERVAL_MS = 3_600_000       # the agent samples at least once an hour
+
+
+class InputError(ValueError):
+    """Something the user gave that pyd4j cannot use; the message names the value, the limit and the fix."""
+
+
+# ----------------------------------------------------------------------------- readers
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def regular_file(path: str | Path, what: str = "file", fix: str = "give the path of an existing file") -> Path:
+    """`path` if it is a regular file this process can read: a FIFO or device would block or never end."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except OSError as err:
+        raise InputError(f"{what} {str(p)!r}: {err.strerror}; {fix}") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{what} {str(p)!r} is {_kind(mode)}, not a regular file; {fix}")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{what} {str(p)!r} is not readable by this user; fix its permissions")
+    return p
+
+
+def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes`."""
+    p = regular_file(path, what)
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise InputError(f"{what} {str(p)!r} is {size} bytes, more than the {max_bytes} this reads; "
+                         f"give the file pyd4j expects (e.g. a DL4J configuration JSON from conf.toJson())")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise InputError(f"cannot read {what} {str(p)!r}: {err.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{what} {str(p)!r} is not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}); "
+                         f"give a text file, e.g. JSON written by DL4J's toJson()") from None
+
+
+def parse_json(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON text as Python values, nested at most `max_depth` deep."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{where} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno} "
+                         f"(char {err.pos})") from None
+    except RecursionError:
+        raise InputError(f"{where} nests JSON deeper than {max_depth} levels; DL4J configurations nest about "
+                         f"6 deep: give the JSON written by conf.toJson()") from None
+    except ValueError as err:  # e.g. an integer with more digits than Python converts
+        raise InputError(f"{where} is not valid JSON: {err}") from None
+    depth = json_depth(value)
+    if depth > max_depth:
+        raise InputError(f"{where} nests JSON {depth} levels deep, more than {max_depth}; DL4J configurations "
+                         f"nest about 6 deep: give the JSON written by conf.toJson()")
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How deep lists and objects nest in a parsed JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def read_json(path: str | Path, what: str = "file", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A user's JSON file: regular, UTF-8, valid, nested at most `max_depth`."""
+    return parse_json(read_text(path, what), f"{what} {str(path)!r}", max_depth)
+
+
+def finite(value: Any, what: str) -> float:
+    """A real number that is not NaN or infinite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{what} {value!r} is not a number")
+    if not math.isfinite(value):
+        raise InputError(f"{what} {value!r} is not a finite number")
+    return float(value)
+
+
+def positive_int(value: Any, what: str, limit: int = JAVA_INT_MAX) -> int:
+    """A whole number from 1 to `limit` (a layer size, a dimension, a batch)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise InputError(f"{what} {value!r} must be a whole number from 1 to {limit}")
+    return value
+
+
+def executable(command: str) -> str:
+    """The path of the program a job command starts, which must exist and be executable."""
+    found = shutil.which(command) if os.sep not in command else (command if os.access(command, os.X_OK)
+                                                                 and Path(command).is_file() else None)
+    if found is None:
+        where = "on PATH" if os.sep not in command else "at that path"
+        raise InputError(f"the job's program {command!r} is not an executable {where}; install it, fix the path, "
+                         f"or write the command as `-- java -cp job.jar com.acme.Train`")
+    return found
+
+
+def job_command(argv: list[str] | tuple[str, ...]) -> None:
+    """The job command after `--`: a command line pyd4j can run, whose program exists, checked
+    before any run directory is made."""
+    from pyd4j.profile.command import JobCommand  # noqa: PLC0415  (the one parser of job command lines)
+
+    command = JobCommand.parse(list(argv))  # a launcher's program is checked there (on PATH, executable)
+    if command.java is not None:
+        executable(command.java.java)  # `java` resolved as every JVM pyd4j starts (JAVA_HOME first)
+
+
+def output_dir_error(path: Path, may_exist: bool = False) -> str | None:
+    """Why `path` cannot be a directory pyd4j writes a run or report into, or None when it can:
+    it must be new or empty (unless `may_exist`), and makeable under its nearest existing parent."""
+    text = str(path)
+    if "\0" in text or len(os.fsencode(text)) >= 4096:
+        return f"{text[:80]!r}... is not a usable path"
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            return f"the name {part[:40]!r}... is longer than the 255 bytes a file name may have"
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            return f"{text!r} exists and is not a directory; give a new directory"
+        if not may_exist and any(path.iterdir()):
+            return f"{text!r} already exists and is not empty; pyd4j never overwrites earlier runs or other files: " \
+                   f"give a new or empty directory, or remove it"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{text!r} is not writable by this user"
+        return None
+    parent = path.absolute().parent
+    while not parent.exists() and not parent.is_symlink():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{text!r} cannot be made: {str(parent)!r} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{text!r} cannot be made: {str(parent)!r} is not writable by this user"
+    return None
+
+
+# ----------------------------------------------------------------------------- click types
+
+class Whole(click.ParamType):
+    """A whole number in [low, high] (high defaults to Java's int), refused with the fix."""
+
+    name = "integer"
+
+    def __init__(self, low: int = 1, high: int = JAVA_INT_MAX, example: str = "", why: str = "") -> None:
+        self.low, self.high, self.example, self.why = low, high, example, why
+
+    def convert(self, value: Any, param, ctx) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip(), 10)
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number{self._hint()}", param, ctx)
+        if not self.low <= number <= self.high:
+            shown = str(value) if len(str(value)) <= 40 else f"{str(value)[:20]}...({len(str(value))} digits)"
+            self.fail(f"{shown!r} is out of range: give a whole number >={self.low} and <={self.high}"
+                      f"{f' ({self.why})' if self.why else ''}{self._hint()}", param, ctx)
+        return number
+
+    def _hint(self) -> str:
+        return f"; e.g. {self.example}" if self.example else ""
+
+
+class Real(click.ParamType):
+    """A finite real number in [low, high] (NaN and infinity refused), with the fix."""
+
+    name = "number"
+
+    def __init__(self, low: float, high: float, example: str, low_open: bool = False) -> None:
+        self.low, self.high, self.example, self.low_open = low, high, example, low_open
+
+    def convert(self, value: Any, param, ctx) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            self.fail(f"{value!r} is not a number; e.g. {self.example}", param, ctx)
+        too_low = number <= self.low if self.low_open else number < self.low
+        if not math.isfinite(number) or too_low or number > self.high:
+            low = f">{self.low:g}" if self.low_open else f">={self.low:g}"
+            self.fail(f"{value!r} must be a finite number {low} and <={self.high:g}; e.g. {self.example}", param, ctx)
+        return number
+
+
+class ByteSize(click.ParamType):
+    """A byte size as people write it ('8g', '512m'), more than 0 and within a Java long."""
+
+    name = "size"
+
+    def __init__(self, example: str = "8g") -> None:
+        self.example = example
+
+    def convert(self, value: Any, param, ctx) -> int:
+        from pyd4j.units import SizeError, parse_bytes  # noqa: PLC0415
+
+        try:
+            n = parse_bytes(value, what="")
+        except SizeError as err:
+            self.fail(str(err), param, ctx)
+        if n <= 0:
+            self.fail(f"{value!r} must be more than 0 bytes; write e.g. '{self.example}'", param, ctx)
+        return n
+
+
+class InputFile(click.ParamType):
+    """An existing, readable, regular file (a FIFO or device as input would block)."""
+
+    name = "file"
+
+    def __init__(self, what: str = "file", fix: str = "give the path of an existing file") -> None:
+        self.what, self.fix = what, fix
+
+    def convert(self, value: Any, param, ctx) -> str:
+        try:
+            regular_file(value, self.what, self.fix)
+        except InputError as err:
+            self.fail(str(err), param, ctx)
+        return str(value)
+
+
+class OutputDir(click.Path):
+    """A directory pyd4j writes into: new or empty (never overwriting anything), and makeable."""
+
+    def __init__(self, may_exist: bool = False, agent_safe: bool = False) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+        self.may_exist = may_exist
+        self.agent_safe = agent_safe
+
+    def convert(self, value: Any, param, ctx) -> Path:
+        path = Path(value) if not isinstance(value, Path) else value
+        problem = output_dir_error(path, self.may_exist)
+        if problem is None and self.agent_safe and "," in str(path.absolute()):
+            problem = f"{str(path)!r} holds ',', which the profiling agent's options cannot carry; pick another path"
+        if problem:
+            self.fail(problem, param, ctx)
+        return path
+
+
+class OutputFile(click.Path):
+    """A file pyd4j writes (a plot): its directory must exist; an existing file is not overwritten."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=str)
+
+    def convert(self, value: Any, param, ctx) -> str:
+        path = Path(value)
+        if path.exists() or path.is_symlink():
+            self.fail(f"{value!r} already exists; pyd4j does not overwrite files: give a new file name", param, ctx)
+        parent = path.absolute().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            self.fail(f"{value!r} cannot be written: {str(parent)!r} is not a writable directory", param, ctx)
+        return str(path)
+
+
+# The options several subcommands share, so each is checked the same way everywhere.
+BATCH = Whole(1, JAVA_INT_MAX, example="--batch 32", why="DL4J holds batch sizes in a Java int")
+COUNT = Whole(1, JAVA_INT_MAX, example="1")
+INTERVAL_MS = Whole(1, MAX_INTERVAL_MS, example="--interval 100",
+                    why="the agent samples every 1 ms to once an hour")
+SECONDS = Real(0, 1e7, example="--timeout 3600", low_open=True)
+HEADROOM = Real(0, 4, example="--headroom 0.15 (15%)")
+FRACTION = Real(0, 1, example="0.05")
+SIZE = ByteSize()

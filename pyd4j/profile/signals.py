@@ -1,0 +1,57 @@
+"""Stopping `pyd4j profile` / `pyd4j tune` with Ctrl-C, SIGTERM or SIGHUP: the job's process tree
+is ended, and what was measured so far is kept, summarised and reported before pyd4j exits with
+the conventional status (128 + the signal: 130 for Ctrl-C, 143 for SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any, Iterator
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """pyd4j was asked to stop while a job ran. `run` (pyd4j.profile.launch.JobRun) is the run that
+    was stopped, its timeline kept; `doc` is what `tune` had so far. A KeyboardInterrupt, so code
+    that does not know it still stops as it would on Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+        self.run: Any = None
+        self.doc: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, the first SIGINT/SIGTERM/SIGHUP raises Stopped in the main thread; later
+    ones are ignored so the job's processes can be ended and the report written. Outside the main
+    thread (signals cannot be caught there) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def handler(signum, frame):  # noqa: ARG001
+        if raised:
+            return
+        raised.append(signum)
+        raise Stopped(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

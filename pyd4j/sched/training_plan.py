@@ -1,0 +1,220 @@
+"""The plan DL4J's planned trainer runs: which plan to pick for a budget, and the plan file.
+
+Choosing (`choose_plan`), for a DL4J-faithful graph (`pyd4j.sched.dl4j_json`):
+- no budget: liveness only (free every activation after its last use; nothing moves, nothing is
+  recomputed, so training is as fast as DL4J's own `fit()`);
+- a budget (bytes the plan's peak may reach, parameters, gradients and updater state included):
+  the fastest time-optimised plan (tensor cache) of the candidate policies whose simulated device
+  peak fits; when none fits, `BudgetTooSmall` names the smallest peak any candidate reaches (the
+  minimum that works) and its policy. Candidates: liveness, `recompute_in_memory`, and -- when the
+  trainer has an offload tier -- utp and recompute.
+
+`recompute_in_memory` is the recompute policy's recomputation without its tensor pool: outputs of
+cheap layers (and, for DL4J, the arrays those layers keep for backprop: batch norm's normalized
+input, dropout masks) are dropped after the forward pass and rebuilt in the backward pass; every
+other output stays in memory. On DL4J's CPU backend the "device" is host memory, so this saves
+most of what recomputation can without any offload tier.
+
+The plan file (JSON, written by `write_plan`, read by the Java trainer `org.pyd4j.train.PlanFile`)
+is this document -- the one place the format is defined:
+
+    {
+      "format": "pyd4j-plan", "version": 1,
+      "policy": "recompute",            # the planner policy that wrote the records
+      "tensor_cache": false,            # time-optimised under "budget_bytes" (or minimum memory)
+      "budget_bytes": null,
+      "network": {"kind": "MultiLayerNetwork" | "ComputationGraph", "batch": 32,
+                  "dtype": "float32", "source": "net.json"},
+      "predicted": {"peak_bytes": ..., "device_peak_bytes": ..., "lower_bound_bytes": ...,
+                    "time_s": ...},
+      "nodes": [                        # one per network input and per DL4J layer / vertex,
+        {"id": 0, "name": "input", "type": "DATA",          # in DL4J's topological order
+         "dl4j": {"input": 0}, "inputs": [], "shape": [32, 1, 28, 28], "y_bytes": 100352},
+        {"id": 1, "name": "layer0", "type": "CONV",
+         "dl4j": {"layer": 0, "class": "ConvolutionLayer"}, "inputs": [0], ...},
+        ...                             # graphs: "dl4j": {"vertex": "res_add", "class": ...}
+      ],
+      "records": [["ALLOC", 5], ["FORWARD", 1], ["OFFLOAD", 5], ["FREE", 5], ...]
+    }
+
+Records are `pyd4j.sched.plan.Step`s in order: `[op, arg]` with op one of ALLOC, FREE, OFFLOAD,
+PREFETCH (arg: a tensor id, 5 * node + kind with kind Y=0, DY=1, W=2, DW=3, M=4) or FORWARD,
+BACKWARD, RECOMPUTE (arg: a node id). The trainer creates arrays in the steps that produce them
+(ALLOC is accounting only), keeps DL4J's parameters, gradients and updater state where DL4J keeps
+them (W, DW, M records are accounting only), closes an activation (Y) or its gradient (DY) at its
+FREE, copies it to an offload tier at OFFLOAD and brings it back at PREFETCH, and reruns a node's
+forward step at RECOMPUTE.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dataclasses import replace
+
+from pyd4j.sched.bounds import lower_bound
+from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.graph import Graph
+from pyd4j.sched.plan import Plan
+from pyd4j.sched.policies import make_plan
+from pyd4j.sched.pool import pooled_plan
+from pyd4j.sched.recompute import recompute_decisions
+from pyd4j.sched.simulator import InfeasiblePlan, SimResult, simulate
+
+FORMAT = "pyd4j-plan"
+VERSION = 1
+IN_MEMORY = "recompute_in_memory"
+TRAINING_POLICIES = ("liveness", IN_MEMORY, "utp", "recompute")
+"""Policies the planned trainer is offered (superneurons adds cuDNN's algorithm choice, which
+DL4J's CPU layers do not have)."""
+OFFLOADING = ("utp", "recompute", "superneurons")
+
+
+class BudgetTooSmall(ValueError):
+    """No plan fits the budget; carries the smallest peak that works and its policy."""
+
+    def __init__(self, budget: int, minimum: int, policy: str) -> None:
+        self.budget, self.minimum, self.policy = budget, minimum, policy
+        super().__init__(f"budget {budget} bytes is below what any plan needs: the smallest peak is "
+                         f"{minimum} bytes (policy {policy}); give a budget of at least {minimum} bytes "
+                         "or a smaller batch")
+
+
+def default_cost() -> CostModel:
+    """The cost model plans for DL4J are timed with (the `cpu` profile where devices.json has one)."""
+    try:
+        return CostModel.for_device("cpu")
+    except KeyError:
+        return CostModel.for_device("k40c")
+
+
+def make_training_plan(graph: Graph, policy: str, cost: CostModel, budget: int | None = None,
+                       cache: bool = False) -> Plan:
+    """One policy's plan: `make_plan` for the planner's policies, and `recompute_in_memory`."""
+    if policy != IN_MEMORY:
+        return make_plan(graph, policy, cost, budget, cache=cache)
+    dec, stats = recompute_decisions(graph)
+    dec = replace(dec, offload=frozenset())   # what recompute would offload stays in memory
+    plan = pooled_plan(graph, IN_MEMORY, dec, budget if cache else None, 2, notes={"recompute": stats})
+    plan.notes["tensor_cache"] = cache
+    return plan
+
+
+def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = None,
+                cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """The plan to train `graph` with (see the module docstring) and its simulation.
+    `policy` forces one policy (its time-optimised plan under `budget`, else its minimum-memory
+    plan); `offload=False`: the trainer has no offload tier, so no candidate may offload."""
+    cost = cost or default_cost()
+    if policy is not None:
+        if not offload and policy in OFFLOADING:
+            raise ValueError(f"policy {policy!r} offloads activations and there is no offload tier; "
+                             f"use liveness or {IN_MEMORY}, or give the trainer a tier")
+        plan = make_training_plan(graph, policy, cost, budget, cache=budget is not None)
+        result = simulate(plan, cost)
+        if budget is not None and result.device_peak_bytes > budget:
+            raise BudgetTooSmall(budget, result.device_peak_bytes, policy)
+        return plan, result
+    if budget is None:
+        plan = make_plan(graph, "liveness", cost)
+        return plan, simulate(plan, cost)
+    best: tuple[Plan, SimResult] | None = None
+    smallest: tuple[int, str] | None = None
+    for p in TRAINING_POLICIES:
+        if not offload and p in OFFLOADING:
+            continue
+        small = simulate(make_training_plan(graph, p, cost), cost)
+        if smallest is None or small.device_peak_bytes < smallest[0]:
+            smallest = (small.device_peak_bytes, p)
+        plan = make_training_plan(graph, p, cost, budget, cache=True)
+        try:
+            r = simulate(plan, cost, budget)
+        except InfeasiblePlan:
+            continue
+        if best is None or r.time_s < best[1].time_s:
+            best = (plan, r)
+    if best is None:
+        assert smallest is not None
+        raise BudgetTooSmall(budget, smallest[0], smallest[1])
+    return best
+
+
+def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str | None = None,
+                  budget: int | None = None) -> dict[str, Any]:
+    """The plan file's document (see the module docstring)."""
+    g = plan.graph
+    nodes = []
+    for layer in g.layers:
+        if "dl4j" not in layer.attrs:
+            raise ValueError(f"node {layer.name!r} has no DL4J identity: build the graph with "
+                             "pyd4j.sched.dl4j_json.graph_from_dl4j_json")
+        nodes.append({"id": layer.id, "name": layer.name, "type": layer.type.value,
+                      "dl4j": layer.attrs["dl4j"], "inputs": list(layer.inputs),
+                      "shape": list(layer.out_shape), "y_bytes": layer.out_bytes})
+    return {
+        "format": FORMAT, "version": VERSION, "policy": plan.policy,
+        "tensor_cache": bool(plan.notes.get("tensor_cache")), "budget_bytes": budget,
+        "network": {"kind": network_kind, "batch": g.batch, "dtype": g.dtype, "source": source},
+        "predicted": {"peak_bytes": result.peak_bytes, "device_peak_bytes": result.device_peak_bytes,
+                      "lower_bound_bytes": lower_bound(g).lower_bound_bytes, "time_s": result.time_s},
+        "nodes": nodes,
+        "records": [[s.op.name, int(s.arg)] for s in plan.steps],
+    }
+
+
+def write_plan(path: str | Path, plan: Plan, result: SimResult, network_kind: str,
+               source: str | None = None, budget: int | None = None) -> Path:
+    """Write the plan file; refuses to overwrite an existing file."""
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; choose a new file name for the plan (nothing was written)")
+    doc = plan_document(plan, result, network_kind, source, budget)
+    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    return path
+
+
+def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """The minimum-memory plan with the smallest simulated peak among the candidate policies."""
+    cost = cost or default_cost()
+    best: tuple[Plan, SimResult] | None = None
+    for p in TRAINING_POLICIES:
+        if not offload and p in OFFLOADING:
+            continue
+        plan = make_training_plan(graph, p, cost)
+        r = simulate(plan, cost)
+        if best is None or r.device_peak_bytes < best[1].device_peak_bytes:
+            best = (plan, r)
+    assert best is not None
+    return best
+
+
+def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None = None,
+                 budget: int | None = None, offload: bool = False) -> dict[str, Any]:
+    """Plan a job's network from the agent's "network" event (its configuration and the input
+    shape of its first batch) and write the plan file; returns what was written. Policy
+    "superneurons": the smallest plan the trainer can run (`offload`: it has an offload tier)."""
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415 - graph -> policy -> plan
+
+    shape = network.get("input_shape")
+    if not shape or len(shape) < 2:
+        raise ValueError(f"the job's first batch has no input shape ({shape}); planned training needs it")
+    graph = graph_from_dl4j_json(network["conf"], int(shape[0]), tuple(int(d) for d in shape[1:]))
+    if policy == "superneurons" and budget is None:
+        plan, result = smallest_plan(graph, offload=offload)
+    else:
+        plan, result = choose_plan(graph, budget, policy, offload=offload)
+    write_plan(path, plan, result, network["kind"], "the job's network", budget)
+    return {"path": str(path), "policy": plan.policy, "batch": graph.batch, "nodes": len(graph),
+            "predicted_peak_bytes": result.device_peak_bytes,
+            "offloads": any(s.op.name == "OFFLOAD" for s in plan.steps)}
+
+
+def read_plan(path: str | Path) -> dict[str, Any]:
+    """A plan file's document, checked for format and version."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise ValueError(f"{path} is not a {FORMAT} version {VERSION} file; write it with "
+                         "`pyd4j plan --model net.json --batch N --emit-plan FILE`")
+    return doc

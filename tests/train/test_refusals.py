@@ -1,0 +1,146 @@
+"""Planned training refuses what it cannot replay exactly -- before training, naming the layer or
+setting and the fix -- and runs in one line from Java code (real DL4J in the session JVM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyd4j.commands.plan import _input_shape
+from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+from pyd4j.sched.training_plan import choose_plan, write_plan
+from tests.train.conftest import NETWORKS
+
+pytestmark = pytest.mark.jvm
+
+
+def plan_file(tmp_path: Path, name: str, batch: int = 4, policy: str | None = None) -> str:
+    config = NETWORKS / f"{name}.json"
+    doc = json.loads(config.read_text())
+    plan, result = choose_plan(graph_from_dl4j_json(doc, batch, _input_shape(str(config))), policy=policy)
+    path = tmp_path / f"{name}.{plan.policy}.json"
+    return str(write_plan(path, plan, result, network_kind(doc), str(config)))
+
+
+def network(name: str):
+    import jpype
+
+    text = (NETWORKS / f"{name}.json").read_text()
+    if '"vertices"' in text:
+        conf = jpype.JClass("org.deeplearning4j.nn.conf.ComputationGraphConfiguration").fromJson(text)
+        net = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph")(conf)
+    else:
+        conf = jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(text)
+        net = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf)
+    net.init()
+    return net
+
+
+def problems(net, path: str) -> list[str]:
+    import jpype
+
+    PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")
+    return [str(p) for p in jpype.JClass("org.pyd4j.train.PlannedTrainer").check(net, PlanFile.read(path))]
+
+
+def test_a_plan_of_this_network_is_accepted(jvm, tmp_path: Path) -> None:
+    assert problems(network("lenet"), plan_file(tmp_path, "lenet")) == []
+    assert problems(network("resnet_graph"), plan_file(tmp_path, "resnet_graph")) == []
+
+
+def test_a_plan_of_another_network_is_refused(jvm, tmp_path: Path) -> None:
+    out = problems(network("lenet"), plan_file(tmp_path, "mlp"))
+    assert len(out) == 1 and "has 4 nodes; this network needs 7" in out[0]
+    assert "write the plan from this network's configuration" in out[0]
+
+
+def test_recurrent_layers_are_refused_with_the_fix(jvm, tmp_path: Path) -> None:
+    # the planner has no model for LSTM; a hand-written plan of the right shape still gets refused
+    doc = {"format": "pyd4j-plan", "version": 1, "policy": "liveness",
+           "network": {"kind": "MultiLayerNetwork", "batch": 4},
+           "nodes": [{"id": 0, "name": "input", "type": "DATA", "dl4j": {"input": 0}, "inputs": []}]
+           + [{"id": i + 1, "name": f"layer{i}", "type": "FC", "dl4j": {"layer": i}, "inputs": [i]}
+              for i in range(3)],
+           "records": [["FORWARD", 0]]}
+    path = tmp_path / "lstm.plan.json"
+    path.write_text(json.dumps(doc))
+    out = problems(network("lstm"), str(path))
+    assert any("layer 'layer0' (index 0) (LSTM) is recurrent" in p and "DL4J's own fit()" in p for p in out), out
+    assert any("RnnOutputLayer" in p for p in out), out
+
+
+def test_weight_noise_other_dropouts_and_activation_listeners_are_refused(jvm, tmp_path: Path) -> None:
+    import jpype
+
+    net = network("mlp")
+    layer1 = net.getLayers()[1].conf().getLayer()
+    layer1.setWeightNoise(jpype.JClass("org.deeplearning4j.nn.conf.weightnoise.DropConnect")(0.5))
+    net.getLayers()[2].conf().getLayer().setIDropout(jpype.JClass("org.deeplearning4j.nn.conf.dropout.AlphaDropout")(0.5))
+
+    @jpype.JImplements("org.deeplearning4j.optimize.api.TrainingListener")
+    class ActivationWatcher:  # reads every layer's activations: planned training frees them
+        @jpype.JOverride
+        def iterationDone(self, model, iteration, epoch): pass
+
+        @jpype.JOverride
+        def onEpochStart(self, model): pass
+
+        @jpype.JOverride
+        def onEpochEnd(self, model): pass
+
+        @jpype.JOverride
+        def onForwardPass(self, model, activations): pass
+
+        @jpype.JOverride
+        def onGradientCalculation(self, model): pass
+
+        @jpype.JOverride
+        def onBackwardPass(self, model): pass
+
+    net.addListeners(ActivationWatcher())
+    out = problems(net, plan_file(tmp_path, "mlp"))
+    assert any("'layer1' (index 1) uses weight noise" in p for p in out), out
+    assert any("'layer2' (index 2) uses AlphaDropout" in p for p in out), out
+    assert any("reads every layer's activations (onForwardPass)" in p for p in out), out
+    attach = jpype.JClass("org.pyd4j.train.PlannedTrainer").attach
+    with pytest.raises(Exception, match="planned training cannot run this network"):
+        attach(net, jpype.JClass("org.pyd4j.train.PlanFile").read(plan_file(tmp_path, "lenet")), None)
+
+
+def test_an_offloading_plan_needs_a_tier(jvm, tmp_path: Path) -> None:
+    import jpype
+
+    plan = jpype.JClass("org.pyd4j.train.PlanFile").read(plan_file(tmp_path, "lenet", policy="utp"))
+    assert plan.offloads()
+    with pytest.raises(Exception, match="offloads activations: give an OffloadTier"):
+        jpype.JClass("org.pyd4j.train.PlannedTrainer").attach(network("lenet"), plan, None)
+
+
+def test_one_line_from_java_trains_with_dl4j_own_loop(jvm, tmp_path: Path) -> None:
+    import jpype
+    import numpy as np
+
+    from pyd4j.nd import from_numpy
+
+    net = network("lenet")
+    path = plan_file(tmp_path, "lenet", batch=8)
+    rng = np.random.default_rng(0)
+    DataSet = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+    batches = jpype.JClass("java.util.ArrayList")()
+    for _ in range(3):
+        x = rng.random((8, 784), dtype=np.float32)
+        y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]
+        batches.add(DataSet(from_numpy(x, copy=True), from_numpy(y, copy=True)))
+    it = jpype.JClass("org.deeplearning4j.datasets.iterator.ExistingDataSetIterator")(batches)
+    before = net.params().dup()
+    stats = jpype.JClass("org.pyd4j.train.PlannedTrainer").fit(net, it, path)
+    assert stats.iterations == 3 and net.getIterationCount() == 3 and net.getEpochCount() == 1
+    assert not net.params().equals(before)
+    # the network's own optimizer is back: a plain fit() runs DL4J's computeGradientAndScore again
+    optimizer = jpype.JClass("org.deeplearning4j.optimize.Solver").class_.getDeclaredField("optimizer")
+    optimizer.setAccessible(True)
+    solver_field = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork").class_.getDeclaredField("solver")
+    solver_field.setAccessible(True)
+    assert "PlannedOptimizer" not in str(optimizer.get(solver_field.get(net)).getClass().getName())
