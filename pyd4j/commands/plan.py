@@ -39,6 +39,9 @@ from pyd4j.sched.plan import gc_paused
 @click.option("--cache", is_flag=True, help="report, plot and execute the time-optimised plans "
               "(tensor cache up to the budget) as the main plans instead of the minimum-memory "
               "ones; both are always in the report")
+@click.option("--optimum", is_flag=True, help="also solve the exact optimum (a MILP; networks up "
+              "to 80 layers): the fastest plan under the budget and the smallest budget any plan "
+              "of its class fits")
 @click.option("--max-batch", is_flag=True, help="search the largest batch that fits")
 @click.option("--max-depth", is_flag=True, help="search the deepest ResNet that fits")
 @click.option("--plot", type=inputs.OutputFile(), help="write a memory timeline PNG (a new file)")
@@ -58,7 +61,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             policies: tuple[str, ...],
             budget: int | None, cache: bool, max_batch: bool, max_depth: bool,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host",
-            emit_plan: str | None = None) -> None:
+            emit_plan: str | None = None, optimum: bool = False) -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
     peak memory and iteration time on a device."""
     from pyd4j.sched import zoo
@@ -210,6 +213,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         doc["execute"] = _execute(g, plans, results, backend)
     if emitted is not None:
         doc["emitted_plan"] = emitted
+    if optimum:
+        doc["optimum"] = _optimum(g, cost, cap)
     if as_json:
         emit_json(doc)
         return
@@ -242,6 +247,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         "before superneurons use the no-workspace algorithm: "
         f"{no_ws * 1e3:.1f} ms ({no_ws / ideal - 1:+.1%}) even with infinite memory; superneurons "
         "picks the fastest algorithm whose workspace fits in free memory.")
+    if optimum:
+        o = doc["optimum"]
+        print_table(
+            f"Exact optimum (MILP, solver status {o['status']}, gap {o['mip_gap']:.2%})",
+            ["smallest budget", "budget", "device peak", "time", "overhead"],
+            [(human_bytes(o["smallest_budget_bytes"]), human_bytes(cap),
+              human_bytes(o["device_peak_bytes"]) if o["fits"] else "-",
+              f"{o['time_s'] * 1e3:.0f} ms" if o["fits"] else "does not fit",
+              f"{o['time_s'] / ideal - 1:+.0%}" if o["fits"] else "-")])
     if execute:
         ex = doc["execute"]
         print_table(
@@ -275,6 +289,25 @@ def _emit(g, network_json: str, path: str, budget: int | None, policy: str | Non
     return {"path": path, "policy": plan.policy, "tensor_cache": bool(plan.notes.get("tensor_cache")),
             "budget_bytes": budget, "peak_bytes": result.peak_bytes,
             "device_peak_bytes": result.device_peak_bytes, "records": len(plan.steps)}
+
+
+def _optimum(g, cost, cap: int) -> dict:
+    """The MILP's smallest budget and its fastest plan under `cap` (replayed by the simulator)."""
+    from pyd4j.sched.optimum import OptimumError, optimum_plan, smallest_budget
+    from pyd4j.sched.simulator import simulate
+
+    try:
+        smallest, proven, status = smallest_budget(g, cost)
+        out = {"smallest_budget_bytes": smallest, "smallest_budget_proven_bytes": proven,
+               "fits": cap >= smallest, "status": status, "mip_gap": 0.0}
+        if cap >= smallest:
+            opt = optimum_plan(g, cost, cap)
+            r = simulate(opt.plan, cost, cap)
+            out.update({"status": opt.status, "mip_gap": opt.mip_gap, "time_s": opt.time_s,
+                        **_summary(r)})
+    except OptimumError as e:
+        raise click.BadParameter(str(e), param_hint="--optimum") from None
+    return out
 
 
 def _summary(r) -> dict:

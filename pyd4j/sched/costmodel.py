@@ -70,10 +70,19 @@ class DeviceProfile:
     mem_gbps: float
     link_gbps: float
     disk_gbps: float = 1.0
+    efficiency: float | None = None  # measured fraction of `tflops` (None: the global default)
+    step_overhead_s: float = 0.0  # fixed cost of every compute step (op dispatch; CPU backends)
 
     @classmethod
     def from_json(cls, key: str, doc: dict[str, Any]) -> "DeviceProfile":
-        return cls(key=key, **{k: v for k, v in doc.items() if k != "key"})
+        """Profile from a devices.json entry; its documentation keys (`source`, `published`,
+        `calibration`) are not read, any other unknown key is refused (a misspelt field)."""
+        known = {f for f in cls.__dataclass_fields__ if f != "key"}
+        unknown = set(doc) - known - {"key", "source", "published", "calibration"}
+        if unknown:
+            raise TypeError(f"device {key!r}: unknown fields {sorted(unknown)}; known: "
+                            f"{sorted(known)}")
+        return cls(key=key, **{k: v for k, v in doc.items() if k in known})
 
 
 def _load_default() -> dict[str, Any]:
@@ -128,13 +137,15 @@ class CostModel:
                                f"and aliases {sorted(doc['aliases'])}")
             profile = DeviceProfile.from_json(key, doc["devices"][key])
         algos = tuple(ConvAlgo(**a) for a in doc["conv_algorithms"])
-        return cls(profile, algos, doc["compute_efficiency"], doc["transfer_latency_s"],
+        efficiency = (profile.efficiency if profile.efficiency is not None
+                      else doc["compute_efficiency"])
+        return cls(profile, algos, efficiency, doc["transfer_latency_s"],
                    doc["host_memory_bytes"])
 
     # -- step times -------------------------------------------------------------------------
     def _roofline(self, flops: float, nbytes: float, speed: float = 1.0) -> float:
         return max(flops / (self.device.tflops * 1e12 * self.efficiency * speed),
-                   nbytes / (self.device.mem_gbps * 1e9))
+                   nbytes / (self.device.mem_gbps * 1e9)) + self.device.step_overhead_s
 
     def layer_times(self, graph: Graph) -> tuple[list[float], list[float], list[float]]:
         """(forward, backward, update) seconds per layer with the no-workspace algorithm."""

@@ -112,3 +112,15 @@ def test_emit_plan_for_a_dl4j_network(tmp_path: Path) -> None:
     # the file is never overwritten
     r = CliRunner().invoke(command, ["--model", str(nets / "lenet.json"), "--emit-plan", str(out)])
     assert r.exit_code != 0 and "exists" in r.output
+
+
+def test_optimum_option_replays_and_refuses_large_networks() -> None:
+    doc = run("--model", "alexnet", "--batch", "2", "--image", "67", "--policy", "superneurons",
+              "--optimum")
+    o = doc["optimum"]
+    assert o["fits"] and o["smallest_budget_bytes"] == o["smallest_budget_proven_bytes"]
+    assert o["smallest_budget_bytes"] >= doc["lower_bound_bytes"]
+    # with the device's memory to spare the optimum is the infinite-memory run
+    assert o["time_s"] == pytest.approx(doc["ideal_time_s"], rel=1e-9)
+    r = CliRunner().invoke(command, ["--model", "resnet50", "--batch", "1", "--optimum"])
+    assert r.exit_code != 0 and "limited to 80" in r.output
