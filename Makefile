@@ -31,7 +31,8 @@ $(VENV): pyproject.toml constraints.txt
 $(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml examples/spark/pom.xml tests/fixtures/java/pom.xml tests/fixtures/java-compat/pom.xml .mvn/settings.xml $(JAVA_SRC)
 	@# copy-dependencies only adds jars: a stale one of another release would stay on the older-release fixture's classpath
 	rm -rf tests/fixtures/java-compat/target/lib
-	$(MVN) package -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
+	@# install, not package: jobs built with `mvn exec:…` against the helper jar resolve it from the local repository
+	$(MVN) install -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
 	touch $@
 
 $(NATIVE_LIB): $(NATIVE_SRC)
