@@ -286,7 +286,15 @@ def _coerce(name: str, java_name: str, kind: Any, value: Any) -> Any:
     if kind is str:
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise WorkspaceConfigError(f"{name}={value!r} must be a file path or None", rule="types", enforced_by="pyd4j")
-        return None if value is None else os.fspath(value)
+        path = None if value is None else os.fspath(value)
+        if isinstance(path, str):
+            try:
+                path.encode("utf-8")
+            except UnicodeEncodeError:
+                raise WorkspaceConfigError(f"{name}={path!r} holds characters no file name can (lone UTF-16 surrogates); "
+                                           f"give the path as text of real characters", rule="types",
+                                           enforced_by="pyd4j") from None
+        return path
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise WorkspaceConfigError(f"{name}={value!r} must be a finite number, e.g. 0.3", rule="types",

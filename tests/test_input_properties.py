@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from pyd4j.inputs import JAVA_INT_MAX, JAVA_LONG_MAX, InputError, json_depth, parse_json
@@ -201,6 +201,7 @@ def test_workspace_config_from_any_json_text(text):
 @MANY
 @given(st.one_of(st.text(max_size=60), st.dictionaries(field_names, field_values, max_size=5).map(
     lambda d: "\n".join(f"{k}: {json.dumps(v)}" for k, v in d.items()))))
+@example('temp_file_path: "\\ud800\\udc00"')   # found by hypothesis: a lone-surrogate path
 def test_workspace_config_from_any_yaml_text(text):
     cfg = _config_or_clean_error(lambda: WorkspaceConfig.from_yaml(text))
     if cfg is not None:
