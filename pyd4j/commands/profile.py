@@ -194,6 +194,11 @@ def _print_summary(doc: dict) -> None:
         print_table("Spark executors", ["executor", "pid", "exit code", "ended", "diagnosis"],
                     [(e["executor_id"], e["pid"] or "-", e["exit_code"] if e["exit_code"] is not None else "-",
                       e["kind"], e["diagnosis"]) for e in doc["spark_executors"]])
+    peak = doc.get("peak_sites")
+    if peak and peak["sites"]:
+        print_table("off-heap peak by call site (sampled)", ["call site", "allocator", "held at the peak", "share"],
+                    [(x["site"] + ("" if x["user"] else " (library)"), x["kind"], human_bytes(x["live_bytes"]),
+                      f"{x['share']:.0%}" if x["share"] is not None else "-") for x in peak["sites"][:5]])
     if doc["findings"]:
         print_table("findings", ["severity", "finding", "fix", "flags"],
                     [(f["severity"], f["title"], f["fix"], " ".join(f["flags"])) for f in doc["findings"]])

@@ -159,9 +159,15 @@ def _iteration_of(t: Timeline, when_ms: Sequence[float]) -> np.ndarray:
 
 
 def live_heap_points(t: Timeline) -> tuple[list[dict], str]:
-    """The GCs whose heap-after is the live heap, and how it was measured. Heap after a full
-    (major) collection is the live set; after a young one it still holds the old generation's
-    garbage, so it is only used when the run had no full collection, and then said."""
+    """Points (t, heap_after) of the live heap, and how it was measured: the agent's live points
+    (heap after a full collection, once ND4J's deallocators were done) when it took any, else the
+    heap after the job's own full (major) collections. After a young collection the heap still
+    holds the old generation's garbage: never the live heap."""
+    drained = [p for p in t.live_points if p.get("heap_live") is not None and p.get("heap_drained")]
+    points = drained or [p for p in t.live_points if p.get("heap_live") is not None]
+    if points:
+        return ([{"t": p["t"], "heap_after": p["heap_live"]} for p in sorted(points, key=lambda p: p["t"])],
+                "live heap (after a full GC" + (" and ND4J's deallocators)" if drained else ")"))
     full = [g for g in t.gc_events if g.get("heap_after") is not None and "major" in (g.get("action") or "")]
     if full:
         return full, "heap after full GC (live heap)"
@@ -423,7 +429,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
         "iterations": t.iterations(), "iterations_per_s": t.iterations_per_second(),
         "peaks": t.peaks(), "limits": t.limits(), "gc_share": overall, "gc_share_worst_window": worst,
         "gc_events": len(t.gc_events), "findings": [f.to_dict() for f in findings],
-        "jvms": jvms, "write_errors": write_errors,
+        "jvms": jvms, "write_errors": write_errors, "peak_sites": t.peak_sites(),
     }
     if spark is not None:
         doc["spark_executors"] = spark
@@ -644,6 +650,20 @@ _LIMIT_WORDS = {
 }
 
 
+def _peak_sites_html(peak: dict | None) -> str:
+    """The off-heap peak broken down by the call sites that allocated what was held then."""
+    if not peak or not peak["sites"]:
+        return ""
+    rows = [(x["site"] + ("" if x["user"] else " (library)"), x["kind"], x["via"] or "-", human_bytes(x["live_bytes"]),
+             f"{x['share']:.0%}" if x["share"] is not None else "-") for x in peak["sites"]]
+    at = f" at iteration {peak['iterations']}" if peak.get("iterations") else ""
+    in_use = f"; off-heap in use then: {human_bytes(peak['in_use'])}" if peak.get("in_use") else ""
+    return (f"<h2>Where the off-heap peak was allocated</h2><p>Call sites holding libnd4j and JavaCPP memory at the "
+            f"highest off-heap point{at}{in_use}. Bytes per site are estimates from allocations sampled by bytes "
+            f"({peak['site_count']} sites seen); the share is of the sampled total.</p>"
+            + _table(["call site", "allocator", "through", "held at the peak", "share"], rows, wrap=(0, 2)))
+
+
 def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Finding], paths: dict[str, Path],
           banner_tune: str, section_tune: str, trace_name: str, is_tuned: bool) -> str:
     e = html.escape
@@ -683,6 +703,7 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
                  + _table(["executor", "pid", "exit code", "ended", "diagnosis"],
                           [(x["executor_id"], x["pid"] or "-", "-" if x["exit_code"] is None else x["exit_code"], x["kind"],
                             x["diagnosis"]) for x in doc["spark_executors"]], wrap=(4,)))
+    sites = _peak_sites_html(doc.get("peak_sites"))
     other = "".join(f"<h2>Memory — {e(_lane_label(lane))}</h2>{_img(paths[key])}"
                     for lane in lanes if (key := _lane_png_key(lane)) in paths)
     gc_note = ("<p>Grey dots: heap right after young collections, which still holds old-generation garbage: it is not "
@@ -709,6 +730,7 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
 {'<h2>Memory per iteration</h2>' + _img(paths['iterations_png']) if 'iterations_png' in paths else ''}
 <h2>GC</h2>{_img(paths['gc_png'])}{gc_note}
 {'<h2>Workspaces</h2>' + _img(paths['workspaces_png']) if 'workspaces_png' in paths else ''}
+{sites}
 {other}
 <h2>Peaks</h2>{peaks}
 <h2>Limits</h2>{limits}

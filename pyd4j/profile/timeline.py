@@ -302,6 +302,29 @@ class Timeline:
         values = [p["heap_live"] for p in (clean or points)]
         return max(values) if values else None
 
+    def peak_sites(self, top: int = 10) -> dict[str, Any] | None:
+        """Where the off-heap peak was allocated: the agent writes the sites holding live libnd4j and
+        JavaCPP memory at each new off-heap high, so the last such snapshot is the breakdown of the
+        peak. Bytes per site are sampled estimates (the agent samples allocations by bytes); `in_use`
+        is the exact off-heap in use (libnd4j + JavaCPP) at the sample before it. None without one."""
+        highs = [s for s in self.site_snapshots if s.get("reason") == "peak" and s.get("t") is not None]
+        if not highs:
+            return None
+        snap = max(highs, key=lambda s: s["t"])
+        before = [x for x in self.samples if x["t"] <= snap["t"]]
+        in_use = None
+        if before:
+            last = before[-1]
+            parts = [last.get("nd4j_live"), last.get("javacpp_total")]
+            in_use = int(sum(v for v in parts if v is not None)) if any(v is not None for v in parts) else None
+        sites = sorted((x for x in snap.get("sites", ()) if x.get("live_bytes", 0) > 0), key=lambda x: -x["live_bytes"])
+        sampled = sum(x["live_bytes"] for x in sites)
+        rows = [{"site": x.get("site"), "kind": x.get("kind"), "via": x.get("via"), "user": bool(x.get("user")),
+                 "live_bytes": int(x["live_bytes"]), "share": x["live_bytes"] / sampled if sampled else None}
+                for x in sites[:top]]
+        return {"t": snap["t"], "iterations": snap.get("iterations"), "in_use": in_use,
+                "sampled_bytes": int(sampled), "site_count": snap.get("site_count"), "sites": rows}
+
     def heap_after_gc_peak(self) -> int | None:
         """Largest heap left after any collection, young ones included: an upper bound of the live
         set, up to all the old-generation garbage not collected yet."""

@@ -73,6 +73,21 @@ def test_sites_break_the_kept_memory_down_close_to_the_exact_counters(corpus):
     assert peaks and peaks[-1]["sites"][0]["site"].endswith(f"CorpusJob.java:{leak_site_line('leak-list')})")
 
 
+def test_the_report_breaks_the_off_heap_peak_down_by_call_site(corpus, tmp_path):
+    """What a user reads: the peak's top call site is the job's allocating line, in the JSON summary and
+    the HTML report, and the sampled bytes it holds are close to the exact off-heap in use then."""
+    from pyd4j.profile.report import summary, write_report
+
+    run = finished(corpus, "leak-list")
+    peak = summary(run.timeline)["peak_sites"]
+    line = f"CorpusJob.java:{leak_site_line('leak-list')}"
+    assert peak["sites"][0]["site"].endswith(line + ")") and peak["sites"][0]["user"]
+    assert peak["in_use"] and peak["sampled_bytes"] == pytest.approx(peak["in_use"], rel=0.35)
+    assert sum(x["share"] for x in peak["sites"]) <= 1.0 + 1e-9
+    page = write_report(run.run_dir, tmp_path / "report")["html"].read_text()
+    assert "Where the off-heap peak was allocated" in page and line in page
+
+
 def test_live_heap_is_within_20_percent_of_a_class_histogram(corpus):
     """Against jcmd's full-GC class histogram, on the objects the job holds. Each histogram also counts
     ND4J's and JavaCPP's bookkeeping of arrays that died since the last collection (reachable until

@@ -137,6 +137,44 @@ def test_heap_after_full_gc_is_the_live_heap_and_young_gc_readings_are_not(tmp_p
     assert "it is not the live heap" in page and "heap after full collections, the live heap" in page
 
 
+def test_the_agents_drained_live_points_are_the_live_heap_over_the_jobs_full_gcs(tmp_path):
+    gcs = [{"type": "gc", "t": 1_002_000, "action": "end of major GC", "heap_after": 40 * MIB, "duration_ms": 40}]
+    path = write_lane(tmp_path, 5, gcs=gcs)
+    live = [{"type": "live", "t": 1_001_000 + 1000 * i, "trigger": "inspection", "iterations": 10 * i,
+             "heap_live": (9 + i) * MIB, "heap_drained": i > 0} for i in range(3)]
+    with path.open("a") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in live))
+    write_meta(tmp_path)
+    points, label = report.live_heap_points(Timeline.load(tmp_path))
+    # drained points only (ND4J's deallocators done), not the undrained one nor the job's own full GC
+    assert [p["heap_after"] for p in points] == [10 * MIB, 11 * MIB] and "deallocators" in label
+
+
+def test_the_off_heap_peak_is_broken_down_by_call_site_in_summary_and_page(tmp_path):
+    path = write_lane(tmp_path, 5)
+    site = {"kind": "nd4j", "via": "org.nd4j.linalg.factory.Nd4j.rand", "stack": []}
+    snaps = [{"type": "sites", "t": 1_001_000, "reason": "peak", "iterations": 5, "mean_bytes": 262144, "site_count": 3,
+              "sites": [{**site, "site": "com.acme.Train.main(Train.java:42)", "user": True, "live_bytes": 30 * MIB},
+                        {**site, "site": "org.nd4j.Lib.f(Lib.java:7)", "user": False, "live_bytes": 10 * MIB},
+                        {**site, "site": "com.acme.Train.gone(Train.java:50)", "user": True, "live_bytes": 0}]},
+             {"type": "sites", "t": 1_002_000, "reason": "peak", "iterations": 15, "mean_bytes": 262144, "site_count": 3,
+              "sites": [{**site, "site": "com.acme.Train.main(Train.java:42)", "user": True, "live_bytes": 60 * MIB},
+                        {**site, "site": "org.nd4j.Lib.f(Lib.java:7)", "user": False, "live_bytes": 20 * MIB}]},
+             {"type": "sites", "t": 1_003_000, "reason": "end", "iterations": 25, "mean_bytes": 262144, "site_count": 3,
+              "sites": [{**site, "site": "com.acme.Train.end(Train.java:60)", "user": True, "live_bytes": 99 * MIB}]}]
+    with path.open("a") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in snaps))
+    write_meta(tmp_path)
+    peak = report.summary(Timeline.load(tmp_path))["peak_sites"]
+    # the last (highest) peak snapshot; sites holding nothing left out; shares of the sampled total
+    assert peak["iterations"] == 15 and peak["sampled_bytes"] == 80 * MIB and peak["in_use"] == 50_000
+    assert [(x["site"], x["share"]) for x in peak["sites"]] == [("com.acme.Train.main(Train.java:42)", 0.75),
+                                                                ("org.nd4j.Lib.f(Lib.java:7)", 0.25)]
+    page = report.write_report(tmp_path)["html"].read_text()
+    assert "Where the off-heap peak was allocated" in page and "Train.java:42" in page and "(library)" in page
+    assert "Train.java:60" not in page
+
+
 def test_memory_per_iteration_plots_against_iterations(tmp_path):
     write_lane(tmp_path, 5, n=30)
     write_meta(tmp_path)
