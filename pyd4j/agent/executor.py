@@ -67,6 +67,13 @@ def _conv_cols(xp: Any, layer: Layer, x: Any) -> Any:
     return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, -1)
 
 
+def _group_slices(layer: Layer, cols: int, outs: int) -> list[tuple[slice, slice]]:
+    """(patch-matrix columns, output channels) of each group of a grouped convolution."""
+    g = layer.attrs.get("groups", 1)
+    c, k = cols // g, outs // g
+    return [(slice(i * c, (i + 1) * c), slice(i * k, (i + 1) * k)) for i in range(g)]
+
+
 def _split_params(layer: Layer, w: Any) -> list[Any]:
     out, off = [], 0
     for shape in layer.param_shapes:
@@ -88,7 +95,13 @@ def forward(xp: Any, layer: Layer, xs: list[Any], w: Any, seed: int) -> Any:
     if t is LayerType.CONV:
         kernel, bias = (_split_params(layer, w) + [None])[:2]
         n, k, oh, ow = layer.out_shape
-        out = _conv_cols(xp, layer, xs[0]) @ kernel.reshape(k, -1).T
+        cols = _conv_cols(xp, layer, xs[0])
+        if layer.attrs.get("groups", 1) == 1:
+            out = cols @ kernel.reshape(k, -1).T
+        else:
+            kmat = kernel.reshape(k, -1)
+            out = xp.concatenate([cols[:, c] @ kmat[o].T for c, o in
+                                  _group_slices(layer, cols.shape[1], k)], axis=1)
         if bias is not None:
             out = out + bias
         return out.reshape(n, oh, ow, k).transpose(0, 3, 1, 2)
@@ -190,10 +203,17 @@ def backward(xp: Any, layer: Layer, xs: list[Any], y: Any, dy: Any | None, w: An
         n, k, oh, ow = layer.out_shape
         cols = _conv_cols(xp, layer, x)
         do = dy.transpose(0, 2, 3, 1).reshape(-1, k)
-        grads = [(do.T @ cols).reshape(-1)]
+        kmat = kernel.reshape(k, -1)
+        if a.get("groups", 1) == 1:
+            grads = [(do.T @ cols).reshape(-1)]
+            dcols = do @ kmat
+        else:
+            groups = _group_slices(layer, cols.shape[1], k)
+            grads = [xp.concatenate([do[:, o].T @ cols[:, c] for c, o in groups]).reshape(-1)]
+            dcols = xp.concatenate([do[:, o] @ kmat[o] for c, o in groups], axis=1)
         if len(params) > 1:
             grads.append(do.sum(axis=0))
-        dcols = (do @ kernel.reshape(k, -1)).reshape(n, oh, ow, x.shape[1], kh, kw)
+        dcols = dcols.reshape(n, oh, ow, x.shape[1], kh, kw)
         dx = _unwindow(xp, dcols.transpose(0, 3, 1, 2, 4, 5), x.shape, kh, kw, s, ph, pw)
         return [dx], xp.concatenate(grads)
     if t is LayerType.FC:

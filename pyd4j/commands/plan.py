@@ -13,7 +13,7 @@ from pyd4j.sched.plan import gc_paused
 
 @click.command("plan")
 @click.option("--model", default="resnet50", show_default=True,
-              help="alexnet, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4, or a DL4J "
+              help="alexnet, alexnet_grouped, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4, or a DL4J "
               "configuration JSON file (conf.toJson(); input shapes from <name>.input.json next to it)")
 @click.option("--network", "network_json", hidden=True,
               type=inputs.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),

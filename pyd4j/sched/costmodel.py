@@ -51,7 +51,7 @@ class ConvAlgo:
         n, c, _, _ = graph.layers[layer.inputs[0]].out_shape
         _, _, oh, ow = layer.out_shape
         kh, kw = layer.attrs["kernel"]
-        rows = c * kh * kw
+        rows = c // layer.attrs.get("groups", 1) * kh * kw  # one group at a time
         im2col = rows * oh * ow * n * layer.itemsize
         ws = self.workspace_im2col * im2col + self.workspace_fixed
         if self.workspace_index:

@@ -93,8 +93,10 @@ class Size:
 
 
 def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
-    """Bytes of a CONV layer's patch matrix: C*KH*KW values per output position and sample."""
+    """Bytes of a CONV layer's patch matrix: C*KH*KW values per output position and sample
+    (C / groups for a grouped convolution, which runs one group at a time)."""
     n, c = graph.layers[layer.inputs[0]].out_shape[:2]
+    c //= layer.attrs.get("groups", 1)
     _, _, oh, ow = layer.out_shape
     kh, kw = layer.attrs["kernel"]
     return c * kh * kw * oh * ow * n * layer.itemsize

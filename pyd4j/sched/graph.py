@@ -243,18 +243,24 @@ class Graph:
                          classes=classes)
 
     def conv(self, x: int, out_channels: int, kernel: int | tuple[int, int], stride: int = 1,
-             pad: int = 0, bias: bool = True, name: str | None = None) -> int:
+             pad: int = 0, bias: bool = True, name: str | None = None, groups: int = 1) -> int:
+        """Convolution; `groups` > 1 splits input and output channels into that many groups,
+        each output group reading its input group only (Caffe's grouped AlexNet: 2)."""
         n, c, h, w = self._nchw(x, "CONV")
+        if groups < 1 or c % groups or out_channels % groups:
+            raise GraphError(f"conv {name or len(self.layers)}: {groups} groups do not divide "
+                             f"{c} input and {out_channels} output channels")
         kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
         ph, pw = (pad, pad) if isinstance(pad, int) else pad
         oh, ow = (h + 2 * ph - kh) // stride + 1, (w + 2 * pw - kw) // stride + 1
-        params: tuple[tuple[int, ...], ...] = ((out_channels, c, kh, kw),)
+        params: tuple[tuple[int, ...], ...] = ((out_channels, c // groups, kh, kw),)
         if bias:
             params += ((out_channels,),)
-        macs = n * out_channels * oh * ow * c * kh * kw
+        macs = n * out_channels * oh * ow * (c // groups) * kh * kw
+        extra = {"groups": groups} if groups > 1 else {}
         return self._add(LayerType.CONV, (x,), (n, out_channels, oh, ow), name, params,
                          2.0 * macs, 4.0 * macs, kernel=(kh, kw), stride=stride, pad=(ph, pw),
-                         bias=bias)
+                         bias=bias, **extra)
 
     def fc(self, x: int, out_features: int, bias: bool = True, name: str | None = None) -> int:
         shape = self.shape(x)

@@ -82,7 +82,17 @@ def test_random_dags_run_exactly(g) -> None:
         run_and_compare(g, policy, budget=simulate(make_plan(g, "baseline")).peak_bytes)
 
 
-@pytest.mark.parametrize("net", [zoo.small_cnn, zoo.small_resnet])
+def grouped_cnn(**kw) -> Graph:
+    return zoo.small_cnn(groups=2, **kw)
+
+
+def test_grouped_convolution_runs_exactly() -> None:
+    g = grouped_cnn()
+    assert g.layers[[layer.name for layer in g.layers].index("conv2")].attrs["groups"] == 2
+    run_and_compare(g, "superneurons", budget=simulate(make_plan(g, "baseline")).peak_bytes)
+
+
+@pytest.mark.parametrize("net", [zoo.small_cnn, zoo.small_resnet, grouped_cnn])
 def test_kernels_match_finite_differences(net) -> None:
     """The layer kernels are right: analytic gradients vs central differences in float64."""
     g = net(dtype="float64")

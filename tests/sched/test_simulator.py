@@ -128,8 +128,13 @@ def test_device_profiles_cover_the_issue_and_load_overrides(tmp_path) -> None:
     f = tmp_path / "measured.json"
     f.write_text('{"devices": {"k40c": {"link_gbps": 6.5}}, "compute_efficiency": 0.5}')
     c = CostModel.for_device("k40c", f)
-    assert c.device.link_gbps == 6.5 and c.efficiency == 0.5
+    assert c.device.link_gbps == 6.5
     assert c.device.memory_bytes == CostModel.for_device("k40c").device.memory_bytes
+    # the global default applies where a profile has no measured efficiency; k40c has a fitted one
+    assert CostModel.for_device("v100-16", f).efficiency == 0.5
+    assert c.efficiency == c.device.efficiency == CostModel.for_device("k40c").efficiency != 0.5
+    f.write_text('{"devices": {"k40c": {"efficiency": 0.5}}}')
+    assert CostModel.for_device("k40c", f).efficiency == 0.5
     with pytest.raises(KeyError, match="unknown device 'p100'"):
         CostModel.for_device("p100")
 

@@ -7,6 +7,7 @@ import pytest
 
 from pyd4j.sched import zoo
 from pyd4j.sched.bounds import lower_bound
+from pyd4j.sched.deps import im2col_bytes
 from pyd4j.sched.graph import GraphError, LayerType
 from pyd4j.sched.policies import POLICIES, make_plan
 from pyd4j.sched.simulator import simulate
@@ -14,6 +15,7 @@ from pyd4j.sched.simulator import simulate
 PUBLISHED = {  # parameters, as the architectures' papers / reference implementations count them
     "resnet50": 25_557_032, "resnet101": 44_549_160, "resnet152": 60_192_808,
     "vgg16": 138_357_544, "vgg19": 143_667_240, "inception_v4": 42_679_816,
+    "alexnet_grouped": 60_965_224,  # Caffe's bvlc_alexnet (conv2/4/5 in two groups)
 }
 # AlexNet as testing/alexnet.cpp builds it (no grouping), by hand: conv1-5 with bias, fc6-8
 ALEXNET = (96 * 3 * 11 * 11 + 96 + 256 * 96 * 25 + 256 + 384 * 256 * 9 + 384 + 384 * 384 * 9
@@ -70,3 +72,18 @@ def test_all_policies_within_5_percent_of_the_bound(model: str) -> None:
     assert peaks["superneurons"] <= 1.05 * bound
     assert peaks["recompute"] <= 1.05 * bound
     assert bound <= peaks["recompute"] <= peaks["utp"] <= peaks["liveness"] <= peaks["baseline"]
+
+
+def test_grouped_convolution_divides_parameters_flops_and_patch_matrix() -> None:
+    plain, grouped = zoo.alexnet(batch=2), zoo.build("alexnet_grouped", batch=2)
+    by = lambda g: {layer.name: layer for layer in g.layers}  # noqa: E731
+    p, q = by(plain), by(grouped)
+    for name in ("conv1", "conv3"):
+        assert q[name].fwd_flops == p[name].fwd_flops and "groups" not in q[name].attrs
+    for name in ("conv2", "conv4", "conv5"):
+        assert q[name].fwd_flops == p[name].fwd_flops / 2
+        assert q[name].bwd_flops == p[name].bwd_flops / 2
+        assert q[name].param_shapes[0][1] == p[name].param_shapes[0][1] // 2
+        assert im2col_bytes(grouped, q[name]) == im2col_bytes(plain, p[name]) // 2
+    with pytest.raises(GraphError, match="groups do not divide"):
+        zoo.small_cnn().conv(0, 4, 3, groups=2)  # 3 input channels
