@@ -1,10 +1,10 @@
 """Do pyd4j's Spark settings hold DL4J-on-Spark training, and how close is the executor model?
 
-For each cluster shape: estimate the network at its batch per worker, generate the Spark settings
-(pyd4j.memory.flags.spark_flags), start a loopback standalone cluster whose workers (nodes) are memory
-cgroups of exactly the generated executor container (memory + memoryOverhead, plus the worker daemon's
-own allowance), and train the example job (org.pyd4j.examples.spark.TrainOnSpark, synthetic data) with
-pyd4j's agent on the driver and every executor. Per executor, from its own timeline:
+For each cluster shape (--shapes picks some): estimate the network at its batch per worker, generate the
+Spark settings (pyd4j.memory.flags.spark_flags), start a loopback standalone cluster whose workers (nodes)
+are memory cgroups of exactly the generated executor container (memory + memoryOverhead, plus the worker
+daemon's own allowance), and train the example job (org.pyd4j.examples.spark.TrainOnSpark, synthetic data)
+with pyd4j's agent on the driver and every executor. Per executor, from its own timeline:
 
   heap        predicted live heap (DL4J's and Spark's objects) vs measured: the largest heap left after a GC
   off-heap    predicted memory outside the heap (ND4J for every concurrent task + JVM and Spark native)
@@ -15,19 +15,26 @@ pyd4j's agent on the driver and every executor. Per executor, from its own timel
               full collection) + measured off-heap: the least a container can soundly hold; the generated
               container over it shows pyd4j's own headroom, apart from Spark's 480 MiB heap floor
 
-Negative control: the first shape again with the executor's container at a fraction of the generated one
-(0.5 first, then lower until it fails): each worker's cgroup is that container (plus the worker daemon's
-allowance), JavaCPP's maxphysicalbytes is that container, memoryOverhead is what is left of it over the
-heap (the heap stays at Spark's minimum, which the worker must still offer). It must fail, and pyd4j must
-diagnose it as that executor's memory, both from the workers' logs and executor stderr
-(pyd4j.memory.container) and from the driver's log alone, as `pyd4j profile` does (pyd4j.spark.executors).
+Negative control: one shape again (--control; the first one run) with the executor's container at a
+fraction of the generated one (0.5 first, then lower until it fails): each worker's cgroup is that
+container (plus the worker daemon's allowance), JavaCPP's maxphysicalbytes is that container,
+memoryOverhead is what is left of it over the heap (the heap stays at Spark's minimum, which the worker
+must still offer). It must fail, and pyd4j must diagnose it as that executor's memory, both from the
+workers' logs and executor stderr (pyd4j.memory.container) and from the driver's log alone, as `pyd4j
+profile` does (pyd4j.spark.executors).
 
 Tune: `pyd4j tune -- spark-submit ...` on the 2-worker cluster, the job at Spark's default executor
 settings (1 GiB heap, no JavaCPP limits): the recommendation from the worst executor, the re-run, and the
 per-executor before/after table (benchmarks/README.md).
 
-Writes benchmarks/results/spark.json. Usage: python benchmarks/spark.py [--examples 2048]. Needs a
-writable memory cgroup (root, or a delegated cgroup). The machine may be shared: times are not figures here.
+Shapes: the small job (LeNet at batch 128 per worker: 2x1, 1x2), whose executor is mostly Spark's 480 MiB
+heap floor and the JVM's own memory, and a large one (2x1-b2048: LeNet at batch 2048 per worker, 2
+iterations per worker) whose ND4J memory outweighs that floor, as in jobs that train real networks.
+
+Writes benchmarks/results/spark.json. Usage: python benchmarks/spark.py [--shapes 2x1,1x2] [--control 2x1]
+[--fractions 0.5] [--no-tune] [--merge]; --merge keeps the file's results for what this run does not
+repeat. Needs a writable memory cgroup (root, or a delegated cgroup). The machine may be shared: times are
+not figures here.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,8 +62,27 @@ from pyd4j.spark.job import MAIN_CLASS, job_classpath_conf, run_example, with_ag
 
 MiB = 1024**2
 NETWORK = ROOT / "examples" / "networks" / "lenet.json"
-# (name, workers, cores per worker = per executor, batch per worker)
-SHAPES = [("2 executors x 1 core", 2, 1, 128), ("1 executor x 2 cores", 1, 2, 128)]
+DEFAULT_EXAMPLES = 2048
+
+
+class Shape(NamedTuple):
+    key: str  # what --shapes and --control take
+    name: str
+    workers: int
+    cores: int  # per worker = per executor
+    batch: int  # per worker
+    examples: int | None = None  # None: --examples
+
+
+SHAPES = [
+    Shape("2x1", "2 executors x 1 core", 2, 1, 128),
+    Shape("1x2", "1 executor x 2 cores", 1, 2, 128),
+    # ND4J memory (~2 GiB predicted) dominates the executor; 2 x workers x batch examples: with averaging every
+    # 2 minibatches, one split in which every worker fits 2 minibatches, then one averaging
+    Shape("2x1-b2048", "2 executors x 1 core, batch 2048", 2, 1, 2048, 2 * 2 * 2048),
+]
+SHAPE_KEYS = {s.key: s for s in SHAPES}
+DEFAULT_SHAPES = ("2x1", "1x2")
 
 
 def predicted_live_heap(exec_est: Estimate) -> int:
@@ -176,7 +203,42 @@ def run_control(name: str, workers: int, cores: int, batch: int, examples: int, 
                    generated_container_bytes=full.executor_container_bytes, failed_as_expected=not control["ok"],
                    diagnosed_as_executor_memory=bool(failed) and all(e["memory_exhausted"] for e in failed),
                    driver_log_says_executor_memory=bool(said) and all(d["memory_exhausted"] for d in said))
+    control["control_of"] = name
     return control
+
+
+def control_of(control: dict) -> str:
+    """The shape a control run repeats (results written before the field existed: from its name)."""
+    return control.get("control_of") or control["shape"].rsplit(", ", 1)[0]
+
+
+def shape_summary(runs: list[dict], controls: list[dict]) -> dict:
+    """The goals over these runs' executors, and the negative control's outcome over these controls."""
+    execs = [x for r in runs if r["ok"] for x in r["executors"]]
+    heap_err = [abs(x["heap_error"]) for x in execs if x["heap_error"] is not None]
+    off_err = [abs(x["offheap_error"]) for x in execs if x["offheap_error"] is not None]
+    ratios = [x["budget_ratio"] for x in execs if x["budget_ratio"]]
+    out = {
+        "runs": len(runs), "runs_ok": sum(r["ok"] for r in runs), "executors": len(execs),
+        "executor_oom_or_kill": sum(1 for r in runs for e in r["exits"] if e["kind"] != "ok"),
+        "heap_error_abs_max": max(heap_err, default=None), "heap_within_20pct": sum(e <= 0.2 for e in heap_err),
+        "offheap_error_abs_max": max(off_err, default=None), "offheap_within_20pct": sum(e <= 0.2 for e in off_err),
+        "budget_ratio_min": min(ratios, default=None), "budget_ratio_max": max(ratios, default=None),
+        "sound_need_ratio_min": min((x["budget_ratio_vs_sound_need"] for x in execs), default=None),
+        "sound_need_ratio_max": max((x["budget_ratio_vs_sound_need"] for x in execs), default=None),
+    }
+    if controls:
+        control = controls[-1]
+        out.update({
+            "negative_control_fractions_tried": [c["fraction"] for c in controls],
+            "negative_control_fraction": control["fraction"],
+            "negative_control_failed": control["failed_as_expected"],
+            "negative_control_diagnosed_as_executor_memory": control["diagnosed_as_executor_memory"],
+            "negative_control_driver_log_says_executor_memory": control["driver_log_says_executor_memory"],
+            "negative_control_half_failed": controls[0]["failed_as_expected"] if controls[0]["fraction"] == 0.5
+            else None,
+        })
+    return out
 
 
 def run_tune(examples: int, full: SparkFlags) -> dict:
@@ -185,7 +247,7 @@ def run_tune(examples: int, full: SparkFlags) -> dict:
     from pyd4j.spark.install import spark_script, write_properties  # noqa: PLC0415
     from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
 
-    name, workers, cores, batch = SHAPES[0]
+    _, name, workers, cores, batch, _ = SHAPES[0]
     with tempfile.TemporaryDirectory(prefix="pyd4j-spark-tune-") as tmp:
         tmp = Path(tmp)
         with LocalCluster(workers=workers, cores=cores, memory=full.executor_container_bytes, directory=tmp / "cluster",
@@ -217,69 +279,101 @@ def run_tune(examples: int, full: SparkFlags) -> dict:
     return doc
 
 
+def shape_flags(shape: Shape) -> SparkFlags:
+    return spark_flags(estimate(NETWORK, shape.batch), SparkShape(executors=shape.workers, executor_cores=shape.cores,
+                                                                  worker_memory=8 * 1024 * MiB))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=2048)
+    parser.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
+                        help="training examples, for the shapes that do not set their own")
+    parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
+                        help=f"shapes to run, comma-separated, of: {', '.join(SHAPE_KEYS)}")
+    parser.add_argument("--control", default=None,
+                        help="the shape the negative control repeats (default: the first of --shapes; 'none': none)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
     parser.add_argument("--fractions", default=",".join(map(str, CONTROL_FRACTIONS)),
                         help="negative control: fractions of the generated container to try, until one fails")
+    parser.add_argument("--no-tune", action="store_true", help="skip `pyd4j tune -- spark-submit` (small job, 2x1)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep --out's runs, controls and tune for the shapes (and tune) this run does not repeat")
     args = parser.parse_args()
+    try:
+        shapes = [SHAPE_KEYS[k.strip()] for k in args.shapes.split(",") if k.strip()]
+        control_shape = None if args.control == "none" else SHAPE_KEYS[args.control] if args.control else shapes[0]
+    except (KeyError, IndexError) as e:
+        parser.error(f"unknown or no shape {e}; known: {', '.join(SHAPE_KEYS)}")
+    print(f"shapes: {[s.name for s in shapes]}; negative control on: {control_shape.name if control_shape else None}",
+          flush=True)
+
     runs = []
-    for name, workers, cores, batch in SHAPES:
-        est = estimate(NETWORK, batch)
-        sf = spark_flags(est, SparkShape(executors=workers, executor_cores=cores, worker_memory=8 * 1024 * MiB))
-        r = run_shape(name, workers, cores, batch, args.examples, sf, sf.executor_container_bytes)
+    for shape in shapes:
+        sf = shape_flags(shape)
+        examples = shape.examples or args.examples
+        r = run_shape(shape.name, shape.workers, shape.cores, shape.batch, examples, sf, sf.executor_container_bytes)
         runs.append(r)
         for x in r["executors"]:
-            print(f"{name}: executor {x['executor']} heap pred {x['predicted_live_heap_bytes'] / MiB:.0f} meas "
+            print(f"{shape.name}: executor {x['executor']} heap pred {x['predicted_live_heap_bytes'] / MiB:.0f} meas "
                   f"{(x['measured_live_heap_bytes'] or 0) / MiB:.0f} MiB ({x['heap_error']}); off-heap pred "
                   f"{x['predicted_offheap_bytes'] / MiB:.0f} meas {x['measured_offheap_bytes'] / MiB:.0f} MiB "
                   f"({x['offheap_error']}); budget {x['generated_container_bytes'] / MiB:.0f} need "
                   f"{x['measured_need_bytes'] / MiB:.0f} MiB ratio {x['budget_ratio']}", flush=True)
-        print(f"{name}: ok={r['ok']} scores {r['scores']} exits {[e['kind'] for e in r['exits']]}", flush=True)
+        print(f"{shape.name}: ok={r['ok']} in {r['seconds']} s, scores {r['scores']} exits "
+              f"{[e['kind'] for e in r['exits']]}", flush=True)
 
     # negative control: the executor's container at a fraction of the generated one, until it fails
-    name, workers, cores, batch = SHAPES[0]
-    full = spark_flags(estimate(NETWORK, batch), SparkShape(executors=workers, executor_cores=cores,
-                                                             worker_memory=8 * 1024 * MiB))
     controls = []
-    for fraction in [float(f) for f in args.fractions.split(",")]:
-        control = run_control(name, workers, cores, batch, args.examples, full, fraction)
-        controls.append(control)
-        print(f"negative control at {fraction:g}: ok={control['ok']}, exits "
-              f"{[e['diagnosis'][:160] for e in control['exits']]}; driver log "
-              f"{[d['diagnosis'][:160] for d in control['driver_log_diagnoses']]}", flush=True)
-        if not control["ok"]:
-            break
-    control = controls[-1]
+    if control_shape:
+        full = shape_flags(control_shape)
+        for fraction in [float(f) for f in args.fractions.split(",")]:
+            control = run_control(control_shape.name, control_shape.workers, control_shape.cores, control_shape.batch,
+                                  control_shape.examples or args.examples, full, fraction)
+            controls.append(control)
+            print(f"negative control ({control_shape.name}) at {fraction:g}: ok={control['ok']} in "
+                  f"{control['seconds']} s, exits {[e['diagnosis'][:160] for e in control['exits']]}; driver log "
+                  f"{[d['diagnosis'][:160] for d in control['driver_log_diagnoses']]}", flush=True)
+            for x in control["executors"]:
+                print(f"  executor {x['executor']}: peak RSS {x['measured_need_bytes'] / MiB:.0f} MiB, off-heap "
+                      f"{x['measured_offheap_bytes'] / MiB:.0f} MiB (container "
+                      f"{control['control_container_bytes'] / MiB:.0f} MiB)", flush=True)
+            if not control["ok"]:
+                break
 
-    tune = run_tune(args.examples, full)
-    execs = [x for r in runs if r["ok"] for x in r["executors"]]
-    heap_err = [abs(x["heap_error"]) for x in execs if x["heap_error"] is not None]
-    off_err = [abs(x["offheap_error"]) for x in execs if x["offheap_error"] is not None]
-    ratios = [x["budget_ratio"] for x in execs if x["budget_ratio"]]
+    tune = None if args.no_tune else run_tune(args.examples, shape_flags(SHAPES[0]))
+
+    old = json.loads(Path(args.out).read_text()) if args.merge and Path(args.out).exists() else {}
+    ran = {r["shape"] for r in runs}
+    runs = [r for r in old.get("runs", []) if r["shape"] not in ran] + runs
+    if controls:
+        old_controls = [c for c in old.get("negative_controls", []) if control_of(c) != control_shape.name]
+    else:
+        old_controls = old.get("negative_controls", [])
+    controls = old_controls + controls
+    tune = tune if tune is not None else old.get("tune")
+    order = {s.name: i for i, s in enumerate(SHAPES)}
+    runs.sort(key=lambda r: order.get(r["shape"], len(order)))
+    by_shape = {}
+    for name in sorted({r["shape"] for r in runs} | {control_of(c) for c in controls},
+                       key=lambda n: order.get(n, len(order))):
+        by_shape[name] = shape_summary([r for r in runs if r["shape"] == name],
+                                       [c for c in controls if control_of(c) == name])
     summary = {
-        "network": NETWORK.name, "runs": len(runs), "runs_ok": sum(r["ok"] for r in runs),
-        "executors": len(execs),
-        "executor_oom_or_kill": sum(1 for r in runs for e in r["exits"] if e["kind"] != "ok"),
-        "heap_error_abs_max": max(heap_err, default=None), "heap_within_20pct": sum(e <= 0.2 for e in heap_err),
-        "offheap_error_abs_max": max(off_err, default=None), "offheap_within_20pct": sum(e <= 0.2 for e in off_err),
-        "budget_ratio_min": min(ratios, default=None), "budget_ratio_max": max(ratios, default=None),
-        "sound_need_ratio_min": min((x["budget_ratio_vs_sound_need"] for x in execs), default=None),
-        "sound_need_ratio_max": max((x["budget_ratio_vs_sound_need"] for x in execs), default=None),
-        "negative_control_fractions_tried": [c["fraction"] for c in controls],
-        "negative_control_fraction": control["fraction"],
-        "negative_control_failed": control["failed_as_expected"],
-        "negative_control_diagnosed_as_executor_memory": control["diagnosed_as_executor_memory"],
-        "negative_control_half_failed": controls[0]["failed_as_expected"],
-        "tune_outcome": tune["outcome"], "tune_worst_executor": tune.get("spark", {}).get("worst_executor"),
-        "tune_container_bytes": tune.get("container_bytes"),
+        "network": NETWORK.name,
+        **shape_summary(runs, []),
+        "shapes": by_shape,
+        "tune_outcome": tune["outcome"] if tune else None,
+        "tune_worst_executor": tune.get("spark", {}).get("worst_executor") if tune else None,
+        "tune_container_bytes": tune.get("container_bytes") if tune else None,
         "tune_after_executor_peak_rss": [r.get("peak_rss") for r in tune["after"]["spark"]["executors"]]
-        if tune.get("after") else None,
+        if tune and tune.get("after") else None,
         "note": "measured on a 2-core machine shared with other work; times are not compared",
     }
+    # the first shape's control, as before shapes were selectable
+    first = [c for c in controls if control_of(c) == SHAPES[0].name] or controls
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"summary": summary, "runs": runs, "negative_control": control,
+    Path(args.out).write_text(json.dumps({"summary": summary, "runs": runs,
+                                          "negative_control": first[-1] if first else None,
                                           "negative_controls": controls, "tune": tune}, indent=1, default=str))
     print(json.dumps(summary, indent=1))
 
