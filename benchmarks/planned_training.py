@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/planned_training.py [--networks deep_cnn_bn,resnet_graph,...]
         [--iterations 8] [--repeats 2] [--container 1g] [--out benchmarks/results/planned_training.json]
+        [--budgets min,0.4]
 
 Every run is the unchanged example job `org.pyd4j.examples.TrainSynthetic <net.json> <batch>
 <iterations>` in a child JVM under pyd4j's agent; planned runs differ only by the agent's
@@ -20,6 +21,13 @@ iteration left out). Figures, each a ratio against fit() measured in the same ru
 - the planner's predicted peak for the plan vs the measured peak above the idle JVM;
 - for the offloading plan (policy recompute, disk tier): the share of the tier's copy time hidden
   behind compute (1 - time the trainer waited on copies / time the copies ran).
+
+`--budgets` replaces the per-policy plans by budget-driven plans (`choose_plan(graph, budget)`, no
+offload tier: the fastest plan that fits, each convolution step in as many batch chunks as the
+budget needs -- DL4J's dynamic convolution workspace): `min` is the smallest budget any plan fits
+(every convolution in its least working memory), a number below 1 that fraction of this run's
+fit() peak above the idle JVM (planned after the first fit() run), anything else a size ("200m").
+The fit() run with glibc's mmap threshold fixed is left out then.
 
 Runs alternate fit() and planned; medians of `--repeats`. One OpenMP thread (ND4J's default of
 one per core makes runs on a shared machine erratic); the same for every run.
@@ -67,6 +75,43 @@ def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
         path.unlink()
     write(path, plan, result, network_kind(doc), str(config))
     return {"path": str(path), "predicted_peak_bytes": result.device_peak_bytes}
+
+
+def write_budget_plan(name: str, batch: int, budget: str, fit_peak: float | None, folder: Path) -> dict:
+    """The plan `choose_plan` picks for a budget (see `--budgets`), and what it chose."""
+    from pyd4j.commands.plan import _input_shape
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+    from pyd4j.sched.training_plan import choose_plan, smallest_plan
+    from pyd4j.sched.training_plan import write_plan as write
+    from pyd4j.units import parse_bytes
+
+    config = NETWORKS / f"{name}.json"
+    doc = json.loads(config.read_text())
+    graph = graph_from_dl4j_json(doc, batch, _input_shape(str(config)))
+    if budget == "min":
+        plan, result = smallest_plan(graph, offload=False)
+        cap = result.device_peak_bytes
+    else:
+        fraction = float(budget) if budget.replace(".", "", 1).isdigit() and float(budget) < 1 else None
+        if fraction is not None and not fit_peak:
+            raise RuntimeError(f"budget {budget} of fit()'s peak: fit() has not run yet")
+        cap = int(fraction * fit_peak) if fraction is not None else parse_bytes(budget, "--budgets")
+        plan, result = choose_plan(graph, cap, offload=False)
+    path = folder / f"{name}.{batch}.budget_{budget}.plan.json"
+    if path.exists():
+        path.unlink()
+    write(path, plan, result, network_kind(doc), str(config), cap)
+    counts = graph.profile.chunk_counts
+    chunks = {f"{graph.layers[s.arg].name} {s.op.name}": counts[s.algo] for s in plan.steps if counts[s.algo] > 1}
+    return {"path": str(path), "predicted_peak_bytes": result.device_peak_bytes, "budget_bytes": cap,
+            "policy": plan.policy, "chunks": chunks,
+            "predicted_working_memory_bytes": max(_scratch(plan), default=0)}
+
+
+def _scratch(plan) -> list[int]:
+    from pyd4j.sched.simulator import step_scratch
+
+    return step_scratch(plan)
 
 
 def job_command(name: str, batch: int, iterations: int, timeline: Path, plan: str | None,
@@ -136,26 +181,37 @@ def median(rows: list[dict], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path) -> dict:
-    plans = {p: write_plan(name, batch, p, folder) for p in POLICIES}
-    runs: dict[str, list[dict]] = {"fit": [], "fit_malloc_fixed": [], **{p: [] for p in POLICIES}}
+def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path,
+            budgets: list[str] | None = None) -> dict:
+    if budgets:
+        policies = tuple(f"budget_{b}" for b in budgets)
+        plans: dict[str, dict] = {}
+        runs: dict[str, list[dict]] = {"fit": [], **{p: [] for p in policies}}
+    else:
+        policies = POLICIES
+        plans = {p: write_plan(name, batch, p, folder) for p in POLICIES}
+        runs = {"fit": [], "fit_malloc_fixed": [], **{p: [] for p in POLICIES}}
     modes = list(runs)
     for i in range(repeats):
         for mode in (modes if i % 2 == 0 else modes[::-1]):
+            if mode.startswith("budget_") and mode not in plans:   # after the first fit() run
+                plans[mode] = write_budget_plan(name, batch, mode[len("budget_"):],
+                                                median(runs["fit"], "peak_above_idle_bytes"), folder)
             runs[mode].append(run(name, batch, iterations, plans.get(mode), folder,
                                   MALLOC_FIXED if mode == "fit_malloc_fixed" else None))
             r = runs[mode][-1]
             print(f"{name} b{batch} {mode}: peak above idle {r['peak_above_idle_bytes'] / 2**20:.1f} MiB, "
                   f"{r['iterations_per_s'] or 0:.2f} it/s", flush=True)
     fit_peak, fit_speed = median(runs["fit"], "peak_above_idle_bytes"), median(runs["fit"], "iterations_per_s")
-    fixed_peak = median(runs["fit_malloc_fixed"], "peak_above_idle_bytes")
+    fixed_peak = median(runs.get("fit_malloc_fixed", []), "peak_above_idle_bytes")
     out = {"batch": batch, "iterations": iterations,
            "fit": {"peak_above_idle_bytes": fit_peak, "iterations_per_s": fit_speed},
-           "fit_malloc_fixed": {"peak_above_idle_bytes": fixed_peak,
-                                "iterations_per_s": median(runs["fit_malloc_fixed"], "iterations_per_s"),
-                                "peak_over_fit": fixed_peak / fit_peak if fit_peak else None},
            "planned": {}, "runs": runs}
-    for p in POLICIES:
+    if not budgets:
+        out["fit_malloc_fixed"] = {"peak_above_idle_bytes": fixed_peak,
+                                   "iterations_per_s": median(runs["fit_malloc_fixed"], "iterations_per_s"),
+                                   "peak_over_fit": fixed_peak / fit_peak if fit_peak else None}
+    for p in policies:
         peak, speed = median(runs[p], "peak_above_idle_bytes"), median(runs[p], "iterations_per_s")
         predicted = plans[p]["predicted_peak_bytes"]
         out["planned"][p] = {
@@ -167,6 +223,11 @@ def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path) 
             "predicted_over_measured": predicted / peak if peak else None,
             "trainer": runs[p][-1].get("trainer"),
         }
+        if budgets:
+            out["planned"][p].update({k: plans[p][k] for k in (
+                "budget_bytes", "policy", "chunks", "predicted_working_memory_bytes")})
+            wm = (runs[p][-1].get("trainer") or {}).get("working_memory_bytes")
+            out["planned"][p]["working_memory_bytes"] = wm
         tier = (runs[p][-1].get("trainer") or {}).get("tier")
         if tier:
             out["planned"][p]["disk_tier"] = {k: tier.get(k) for k in (
@@ -226,6 +287,9 @@ def main() -> None:
     parser.add_argument("--container-iterations", type=int, default=5)
     parser.add_argument("--batches", default="", help="name=batch,... overrides of the default batch sizes")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "planned_training.json"))
+    parser.add_argument("--budgets", default="",
+                        help="budget-driven plans instead of the per-policy ones: min, a fraction of fit()'s "
+                             "peak (0.4), or a size (200m), comma-separated")
     args = parser.parse_args()
 
     container = parse_bytes(args.container, "--container")
@@ -239,7 +303,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pyd4j-planned-") as tmp:
         folder = Path(tmp)
         for name in args.networks.split(","):
-            doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder)
+            doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder,
+                                            [b for b in args.budgets.split(",") if b])
         for name in filter(None, args.container_networks.split(",")):
             fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
             planned = largest_batch(name, args.container_iterations, container, "recompute_in_memory",

@@ -14,8 +14,10 @@ in the source stops fit() and is raised here as that same exception object.
 With `memory="superneurons"`, each iteration replays a plan of `pyd4j.sched` on DL4J's own layers
 (the Java planned trainer, org.pyd4j.train): gradients, updates, listeners and counts are DL4J's.
 Without a budget the plan is liveness only (every activation closed right after its last use:
-as fast as fit()); with one, the fastest plan that fits it (`pyd4j.sched.training_plan`); a budget
-below what any plan needs is refused before training, with the minimum that works. `policy` forces
+as fast as fit()); with one, the fastest plan that fits it (`pyd4j.sched.training_plan`), its
+convolutions run in as many batch chunks as the budget needs (each chunk's working memory is a
+fraction of the whole batch's, DL4J's largest); a budget below what any plan needs is refused
+before training, with the minimum that works. `policy` forces
 one planner policy (e.g. "utp" or "recompute", which offload activations).
 
 A plan that offloads activations gets the backend's offload tier (`tier="auto"`, the default): a

@@ -33,7 +33,9 @@ For a DL4J network (profile `dl4j`, `pyd4j.sched.dl4j_json`) the model is DL4J's
 parameters, updater state and parameter gradients are resident (DL4J keeps its flattened
 gradient view for the whole run); the scratch is DL4J's working-memory workspace, as large as
 the largest step's need and held throughout (profile scratch "held": every step counts it); no
-backward step reads its own output.
+backward step reads its own output. A step's mandatory scratch is the least any of the profile's
+own convolution algorithms allows (DL4J: a convolution run in as many batch chunks as it may,
+`pyd4j.sched.deps.chunked_scratch`; `GraphDeps.ws_fwd_min` / `ws_bwd_min`).
 
 The optional convolution workspace of a faster algorithm is not part of the bound (the
 no-workspace algorithm always exists); `workspace_bytes` reports the largest workspace of the
@@ -127,14 +129,14 @@ def step_working_sets(graph: Graph) -> tuple[list[int], list[int]]:
     fwd, bwd = [], []
     for layer in layers:
         i = layer.id
-        need = sum(ysz[j] for j in d.fwd_reads[i]) + d.ws_fwd[i] + d.saved_bytes[i]
+        need = sum(ysz[j] for j in d.fwd_reads[i]) + d.ws_fwd_min[i] + d.saved_bytes[i]
         if d.fwd_inplace[i] < 0:
             need += ysz[i]
         fwd.append(need)
         if not graph.has_backward(i):
             bwd.append(0)
             continue
-        need = sum(ysz[j] for j in d.bwd_reads[i]) + d.ws_bwd[i] + d.saved_bytes[i]
+        need = sum(ysz[j] for j in d.bwd_reads[i]) + d.ws_bwd_min[i] + d.saved_bytes[i]
         if d.bwd_dy[i]:
             need += ysz[i]
         need += sum(ysz[j] for j in d.bwd_dx[i])

@@ -2,7 +2,9 @@
 
 Times follow a roofline: a compute step takes max(FLOPs / (throughput * efficiency),
 bytes touched / device memory bandwidth); a CONV step's FLOP part is divided by the speed of its
-convolution algorithm. Transfers take bytes / host-link bandwidth + latency (pinned host memory)
+convolution algorithm. The algorithms are the device table's (`conv_algorithms` in
+`devices.json`: cuDNN's), or the graph's dependency profile's own when it has them (DL4J: a
+convolution run in 1, 2, 4 or 8 batch chunks; `CostModel.algorithms`). Transfers take bytes / host-link bandwidth + latency (pinned host memory)
 or bytes / disk bandwidth for the disk tier. Defaults are datasheet numbers from `devices.json`;
 `CostModel.from_json` / `DeviceProfile.from_json` take measured numbers instead.
 """
@@ -16,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pyd4j.sched.deps import chunkable
 from pyd4j.sched.graph import Graph, Layer, LayerType
 
 
@@ -26,6 +29,11 @@ class ConvAlgo:
     workspace = workspace_im2col * (bytes of the im2col matrix) + workspace_fixed
     (+ an int32 index per im2col row when `workspace_index`). `only_kernel`/`only_stride`/
     `min_kernel` restrict where it applies (Winograd: 3x3 stride 1).
+
+    `batch_chunks` > 0: the framework runs the convolution in that many batch slices; it takes no
+    optional workspace, its working memory is the step's mandatory scratch of one slice
+    (`pyd4j.sched.deps.chunked_scratch`), and it applies where the layer can be sliced
+    (`pyd4j.sched.deps.chunkable`) into at most its batch.
     """
 
     name: str
@@ -36,8 +44,11 @@ class ConvAlgo:
     only_kernel: int | None = None
     only_stride: int | None = None
     min_kernel: int | None = None
+    batch_chunks: int = 0
 
     def applies(self, layer: Layer) -> bool:
+        if self.batch_chunks > 1:
+            return self.batch_chunks <= layer.out_shape[0] and chunkable(layer)
         kh, kw = layer.attrs["kernel"]
         if self.only_kernel is not None and (kh, kw) != (self.only_kernel, self.only_kernel):
             return False
@@ -83,6 +94,9 @@ class DeviceProfile:
             raise TypeError(f"device {key!r}: unknown fields {sorted(unknown)}; known: "
                             f"{sorted(known)}")
         return cls(key=key, **{k: v for k, v in doc.items() if k in known})
+
+
+_PROFILE_ALGOS: dict[str, tuple[Any, tuple[ConvAlgo, ...]]] = {}
 
 
 def _load_default() -> dict[str, Any]:
@@ -142,6 +156,17 @@ class CostModel:
         return cls(profile, algos, efficiency, doc["transfer_latency_s"],
                    doc["host_memory_bytes"])
 
+    def algorithms(self, graph: Graph) -> tuple[ConvAlgo, ...]:
+        """The convolution algorithms for `graph`: its profile's own (a framework with its own
+        algorithms, e.g. DL4J's batch chunks) or else this device's table."""
+        table = graph.profile.conv_algorithms
+        if not table:
+            return self.algos
+        hit = _PROFILE_ALGOS.get(graph.profile.name)
+        if hit is None or hit[0] is not table:
+            hit = _PROFILE_ALGOS[graph.profile.name] = (table, tuple(ConvAlgo(**a) for a in table))
+        return hit[1]
+
     # -- step times -------------------------------------------------------------------------
     def _roofline(self, flops: float, nbytes: float, speed: float = 1.0) -> float:
         return max(flops / (self.device.tflops * 1e12 * self.efficiency * speed),
@@ -191,7 +216,7 @@ class CostModel:
                        + layer.param_bytes)
             flops = layer.bwd_flops if backward else layer.fwd_flops
             t = memo[key] = self._roofline(flops, (2 if backward else 1) * touched,
-                                           self.algos[algo].speed)
+                                           self.algorithms(graph)[algo].speed)
         return t
 
     def conv_options(self, graph: Graph, i: int) -> list[tuple[int, int]]:
@@ -200,9 +225,10 @@ class CostModel:
         opts = memo.get(i)
         if opts is None:
             layer = graph.layers[i]
-            opts = [(a, algo.workspace(layer, graph)) for a, algo in enumerate(self.algos)
+            algos = self.algorithms(graph)
+            opts = [(a, algo.workspace(layer, graph)) for a, algo in enumerate(algos)
                     if algo.applies(layer)]
-            opts.sort(key=lambda o: -self.algos[o[0]].speed)
+            opts.sort(key=lambda o: -algos[o[0]].speed)
             memo[i] = opts
         return opts
 

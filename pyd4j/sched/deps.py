@@ -14,7 +14,9 @@ output". The table itself is data (`deps.json`, next to this module):
   (cuDNN's BN running statistics, dropout reserve space), what a forward step keeps for its own
   backward step (`saved`: DL4J's batch-norm xMu/xHat, dropout masks), a profile-wide
   `input_dropout` (what a layer with input dropout keeps, whether its backward still reads its
-  inputs) and a profile-wide `keep_dw`;
+  inputs), a profile-wide `keep_dw` and, for a framework whose convolutions have their own
+  algorithms, `conv_algorithms` (the cost model offers these instead of its device table; DL4J's
+  are batch chunks, see `chunked_scratch`);
 - a graph carries its profile (`Graph(..., profile="cudnn")`, the default);
 - `graph_deps(graph)` applies the profile to one graph: per layer, the tensors each step reads
   and writes, which in-place rewrites are possible, and the bytes of scratch and state.
@@ -102,6 +104,38 @@ def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
     return c * kh * kw * oh * ow * n * layer.itemsize
 
 
+def chunkable(layer: "Layer") -> bool:
+    """Whether a CONV step of `layer` may run in batch chunks (a profile's `batch_chunks`
+    algorithms): a plain DL4J ConvolutionLayer reading its input as is -- no input dropout (one
+    mask is drawn for the whole batch) and no input preprocessor."""
+    dl4j = layer.attrs.get("dl4j", {})
+    return (layer.type.value == "CONV" and dl4j.get("class") in ("ConvolutionLayer", "Convolution2D")
+            and layer.attrs.get("idropout") is None and layer.attrs.get("preprocessor") is None)
+
+
+def chunk_rows(batch: int, chunks: int) -> int:
+    """Samples in the largest of `chunks` batch slices (the first slices take the remainder)."""
+    return -(-batch // max(1, min(chunks, batch)))
+
+
+def chunked_scratch(graph: "Graph", layer: "Layer", backward: bool, scratch: int, chunks: int) -> int:
+    """Aligned bytes a step with mandatory scratch `scratch` (unheld) holds when it runs in
+    `chunks` batch slices: the scratch of the largest slice (everything DL4J's convolution allocates
+    scales with the batch: the patch matrix, its gradient, the col2im buffer, the pre-activation
+    and its copies) plus what the slicing itself holds while the step runs -- the slice's output
+    (FORWARD, copied into the whole output) or the slice's input gradient and the running sum of
+    the parameter gradients (BACKWARD)."""
+    n = layer.out_shape[0]
+    rows = chunk_rows(n, chunks)
+    if rows >= n:
+        return scratch
+    if backward:
+        extra = sum(graph.layers[j].out_bytes for j in layer.inputs) * rows / n + layer.param_bytes
+    else:
+        extra = layer.out_bytes * rows / n
+    return aligned(math.ceil(scratch * rows / n + extra))
+
+
 @dataclass(frozen=True)
 class StepDeps:
     """What one step of a layer reads and writes (roles), and what else it must hold."""
@@ -153,9 +187,14 @@ class InputDropout:
     backward_reads_x: bool = True
 
 
+CONV_ALGO_KEYS = frozenset({"name", "speed", "batch_chunks"})
+
+
 @dataclass(frozen=True)
 class Profile:
-    """A named framework profile: one `LayerDeps` per layer key, `keep_dw`, `input_dropout`."""
+    """A named framework profile: one `LayerDeps` per layer key, `keep_dw`, `input_dropout`,
+    and the framework's own convolution algorithms (`conv_algorithms`, empty: the cost model's
+    device table applies)."""
 
     name: str
     description: str
@@ -163,6 +202,12 @@ class Profile:
     layers: dict[str, LayerDeps]
     input_dropout: InputDropout | None = None
     scratch: str = "step"  # "step": each step's scratch only while it runs; "held": see SCRATCH
+    conv_algorithms: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def chunk_counts(self) -> tuple[int, ...]:
+        """Batch chunks of each of `conv_algorithms` (0: not a batch-chunk algorithm)."""
+        return tuple(int(a.get("batch_chunks", 0)) for a in self.conv_algorithms)
 
     def of(self, layer: "Layer") -> LayerDeps:
         """The entry for `layer`: `TYPE.variant` when the layer has a variant and the profile
@@ -214,8 +259,20 @@ class Profile:
         scratch = doc.get("scratch", "step")
         if scratch not in SCRATCH:
             raise DepsError(f"profile {name!r}: scratch {scratch!r}; use one of {sorted(SCRATCH)}")
+        algos = []
+        for k, a in enumerate(doc.get("conv_algorithms", ())):
+            entry = {key: v for key, v in a.items() if not key.startswith("_")}
+            bad = set(entry) - CONV_ALGO_KEYS
+            if bad or "name" not in entry or "speed" not in entry:
+                raise DepsError(f"profile {name!r}, conv_algorithms[{k}]: keys {sorted(entry)}; an "
+                                f"algorithm has name and speed, optionally batch_chunks")
+            chunks = int(entry.get("batch_chunks", 0))
+            if chunks < 0 or (k == 0 and chunks > 1):
+                raise DepsError(f"profile {name!r}, conv_algorithms[{k}]: batch_chunks {chunks}; "
+                                "the first algorithm is the default (1 chunk or none)")
+            algos.append(entry)
         return cls(name, doc.get("description", ""), bool(doc.get("keep_dw", False)), layers,
-                   input_dropout, scratch)
+                   input_dropout, scratch, tuple(algos))
 
 
 def _table() -> dict[str, Any]:
@@ -300,6 +357,16 @@ class GraphDeps:
     psz: list[int]  # aligned bytes of each layer's parameters (W, dW, M each)
     nbytes: list[int]  # unaligned bytes of every tensor id (0: not a tensor of the graph)
     asz: list[int]  # the same, aligned
+    # each step's own scratch (aligned, never held), and whether the profile holds one scratch
+    # workspace for the whole iteration: a plan whose CONV records run batch-chunk algorithms
+    # has its scratch from these (`pyd4j.sched.simulator.record_scratch`)
+    step_ws: tuple[list[int], list[int], list[int]] = ([], [], [])
+    held: bool = False
+    # the smallest scratch of each step any algorithm allows (equal to ws_* unless the profile
+    # has batch-chunk algorithms): what the lower bound counts
+    ws_fwd_min: list[int] = field(default_factory=list)
+    ws_bwd_min: list[int] = field(default_factory=list)
+    ws_rc_min: list[int] = field(default_factory=list)
 
     @property
     def resident_state_bytes(self) -> int:
@@ -423,9 +490,20 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
                 if cons[j][-1] == i and ysz[j] == ysz[i]:
                     bwd_inplace[i] = (j, source)
                     break
+    step_ws = (ws_fwd, ws_bwd, ws_rc)
+    chunks = max(prof.chunk_counts, default=0)
+    mins = [list(w) for w in step_ws]
+    if chunks > 1:
+        for layer in layers:
+            if chunkable(layer):
+                i = layer.id
+                for k, w in enumerate(step_ws):
+                    mins[k][i] = min(w[i], chunked_scratch(graph, layer, k == 1, w[i], chunks))
     if prof.scratch == "held":
         held_ws = max(ws_fwd + ws_bwd + ws_rc, default=0)
         ws_fwd, ws_bwd, ws_rc = [held_ws] * n, [held_ws] * n, [held_ws] * n
+        held_min = max(mins[0] + mins[1] + mins[2], default=0)
+        mins = [[held_min] * n for _ in range(3)]
     nbytes = [0] * (6 * n)
     for layer in layers:
         i = layer.id
@@ -439,4 +517,5 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
     asz = [-(-b // ALIGNMENT) * ALIGNMENT for b in nbytes]
     return GraphDeps(prof, fwd_reads, rc_reads, bwd_reads, bwd_dy, bwd_dx, bwd_dw, fwd_inplace,
                      bwd_inplace, ws_fwd, ws_bwd, ws_rc, algo_ws, state_bytes, state_names,
-                     saved_bytes, prof.keep_dw, ysz, psz, nbytes, asz)
+                     saved_bytes, prof.keep_dw, ysz, psz, nbytes, asz, step_ws,
+                     prof.scratch == "held", *mins)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pyd4j.sched.arena import FirstFit
 from pyd4j.sched.bounds import resident_tensors
 from pyd4j.sched.costmodel import CostModel
+from pyd4j.sched.deps import chunked_scratch
 from pyd4j.sched.graph import Graph, LayerType
 from pyd4j.sched.plan import Op, Plan, aligned, gc_paused, state_tid
 
@@ -202,6 +203,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     bwd_reads, fwd_reads, rc_reads = d.bwd_reads, d.fwd_reads, d.rc_reads
     bwd_dy, bwd_dx, bwd_dw, bwd_inplace = d.bwd_dy, d.bwd_dx, d.bwd_dw, d.bwd_inplace
     ws_fwd, ws_bwd, ws_rc = d.ws_fwd, d.ws_bwd, d.ws_rc
+    scratch = record_scratch(plan)  # None: every record's scratch is the model's table
     if arena:
         arena_alloc, arena_free, arena_rename = place.alloc, place.free, place.rename
     else:
@@ -346,7 +348,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                                   "it, which is not live (freed and not recomputed)")
                 done_bwd[i] = 1
                 dur = (conv_time(g, i, True, s_algo) if is_conv[i] else bwd[i]) + upd[i]
-                extra = ws_bwd[i]
+                extra = ws_bwd[i] if scratch is None else scratch[k]
             else:
                 reads = fwd_reads[i] if op == FW else rc_reads[i]
                 for j in reads:
@@ -367,17 +369,20 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                                       "step, which is not allocated")
                     valid[saved_t[i]] = 1
                 dur = conv_time(g, i, False, s_algo) if is_conv[i] else fwd[i]
-                extra = ws_fwd[i] if op == FW else ws_rc[i]
+                if scratch is not None:
+                    extra = scratch[k]
+                else:
+                    extra = ws_fwd[i] if op == FW else ws_rc[i]
             aws = 0
             if s_ws:
                 if not is_conv[i]:
                     raise fail(k, "workspace on a non-CONV step")
                 if s_ws < cost.conv_workspace(g, i, s_algo):
                     raise fail(k, f"workspace {s_ws} is smaller than algorithm "
-                                  f"{cost.algos[s_algo].name} needs")
+                                  f"{cost.algorithms(g)[s_algo].name} needs")
                 aws = aligned(s_ws)
             elif s_algo and is_conv[i] and cost.conv_workspace(g, i, s_algo):
-                raise fail(k, f"algorithm {cost.algos[s_algo].name} needs a workspace")
+                raise fail(k, f"algorithm {cost.algorithms(g)[s_algo].name} needs a workspace")
             if budget is not None and live + extra + aws > budget:
                 raise fail(k, f"{live} live + {extra + aws} workspace bytes exceed "
                               f"the budget of {budget} bytes")
@@ -418,9 +423,44 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                      pre_bytes, len(steps), tl or [], place.high_water)
 
 
+def record_scratch(plan: Plan) -> list[int] | None:
+    """Mandatory scratch (aligned bytes) of each record when some CONV record runs a batch-chunk
+    algorithm of the graph's profile (`pyd4j.sched.deps.chunked_scratch`; under a held scratch
+    workspace every compute record holds the largest of them), None when every record's scratch
+    is the dependency model's table (`ws_fwd`, `ws_bwd`, `ws_rc`)."""
+    g = plan.graph
+    counts = g.profile.chunk_counts
+    if not any(c > 1 for c in counts):
+        return None
+    steps = plan.steps
+    n_algos = len(counts)
+    FW, BW, RC = int(Op.FORWARD), int(Op.BACKWARD), int(Op.RECOMPUTE)
+    if not any(s[0] in (FW, BW, RC) and 0 < s[3] < n_algos and counts[s[3]] > 1 for s in steps):
+        return None
+    d = g.deps
+    own = {FW: d.step_ws[0], BW: d.step_ws[1], RC: d.step_ws[2]}
+    out = [0] * len(steps)
+    for k, s in enumerate(steps):
+        op = s[0]
+        if op not in own:
+            continue
+        i, algo = s[1], s[3]
+        ws = own[op][i]
+        if 0 < algo < n_algos and counts[algo] > 1 and ws:
+            ws = chunked_scratch(g, g.layers[i], op == BW, ws, counts[algo])
+        out[k] = ws
+    if d.held:
+        top = max(out, default=0)
+        out = [top if s[0] in own else 0 for s in steps]
+    return out
+
+
 def step_scratch(plan: Plan) -> list[int]:
     """Mandatory scratch (aligned bytes) of each record under the graph's dependency model
     (0 for memory records)."""
+    scratch = record_scratch(plan)
+    if scratch is not None:
+        return scratch
     d = plan.graph.deps
     table = (None, None, None, None, d.ws_fwd, d.ws_bwd, d.ws_rc, None)
     return [0 if (ws := table[s[0]]) is None else ws[s[1]] for s in plan.steps]
@@ -437,6 +477,9 @@ def live_timeline(plan: Plan) -> list[int]:
     d = plan.graph.deps
     nb = plan.nbytes
     asz = d.asz if nb == d.nbytes else [aligned(b) for b in nb]
+    scratch = record_scratch(plan)
+    if scratch is not None:
+        return _live_timeline(plan, asz, scratch)
     table = (None, None, None, None, d.ws_fwd, d.ws_bwd, d.ws_rc, None)
     live = 0
     out = []
@@ -453,3 +496,25 @@ def live_timeline(plan: Plan) -> list[int]:
             ws = table[op]
             add(live if ws is None else live + ws[s[1]])
     return out
+
+
+def _live_timeline(plan: Plan, asz: list[int], scratch: list[int]) -> list[int]:
+    """`live_timeline` with each record's scratch given."""
+    live = 0
+    out = []
+    for s, ws in zip(plan.steps, scratch):
+        op = s[0]
+        if op == 0:
+            live += asz[s[1]]
+        elif op == 1:
+            live -= asz[s[1]]
+        out.append(live + ws)
+    return out
+
+
+def tensor_timeline(plan: Plan) -> list[int]:
+    """Bytes of live tensors at each record, without any scratch."""
+    d = plan.graph.deps
+    nb = plan.nbytes
+    asz = d.asz if nb == d.nbytes else [aligned(b) for b in nb]
+    return _live_timeline(plan, asz, [0] * len(plan.steps))

@@ -4,10 +4,15 @@ Choosing (`choose_plan`), for a DL4J-faithful graph (`pyd4j.sched.dl4j_json`):
 - no budget: liveness only (free every activation after its last use; nothing moves, nothing is
   recomputed, so training is as fast as DL4J's own `fit()`);
 - a budget (bytes the plan's peak may reach, parameters, gradients and updater state included):
-  the fastest time-optimised plan (tensor cache) of the candidate policies whose simulated device
-  peak fits; when none fits, `BudgetTooSmall` names the smallest peak any candidate reaches (the
-  minimum that works) and its policy. Candidates: liveness, `recompute_in_memory`, and -- when the
-  trainer has an offload tier -- utp and recompute.
+  the fastest plan of the candidate policies whose simulated device peak fits -- each policy's
+  time-optimised plan (tensor cache) and its minimum-memory plan, each with its convolution
+  algorithms chosen for the budget by the dynamic-convolution-workspace pass
+  (`pyd4j.sched.convws.assign_workspaces`: for DL4J, how many batch chunks each convolution's
+  forward and backward step runs in, which divides its working memory -- DL4J's largest -- at a
+  small cost in speed; with room to spare every convolution runs whole); when none fits,
+  `BudgetTooSmall` names the smallest peak any candidate reaches (the minimum that works, every
+  convolution in as many chunks as it allows) and its policy. Candidates: liveness,
+  `recompute_in_memory`, and -- when the trainer has an offload tier -- utp and recompute.
 
 `recompute_in_memory` is the recompute policy's recomputation without its tensor pool: outputs of
 cheap layers (and, for DL4J, the arrays those layers keep for backprop: batch norm's normalized
@@ -34,14 +39,19 @@ is this document -- the one place the format is defined:
          "dl4j": {"layer": 0, "class": "ConvolutionLayer"}, "inputs": [0], ...},
         ...                             # graphs: "dl4j": {"vertex": "res_add", "class": ...}
       ],
-      "records": [["ALLOC", 5], ["FORWARD", 1], ["OFFLOAD", 5], ["FREE", 5], ...]
+      "records": [["ALLOC", 5], ["FORWARD", 1], ["OFFLOAD", 5], ["FREE", 5], ...,
+                  ["BACKWARD", 4, {"algo": "BATCH_8", "chunks": 8}], ...]
     }
 
 Records are `pyd4j.sched.plan.Step`s in order: `[op, arg]` with op one of ALLOC, FREE, OFFLOAD,
 PREFETCH (arg: a tensor id, 5 * node + kind with kind Y=0, DY=1, W=2, DW=3, M=4, or 5 * n + node
 for what node's forward step keeps for its backward step -- batch norm's xMu/xHat/std, dropout
 masks and dropped inputs; n = number of nodes) or FORWARD, BACKWARD, RECOMPUTE (arg: a node id),
-and `["MOVE", dst, src]` (the buffer of tensor src becomes dst's after an in-place step). The
+and `["MOVE", dst, src]` (the buffer of tensor src becomes dst's after an in-place step). A
+compute record of a convolution that runs one of the profile's batch-chunk algorithms carries a
+third element, `{"algo": name, "chunks": k}`: the trainer runs that layer's forward or backward
+step on k slices of the batch (samples ceil(batch / k) at a time) and assembles the whole output,
+input gradient and parameter gradients (absent: the whole batch at once). The
 trainer creates arrays in the steps that produce them (ALLOC is accounting only), keeps DL4J's
 parameters, gradients and updater state where DL4J keeps them (W, DW, M records are accounting
 only), closes an activation (Y) or its gradient (DY) at its FREE, what a layer keeps for its
@@ -59,6 +69,7 @@ from typing import Any
 from dataclasses import replace
 
 from pyd4j.sched.bounds import lower_bound
+from pyd4j.sched.convws import assign_workspaces, least_workspaces
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import Graph
 from pyd4j.sched.plan import Op, Plan
@@ -106,21 +117,42 @@ def make_training_plan(graph: Graph, policy: str, cost: CostModel, budget: int |
     return plan
 
 
+def _under_budget(graph: Graph, policy: str, cost: CostModel,
+                  budget: int) -> tuple[tuple[Plan, SimResult] | None, tuple[Plan, SimResult]]:
+    """(the fastest of the policy's plans that fits `budget`, or None; its smallest plan).
+    Candidates: the time-optimised plan and the minimum-memory plan, each with its convolution
+    algorithms chosen for the budget; the smallest: minimum memory, every convolution in its
+    least working memory."""
+    best: tuple[Plan, SimResult] | None = None
+    for cache in (True, False):
+        plan = assign_workspaces(make_training_plan(graph, policy, cost, budget, cache=cache), cost, budget)
+        try:
+            r = simulate(plan, cost, budget)
+        except InfeasiblePlan:
+            continue
+        if best is None or r.time_s < best[1].time_s:
+            best = (plan, r)
+    small = least_workspaces(make_training_plan(graph, policy, cost), cost)
+    return best, (small, simulate(small, cost))
+
+
 def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = None,
                 cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
     """The plan to train `graph` with (see the module docstring) and its simulation.
-    `policy` forces one policy (its time-optimised plan under `budget`, else its minimum-memory
+    `policy` forces one policy (its fastest plan under `budget`, else its minimum-memory
     plan); `offload=False`: the trainer has no offload tier, so no candidate may offload."""
     cost = cost or default_cost()
     if policy is not None:
         if not offload and policy in OFFLOADING:
             raise ValueError(f"policy {policy!r} offloads activations and there is no offload tier; "
                              f"use liveness or {IN_MEMORY}, or give the trainer a tier")
-        plan = make_training_plan(graph, policy, cost, budget, cache=budget is not None)
-        result = simulate(plan, cost)
-        if budget is not None and result.device_peak_bytes > budget:
-            raise BudgetTooSmall(budget, result.device_peak_bytes, policy)
-        return plan, result
+        if budget is None:
+            plan = make_training_plan(graph, policy, cost)
+            return plan, simulate(plan, cost)
+        fits, small = _under_budget(graph, policy, cost, budget)
+        if fits is None:
+            raise BudgetTooSmall(budget, small[1].device_peak_bytes, policy)
+        return fits
     if budget is None:
         plan = make_plan(graph, "liveness", cost)
         return plan, simulate(plan, cost)
@@ -129,16 +161,11 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
     for p in TRAINING_POLICIES:
         if not offload and p in OFFLOADING:
             continue
-        small = simulate(make_training_plan(graph, p, cost), cost)
-        if smallest is None or small.device_peak_bytes < smallest[0]:
-            smallest = (small.device_peak_bytes, p)
-        plan = make_training_plan(graph, p, cost, budget, cache=True)
-        try:
-            r = simulate(plan, cost, budget)
-        except InfeasiblePlan:
-            continue
-        if best is None or r.time_s < best[1].time_s:
-            best = (plan, r)
+        fits, small = _under_budget(graph, p, cost, budget)
+        if smallest is None or small[1].device_peak_bytes < smallest[0]:
+            smallest = (small[1].device_peak_bytes, p)
+        if fits is not None and (best is None or fits[1].time_s < best[1].time_s):
+            best = fits
     if best is None:
         assert smallest is not None
         raise BudgetTooSmall(budget, smallest[0], smallest[1])
@@ -149,6 +176,8 @@ def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str 
                   budget: int | None = None) -> dict[str, Any]:
     """The plan file's document (see the module docstring)."""
     g = plan.graph
+    chunks = g.profile.chunk_counts
+    names = [a["name"] for a in g.profile.conv_algorithms]
     nodes = []
     for layer in g.layers:
         if "dl4j" not in layer.attrs:
@@ -164,9 +193,17 @@ def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str 
         "predicted": {"peak_bytes": result.peak_bytes, "device_peak_bytes": result.device_peak_bytes,
                       "lower_bound_bytes": lower_bound(g).lower_bound_bytes, "time_s": result.time_s},
         "nodes": nodes,
-        "records": [[s.op.name, int(s.arg), int(s.src)] if s.op is Op.MOVE else [s.op.name, int(s.arg)]
-                    for s in plan.steps],
+        "records": [_record(s, chunks, names) for s in plan.steps],
     }
+
+
+def _record(s: Any, chunks: tuple[int, ...], names: list[str]) -> list[Any]:
+    """One record of the plan file (see the module docstring)."""
+    if s.op is Op.MOVE:
+        return [s.op.name, int(s.arg), int(s.src)]
+    if 0 < s.algo < len(chunks) and chunks[s.algo] > 1:
+        return [s.op.name, int(s.arg), {"algo": names[s.algo], "chunks": chunks[s.algo]}]
+    return [s.op.name, int(s.arg)]
 
 
 def write_plan(path: str | Path, plan: Plan, result: SimResult, network_kind: str,
@@ -181,13 +218,14 @@ def write_plan(path: str | Path, plan: Plan, result: SimResult, network_kind: st
 
 
 def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
-    """The minimum-memory plan with the smallest simulated peak among the candidate policies."""
+    """The minimum-memory plan with the smallest simulated peak among the candidate policies
+    (every convolution in its least working memory)."""
     cost = cost or default_cost()
     best: tuple[Plan, SimResult] | None = None
     for p in TRAINING_POLICIES:
         if not offload and p in OFFLOADING:
             continue
-        plan = make_training_plan(graph, p, cost)
+        plan = least_workspaces(make_training_plan(graph, p, cost), cost)
         r = simulate(plan, cost)
         if best is None or r.device_peak_bytes < best[1].device_peak_bytes:
             best = (plan, r)

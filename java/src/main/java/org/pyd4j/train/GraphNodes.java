@@ -225,14 +225,29 @@ final class GraphNodes extends NetworkNodes {
             out = new Held[eps.length];
             for (int k = 0; k < eps.length; k++) out[k] = Held.own(eps[k]);
         }
-        if (g != null) {
-            LinkedList<Triple<String, INDArray, Character>> mine = new LinkedList<>();
-            for (Map.Entry<String, INDArray> e : g.gradientForVariable().entrySet()) {
-                mine.addFirst(new Triple<>(v.getVertexName() + "_" + e.getKey(), e.getValue(), g.flatteningOrderForVariable(e.getKey())));
-            }
-            for (Triple<String, INDArray, Character> t : mine) gradients.addFirst(t);
-        }
+        if (g != null) addGradient(node, g);
         return out;
+    }
+
+    @Override
+    void addGradient(int node, Gradient g) {
+        LinkedList<Triple<String, INDArray, Character>> mine = new LinkedList<>();
+        for (Map.Entry<String, INDArray> e : g.gradientForVariable().entrySet()) {
+            mine.addFirst(new Triple<>(vertices[node].getVertexName() + "_" + e.getKey(), e.getValue(), g.flatteningOrderForVariable(e.getKey())));
+        }
+        for (Triple<String, INDArray, Character> t : mine) gradients.addFirst(t);
+    }
+
+    @Override
+    boolean hasPreprocessor(int node) {
+        return vertices[node] instanceof LayerVertex && ((LayerVertex) vertices[node]).getLayerPreProcessor() != null;
+    }
+
+    @Override
+    INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks) {
+        GraphVertex v = vertices[node];
+        v.setInput(0, inputs[0], mgr);   // the vertex holds its input, as after doForward
+        return ChunkedConv.forward(v.getLayer(), inputs[0], chunks, mgr);   // no preprocessor (checked)
     }
 
     @Override

@@ -159,13 +159,28 @@ final class MultiLayerNodes extends NetworkNodes {
     Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr) {
         int i = node - 1;
         Pair<Gradient, INDArray> p = layers[i].backpropGradient(epsilon, mgr);
-        for (Map.Entry<String, INDArray> e : p.getFirst().gradientForVariable().entrySet()) {
-            gradients.addLast(new Triple<>(i + "_" + e.getKey(), e.getValue(), p.getFirst().flatteningOrderForVariable(e.getKey())));
-        }
+        addGradient(node, p.getFirst());
         INDArray eps = p.getSecond();
         InputPreProcessor pp = conf.getInputPreProcess(i);
         if (pp == null || eps == null) return new Held[] {Held.own(eps)};
         return new Held[] {Held.preprocessed(eps, pp.backprop(eps, net.getInputMiniBatchSize(), mgr))};
+    }
+
+    @Override
+    void addGradient(int node, Gradient g) {
+        for (Map.Entry<String, INDArray> e : g.gradientForVariable().entrySet()) {
+            gradients.addLast(new Triple<>((node - 1) + "_" + e.getKey(), e.getValue(), g.flatteningOrderForVariable(e.getKey())));
+        }
+    }
+
+    @Override
+    boolean hasPreprocessor(int node) {
+        return node > 0 && conf.getInputPreProcess(node - 1) != null;
+    }
+
+    @Override
+    INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks) {
+        return ChunkedConv.forward(layers[node - 1], inputs[0], chunks, mgr);   // no preprocessor (checked)
     }
 
     @Override

@@ -68,6 +68,34 @@ abstract class NetworkNodes {
     /** Run the node's backward step; returns the gradient of each input (null where none). */
     abstract Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr);
 
+    /** Whether the node's layer gets its input through an input preprocessor. */
+    abstract boolean hasPreprocessor(int node);
+
+    /** Add a backward step's parameter gradients to this iteration's, in DL4J's order. */
+    abstract void addGradient(int node, Gradient g);
+
+    /** The forward step of a convolution node in batch slices (see {@link ChunkedConv}); each
+     *  slice runs in its own working-memory scope, so the caller opens none. */
+    abstract INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks);
+
+    /** The backward step of a convolution node in batch slices, as {@link #backward} returns it. */
+    Held[] backwardInChunks(int node, INDArray epsilon, StepWorkspaceMgr mgr, int chunks) {
+        org.nd4j.common.primitives.Pair<Gradient, INDArray> p = ChunkedConv.backward(layer(node), epsilon, chunks, mgr);
+        addGradient(node, p.getFirst());
+        return new Held[] {Held.own(p.getSecond())};
+    }
+
+    /** What keeps the plan's batch-chunked steps from running (empty: nothing). */
+    List<String> chunkProblems() {
+        List<String> out = new ArrayList<>();
+        for (PlanFile.Record r : plan.records) {
+            if (!r.isCompute() || r.chunks <= 1) continue;
+            String p = ChunkedConv.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", hasPreprocessor(r.arg), r.chunks);
+            if (p != null && !out.contains(p)) out.add(p);
+        }
+        return out;
+    }
+
     /** The score, after the backward step of the (only) output node. */
     abstract double score(int node, LayerWorkspaceMgr mgr);
 

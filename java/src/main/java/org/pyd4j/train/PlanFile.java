@@ -67,16 +67,23 @@ public final class PlanFile {
         }
     }
 
-    /** One record: an operation and its argument (a node id for compute records, a tensor id otherwise). */
+    /** One record: an operation and its argument (a node id for compute records, a tensor id
+     *  otherwise); a convolution's compute record may run in batch chunks ({@link ChunkedConv}). */
     public static final class Record {
         public final Op op;
         public final int arg;
         public final int src;   // MOVE: the tensor whose buffer becomes arg's; -1 otherwise
+        public final int chunks;   // compute records: batch slices the step runs in (1: the whole batch)
 
         Record(Op op, int arg, int src) {
+            this(op, arg, src, 1);
+        }
+
+        Record(Op op, int arg, int src, int chunks) {
             this.op = op;
             this.arg = arg;
             this.src = src;
+            this.chunks = chunks;
         }
 
         public boolean isCompute() {
@@ -162,7 +169,12 @@ public final class PlanFile {
             }
             int arg = r.get(1).asInt();
             int src = op == Op.MOVE ? r.path(2).asInt(-1) : -1;
-            Record rec = new Record(op, arg, src);
+            int chunks = op != Op.MOVE && r.path(2).isObject() ? r.get(2).path("chunks").asInt(1) : 1;
+            Record rec = new Record(op, arg, src, chunks);
+            if (chunks < 1 || (chunks > 1 && !rec.isCompute())) {
+                throw bad(source, "record " + records.size() + " (" + name + " " + arg + ") has chunks " + chunks
+                        + "; a compute record runs in 1 or more batch chunks, other records in none");
+            }
             int limit = rec.isCompute() ? nodes.size() : (KINDS + 1) * nodes.size();
             if (arg < 0 || arg >= limit || (op == Op.MOVE && (src < 0 || src >= KINDS * nodes.size()))) {
                 throw bad(source, "record " + records.size() + " (" + name + " " + arg + (op == Op.MOVE ? " " + src : "")

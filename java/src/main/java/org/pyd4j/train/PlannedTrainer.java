@@ -53,8 +53,11 @@ import org.nd4j.linalg.factory.Nd4j;
  * regularization and gradient normalization run as in {@code fit()}. One iteration replays the
  * plan's records on DL4J's layers and vertices ({@link NetworkNodes}); recomputation is exact
  * (the random state each node drew its dropout mask from is restored; batch normalization's
- * running statistics change only through the gradient its backprop writes, once). What the
- * trainer cannot replay exactly is refused before training with the layer and the fix.
+ * running statistics change only through the gradient its backprop writes, once). A
+ * convolution's step the plan gives batch chunks runs on slices of the batch ({@link ChunkedConv}:
+ * its working memory, DL4J's largest, divided by the chunk count; the same result up to the order
+ * of floating-point additions). What the trainer cannot replay exactly is refused before training
+ * with the layer and the fix.
  */
 public final class PlannedTrainer implements AutoCloseable {
     /** The name of the working-memory workspace (temporaries of one forward or backward step). */
@@ -208,6 +211,7 @@ public final class PlannedTrainer implements AutoCloseable {
     public static List<String> check(Model net, PlanFile plan) {
         NetworkNodes nodes = NetworkNodes.of(net, plan);
         List<String> out = new ArrayList<>(nodes.unsupported());
+        if (out.isEmpty()) out.addAll(nodes.chunkProblems());
         OptimizationAlgorithm algo = net.conf().getOptimizationAlgo();
         if (algo != OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT) {
             out.add("the network's optimization algorithm is " + algo + "; planned training replaces the gradient step "
@@ -239,6 +243,7 @@ public final class PlannedTrainer implements AutoCloseable {
                     + "(policy liveness or recompute without a tier: `pyd4j plan ... --policy liveness --emit-plan FILE`)");
         }
         PlannedTrainer t = new PlannedTrainer(net, plan, NetworkNodes.of(net, plan), tier);
+        dropWorkingMemory();   // this plan's steps (their batch chunks) decide its size, not an earlier plan's
         t.stats.mallocReturnsMemory = ReturnFreedMemory.apply();
         t.install();
         return t;
@@ -267,6 +272,7 @@ public final class PlannedTrainer implements AutoCloseable {
         attached = false;
         Reflect.set(solver, Solver.class, "optimizer", original);
         nodes.detach();
+        dropWorkingMemory();
     }
 
     // ---------------------------------------------------------------- installation
@@ -353,10 +359,10 @@ public final class PlannedTrainer implements AutoCloseable {
                         prefetch(r.arg);
                         break;
                     case FORWARD:
-                        forward(r.arg, false);
+                        forward(r.arg, false, r.chunks);
                         break;
                     case RECOMPUTE:
-                        forward(r.arg, true);
+                        forward(r.arg, true, r.chunks);
                         stats.recomputes++;
                         break;
                     case BACKWARD:
@@ -440,7 +446,7 @@ public final class PlannedTrainer implements AutoCloseable {
                 + "(freed without a host copy or a recomputation)");
     }
 
-    private void forward(int node, boolean recompute) {
+    private void forward(int node, boolean recompute, int chunks) {
         PlanFile.Node pn = plan.nodes.get(node);
         if (pn.isInput()) {
             if (y[node] == null) y[node] = Held.borrowed(nodes.input(node));
@@ -464,9 +470,16 @@ public final class PlannedTrainer implements AutoCloseable {
             rng[node] = new long[] {random.rootState(), random.nodeState()};
         }
         INDArray out;
-        try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
-            out = nodes.forward(node, ins, mgr);
-            if (out != null && out.isAttached()) out = out.detach();
+        try {
+            if (chunks > 1) {   // batch slices, each in its own working-memory scope
+                out = nodes.forwardInChunks(node, ins, mgr, chunks);
+                stats.chunkedSteps++;
+            } else {
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+                    out = nodes.forward(node, ins, mgr);
+                    if (out != null && out.isAttached()) out = out.detach();
+                }
+            }
         } finally {
             if (saved != null) random.setStates(saved[0], saved[1]);
         }
@@ -520,7 +533,7 @@ public final class PlannedTrainer implements AutoCloseable {
             // it now from the inputs, exactly (same random state); its output is not needed again
             Held keep = y[node];
             y[node] = null;
-            forward(node, true);
+            forward(node, true, plan.records.get(at).chunks);
             stats.rebuilds++;
             if (y[node] != null) {
                 live -= y[node].bytes;
@@ -555,12 +568,18 @@ public final class PlannedTrainer implements AutoCloseable {
         if (!output && eps == null) throw planError("BACKWARD " + pn.name + " has no gradient of its output");
         Held[] grads;
         double score = Double.NaN;
-        try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
-            grads = nodes.backward(node, eps, bpMgr);
-            for (int k = 0; k < grads.length; k++) {
-                if (grads[k] != null && grads[k].array.isAttached()) grads[k] = Held.own(grads[k].array.detach());
+        int chunks = plan.records.get(at).chunks;
+        if (chunks > 1 && !output) {   // batch slices, each in its own working-memory scope
+            grads = nodes.backwardInChunks(node, eps, bpMgr, chunks);
+            stats.chunkedSteps++;
+        } else {
+            try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+                grads = nodes.backward(node, eps, bpMgr);
+                for (int k = 0; k < grads.length; k++) {
+                    if (grads[k] != null && grads[k].array.isAttached()) grads[k] = Held.own(grads[k].array.detach());
+                }
+                if (output) score = nodes.score(node, bpMgr);
             }
-            if (output) score = nodes.score(node, bpMgr);
         }
         INDArray[] returned = new INDArray[grads.length];
         for (int k = 0; k < grads.length; k++) returned[k] = grads[k] == null ? null : grads[k].array;
@@ -698,6 +717,13 @@ public final class PlannedTrainer implements AutoCloseable {
             }
         }
         live = 0;
+    }
+
+    /** Free this thread's working-memory workspace: it keeps the largest size it ever needed. */
+    private static void dropWorkingMemory() {
+        if (!Nd4j.getWorkspaceManager().checkIfWorkspaceExists(WORKING_MEMORY)) return;
+        MemoryWorkspace ws = Nd4j.getWorkspaceManager().getWorkspaceForCurrentThread(WORKING_MEMORY);
+        if (!ws.isScopeActive()) Nd4j.getWorkspaceManager().destroyWorkspace(ws);
     }
 
     /** Size of this thread's working-memory workspace (0 before the first step). */

@@ -10,6 +10,7 @@ public final class TrainStats {
     public long forwards;
     public long recomputes;         // RECOMPUTE records run
     public long rebuilds;           // forward steps the plan did not ask for, run to restore a layer's state
+    public long chunkedSteps;       // convolution steps run in batch slices (the plan's batch-chunk algorithm)
     public long offloads;
     public long prefetches;
     public long peakLiveBytes;      // largest bytes held at once, over all iterations
@@ -28,6 +29,7 @@ public final class TrainStats {
                 .append(", \"forwards\": ").append(forwards)
                 .append(", \"recomputes\": ").append(recomputes)
                 .append(", \"rebuilds\": ").append(rebuilds)
+                .append(", \"chunked_steps\": ").append(chunkedSteps)
                 .append(", \"offloads\": ").append(offloads)
                 .append(", \"prefetches\": ").append(prefetches)
                 .append(", \"peak_live_bytes\": ").append(peakLiveBytes)

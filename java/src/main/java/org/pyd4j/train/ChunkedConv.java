@@ -1,0 +1,184 @@
+package org.pyd4j.train;
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.workspace.ArrayType;
+import org.nd4j.common.primitives.Pair;
+import org.nd4j.linalg.api.memory.MemoryWorkspace;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
+import org.nd4j.linalg.indexing.INDArrayIndex;
+import org.nd4j.linalg.indexing.NDArrayIndex;
+
+/**
+ * A DL4J ConvolutionLayer's forward or backward step run on slices of the batch (the plan's
+ * batch-chunk algorithm: SuperNeurons' dynamic convolution workspace for DL4J). DL4J sizes a
+ * convolution's working memory by the batch (the im2col patch matrix, its gradient, the col2im
+ * buffer, the recomputed pre-activation and its copies), and its working-memory workspace keeps the
+ * largest step's size all iteration; a step in k slices needs about 1/k of it.
+ *
+ * <ul>
+ *   <li>forward: the layer's own {@code activate} on each slice of its input, each in its own
+ *       working-memory scope (so the workspace is reset between slices), each slice's output
+ *       copied into one output array of the whole batch (laid out as DL4J lays out its own);
+ *       afterwards the layer holds the whole input again, as after an unsliced forward step;</li>
+ *   <li>backward: for each slice, the layer's input set to that slice of its input and its own
+ *       {@code backpropGradient} called with the slice of the output gradient; the slice's input
+ *       gradient is copied into one array of the whole batch and the parameter gradients (which
+ *       DL4J writes over the layer's gradient view each time) are summed outside the workspace and
+ *       written back into the view at the end -- the gradient of the batch's loss is the sum over
+ *       its samples, so the result is DL4J's up to the order of the floating-point additions.</li>
+ * </ul>
+ *
+ * Exact only where every sample's computation is independent of the others: a plain
+ * ConvolutionLayer without input dropout (one mask is drawn for the whole batch) and without an
+ * input preprocessor; {@link #problem} names what else is refused.
+ */
+final class ChunkedConv {
+    static final String CONVOLUTION = "org.deeplearning4j.nn.layers.convolution.ConvolutionLayer";
+
+    private ChunkedConv() {
+    }
+
+    /** Why {@code layer} cannot run in batch chunks (null: it can). */
+    static String problem(Layer layer, String name, boolean preprocessor, int chunks) {
+        String fix = "; write the plan without batch chunks for it (no budget, or a larger one: "
+                + "`pyd4j plan ... --emit-plan FILE` without --budget)";
+        if (layer == null || !layer.getClass().getName().equals(CONVOLUTION)) {
+            return "the plan runs " + name + " (" + (layer == null ? "not a layer" : layer.getClass().getSimpleName())
+                    + ") in " + chunks + " batch chunks; only a ConvolutionLayer is run in batch chunks" + fix;
+        }
+        if (LayerState.inputDropout(layer) != null) {
+            return "the plan runs convolution " + name + " in " + chunks + " batch chunks, but it has input dropout: "
+                    + "fit() draws one mask for the whole batch, which slices cannot reproduce" + fix;
+        }
+        if (preprocessor) {
+            return "the plan runs convolution " + name + " in " + chunks + " batch chunks, but it has an input "
+                    + "preprocessor, which is applied to the whole batch" + fix;
+        }
+        return null;
+    }
+
+    /** Rows of the largest slice, as the planner counts them (pyd4j.sched.deps.chunk_rows). */
+    static long rows(long batch, int chunks) {
+        long k = Math.max(1, Math.min(chunks, batch));
+        return (batch + k - 1) / k;
+    }
+
+    /** The layer's forward step on {@code x} (its whole input) in slices; returns the whole output. */
+    static INDArray forward(Layer layer, INDArray x, int chunks, StepWorkspaceMgr mgr) {
+        long n = x.size(0);
+        long step = rows(n, chunks);
+        INDArray out = null;
+        try {
+            for (long a = 0; a < n; a += step) {
+                long b = Math.min(n, a + step);
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+                    INDArray part = layer.activate(slice(x, a, b), true, mgr);
+                    if (out == null) out = like(part, n);
+                    slice(out, a, b).assign(part);
+                    free(part);
+                }
+            }
+        } finally {
+            layer.setInput(x, mgr);   // the layer holds its whole input again (its backward step reads it)
+        }
+        return out;
+    }
+
+    /**
+     * The layer's backward step in slices: the gradient of its whole input, with the parameter
+     * gradients of the whole batch in the layer's gradient view (the Gradient's entries).
+     */
+    static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr) {
+        INDArray x = layer.input();
+        long n = x.size(0);
+        long step = rows(n, chunks);
+        INDArray epsOut = null;
+        Gradient gradient = null;
+        Map<String, INDArray> sums = new LinkedHashMap<>();
+        try {
+            for (long a = 0; a < n; a += step) {
+                long b = Math.min(n, a + step);
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+                    layer.setInput(slice(x, a, b), mgr);
+                    Pair<Gradient, INDArray> p = layer.backpropGradient(slice(epsilon, a, b), mgr);
+                    INDArray part = p.getSecond();
+                    if (epsOut == null) epsOut = like(part, n);
+                    slice(epsOut, a, b).assign(part);
+                    free(part);
+                    gradient = p.getFirst();
+                    for (Map.Entry<String, INDArray> e : gradient.gradientForVariable().entrySet()) {
+                        INDArray sum = sums.get(e.getKey());
+                        if (sum == null) {
+                            try (MemoryWorkspace out = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
+                                sums.put(e.getKey(), e.getValue().dup(e.getValue().ordering()));
+                            }
+                        } else {
+                            sum.addi(e.getValue());
+                        }
+                    }
+                }
+            }
+            // DL4J's entries are the layer's gradient views: they now get the whole batch's sums
+            for (Map.Entry<String, INDArray> e : gradient.gradientForVariable().entrySet()) {
+                e.getValue().assign(sums.get(e.getKey()));
+            }
+        } finally {
+            layer.setInput(x, mgr);
+            for (INDArray s : sums.values()) s.close();
+        }
+        return new Pair<>(gradient, epsOut);
+    }
+
+    /** Rows [a, b) of {@code a}'s first dimension (a view). */
+    private static INDArray slice(INDArray arr, long a, long b) {
+        INDArrayIndex[] idx = new INDArrayIndex[arr.rank()];
+        idx[0] = NDArrayIndex.interval(a, b);
+        for (int d = 1; d < idx.length; d++) idx[d] = NDArrayIndex.all();
+        return arr.get(idx);
+    }
+
+    /**
+     * A new array outside workspaces for {@code n} samples laid out as {@code part} is (DL4J's
+     * convolution outputs and input gradients are permuted views: the same layout keeps the steps
+     * after it working on what they get from an unsliced step).
+     */
+    private static INDArray like(INDArray part, long n) {
+        int rank = part.rank();
+        long[] shape = part.shape().clone();
+        shape[0] = n;
+        long[] strides = part.stride();
+        List<Integer> dims = new ArrayList<>();
+        for (int d = 0; d < rank; d++) dims.add(d);
+        // outer dimensions first; a dimension of size 1 has no stride of its own (it equals the next
+        // inner one's extent), so among equal strides it is the inner one
+        dims.sort((p, q) -> strides[p] != strides[q] ? Long.compare(strides[q], strides[p])
+                : (part.size(p) == 1) != (part.size(q) == 1) ? (part.size(p) == 1 ? 1 : -1) : Integer.compare(p, q));
+        int[] order = new int[rank];
+        long[] physical = new long[rank];
+        for (int d = 0; d < rank; d++) {
+            order[d] = dims.get(d);
+            physical[d] = shape[order[d]];
+        }
+        int[] inverse = new int[rank];
+        for (int d = 0; d < rank; d++) inverse[order[d]] = d;
+        try (MemoryWorkspace ws = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
+            INDArray base = Nd4j.createUninitialized(part.dataType(), physical, 'c');
+            boolean identity = true;
+            for (int d = 0; d < rank; d++) identity &= order[d] == d;
+            return identity ? base : base.permute(inverse);
+        }
+    }
+
+    /** Close a slice's result now (its memory is copied): it is not the trainer's to keep. */
+    private static void free(INDArray a) {
+        if (a == null || a.isAttached()) return;
+        Held.own(a).close();
+    }
+}
