@@ -318,6 +318,7 @@ public final class PlannedTrainer implements AutoCloseable {
 
     @SuppressWarnings("unchecked")
     private void iteration() {
+        long started = System.nanoTime();
         int n = plan.nodes.size();
         y = new Held[n];
         dy = new Held[n];
@@ -373,6 +374,7 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         nodes.finishIteration(score);
         stats.iterations++;
+        stats.iterationNanos += System.nanoTime() - started;
         stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
     }
 
@@ -465,7 +467,9 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         INDArray out;
         try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+            long t = System.nanoTime();
             out = nodes.forward(node, ins, mgr);
+            stats.layerNanos += System.nanoTime() - t;
             if (out != null && out.isAttached()) out = out.detach();
         } finally {
             if (saved != null) random.setStates(saved[0], saved[1]);
@@ -556,7 +560,9 @@ public final class PlannedTrainer implements AutoCloseable {
         Held[] grads;
         double score = Double.NaN;
         try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+            long t = System.nanoTime();
             grads = nodes.backward(node, eps, bpMgr);
+            stats.layerNanos += System.nanoTime() - t;
             for (int k = 0; k < grads.length; k++) {
                 if (grads[k] != null && grads[k].array.isAttached()) grads[k] = Held.own(grads[k].array.detach());
             }
