@@ -22,6 +22,7 @@ import org.deeplearning4j.optimize.api.ConvexOptimizer;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.deeplearning4j.optimize.solvers.BaseOptimizer;
 import org.deeplearning4j.optimize.solvers.StochasticGradientDescent;
+import org.nd4j.linalg.api.buffer.DataBuffer;
 import org.nd4j.linalg.api.memory.MemoryWorkspace;
 import org.nd4j.linalg.api.memory.conf.WorkspaceConfiguration;
 import org.nd4j.linalg.api.memory.enums.AllocationPolicy;
@@ -476,9 +477,14 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         stats.forwards++;
         if (out != null) {
-            boolean alias = out.isView();
+            // A view of a buffer the step made itself is the trainer's to own (a convolution's output is a
+            // permuted view of its own result); a view of anything else, or an array sharing memory with an
+            // input or with what the layer keeps, is copied (e.g. a subset vertex's view of its input).
+            DataBuffer root = Held.root(out);
+            boolean alias = out.isView() && !mgr.made(root);
             for (INDArray in : ins) alias |= in != null && Held.sameMemory(in, out);
-            if (alias) out = detachedCopy(out);   // e.g. a subset vertex's view of its input
+            if (!alias && out.isView()) for (INDArray k : nodes.referenced(node)) alias |= k != out && Held.root(k) == root;
+            if (alias) out = detachedCopy(out);
             y[node] = Held.own(out);
             hold(y[node].bytes);
         }
