@@ -27,12 +27,12 @@ one per core makes runs on a shared machine erratic); the same for every run.
 
 On a machine shared with other jobs, separate runs see different load: one run of a few minutes
 can take 2-3x longer than the next (measured: three busy processes on the 2 cores slowed every
-mode alike, resnet_graph batch 32 from ~4 s to ~15 s per iteration). `--interleaved N` adds a speed figure that such load
-cannot skew: `org.pyd4j.examples.TrainInterleaved` trains two copies of the network (same seed,
-same batches) in one JVM, one with fit(), one under the plan, alternating iterations (fit,
-planned, planned, fit, ...), and compares the sums of their iteration times (the first two
-iterations of each left out). In that JVM fit() also runs under the planned trainer's glibc mmap
-threshold (it is set per process).
+mode alike, resnet_graph batch 32 from ~4 s to ~15 s per iteration). `--interleaved N` adds a
+speed figure that such load cannot skew: `org.pyd4j.examples.TrainInterleaved` trains two
+copies of the network (same seed, same batches) in one JVM, one with fit(), one under the plan,
+alternating iterations (fit, planned, planned, fit, ...), and compares the sums of their
+iteration times (the first two iterations of each left out). In that JVM fit() also runs under
+the planned trainer's glibc mmap threshold (it is set per process).
 """
 
 from __future__ import annotations
@@ -264,7 +264,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--policies", default=",".join(POLICIES), help="plan policies to run (comma-separated)")
     parser.add_argument("--interleaved", type=int, default=0, metavar="N",
-                        help="also compare speed in one JVM, fit() and planned iterations alternating, N iterations each")
+                        help="also compare speed in one JVM, fit() and planned iterations alternating, "
+                             "N iterations each")
     parser.add_argument("--container", default="1g", help="memory cgroup size for the largest-batch search")
     parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
     parser.add_argument("--container-start", type=int, default=16, help="first batch of the largest-batch search")
