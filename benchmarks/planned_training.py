@@ -1,8 +1,8 @@
 """Planned training vs DL4J's own fit(): memory, largest batch in a container, speed, prediction.
 
     .venv/bin/python benchmarks/planned_training.py [--networks deep_cnn_bn,resnet_graph,...]
-        [--iterations 8] [--repeats 2] [--container 1g] [--out benchmarks/results/planned_training.json]
-        [--budgets min,0.4]
+        [--iterations 8] [--repeats 2] [--policies liveness,...] [--interleaved 8] [--container 1g]
+        [--budgets min,0.4] [--out benchmarks/results/planned_training.json]
 
 Every run is the unchanged example job `org.pyd4j.examples.TrainSynthetic <net.json> <batch>
 <iterations>` in a child JVM under pyd4j's agent; planned runs differ only by the agent's
@@ -31,6 +31,15 @@ The fit() run with glibc's mmap threshold fixed is left out then.
 
 Runs alternate fit() and planned; medians of `--repeats`. One OpenMP thread (ND4J's default of
 one per core makes runs on a shared machine erratic); the same for every run.
+
+On a machine shared with other jobs, separate runs see different load: one run of a few minutes
+can take 2-3x longer than the next (measured: three busy processes on the 2 cores slowed every
+mode alike, resnet_graph batch 32 from ~4 s to ~15 s per iteration). `--interleaved N` adds a
+speed figure that such load cannot skew: `org.pyd4j.examples.TrainInterleaved` trains two
+copies of the network (same seed, same batches) in one JVM, one with fit(), one under the plan,
+alternating iterations (fit, planned, planned, fit, ...), and compares the sums of their
+iteration times (the first two iterations of each left out). In that JVM fit() also runs under
+the planned trainer's glibc mmap threshold (it is set per process).
 """
 
 from __future__ import annotations
@@ -181,16 +190,41 @@ def median(rows: list[dict], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def interleaved(name: str, batch: int, iterations: int, plan: dict, folder: Path, warmup: int = 2) -> dict:
+    """fit() and planned iterations alternating in one JVM (TrainInterleaved): the speed ratio
+    from the sums of their iteration times after `warmup` iterations of each."""
+    from pyd4j.jvm import JvmOptions, examples_jar, java_command
+
+    options = JvmOptions.of(heap_max=HEAP, heap_initial=HEAP, extra=["-XX:+AlwaysPreTouch"])
+    cmd = java_command(options, "org.pyd4j.examples.TrainInterleaved",
+                       [str(NETWORKS / f"{name}.json"), str(batch), str(iterations), plan["path"]],
+                       extra_classpath=[examples_jar()])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(), cwd=folder)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    r = json.loads(lines[-1]) if lines else {}
+    if out.returncode != 0 or r.get("status") != "ok":
+        raise RuntimeError(f"{name} batch {batch} interleaved failed (exit {out.returncode}): "
+                           f"{(out.stdout + out.stderr)[-2000:]}")
+    fit_s, planned_s = r["fit_s"][warmup:], r["planned_s"][warmup:]
+    trainer = r.get("trainer") or {}
+    it_s, layer_s = trainer.get("iteration_s"), trainer.get("layer_s")
+    return {"iterations": iterations, "warmup": warmup, "fit_s": r["fit_s"], "planned_s": r["planned_s"],
+            "speed_over_fit": sum(fit_s) / sum(planned_s) if planned_s and sum(planned_s) > 0 else None,
+            "pairwise_median": statistics.median(f / p for f, p in zip(fit_s, planned_s)) if planned_s else None,
+            "trainer_overhead_share": (it_s - layer_s) / it_s if it_s and layer_s is not None else None,
+            "trainer": trainer}
+
+
 def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path,
+            policies: tuple[str, ...] = POLICIES, interleaved_iterations: int = 0,
             budgets: list[str] | None = None) -> dict:
     if budgets:
         policies = tuple(f"budget_{b}" for b in budgets)
         plans: dict[str, dict] = {}
         runs: dict[str, list[dict]] = {"fit": [], **{p: [] for p in policies}}
     else:
-        policies = POLICIES
-        plans = {p: write_plan(name, batch, p, folder) for p in POLICIES}
-        runs = {"fit": [], "fit_malloc_fixed": [], **{p: [] for p in POLICIES}}
+        plans = {p: write_plan(name, batch, p, folder) for p in policies}
+        runs = {"fit": [], "fit_malloc_fixed": [], **{p: [] for p in policies}}
     modes = list(runs)
     for i in range(repeats):
         for mode in (modes if i % 2 == 0 else modes[::-1]):
@@ -232,6 +266,12 @@ def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path,
         if tier:
             out["planned"][p]["disk_tier"] = {k: tier.get(k) for k in (
                 "bytes_offloaded", "bytes_prefetched", "copy_s", "wait_s", "hidden_share")}
+    if interleaved_iterations:
+        out["interleaved"] = {}
+        for p in policies:
+            r = out["interleaved"][p] = interleaved(name, batch, interleaved_iterations, plans[p], folder)
+            print(f"{name} b{batch} {p} interleaved with fit(): speed {r['speed_over_fit']:.2f} of fit(), "
+                  f"trainer's own work {100 * (r['trainer_overhead_share'] or 0):.1f} % of its iterations", flush=True)
     return out
 
 
@@ -281,6 +321,10 @@ def main() -> None:
     parser.add_argument("--networks", default=",".join(DEFAULT_NETWORKS))
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--policies", default=",".join(POLICIES), help="plan policies to run (comma-separated)")
+    parser.add_argument("--interleaved", type=int, default=0, metavar="N",
+                        help="also compare speed in one JVM, fit() and planned iterations alternating, "
+                             "N iterations each")
     parser.add_argument("--container", default="1g", help="memory cgroup size for the largest-batch search")
     parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
     parser.add_argument("--container-start", type=int, default=16, help="first batch of the largest-batch search")
@@ -293,10 +337,15 @@ def main() -> None:
     args = parser.parse_args()
 
     container = parse_bytes(args.container, "--container")
+    policies = tuple(filter(None, args.policies.split(",")))
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        parser.error(f"--policies: unknown {', '.join(unknown)} (choose from {', '.join(POLICIES)})")
     for item in filter(None, args.batches.split(",")):
         key, _, value = item.partition("=")
         DEFAULT_NETWORKS[key] = int(value)
-    doc = {"benchmark": "planned_training", "repeats": args.repeats, "networks": {}, "container": {},
+    doc = {"benchmark": "planned_training", "repeats": args.repeats, "policies": list(policies),
+           "interleaved_iterations": args.interleaved, "networks": {}, "container": {},
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": 1,
                        "shared": "other jobs ran on this machine while it measured",
                        "load_avg_1m_at_start": os.getloadavg()[0]}}
@@ -304,7 +353,7 @@ def main() -> None:
         folder = Path(tmp)
         for name in args.networks.split(","):
             doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder,
-                                            [b for b in args.budgets.split(",") if b])
+                                            policies, args.interleaved, [b for b in args.budgets.split(",") if b])
         for name in filter(None, args.container_networks.split(",")):
             fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
             planned = largest_batch(name, args.container_iterations, container, "recompute_in_memory",

@@ -22,6 +22,7 @@ import org.deeplearning4j.optimize.api.ConvexOptimizer;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.deeplearning4j.optimize.solvers.BaseOptimizer;
 import org.deeplearning4j.optimize.solvers.StochasticGradientDescent;
+import org.nd4j.linalg.api.buffer.DataBuffer;
 import org.nd4j.linalg.api.memory.MemoryWorkspace;
 import org.nd4j.linalg.api.memory.conf.WorkspaceConfiguration;
 import org.nd4j.linalg.api.memory.enums.AllocationPolicy;
@@ -324,6 +325,7 @@ public final class PlannedTrainer implements AutoCloseable {
 
     @SuppressWarnings("unchecked")
     private void iteration() {
+        long started = System.nanoTime();
         int n = plan.nodes.size();
         y = new Held[n];
         dy = new Held[n];
@@ -379,6 +381,7 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         nodes.finishIteration(score);
         stats.iterations++;
+        stats.iterationNanos += System.nanoTime() - started;
         stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
     }
 
@@ -471,6 +474,7 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         INDArray out;
         try {
+            long t = System.nanoTime();
             if (chunks > 1) {   // batch slices, each in its own working-memory scope
                 out = nodes.forwardInChunks(node, ins, mgr, chunks);
                 stats.chunkedSteps++;
@@ -480,14 +484,20 @@ public final class PlannedTrainer implements AutoCloseable {
                     if (out != null && out.isAttached()) out = out.detach();
                 }
             }
+            stats.layerNanos += System.nanoTime() - t;
         } finally {
             if (saved != null) random.setStates(saved[0], saved[1]);
         }
         stats.forwards++;
         if (out != null) {
-            boolean alias = out.isView();
+            // A view of a buffer the step made itself is the trainer's to own (a convolution's output is a
+            // permuted view of its own result); a view of anything else, or an array sharing memory with an
+            // input or with what the layer keeps, is copied (e.g. a subset vertex's view of its input).
+            DataBuffer root = Held.root(out);
+            boolean alias = out.isView() && !mgr.made(root);
             for (INDArray in : ins) alias |= in != null && Held.sameMemory(in, out);
-            if (alias) out = detachedCopy(out);   // e.g. a subset vertex's view of its input
+            if (!alias && out.isView()) for (INDArray k : nodes.referenced(node)) alias |= k != out && Held.root(k) == root;
+            if (alias) out = detachedCopy(out);
             y[node] = Held.own(out);
             hold(y[node].bytes);
         }
@@ -569,6 +579,7 @@ public final class PlannedTrainer implements AutoCloseable {
         Held[] grads;
         double score = Double.NaN;
         int chunks = plan.records.get(at).chunks;
+        long t = System.nanoTime();
         if (chunks > 1 && !output) {   // batch slices, each in its own working-memory scope
             grads = nodes.backwardInChunks(node, eps, bpMgr, chunks);
             stats.chunkedSteps++;
@@ -581,6 +592,7 @@ public final class PlannedTrainer implements AutoCloseable {
                 if (output) score = nodes.score(node, bpMgr);
             }
         }
+        stats.layerNanos += System.nanoTime() - t;
         INDArray[] returned = new INDArray[grads.length];
         for (int k = 0; k < grads.length; k++) returned[k] = grads[k] == null ? null : grads[k].array;
         sweep(bpMgr, node, returned);

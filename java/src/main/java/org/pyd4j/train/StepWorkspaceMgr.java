@@ -54,6 +54,12 @@ final class StepWorkspaceMgr extends LayerWorkspaceMgr {
         return a;
     }
 
+    /** Whether {@code root} is the buffer of an array handed out outside workspaces since the last {@link #drain}. */
+    boolean made(org.nd4j.linalg.api.buffer.DataBuffer root) {
+        for (INDArray a : made) if (Held.root(a) == root) return true;
+        return false;
+    }
+
     /** The arrays handed out outside workspaces since the last call. */
     List<INDArray> drain() {
         List<INDArray> out = new ArrayList<>(made);

@@ -18,8 +18,10 @@ public final class TrainStats {
     public long workingMemoryBytes; // the working-memory workspace (temporaries of one step; DL4J-sized)
     public long leftToGc;           // arrays the trainer released that ND4J would not close (the GC frees them)
     public long leftToGcBytes;
-    public long sweptBytes;
-    public boolean mallocReturnsMemory; // glibc's mmap threshold fixed (see ReturnFreedMemory)         // step temporaries DL4J made outside workspaces, closed right after the step
+    public long sweptBytes;         // step temporaries DL4J made outside workspaces, closed right after the step
+    public boolean mallocReturnsMemory; // glibc's mmap threshold fixed (see ReturnFreedMemory)
+    public long iterationNanos;     // time in planned iterations (the gradient step; DL4J's updater step not included)
+    public long layerNanos;         // of which inside DL4J's forward and backward steps (the rest: the trainer's own work)
     public TierStats tier;          // null without a tier
 
     /** One JSON object (no dependencies). */
@@ -38,7 +40,9 @@ public final class TrainStats {
                 .append(", \"left_to_gc\": ").append(leftToGc)
                 .append(", \"left_to_gc_bytes\": ").append(leftToGcBytes)
                 .append(", \"swept_bytes\": ").append(sweptBytes)
-                .append(", \"malloc_returns_memory\": ").append(mallocReturnsMemory);
+                .append(", \"malloc_returns_memory\": ").append(mallocReturnsMemory)
+                .append(", \"iteration_s\": ").append(iterationNanos / 1e9)
+                .append(", \"layer_s\": ").append(layerNanos / 1e9);
         if (tier != null) {
             sb.append(", \"tier\": {\"name\": \"").append(tier.tier).append("\", \"bytes_offloaded\": ").append(tier.bytesOffloaded)
                     .append(", \"bytes_prefetched\": ").append(tier.bytesPrefetched)
