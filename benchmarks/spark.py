@@ -271,12 +271,22 @@ def run_tune(examples: int, full: SparkFlags) -> dict:
                     else:
                         os.environ[k] = v
             doc["worker_oom_kills"] = cluster.oom_kills()
+        doc = without_local_paths(doc, {str(tmp): "<tmp>"})
     headers, rows = before_after_rows(doc)
     doc["table"] = {"headers": headers, "rows": rows}
     print(f"tune: {doc['outcome']}; recommended {doc.get('spark_conf')}", flush=True)
     for row in rows:
         print("  " + " | ".join(row), flush=True)
     return doc
+
+
+def without_local_paths(doc: dict, extra: dict[str, str]) -> dict:
+    """The document with this checkout's and the run's temporary paths written relative to the
+    repository (results are committed; paths of one machine say nothing elsewhere)."""
+    text = json.dumps(doc, default=str)
+    for path, name in {**extra, str(ROOT) + os.sep: ""}.items():
+        text = text.replace(path, name)
+    return json.loads(text)
 
 
 def shape_flags(shape: Shape) -> SparkFlags:
