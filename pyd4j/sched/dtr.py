@@ -79,17 +79,20 @@ def plan_dtr(graph: Graph, cost: CostModel, budget: int) -> Plan:
         last[j] = clock
 
     def materialize(j: int) -> None:
-        nonlocal clock
         if present[j]:
             touch(j)
             return
-        ins = d.rc_reads[j]
+        compute(j, d.rc_reads[j], Op.RECOMPUTE, d.ws_rc[j])
+
+    def compute(j: int, ins, op: Op, ws: int) -> None:
+        """Run layer j's forward (or its rebuild) with its inputs materialized and pinned."""
+        nonlocal clock
         for u in ins:
             materialize(u)
             pinned[u] += 1
         alloc(5 * j)
-        make_room(d.ws_rc[j])
-        add(Step(Op.RECOMPUTE, j))
+        make_room(ws)
+        add(Step(op, j))
         clock += fwd[j]
         present[j] = True
         touch(j)
@@ -108,18 +111,7 @@ def plan_dtr(graph: Graph, cost: CostModel, budget: int) -> Plan:
     sys.setrecursionlimit(max(limit, n + 100))
     try:
         for i in range(n):
-            reads = d.fwd_reads[i]
-            for u in reads:
-                materialize(u)
-                pinned[u] += 1
-            alloc(5 * i)
-            make_room(d.ws_fwd[i])
-            add(Step(Op.FORWARD, i))
-            clock += fwd[i]
-            present[i] = True
-            touch(i)
-            for u in reads:
-                pinned[u] -= 1
+            compute(i, d.fwd_reads[i], Op.FORWARD, d.ws_fwd[i])
             for u in dict.fromkeys(layers[i].inputs):
                 fwd_left[u] -= 1
             release_dead(list(dict.fromkeys(layers[i].inputs)) + [i])
