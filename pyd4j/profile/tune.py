@@ -385,15 +385,24 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
                          f"line sets a smaller -Xmx would refuse to start; set it where the job's JVM is started"
                          for arg in flagset.args() if arg not in passed]
         doc["notes"] += flags_not_taken(after, passed)
-    before_speeds, after_speeds = [first["iterations_per_s"]], [attempts[-1]["iterations_per_s"]]
-    if _outcome(attempts[-1]) == "verified":
+    return _conclude(doc, out, first, attempts, repeat, lambda name: _side(run(name)),
+                     lambda name: _side(run_after(name)))
+
+
+def _conclude(doc: dict, out: Path, first: dict, attempts: list[dict], repeat: int,
+              before_side: Callable[[str], dict], after_side: Callable[[str], dict]) -> dict:
+    """The outcome of the last re-run, and with `repeat` > 1 (when verified) more runs of each side for
+    throughput with its spread; the document saved and returned."""
+    last = attempts[-1]
+    before_speeds, after_speeds = [first["iterations_per_s"]], [last["iterations_per_s"]]
+    if _outcome(last) == "verified":
         used = len(attempts)
         for i in range(2, repeat + 1):
-            before_speeds.append(_side(run(f"before-{i}"))["iterations_per_s"])
-            after_speeds.append(_side(run_after(f"after-{used + i - 1}"))["iterations_per_s"])
+            before_speeds.append(before_side(f"before-{i}")["iterations_per_s"])
+            after_speeds.append(after_side(f"after-{used + i - 1}")["iterations_per_s"])
     doc["throughput"] = throughput(before_speeds, after_speeds)
     doc["speedup"] = doc["throughput"]["speedup"]
-    doc["outcome"] = _outcome(attempts[-1])
+    doc["outcome"] = _outcome(last)
     doc["verified"] = doc["outcome"] == "verified"
     doc["exit_code"] = {"verified": EXIT_VERIFIED, "not-verified": EXIT_NOT_VERIFIED,
                         "rerun-failed": EXIT_RERUN_FAILED}[doc["outcome"]]
@@ -410,10 +419,12 @@ def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: di
     and the job re-run once more."""
     from pyd4j.spark.tuning import recommend, settings_held  # noqa: PLC0415
 
+    def recommended(conf: dict, sf, why: dict) -> dict:
+        return dict(recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf, reasons=why.pop("reasons"),
+                    measured_need=why["worst_need"], spark=why, container_bytes=sf.executor_container_bytes)
+
     conf, sf, why = recommend(before, argv, headroom)
-    doc.update(before=first, recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf,
-               reasons=why.pop("reasons"), measured_need=why["worst_need"], spark=why,
-               container_bytes=sf.executor_container_bytes,
+    doc.update(before=first, **recommended(conf, sf, why),
                notes=["Spark settings are given to the re-run as --conf; spark.executor.extraJavaOptions keeps the "
                       "job's own options (less its memory flags) and carries pyd4j's agent"])
     if not verify:
@@ -434,24 +445,10 @@ def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: di
         # an executor (or the driver) ran out of memory with the recommended settings: recommend again from
         # the worst of both runs (the failed one counts with its raised need), once
         conf, sf, why = recommend([before, after], argv, headroom)
-        doc.update(recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf, reasons=why.pop("reasons"),
-                   measured_need=why["worst_need"], spark=why, container_bytes=sf.executor_container_bytes,
-                   rerecommended_after=failures or side["finding_titles"])
-    before_speeds, after_speeds = [first["iterations_per_s"]], [side["iterations_per_s"]]
-    if _outcome(side) == "verified":
-        used = len(attempts)
-        for i in range(2, repeat + 1):
-            before_speeds.append(_side(run(f"before-{i}"), True)["iterations_per_s"])
-            after_speeds.append(_side(run(f"after-{used + i - 1}", spark_conf=conf), True)["iterations_per_s"])
+        doc.update(**recommended(conf, sf, why), rerecommended_after=failures or side["finding_titles"])
     doc.update(after=side, attempts=attempts)
-    doc["throughput"] = throughput(before_speeds, after_speeds)
-    doc["speedup"] = doc["throughput"]["speedup"]
-    doc["outcome"] = _outcome(side)
-    doc["verified"] = doc["outcome"] == "verified"
-    doc["exit_code"] = {"verified": EXIT_VERIFIED, "not-verified": EXIT_NOT_VERIFIED,
-                        "rerun-failed": EXIT_RERUN_FAILED}[doc["outcome"]]
-    save_tune_doc(out, doc)
-    return doc
+    return _conclude(doc, out, first, attempts, repeat, lambda name: _side(run(name), True),
+                     lambda name: _side(run(name, spark_conf=conf), True))
 
 
 def _stopped(err: Stopped, out: Path, doc: dict, side: str) -> None:
