@@ -608,11 +608,16 @@ def _near_limits(t: Timeline) -> list[Finding]:
         return []
     peaks, limits = t.peaks(), t.limits()
     out = []
-    # the heap fills up to -Xmx between collections by design: what must fit is the live heap
+    # Garbage-collected memory fills up to its limit between collections by design: what must fit is what is
+    # live. The heap: the live heap. JavaCPP's totalBytes counts Pointers not yet collected too, and JavaCPP
+    # collects them (System.gc) before it refuses: what must fit is the largest Pointer and what stayed after
+    # full collections (the sampled peak only when neither was measured).
+    live = [p["javacpp_total"] for p in t.live_points if p.get("javacpp_total") is not None]
+    javacpp_needed = max([*live, peaks["javacpp_largest"] or 0]) or peaks["javacpp_total"]
     for label, peak, limit, flag in (
         ("live heap", peaks["heap_live"], limits["heap_max"], "-Xmx"),
         ("JavaCPP physicalBytes", peaks["javacpp_physical"], limits["javacpp_max_physical"], "-Dorg.bytedeco.javacpp.maxphysicalbytes"),
-        ("JavaCPP totalBytes", peaks["javacpp_total"], limits["javacpp_max"], "-Dorg.bytedeco.javacpp.maxbytes"),
+        ("JavaCPP totalBytes held", javacpp_needed, limits["javacpp_max"], "-Dorg.bytedeco.javacpp.maxbytes"),
     ):
         if peak and limit and peak > NEAR_LIMIT_FRACTION * limit:
             margin = round(100 * (1 - NEAR_LIMIT_FRACTION))
