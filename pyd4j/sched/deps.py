@@ -435,7 +435,8 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
         saved = aligned(e.saved.of(graph, layer)) if e.saved else 0
         if idrop is not None and layer.attrs.get("idropout") is not None:
             saved += aligned(idrop.saved.of(graph, layer))
-            bx = bx and idrop.backward_reads_x
+            if layer.type is not LayerType.SOFTMAX:   # a loss layer drops its input inside backprop
+                bx = bx and idrop.backward_reads_x
         ins = layer.inputs if len(layer.inputs) < 2 else tuple(dict.fromkeys(layer.inputs))
         fwd_reads.append(ins if fx else ())
         rc_reads.append(ins if rx else ())

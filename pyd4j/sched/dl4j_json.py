@@ -13,7 +13,7 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   ActivationLayer -> ACT, DropoutLayer -> DROPOUT, LocalResponseNormalization -> LRN;
   ElementWiseVertex Add -> JOIN (other ops -> ELTWISE), MergeVertex -> CONCAT. Average pooling
   and global pooling carry `attrs["variant"]` (`avg`, `global_max`, `global_avg`): the dependency
-  model's entries differ (average pooling's backward does not read its input).
+  model's entries differ (global average pooling's backward does not need its input).
   Anything else raises `UnsupportedLayer` naming the type;
 - shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
 - graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
@@ -56,14 +56,13 @@ def _simple(cls: str) -> str:
 
 
 def _activation(layer: dict[str, Any]) -> str:
+    """The activation's short name. Any DL4J activation is accepted: it does not change what a
+    step reads or keeps (the profile's ACT entry covers the activations measured), only its name."""
     fn = layer.get("activationFn")
     if not fn:
         return "identity"
     name = _simple(fn["@class"])
-    if name not in _ACT:
-        raise UnsupportedLayer(f"activation {name} of layer {layer.get('layerName')!r} is not "
-                               f"supported (supported: {sorted(_ACT)})")
-    return _ACT[name]
+    return _ACT.get(name) or name.removeprefix("Activation").lower()
 
 
 MAX_SIZE = 2**31 - 1  # DL4J holds layer sizes, kernels and strides in Java ints
@@ -71,7 +70,10 @@ MAX_SIZE = 2**31 - 1  # DL4J holds layer sizes, kernels and strides in Java ints
 
 def _whole(v: Any, what: str, minimum: int = 1) -> int:
     """A size from the JSON: a whole number from `minimum` to Java's int (0 units or a negative
-    kernel would plan negative memory)."""
+    kernel would plan negative memory). DL4J writes some sizes as doubles (LRN's `n`: 5.0): a
+    whole-valued double is that whole number."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= MAX_SIZE:
         raise GraphError(f"{what} = {v!r} must be a whole number from {minimum} to {MAX_SIZE}; fix the network "
                          f"configuration (conf.toJson() writes valid ones)")
@@ -180,10 +182,7 @@ class _Builder:
             return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
                           **attrs)
         if kind == "ActivationLayer":
-            fn = _activation(layer)
-            if fn == "softmax":
-                raise UnsupportedLayer(f"softmax activation outside an output layer ({name!r})")
-            return g._add(LayerType.ACT, (x,), xs, name, fn=fn, **attrs)
+            return g._add(LayerType.ACT, (x,), xs, name, fn=_activation(layer), **attrs)
         if kind == "DropoutLayer":  # its dropout is the node itself, not an input dropout
             attrs.pop("idropout", None)
             return g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0),

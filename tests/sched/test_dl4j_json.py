@@ -113,3 +113,41 @@ def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
         own += sum(d.ysz[j] for j in d.bwd_dx[k])
         assert own <= bound.l_peak_bytes
     assert bound.resident_bytes == 3 * sum(d.psz)   # DL4J: parameters, their gradient view, updater
+
+
+def _with_layer(layer: dict, after: int = 2) -> dict:
+    """deep_cnn_bn as conf.toJson() wrote it, with `layer` inserted after layer `after`."""
+    doc = json.loads((NETS / "deep_cnn_bn.json").read_text())
+    conf = json.loads(json.dumps(doc["confs"][after]))
+    conf["layer"] = layer
+    doc["confs"].insert(after + 1, conf)
+    doc["inputPreProcessors"] = {str(int(k) + 1 if int(k) > after else int(k)): v
+                                 for k, v in (doc.get("inputPreProcessors") or {}).items()}
+    return doc
+
+
+def test_lrn_size_written_as_a_double_is_accepted() -> None:
+    # DL4J's LocalResponseNormalization writes its n as a double (AlexNet's conf.toJson(): "n": 5.0)
+    lrn = {"@class": "org.deeplearning4j.nn.conf.layers.LocalResponseNormalization", "n": 5.0,
+           "k": 2.0, "alpha": 1e-4, "beta": 0.75, "layerName": "lrn"}
+    g = graph_from_dl4j_json(_with_layer(lrn), 4, (3, 32, 32))
+    node = next(l for l in g.layers if l.type is LayerType.LRN)
+    assert node.attrs["size"] == 5 and isinstance(node.attrs["size"], int)
+    # a fractional size is still refused, naming the value
+    lrn["n"] = 5.5
+    with pytest.raises(Exception, match="lrn: n = 5.5"):
+        graph_from_dl4j_json(_with_layer(lrn), 4, (3, 32, 32))
+
+
+@pytest.mark.parametrize("activation", ["ActivationSoftmax", "ActivationSwish", "ActivationGELU",
+                                        "ActivationHardTanH", "ActivationMish"])
+def test_an_activation_layer_with_any_dl4j_activation_is_planned(activation: str) -> None:
+    # SqueezeNet, Darknet19 and SimpleCNN end in an ActivationLayer with softmax before the loss
+    act = {"@class": "org.deeplearning4j.nn.conf.layers.ActivationLayer",
+           "activationFn": {"@class": f"org.nd4j.linalg.activations.impl.{activation}"}, "layerName": "act"}
+    g = graph_from_dl4j_json(_with_layer(act), 4, (3, 32, 32))
+    node = next(l for l in g.layers if l.name == "act")
+    assert node.type is LayerType.ACT
+    assert node.attrs["fn"] == {"ActivationSoftmax": "softmax"}.get(activation, activation[10:].lower())
+    for policy in POLICIES:
+        simulate(make_plan(g, policy))

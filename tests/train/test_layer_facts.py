@@ -22,17 +22,22 @@ pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
 LAYERS = ("conv", "conv_first", "conv_same_stride2", "conv_dropout", "dense", "dense_dropout",
           "dense_after_conv", "batchnorm_cnn", "batchnorm_dense", "activation_relu",
-          "activation_sigmoid", "maxpool", "avgpool", "lrn", "dropout_layer", "global_max",
+          "activation_sigmoid", "activation_softmax", "activation_swish", "maxpool", "avgpool", "lrn", "dropout_layer", "global_max",
           "global_avg", "output", "output_dropout")
 
-# whether backprop reads the values of the layer's input (it never reads its own output)
-READS_INPUT = {"conv": True, "conv_first": True, "conv_same_stride2": True, "conv_dropout": True,
+# whether backprop reads the values of the layer's input (overwritten with NaN; it never reads its own output)
+READS_VALUES = {"conv": True, "conv_first": True, "conv_same_stride2": True, "conv_dropout": True,
                "dense": True, "dense_dropout": True, "dense_after_conv": True,
                "batchnorm_cnn": True, "batchnorm_dense": True, "activation_relu": True,
-               "activation_sigmoid": True, "maxpool": True, "avgpool": False, "lrn": True,
+               "activation_sigmoid": True, "activation_softmax": True, "activation_swish": True,
+               "maxpool": True, "avgpool": False, "lrn": True,
                "dropout_layer": False, "global_max": True, "global_avg": False, "output": True,
                "output_dropout": True, "add": False, "product": True, "max": True,
-               "merge": False, "subset": False}
+               "merge": False, "subset": False, "subtract": False, "average": False}
+# whether backprop needs the layer's input array alive (released before backprop): average pooling
+# reads no value of it, but DL4J hands it to avgpool2d_bp, which fails on a released buffer
+READS_INPUT = {**READS_VALUES, "avgpool": True}
+VERTICES = ("add", "product", "max", "merge", "subset", "subtract", "average")
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +56,7 @@ def held(case: dict, when: str = "forward") -> dict[str, int]:
 
 
 def test_every_case_ran(facts: dict[str, dict]) -> None:
-    assert set(LAYERS) | {"add", "product", "max", "merge", "subset", "dropout_state",
-                          "batchnorm_state"} <= set(facts)
+    assert set(LAYERS) | set(VERTICES) | {"dropout_state", "batchnorm_state"} <= set(facts)
 
 
 def test_no_helper_on_the_cpu_backend(facts: dict[str, dict]) -> None:
@@ -66,9 +70,45 @@ def test_backprop_never_reads_the_layers_own_output(facts: dict[str, dict]) -> N
 
 
 def test_which_steps_read_their_input_and_the_trainer_agrees(facts: dict[str, dict]) -> None:
-    assert {c: facts[c]["backward_reads_input"] for c in READS_INPUT} == READS_INPUT
+    assert {c: facts[c]["backward_reads_input"] for c in READS_VALUES} == READS_VALUES
     for c in LAYERS:
         assert facts[c]["trainer_backward_reads_input"] == READS_INPUT[c], c
+
+
+def test_a_backward_said_not_to_read_its_input_runs_with_the_input_released(facts: dict[str, dict]) -> None:
+    """Every claim "backward does not read X" (the trainer may close X before the backward step),
+    checked by closing X between forward and backprop: backprop runs and gives the same input
+    gradient and parameter gradients, bit for bit. Where backprop needs its input, releasing it
+    fails (so the check can see a wrong claim)."""
+    for c in (*LAYERS, *VERTICES):
+        outcome = facts[c]["backward_with_input_closed"]
+        if READS_INPUT[c] and c not in ("conv_dropout", "dense_dropout"):
+            assert outcome.startswith("error"), (c, outcome)
+        else:
+            assert outcome == "same", (c, outcome)
+    # input dropout with input modification forbidden (as the trainer runs): the layer keeps its
+    # own dropped copy, so the producer's output may be released (the profile's input_dropout)
+    for c in ("conv_dropout", "dense_dropout"):
+        assert facts[c]["backward_with_input_closed"] == "same", c
+    # the output layer is not activated in training: its input dropout runs inside backprop, on
+    # the producer's output, which must stay alive (the profile's input_dropout does not apply)
+    assert facts["output_dropout"]["backward_with_input_closed"].startswith("error")
+    from pyd4j.sched.graph import Graph  # noqa: PLC0415
+
+    g = Graph("output_dropout", 4, profile="dl4j")
+    h = g.fc(g.data(6), 6)
+    out = g.softmax(h)
+    g.layers[out].attrs["idropout"] = 0.5
+    assert h in g.deps.bwd_reads[out]
+
+
+def test_no_backward_needs_its_own_output_released_or_not(facts: dict[str, dict]) -> None:
+    """The dl4j profile says no backward step reads the node's own output: releasing it between
+    forward and backprop changes nothing."""
+    for c in (*LAYERS, *VERTICES):
+        if c in ("output", "output_dropout"):   # not activated in training: no output
+            continue
+        assert facts[c]["backward_with_output_closed"] == "same", c
 
 
 def test_every_layer_keeps_a_reference_to_its_given_input(facts: dict[str, dict]) -> None:
@@ -126,7 +166,7 @@ def test_outputs_and_gradients_are_new_arrays(facts: dict[str, dict]) -> None:
         if c != "dropout_layer":
             assert not facts[c]["output_is_input"], c
         assert not facts[c]["dx_is_epsilon"], c
-    for c in ("add", "product", "max", "merge", "subset"):
+    for c in VERTICES:
         f = facts[c]
         assert not f["output_is_input"] and not f["output_view"], c
         assert not any(g["shares_epsilon_memory"] or g["shares_other_gradient"] or g["view"]
@@ -180,11 +220,14 @@ def test_working_memory_of_each_step(facts: dict[str, dict]) -> None:
 PROFILE_KEY = {"conv": "CONV", "conv_first": "CONV", "conv_same_stride2": "CONV",
                "conv_dropout": "CONV", "dense": "FC", "dense_dropout": "FC", "dense_after_conv": "FC",
                "batchnorm_cnn": "BN", "batchnorm_dense": "BN", "activation_relu": "ACT",
-               "activation_sigmoid": "ACT", "maxpool": "POOL", "avgpool": "POOL.avg", "lrn": "LRN",
+               "activation_sigmoid": "ACT", "activation_softmax": "ACT", "activation_swish": "ACT",
+               "maxpool": "POOL", "avgpool": "POOL.avg", "lrn": "LRN",
                "dropout_layer": "DROPOUT", "global_max": "POOL.global_max",
                "global_avg": "POOL.global_avg", "output": "SOFTMAX", "output_dropout": "SOFTMAX",
-               "add": "JOIN", "product": "ELTWISE.prod", "max": "ELTWISE.max", "merge": "CONCAT"}
-UPPER_BOUNDS = {("activation_sigmoid", "backward"), ("max", "backward")}  # the entry covers the larger case
+               "add": "JOIN", "product": "ELTWISE.prod", "max": "ELTWISE.max", "merge": "CONCAT",
+               "subtract": "ELTWISE.sum", "average": "ELTWISE.sum"}
+UPPER_BOUNDS = {("activation_sigmoid", "backward"), ("activation_softmax", "backward"),
+                ("activation_swish", "backward"), ("max", "backward")}  # the entry covers the larger case
 
 
 def test_the_planners_dl4j_profile_is_what_was_measured(facts: dict[str, dict]) -> None:

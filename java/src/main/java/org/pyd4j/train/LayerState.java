@@ -48,15 +48,15 @@ public final class LayerState {
             "org.deeplearning4j.nn.layers.DropoutLayer",
             "org.deeplearning4j.nn.layers.pooling.GlobalPoolingLayer");
 
-    /** Whether the layer's backprop reads the values of its input (measured; see the class comment). */
+    /**
+     * Whether the layer's backprop needs its input array alive (measured by releasing it before
+     * backprop; see the class comment). Average pooling reads no input value, but DL4J hands the
+     * input to {@code avgpool2d_bp}, which fails on a released buffer: it needs its input.
+     */
     public static boolean backwardReadsInput(Layer layer) {
         String name = layer.getClass().getSimpleName();
         if (name.equals("DropoutLayer")) return false;           // reads only its mask
-        if (name.equals("SubsamplingLayer")) {                   // average pooling needs only the shape
-            return ((org.deeplearning4j.nn.conf.layers.SubsamplingLayer) layer.conf().getLayer())
-                    .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
-        }
-        if (name.equals("GlobalPoolingLayer")) {
+        if (name.equals("GlobalPoolingLayer")) {                 // average: the input's shape only
             return ((org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer) layer.conf().getLayer())
                     .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
         }
