@@ -246,7 +246,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
         raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
     import jpype  # noqa: PLC0415
 
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind  # noqa: PLC0415
+    from pyd4j.sched.dl4j_json import network_kind  # noqa: PLC0415
     from pyd4j.sched.training_plan import choose_plan, plan_document  # noqa: PLC0415
     from pyd4j.units import parse_bytes  # noqa: PLC0415
 
@@ -258,7 +258,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
         batch_size, shape = source.batch_size, tuple(int(d) for d in source.features.shape[1:])
     if batch_size < 1:
         raise ValueError("planned training plans for one batch size: pass batch_size=N (or a NumpyBatches source)")
-    graph = graph_from_dl4j_json(doc, batch_size, shape)
+    graph = planned_graph(net, doc, batch_size, shape)
     offload = not (isinstance(tier, str) and tier == "none")
     plan, result = choose_plan(graph, cap, policy, offload=offload)   # BudgetTooSmall names the minimum
     plan_doc = plan_document(plan, result, network_kind(doc), "pyd4j.train.fit", cap)
@@ -283,6 +283,31 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
                "predicted": plan_doc["predicted"], "batch": batch_size,
                "tier": None if given is None else str(given.getClass().getSimpleName())}
     return trainer, summary, own
+
+
+def planned_graph(net, doc: dict[str, Any], batch_size: int, shape: tuple[int, ...] | None = None):
+    """The planner's graph of a live network. Layers and vertices without a measured model (OPAQUE
+    nodes) get what DL4J itself says of them: their output shapes (DL4J's shape inference, where
+    the planner has no rule) and the working memory and kept bytes of a probe iteration of each
+    (`org.pyd4j.train.LayerProbe`), so that their memory is measured, not guessed."""
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.sched.dl4j_json import UnsupportedLayer, graph_from_dl4j_json  # noqa: PLC0415
+    from pyd4j.sched.graph import LayerType  # noqa: PLC0415
+
+    try:
+        graph = graph_from_dl4j_json(doc, batch_size, shape)
+        if not any(layer.type is LayerType.OPAQUE for layer in graph.layers):
+            return graph
+        inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
+    except UnsupportedLayer:
+        if shape is None:
+            raise
+        inputs = [(batch_size, *shape)]
+    probe = jpype.JClass("org.pyd4j.train.LayerProbe")
+    with java_errors():
+        info = json.loads(str(probe.describe(net, *[jpype.JArray(jpype.JLong)(list(s)) for s in inputs])))
+    return graph_from_dl4j_json(doc, batch_size, shape, info=info)
 
 
 def _make_tier(choice: str, plan_file: Any, trainer_cls: Any) -> Any:

@@ -20,7 +20,7 @@ from pyd4j.sched.emit import Decisions, emit
 from pyd4j.sched.graph import Graph, LayerType
 from pyd4j.sched.plan import Plan
 
-KEPT = frozenset({LayerType.DATA, LayerType.SOFTMAX})
+KEPT = frozenset({LayerType.DATA, LayerType.SOFTMAX, LayerType.OPAQUE})
 
 
 def checkpoints(graph: Graph, threshold: float) -> frozenset[int]:

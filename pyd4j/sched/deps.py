@@ -433,6 +433,9 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
                                 bool(e.recompute.workspace))
         fx, rx, bx, by, bdy, bdx, bdw, aw, wf, wb, wr = f
         saved = aligned(e.saved.of(graph, layer)) if e.saved else 0
+        measured = layer.attrs.get("measured")   # a probe iteration's figures replace the entry's
+        if measured:
+            saved = aligned(int(measured.get("saved", 0)))
         if idrop is not None and layer.attrs.get("idropout") is not None:
             saved += aligned(idrop.saved.of(graph, layer))
             if layer.type is not LayerType.SOFTMAX:   # a loss layer drops its input inside backprop
@@ -454,9 +457,14 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
         bwd_dy.append(bdy and has_grad[i])
         bwd_dx.append(tuple(j for j in ins if has_grad[j]) if bdx else ())
         bwd_dw.append(bdw and bool(layer.param_shapes))
-        ws_fwd.append(aligned(e.forward.workspace.of(graph, layer)) if wf else 0)
-        ws_bwd.append(aligned(b.workspace.of(graph, layer)) if wb else 0)
-        ws_rc.append(aligned(e.recompute.workspace.of(graph, layer)) if wr else 0)
+        if measured:
+            ws_fwd.append(aligned(int(measured.get("ws_forward", 0))))
+            ws_bwd.append(aligned(int(measured.get("ws_backward", 0))) if has_bwd else 0)
+            ws_rc.append(ws_fwd[-1])
+        else:
+            ws_fwd.append(aligned(e.forward.workspace.of(graph, layer)) if wf else 0)
+            ws_bwd.append(aligned(b.workspace.of(graph, layer)) if wb else 0)
+            ws_rc.append(aligned(e.recompute.workspace.of(graph, layer)) if wr else 0)
         algo_ws.append(aw)
         if e.state:
             parts = {k: s.of(graph, layer) for k, s in e.state.items()}

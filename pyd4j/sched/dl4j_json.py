@@ -14,7 +14,14 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   ElementWiseVertex Add -> JOIN (other ops -> ELTWISE), MergeVertex -> CONCAT. Average pooling
   and global pooling carry `attrs["variant"]` (`avg`, `global_max`, `global_avg`): the dependency
   model's entries differ (global average pooling's backward does not need its input).
-  Anything else raises `UnsupportedLayer` naming the type;
+  Loss layers other than OutputLayer (LossLayer, CnnLossLayer, RnnOutputLayer,
+  CenterLossOutputLayer, Yolo2OutputLayer, ...) -> SOFTMAX (the loss node). Every other layer or
+  vertex -> OPAQUE: run as DL4J runs it, its inputs and output kept for its backward step, never
+  recomputed; its shape by DL4J's rule here (padding, cropping, upsampling, space-to-depth,
+  separable / depthwise / transposed convolutions, recurrent layers on (N, C, T), Bidirectional,
+  LastTimeStep, the zoo's vertices) or from DL4J's own shape inference (`info`), its working
+  memory from a probe iteration (`info`); a type with neither raises `UnsupportedLayer` naming it.
+  Truncated BPTT is refused by name;
 - shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
 - graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
   Kahn's algorithm over inputs-then-vertices in JSON order), so a plan's forward steps run in the
@@ -90,11 +97,14 @@ def _pair(v: Any, what: str = "size", minimum: int = 1) -> tuple[int, int]:
 
 
 def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int, same: bool) -> int:
-    """DL4J's output size (ConvolutionUtils.getOutputSize): Same rounds up, Truncate down."""
+    """DL4J's output size (ConvolutionUtils.getOutputSize): Same rounds up, Truncate down -- with
+    Java's integer division, which rounds toward zero: a 1x1 map under a 2x2 window of stride 2
+    gives 1 (VGG16 at 16x16), not 0."""
     if same:
         return -(-size // stride)
     eff = kernel + (kernel - 1) * (dilation - 1)
-    return (size + 2 * pad - eff) // stride + 1
+    span = size + 2 * pad - eff
+    return (span // stride if span >= 0 else -(-span // stride)) + 1
 
 
 def _retain(layer: dict[str, Any]) -> float | None:
@@ -109,11 +119,112 @@ def _retain(layer: dict[str, Any]) -> float | None:
     return float(drop.get("p", 1.0))
 
 
+_LOSS_LAYERS = ("LossLayer", "CnnLossLayer", "RnnLossLayer", "Cnn3DLossLayer", "RnnOutputLayer",
+                "CenterLossOutputLayer", "Yolo2OutputLayer")
+
+
+def _opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]],
+                  name: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """(output shape, parameter shapes) of an OPAQUE layer or vertex by DL4J's rules (NCHW maps,
+    NCW sequences); UnsupportedLayer where there is no rule (DL4J's shape inference then gives them)."""
+    xs = shapes[0]
+    n = xs[0]
+    bias = bool(conf.get("hasBias", True))
+
+    def spatial(h: int, w: int) -> tuple[int, int]:
+        kh, kw = _pair(conf["kernelSize"], f"{name}: kernelSize")
+        sh, sw = _pair(conf.get("stride", [1, 1]), f"{name}: stride")
+        ph, pw = _pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+        dh, dw = _pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
+        same = conf.get("convolutionMode") == "Same"
+        return _out_size(h, kh, sh, ph, dh, same), _out_size(w, kw, sw, pw, dw, same)
+
+    def four(v: Any, what: str) -> tuple[int, int, int, int]:
+        v = v if isinstance(v, list) else [v]
+        v = v * 4 if len(v) == 1 else ([v[0], v[0], v[1], v[1]] if len(v) == 2 else v)
+        t, b, l, r = (_whole(d, f"{name}: {what}", 0) for d in v)
+        return t, b, l, r
+
+    if kind in ("SeparableConvolution2D", "DepthwiseConvolution2D", "Deconvolution2D"):
+        if len(xs) != 4:
+            raise GraphError(f"layer {name!r} expects an NCHW input, got {xs}")
+        c, h, w = xs[1:]
+        kh, kw = _pair(conf["kernelSize"], f"{name}: kernelSize")
+        if kind == "Deconvolution2D":
+            sh, sw = _pair(conf.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = _pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = _pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
+            if conf.get("convolutionMode") == "Same":
+                oh, ow = h * sh, w * sw
+            else:
+                oh = sh * (h - 1) + kh + (kh - 1) * (dh - 1) - 2 * ph
+                ow = sw * (w - 1) + kw + (kw - 1) * (dw - 1) - 2 * pw
+            cout = _whole(conf["nout"], f"{name}: nOut")
+            params: tuple[tuple[int, ...], ...] = ((c, cout, kh, kw),) + (((cout,),) if bias else ())
+            return (n, cout, oh, ow), params
+        oh, ow = spatial(h, w)
+        dm = _whole(conf.get("depthMultiplier", 1), f"{name}: depthMultiplier")
+        if kind == "DepthwiseConvolution2D":
+            return (n, c * dm, oh, ow), ((kh, kw, c, dm),) + (((c * dm,),) if bias else ())
+        cout = _whole(conf["nout"], f"{name}: nOut")
+        return (n, cout, oh, ow), ((dm, c, kh, kw), (cout, c * dm, 1, 1)) + (((cout,),) if bias else ())
+    if kind in ("ZeroPaddingLayer", "Cropping2D"):
+        t, b, l, r = four(conf.get("padding") if kind == "ZeroPaddingLayer" else conf.get("cropping"), kind)
+        sign = 1 if kind == "ZeroPaddingLayer" else -1
+        return (n, xs[1], xs[2] + sign * (t + b), xs[3] + sign * (l + r)), ()
+    if kind == "Upsampling2D":
+        sh, sw = _pair(conf.get("size", [1, 1]), f"{name}: size")
+        return (n, xs[1], xs[2] * sh, xs[3] * sw), ()
+    if kind == "SpaceToDepthLayer":
+        bs = _whole(conf.get("blockSize", 2), f"{name}: blockSize")
+        return (n, xs[1] * bs * bs, xs[2] // bs, xs[3] // bs), ()
+    if kind in ("GravesLSTM", "LSTM", "SimpleRnn", "GravesBidirectionalLSTM"):
+        if len(xs) != 3:
+            raise GraphError(f"recurrent layer {name!r} expects an (N, C, T) input, got {xs}")
+        nin, nout = xs[1], _whole(conf["nout"], f"{name}: nOut")
+        if kind == "SimpleRnn":
+            params = ((nin, nout), (nout, nout), (nout,))
+        else:
+            rw = 4 * nout + (3 if kind.startswith("Graves") else 0)
+            params = ((nin, 4 * nout), (nout, rw), (4 * nout,))
+        if kind == "GravesBidirectionalLSTM":
+            params = params * 2
+        return (n, nout, xs[2]), params
+    if kind in ("EmbeddingSequenceLayer",):
+        nin, nout = _whole(conf["nin"], f"{name}: nIn"), _whole(conf["nout"], f"{name}: nOut")
+        return (n, nout, xs[-1]), ((nin, nout),) + (((nout,),) if bias else ())
+    if kind == "Bidirectional":   # two copies of the wrapped layer; CONCAT doubles the channels
+        inner = conf["fwd"]
+        shape, params = _opaque_shape(_simple(inner["@class"]), inner, shapes, name)
+        if conf.get("mode", "CONCAT") == "CONCAT":
+            shape = (shape[0], 2 * shape[1], *shape[2:])
+        return shape, params * 2
+    if kind == "LastTimeStep":   # the wrapped layer's last time step: (N, C)
+        inner = conf["underlying"]
+        shape, params = _opaque_shape(_simple(inner["@class"]), inner, shapes, name)
+        return shape[:2], params
+    if kind in ("ScaleVertex", "ShiftVertex", "L2NormalizeVertex", "PoolHelperVertex"):
+        if kind == "PoolHelperVertex":
+            return (n, xs[1], xs[2] - 1, xs[3] - 1), ()
+        return xs, ()
+    if kind == "SubsetVertex":
+        lo, hi = int(conf["from"]), int(conf["to"])
+        return (n, hi - lo + 1, *xs[2:]), ()
+    if kind == "StackVertex":
+        return (n * len(shapes), *xs[1:]), ()
+    if kind == "UnstackVertex":
+        return (n // int(conf["stackSize"]), *xs[1:]), ()
+    raise UnsupportedLayer(f"DL4J {'vertex' if kind.endswith('Vertex') else 'layer'} type {kind} of "
+                           f"{name!r} has no shape rule in the planner: plan it where a JVM gives DL4J's "
+                           "own shape inference (pyd4j.train.fit, or `pyd4j plan` with the helper jar built)")
+
+
 class _Builder:
     """Adds one node per DL4J layer; shapes and FLOPs as DL4J computes them."""
 
-    def __init__(self, g: Graph) -> None:
+    def __init__(self, g: Graph, info: dict[str, dict[str, Any]] | None = None) -> None:
         self.g = g
+        self.info = info or {}
 
     def layer(self, layer: dict[str, Any], x: int, dl4j: dict[str, Any],
               preprocessor: dict[str, Any] | None = None) -> int:
@@ -161,19 +272,20 @@ class _Builder:
             ph, pw = _pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
             dh, dw = _pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
-            if mode is None:
-                raise UnsupportedLayer(f"pooling type {layer.get('poolingType')} of {name!r}")
             same = layer.get("convolutionMode") == "Same"
             oh, ow = _out_size(h, kh, sh, ph, dh, same), _out_size(w, kw, sw, pw, dw, same)
+            if mode is None:   # PNORM: not measured, an opaque step
+                return g._add(LayerType.OPAQUE, (x,), (n, c, oh, ow), name, (),
+                              float(n * c * oh * ow * kh * kw), **attrs)
             return g._add(LayerType.POOL, (x,), (n, c, oh, ow), name, (),
                           float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
                           mode=mode, **({"variant": "avg"} if mode == "avg" else {}), **attrs)
         if kind == "GlobalPoolingLayer":
             c, h, w = self._chw(xs, name)
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
-            if mode is None or not layer.get("collapseDimensions", True):
-                raise UnsupportedLayer(f"global pooling {layer.get('poolingType')} of {name!r} "
-                                       "(supported: MAX, AVG with collapsed dimensions)")
+            if mode is None or not layer.get("collapseDimensions", True):   # not measured: opaque
+                out = (n, c) if layer.get("collapseDimensions", True) else (n, c, 1, 1)
+                return g._add(LayerType.OPAQUE, (x,), out, name, (), float(n * c * h * w), **attrs)
             return g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
                           kernel=h, stride=h, pad=0, mode=mode, global_pool=True,
                           variant=f"global_{mode}", **attrs)
@@ -193,8 +305,54 @@ class _Builder:
             return g._add(LayerType.LRN, (x,), xs, name, fwd=float(math.prod(xs) * (size + 4)),
                           size=size, alpha=float(layer.get("alpha", 1e-4)),
                           beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
-        raise UnsupportedLayer(f"DL4J layer type {kind} ({layer['@class']}) of layer {name!r} "
-                               "is not supported by the planner")
+        if kind in _LOSS_LAYERS:
+            return self._loss(kind, layer, x, name, attrs)
+        return self._opaque(kind, layer, (x,), name, attrs)
+
+    def _loss(self, kind: str, layer: dict[str, Any], x: int, name: str, attrs: dict[str, Any]) -> int:
+        """A loss layer other than OutputLayer: the loss node (its backward step starts the
+        gradient), with DL4J's parameters (RnnOutputLayer: W, b; CenterLossOutputLayer: W, b and
+        the class centres; the others none)."""
+        g, xs, n = self.g, self.g.shape(x), self.g.batch
+        attrs["loss"] = _simple(layer.get("lossFn", {}).get("@class", kind))
+        if kind in ("RnnOutputLayer", "CenterLossOutputLayer"):
+            f = xs[1] if kind == "RnnOutputLayer" else math.prod(xs[1:])
+            cout = _whole(layer["nout"], f"{name}: nOut")
+            params: tuple[tuple[int, ...], ...] = ((f, cout),)
+            if layer.get("hasBias", True):
+                params += ((cout,),)
+            if kind == "CenterLossOutputLayer":
+                params += ((cout, f),)
+            out = (n, cout, *xs[2:]) if kind == "RnnOutputLayer" else (n, cout)
+            macs = math.prod(out) * f
+            return g._add(LayerType.SOFTMAX, (x,), out, name, params, 2.0 * macs, 4.0 * macs,
+                          act=_activation(layer), **attrs)
+        return g._add(LayerType.SOFTMAX, (x,), xs, name, fwd=5.0 * math.prod(xs), act=_activation(layer), **attrs)
+
+    def _opaque(self, kind: str, conf: dict[str, Any], xs: tuple[int, ...], name: str,
+                attrs: dict[str, Any]) -> int:
+        """A layer or vertex without a measured model: an OPAQUE node, its output shape and
+        parameter shapes from the rules below or from DL4J's own shape inference (`info`)."""
+        g = self.g
+        attrs["dl4j"]["class"] = kind
+        known = self.info.get(name)
+        try:
+            shape, params = _opaque_shape(kind, conf, [g.shape(x) for x in xs], name)
+        except UnsupportedLayer:
+            if known is None:
+                raise
+            shape, params = None, None
+        if known is not None:   # DL4J's own shape inference and parameter count win
+            shape = (g.batch, *known["shape"]) if known.get("shape") is not None else shape
+            if params is None or sum(math.prod(p) for p in params) != known.get("params", 0):
+                params = ((int(known["params"]),),) if known.get("params") else ()
+            if known.get("measured"):
+                attrs["measured"] = known["measured"]
+        assert shape is not None
+        fwd = float(max(math.prod(shape), sum(math.prod(g.shape(x)) for x in xs)))
+        if params:
+            fwd = max(fwd, 2.0 * math.prod(shape[:1]) * sum(math.prod(p) for p in params))
+        return g._add(LayerType.OPAQUE, tuple(xs), tuple(int(d) for d in shape), name, params or (), fwd, **attrs)
 
     @staticmethod
     def _chw(shape: tuple[int, ...], name: str) -> tuple[int, int, int]:
@@ -205,9 +363,14 @@ class _Builder:
 
 def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
                          input_shape: tuple[int, ...] | None = None,
-                         profile: str = "dl4j") -> Graph:
+                         profile: str = "dl4j", info: dict[str, dict[str, Any]] | None = None) -> Graph:
     """Build the DL4J-faithful graph from configuration JSON (a string or the parsed document),
     under the dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`).
+
+    `info` (layer or vertex name -> {"shape": per-sample output shape, "params": count,
+    "measured": {"ws_forward", "ws_backward", "saved"}}) is what DL4J itself says of its OPAQUE
+    nodes: its shape inference and a probe iteration (`org.pyd4j.train.LayerProbe`, run by
+    `pyd4j.train.fit`); layers without a rule here need it.
 
     Anything that is not a DL4J configuration the planner can model raises GraphError (or its
     UnsupportedLayer) naming what is wrong, never a KeyError or TypeError from deep inside."""
@@ -221,10 +384,15 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
     if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
         raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
                          "(no 'confs' and no 'vertices')")
+    if doc.get("backpropType") == "TruncatedBPTT":
+        raise UnsupportedLayer(f"the network trains with truncated BPTT (forward length {doc.get('tbpttFwdLength')}, "
+                               f"backward length {doc.get('tbpttBackLength')}), which planned training does not "
+                               "replay (it replays standard backprop); train it with DL4J's own fit()")
     if input_shape is not None:
         input_shape = tuple(_whole(d, "input shape") for d in input_shape)
     try:
-        graph = _multilayer(doc, batch, input_shape) if "confs" in doc else _graph(doc, batch, input_shape)
+        graph = (_multilayer(doc, batch, input_shape, info) if "confs" in doc
+                 else _graph(doc, batch, input_shape, info))
     except GraphError:
         raise
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as err:
@@ -263,12 +431,13 @@ def _reshape_input(g: Graph, x: int, pre: dict[str, Any] | None) -> None:
         layer.out_shape = (g.batch, c, h, w)
 
 
-def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None) -> Graph:
+def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
+                info: dict[str, dict[str, Any]] | None = None) -> Graph:
     layers = [c["layer"] for c in doc["confs"]]
     shape = tuple(input_shape) if input_shape else _infer_input(doc, layers[0])
     pres = doc.get("inputPreProcessors") or {}
     g = Graph("dl4j_multilayer", batch, _dtype(doc))
-    b = _Builder(g)
+    b = _Builder(g, info)
     x = g.data(*shape, name="input")
     g.layers[x].attrs["dl4j"] = {"input": 0}
     for i, layer in enumerate(layers):
@@ -307,7 +476,8 @@ def dl4j_topological_order(doc: dict[str, Any]) -> list[str]:
     return [names[i] for i in order]
 
 
-def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None) -> Graph:
+def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
+           info: dict[str, dict[str, Any]] | None = None) -> Graph:
     inputs = doc["networkInputs"]
     if len(inputs) != 1:
         raise GraphError(f"only single-input graphs are supported, got inputs {inputs}")
@@ -320,7 +490,7 @@ def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None)
     if unknown:
         raise GraphError(f"graph vertices read unknown vertices {unknown}")
     g = Graph("dl4j_graph", batch, _dtype(doc))
-    b = _Builder(g)
+    b = _Builder(g, info)
     ids: dict[str, int] = {}
     for name in dl4j_topological_order(doc):
         if name in inputs:
@@ -351,11 +521,12 @@ def _vertex(b: _Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> in
         return i
     if kind == "MergeVertex":
         shapes = [g.shape(x) for x in xs]
-        if all(len(s) == 2 for s in shapes):  # merging feature vectors
-            i = g._add(LayerType.CONCAT, tuple(xs), (g.batch, sum(s[1] for s in shapes)), name)
+        if all(len(s) in (2, 3) for s in shapes):  # merging feature vectors or sequences (N, C, T)
+            if len({s[2:] for s in shapes}) != 1:
+                raise GraphError(f"merge vertex {name!r}: inputs {shapes} differ beyond the channels")
+            i = g._add(LayerType.CONCAT, tuple(xs), (g.batch, sum(s[1] for s in shapes), *shapes[0][2:]), name)
         else:
             i = g.concat(xs, name=name)
         g.layers[i].attrs["dl4j"] = dl4j
         return i
-    raise UnsupportedLayer(f"DL4J vertex type {kind} ({vertex['@class']}) of vertex {name!r} "
-                           "is not supported by the planner")
+    return b._opaque(kind, vertex, tuple(xs), name, {"dl4j": dl4j})

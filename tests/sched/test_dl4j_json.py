@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -69,13 +70,58 @@ def test_topological_order_is_kahn_over_inputs_then_vertices_hand_worked() -> No
     assert dl4j_topological_order(doc) == ["in", "b", "a", "c"]
 
 
-def test_unknown_layer_types_are_named() -> None:
-    with pytest.raises(UnsupportedLayer, match="DL4J layer type LSTM"):
-        load("lstm", shape=(10,))
+def test_layers_without_a_model_are_opaque_steps_with_dl4j_shapes() -> None:
+    # recurrent layers on (N, C, T): LSTM's parameters as DL4J counts them (W, RW, b)
+    g = load("lstm", batch=4, shape=(32, 50))
+    assert [l.type for l in g.layers] == [LayerType.DATA, LayerType.OPAQUE, LayerType.OPAQUE, LayerType.SOFTMAX]
+    assert g.layers[1].out_shape == (4, 128, 50) and g.layers[3].out_shape == (4, 10, 50)
+    assert g.layers[1].param_elems == 32 * 512 + 128 * 512 + 512
+    assert g.layers[3].param_elems == 128 * 10 + 10
+    d = g.deps   # an opaque step keeps its inputs and its output for its backward step
+    assert d.bwd_reads[1] == (0, 1) and d.bwd_reads[2] == (1, 2)
+    for policy in POLICIES:
+        simulate(make_plan(g, policy))
+    # a vertex without a rule: refused by name unless DL4J's shape inference is given
     doc = json.loads((NETS / "resnet_graph.json").read_text())
-    doc["vertices"]["merge"]["@class"] = "org.deeplearning4j.nn.conf.graph.SubsetVertex"
-    with pytest.raises(UnsupportedLayer, match="SubsetVertex"):
+    doc["vertices"]["merge"]["@class"] = "org.deeplearning4j.nn.conf.graph.FrozenVertex"
+    with pytest.raises(UnsupportedLayer, match="FrozenVertex of 'merge' has no shape rule"):
         graph_from_dl4j_json(doc, 4, (3, 32, 32))
+    ref = graph_from_dl4j_json(json.loads((NETS / "resnet_graph.json").read_text()), 4, (3, 32, 32))
+    merge = next(l for l in ref.layers if l.name == "merge")
+    info = {"merge": {"shape": list(merge.out_shape[1:]), "params": 0,
+                      "measured": {"ws_forward": 1000, "ws_backward": 5000, "saved": 64}}}
+    g = graph_from_dl4j_json(doc, 4, (3, 32, 32), info=info)
+    node = next(l for l in g.layers if l.name == "merge")
+    assert node.type is LayerType.OPAQUE and node.out_shape == merge.out_shape
+    # the probe's figures are the node's working memory and what it keeps (aligned)
+    assert g.with_profile("dl4j").deps.saved_bytes[node.id] >= 64
+    assert max(g.deps.ws_bwd) >= 5000
+
+
+@pytest.mark.parametrize(("conf", "shape", "out", "params"), [
+    ({"@class": "x.ZeroPaddingLayer", "padding": [3, 3, 2, 1]}, (3, 8, 8), (3, 14, 11), 0),
+    ({"@class": "x.Cropping2D", "cropping": [1, 1, 2, 2]}, (3, 8, 8), (3, 6, 4), 0),
+    ({"@class": "x.Upsampling2D", "size": [2, 2]}, (3, 8, 8), (3, 16, 16), 0),
+    ({"@class": "x.SpaceToDepthLayer", "blockSize": 2}, (3, 8, 8), (12, 4, 4), 0),
+    ({"@class": "x.SeparableConvolution2D", "kernelSize": [3, 3], "nout": 5, "depthMultiplier": 2,
+      "convolutionMode": "Same", "hasBias": True}, (3, 8, 8), (5, 8, 8), 2 * 3 * 9 + 5 * 6 + 5),
+    ({"@class": "x.DepthwiseConvolution2D", "kernelSize": [3, 3], "depthMultiplier": 2, "hasBias": False},
+     (3, 8, 8), (6, 6, 6), 9 * 3 * 2),
+    ({"@class": "x.Deconvolution2D", "kernelSize": [2, 2], "stride": [2, 2], "nout": 4}, (3, 8, 8),
+     (4, 16, 16), 3 * 4 * 4 + 4),
+    ({"@class": "x.SimpleRnn", "nout": 6}, (3, 7), (6, 7), 3 * 6 + 36 + 6),
+    ({"@class": "x.Bidirectional", "mode": "CONCAT", "fwd": {"@class": "x.LSTM", "nout": 4}}, (3, 7),
+     (8, 7), 2 * (3 * 16 + 4 * 16 + 16)),
+    ({"@class": "x.LastTimeStep", "underlying": {"@class": "x.LSTM", "nout": 4}}, (3, 7), (4,),
+     3 * 16 + 4 * 16 + 16),
+])
+def test_shape_rules_of_opaque_layers(conf: dict, shape: tuple, out: tuple, params: int) -> None:
+    """DL4J's shape rules (ConvolutionUtils, the layers' getOutputType) for layers run opaque."""
+    from pyd4j.sched.dl4j_json import _opaque_shape  # noqa: PLC0415
+
+    got, ps = _opaque_shape(conf["@class"][2:], conf, [(2, *shape)], "l")
+    assert got == (2, *out)
+    assert sum(math.prod(p) for p in ps) == params
 
 
 @pytest.mark.parametrize("name", ["mlp", "lenet", "deep_cnn_bn", "resnet_graph", "deep_cnn30"])

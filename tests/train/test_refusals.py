@@ -56,19 +56,28 @@ def test_a_plan_of_another_network_is_refused(jvm, tmp_path: Path) -> None:
     assert "write the plan from this network's configuration" in out[0]
 
 
-def test_recurrent_layers_are_refused_with_the_fix(jvm, tmp_path: Path) -> None:
-    # the planner has no model for LSTM; a hand-written plan of the right shape still gets refused
-    doc = {"format": "pyd4j-plan", "version": 1, "policy": "liveness",
-           "network": {"kind": "MultiLayerNetwork", "batch": 4},
-           "nodes": [{"id": 0, "name": "input", "type": "DATA", "dl4j": {"input": 0}, "inputs": []}]
-           + [{"id": i + 1, "name": f"layer{i}", "type": "FC", "dl4j": {"layer": i}, "inputs": [i]}
-              for i in range(3)],
-           "records": [["FORWARD", 0]]}
-    path = tmp_path / "lstm.plan.json"
-    path.write_text(json.dumps(doc))
-    out = problems(network("lstm"), str(path))
-    assert any("layer 'layer0' (index 0) (LSTM) is recurrent" in p and "DL4J's own fit()" in p for p in out), out
-    assert any("RnnOutputLayer" in p for p in out), out
+def test_recurrent_layers_are_accepted_as_opaque_steps(jvm, tmp_path: Path) -> None:
+    # LSTM and RnnOutputLayer have no measured model: they run as opaque steps, accepted
+    path = plan_file(tmp_path, "lstm")
+    nodes = json.loads(Path(path).read_text())["nodes"]
+    assert [n["type"] for n in nodes] == ["DATA", "OPAQUE", "OPAQUE", "SOFTMAX"]
+    assert nodes[1]["shape"] == [4, 128, 50]   # (N, C, T)
+    assert problems(network("lstm"), path) == []
+
+
+def test_truncated_bptt_is_refused_by_name(jvm, tmp_path: Path) -> None:
+    import jpype
+
+    path = plan_file(tmp_path, "lstm")
+    net = network("lstm")
+    net.getLayerWiseConfigurations().setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").TruncatedBPTT)
+    out = problems(net, path)
+    assert any("truncated BPTT" in p and "DL4J's own fit()" in p for p in out), out
+    # the planner refuses its configuration too, by name
+    doc = json.loads((NETWORKS / "lstm.json").read_text())
+    doc["backpropType"] = "TruncatedBPTT"
+    with pytest.raises(Exception, match="truncated BPTT"):
+        graph_from_dl4j_json(doc, 4, (32, 50))
 
 
 def test_weight_noise_other_dropouts_and_activation_listeners_are_refused(jvm, tmp_path: Path) -> None:

@@ -31,7 +31,9 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * One network input and one output layer (more are refused).
  */
 final class GraphNodes extends NetworkNodes {
-    private static final List<String> SUPPORTED_VERTICES = Arrays.asList(
+    /** Vertex classes whose steps are modelled (measured); every other vertex runs as an opaque
+     *  step: its own doForward/doBackward, its inputs kept until its backward step. */
+    static final List<String> MODELLED_VERTICES = Arrays.asList(
             "org.deeplearning4j.nn.graph.vertex.impl.InputVertex",
             "org.deeplearning4j.nn.graph.vertex.impl.LayerVertex",
             "org.deeplearning4j.nn.graph.vertex.impl.ElementWiseVertex",
@@ -98,11 +100,6 @@ final class GraphNodes extends NetworkNodes {
                 out.add("plan node " + n + " reads " + planIns + "; vertex '" + n.vertex + "' reads " + ins
                         + ": write the plan from this graph's configuration");
             }
-            if (!SUPPORTED_VERTICES.contains(v.getClass().getName())) {
-                out.add("vertex '" + v.getVertexName() + "' (" + v.getClass().getSimpleName() + ") is not supported by planned "
-                        + "training (supported: layers, ElementWiseVertex, MergeVertex, SubsetVertex); use DL4J's own fit()");
-                continue;
-            }
             if (v.hasLayer()) {
                 String p = layerProblem(v.getLayer(), "'" + v.getVertexName() + "'");
                 if (p != null) out.add(p);
@@ -120,7 +117,7 @@ final class GraphNodes extends NetworkNodes {
         for (int i = 0; i < vertices.length; i++) {
             Layer l = layer(i);
             if (l == null) continue;
-            allowedBefore[i] = ((org.deeplearning4j.nn.layers.AbstractLayer<?>) l).isInputModificationAllowed();
+            allowedBefore[i] = LayerState.inputModificationAllowed(l);
             l.allowInputModification(false);
         }
     }
@@ -175,9 +172,16 @@ final class GraphNodes extends NetworkNodes {
     }
 
     @Override
+    boolean opaque(int node) {
+        GraphVertex v = vertices[node];
+        return v.hasLayer() ? LayerState.opaque(v.getLayer()) : !MODELLED_VERTICES.contains(v.getClass().getName());
+    }
+
+    @Override
     boolean backwardReadsInput(int node, int k) {
         GraphVertex v = vertices[node];
         if (v.hasLayer()) return LayerState.backwardReadsInput(v.getLayer());
+        if (opaque(node)) return true;   // an opaque step keeps its inputs
         if (v instanceof ElementWiseVertex) {
             String op = String.valueOf(Reflect.get(v, ElementWiseVertex.class, "op"));
             return op.equals("Product") || op.equals("Max");

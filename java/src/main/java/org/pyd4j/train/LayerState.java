@@ -36,8 +36,12 @@ public final class LayerState {
     private LayerState() {
     }
 
-    /** DL4J layer classes the planned trainer supports (exact classes, not subclasses). */
-    static final List<String> SUPPORTED_LAYERS = Arrays.asList(
+    /**
+     * DL4J layer classes whose steps are modelled (measured; exact classes, not subclasses). Every
+     * other layer runs as an opaque step: its own activate/backpropGradient, its inputs kept until
+     * its backward step ({@link #backwardReadsInput} is true), nothing it made closed by the trainer.
+     */
+    static final List<String> MODELLED_LAYERS = Arrays.asList(
             "org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer",
             "org.deeplearning4j.nn.layers.OutputLayer",
             "org.deeplearning4j.nn.layers.convolution.ConvolutionLayer",
@@ -55,12 +59,30 @@ public final class LayerState {
      */
     public static boolean backwardReadsInput(Layer layer) {
         String name = layer.getClass().getSimpleName();
+        if (opaque(layer)) return true;                          // an opaque step keeps its inputs
         if (name.equals("DropoutLayer")) return false;           // reads only its mask
         if (name.equals("GlobalPoolingLayer")) {                 // average: the input's shape only
             return ((org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer) layer.conf().getLayer())
                     .getPoolingType() != org.deeplearning4j.nn.conf.layers.PoolingType.AVG;
         }
         return true;
+    }
+
+    /** Whether the layer runs as an opaque step (see {@link #MODELLED_LAYERS}). */
+    static boolean opaque(Layer layer) {
+        return !MODELLED_LAYERS.contains(layer.getClass().getName());
+    }
+
+    /** The layer's input-modification flag (wrappers that are not AbstractLayers: assumed allowed). */
+    static boolean inputModificationAllowed(Layer layer) {
+        return !(layer instanceof org.deeplearning4j.nn.layers.AbstractLayer)
+                || ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isInputModificationAllowed();
+    }
+
+    /** Whether the layer's input dropout ran on its current input (it then owns the dropped copy). */
+    static boolean dropoutApplied(Layer layer) {
+        return layer instanceof org.deeplearning4j.nn.layers.AbstractLayer
+                && ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isDropoutApplied();
     }
 
     static IDropout inputDropout(Layer layer) {
@@ -87,7 +109,7 @@ public final class LayerState {
         if (d instanceof Dropout) {
             add(out, ((Dropout) d).getMask(), output);
             // with input modification forbidden, the dropped input is a new array the layer owns
-            if (((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isDropoutApplied()) add(out, layer.input(), output);
+            if (dropoutApplied(layer)) add(out, layer.input(), output);
         }
         return out;
     }

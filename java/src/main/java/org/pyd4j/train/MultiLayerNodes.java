@@ -90,7 +90,7 @@ final class MultiLayerNodes extends NetworkNodes {
     void attach() {
         allowedBefore = new boolean[layers.length];
         for (int i = 0; i < layers.length; i++) {
-            allowedBefore[i] = ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layers[i]).isInputModificationAllowed();
+            allowedBefore[i] = LayerState.inputModificationAllowed(layers[i]);
             layers[i].allowInputModification(false);
         }
     }

@@ -111,19 +111,16 @@ abstract class NetworkNodes {
     /** Store the iteration's gradient and score in the network, as its computeGradientAndScore does. */
     abstract void finishIteration(double score);
 
-    /** Problems common to every layer (null: none). */
+    /** Whether the node runs as an opaque step: DL4J's own forward and backward, its inputs kept,
+     *  nothing it made closed by the trainer (a layer or vertex without a measured model). */
+    boolean opaque(int node) {
+        Layer l = layer(node);
+        return l != null && LayerState.opaque(l);
+    }
+
+    /** Problems common to every layer (null: none). Any layer type trains (opaque where not
+     *  modelled); what is refused is what cannot be replayed exactly. */
     static String layerProblem(Layer layer, String name) {
-        String cls = layer.getClass().getName();
-        if (!LayerState.SUPPORTED_LAYERS.contains(cls)) {
-            if (layer instanceof org.deeplearning4j.nn.api.layers.RecurrentLayer
-                    || cls.contains(".recurrent.")) {
-                return "layer " + name + " (" + layer.getClass().getSimpleName() + ") is recurrent: planned training "
-                        + "does not replay recurrent layers (their time steps and stored state); train it with DL4J's own fit()";
-            }
-            return "layer " + name + " (" + layer.getClass().getSimpleName() + ") is not supported by planned training "
-                    + "(supported: Dense, Output, Convolution, Subsampling, BatchNormalization, LocalResponseNormalization, "
-                    + "Activation, Dropout, GlobalPooling); train it with DL4J's own fit()";
-        }
         if (LayerState.hasWeightNoise(layer)) {
             return "layer " + name + " uses weight noise (DropConnect/WeightNoise), which planned training does not "
                     + "replay; remove it or train with DL4J's own fit()";

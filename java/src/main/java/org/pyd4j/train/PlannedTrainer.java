@@ -407,7 +407,7 @@ public final class PlannedTrainer implements AutoCloseable {
      */
     private void sweep(StepWorkspaceMgr m, int node, INDArray... kept) {
         List<INDArray> made = m.drain();
-        if (made.isEmpty()) return;
+        if (made.isEmpty() || nodes.opaque(node)) return;   // an opaque step's arrays may live on where we cannot see
         java.util.Set<Object> keep = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
         for (INDArray a : kept) if (a != null) keep.add(Held.root(a));
         for (INDArray a : nodes.referenced(node)) keep.add(Held.root(a));
@@ -552,7 +552,7 @@ public final class PlannedTrainer implements AutoCloseable {
             y[node] = keep;
         }
         Layer l = nodes.layer(node);
-        boolean ownInput = l != null && ((org.deeplearning4j.nn.layers.AbstractLayer<?>) l).isDropoutApplied();
+        boolean ownInput = l != null && LayerState.dropoutApplied(l);
         for (int k = 0; k < pn.inputs.length; k++) {
             int j = pn.inputs[k];
             INDArray cur = y[j] != null || incoming[j] ? materialize(j, "BACKWARD " + pn.name) : null;

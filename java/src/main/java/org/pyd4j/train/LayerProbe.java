@@ -1,0 +1,183 @@
+package org.pyd4j.train;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.layers.IOutputLayer;
+import org.deeplearning4j.nn.conf.InputPreProcessor;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.graph.vertex.GraphVertex;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.workspace.ArrayType;
+import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.memory.MemoryWorkspace;
+import org.nd4j.linalg.api.memory.conf.WorkspaceConfiguration;
+import org.nd4j.linalg.api.memory.enums.AllocationPolicy;
+import org.nd4j.linalg.api.memory.enums.LearningPolicy;
+import org.nd4j.linalg.api.memory.enums.SpillPolicy;
+import org.nd4j.linalg.api.memory.abstracts.Nd4jWorkspace;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.api.rng.Random;
+import org.nd4j.linalg.factory.Nd4j;
+
+/**
+ * What DL4J itself says of a network's layers and vertices when a plan is made: each one's output
+ * shape (one training-mode forward pass of the whole network on random features of the planned
+ * batch shape: DL4J's own shape rules) and parameter count, and for each opaque step (a layer or
+ * vertex without a measured model, see {@link LayerState#MODELLED_LAYERS}) a probe iteration of
+ * that step alone: the bytes its forward and its backward step allocate in the trainer's
+ * working-memory workspace and the bytes it keeps in its fields from forward to backward. The
+ * random state and the network's parameters are left as they were. Returns JSON for
+ * {@code pyd4j.sched.dl4j_json.graph_from_dl4j_json(info=...)}: {@code {name: {"shape": [...]
+ * (per sample), "params": n, "opaque": bool, "measured": {"ws_forward", "ws_backward", "saved"}}}}.
+ */
+public final class LayerProbe {
+    private static final String WS = "PYD4J_PROBE_WS";
+
+    private LayerProbe() {
+    }
+
+    /** Probe {@code net} with random features of shape {@code featureShape} (one per network input). */
+    public static String describe(Model net, long[]... featureShape) {
+        Random r = Nd4j.getRandom();
+        long[] state = {r.rootState(), r.nodeState()};
+        try {
+            INDArray[] f = new INDArray[featureShape.length];
+            for (int i = 0; i < f.length; i++) f[i] = Nd4j.rand(net.params().dataType(), featureShape[i]).subi(0.5);
+            StringBuilder sb = new StringBuilder("{");
+            if (net instanceof MultiLayerNetwork) multiLayer((MultiLayerNetwork) net, f[0], sb);
+            else graph((ComputationGraph) net, f, sb);
+            return sb.append('}').toString();
+        } finally {
+            r.setStates(state[0], state[1]);
+        }
+    }
+
+    private static void multiLayer(MultiLayerNetwork net, INDArray features, StringBuilder sb) {
+        List<INDArray> acts = net.feedForward(features, true);   // input, then each layer's output
+        Layer[] layers = net.getLayers();
+        for (int i = 0; i < layers.length; i++) {
+            String name = layers[i].conf().getLayer().getLayerName();
+            if (name == null) name = "layer" + i;
+            String measured = null;
+            if (LayerState.opaque(layers[i]) && !(layers[i] instanceof IOutputLayer)) {
+                InputPreProcessor pp = net.getLayerWiseConfigurations().getInputPreProcess(i);
+                INDArray x = acts.get(i);
+                if (pp != null) x = pp.preProcess(x.dup(), (int) x.size(0), LayerWorkspaceMgr.noWorkspaces());
+                measured = measureLayer(layers[i], x.dup());
+            }
+            entry(sb, name, acts.get(i + 1), layers[i].numParams(), LayerState.opaque(layers[i]), measured);
+        }
+        net.clear();
+    }
+
+    private static void graph(ComputationGraph net, INDArray[] features, StringBuilder sb) {
+        Map<String, INDArray> acts = net.feedForward(features, true, false);
+        for (GraphVertex v : net.getVertices()) {
+            if (v.isInputVertex()) continue;
+            boolean opaque = v.hasLayer() ? LayerState.opaque(v.getLayer())
+                    : !GraphNodes.MODELLED_VERTICES.contains(v.getClass().getName());
+            String measured = null;
+            if (opaque && !v.isOutputVertex()) {
+                List<String> ins = net.getConfiguration().getVertexInputs().get(v.getVertexName());
+                INDArray[] xs = new INDArray[ins.size()];
+                for (int k = 0; k < xs.length; k++) xs[k] = acts.get(ins.get(k)).dup();
+                measured = measureVertex(v, xs);
+            }
+            entry(sb, v.getVertexName(), acts.get(v.getVertexName()), v.numParams(), opaque, measured);
+        }
+        net.clearLayersStates();
+    }
+
+    private static void entry(StringBuilder sb, String name, INDArray y, long params, boolean opaque, String measured) {
+        if (sb.length() > 1) sb.append(", ");
+        sb.append('"').append(name.replace("\"", "'")).append("\": {\"shape\": ");
+        if (y == null) sb.append("null");
+        else {
+            long[] s = y.shape();
+            sb.append('[');
+            for (int d = 1; d < s.length; d++) sb.append(d > 1 ? ", " : "").append(s[d]);
+            sb.append(']');
+        }
+        sb.append(", \"params\": ").append(params).append(", \"opaque\": ").append(opaque);
+        if (measured != null) sb.append(", \"measured\": ").append(measured);
+        sb.append('}');
+    }
+
+    private static LayerWorkspaceMgr measuring(boolean backward) {
+        WorkspaceConfiguration c = WorkspaceConfiguration.builder().initialSize(1L << 20)
+                .policyAllocation(AllocationPolicy.STRICT).policyLearning(LearningPolicy.NONE)
+                .policySpill(SpillPolicy.EXTERNAL).build();
+        return StepWorkspaceMgr.of(WS, c, backward);
+    }
+
+    private static long used(MemoryWorkspace ws) {
+        return ws.getPrimaryOffset() + ((Nd4jWorkspace) ws).getSpilledSize();
+    }
+
+    private static String measureLayer(Layer layer, INDArray x) {
+        LayerWorkspaceMgr mgr = measuring(false);
+        LayerWorkspaceMgr bpMgr = measuring(true);
+        INDArray y;
+        long fwd;
+        try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+            y = layer.activate(x, true, mgr);
+            fwd = used(ws);
+            if (y.isAttached()) y = y.detach();
+        }
+        long saved = kept(LayerState.referenced(layer), x, y);
+        long bwd;
+        INDArray eps = Nd4j.rand(y.dataType(), y.shape());
+        try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+            layer.backpropGradient(eps, bpMgr);
+            bwd = used(ws);
+        }
+        layer.clear();
+        return "{\"ws_forward\": " + fwd + ", \"ws_backward\": " + bwd + ", \"saved\": " + saved + "}";
+    }
+
+    private static String measureVertex(GraphVertex v, INDArray[] xs) {
+        LayerWorkspaceMgr mgr = measuring(false);
+        LayerWorkspaceMgr bpMgr = measuring(true);
+        INDArray y;
+        long fwd;
+        try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+            for (int k = 0; k < xs.length; k++) v.setInput(k, xs[k], mgr);
+            y = v.doForward(true, mgr);
+            fwd = used(ws);
+            if (y.isAttached()) y = y.detach();
+        }
+        List<INDArray> held = new ArrayList<>(LayerState.referenced(v));
+        if (v.hasLayer()) held.addAll(LayerState.referenced(v.getLayer()));
+        long saved = kept(held, y, xs);
+        long bwd;
+        try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+            v.setEpsilon(Nd4j.rand(y.dataType(), y.shape()));
+            v.doBackward(false, bpMgr);
+            bwd = used(ws);
+        }
+        v.setEpsilon(null);
+        v.clear();
+        return "{\"ws_forward\": " + fwd + ", \"ws_backward\": " + bwd + ", \"saved\": " + saved + "}";
+    }
+
+    /** Bytes of the distinct arrays in {@code held} that are not {@code known} (inputs, output) nor views (parameters). */
+    private static long kept(List<INDArray> held, INDArray y, INDArray... known) {
+        Set<Object> skip = Collections.newSetFromMap(new IdentityHashMap<>());
+        for (INDArray a : known) if (a != null) skip.add(Held.root(a));
+        if (y != null) skip.add(Held.root(y));
+        long b = 0;
+        for (INDArray a : held) {
+            if (a == null || a.wasClosed() || a.isView() || !skip.add(Held.root(a))) continue;
+            b += a.length() * a.dataType().width();
+        }
+        return b;
+    }
+}
