@@ -449,24 +449,40 @@ def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | 
     return g
 
 
+def _java_hash_set_order(values: list[int]) -> list[int]:
+    """The iteration order of a java.util.HashSet<Integer> filled with `values` in that order:
+    by bucket (the value's low bits for the table's capacity: 16, doubled past 3/4 full), then
+    insertion order within a bucket."""
+    cap = 16
+    while len(values) > 0.75 * cap:
+        cap *= 2
+    return sorted(values, key=lambda v: (v ^ (v >> 16)) & (cap - 1))
+
+
 def dl4j_topological_order(doc: dict[str, Any]) -> list[str]:
     """Vertex names (inputs first) in the order ComputationGraph.topologicalSortOrder() gives:
-    indices are the network inputs, then the vertices in configuration order; Kahn's algorithm
-    with a FIFO queue seeded and extended in ascending index order."""
+    the order the configuration recorded (`topologicalOrderStr`, written once a network computed
+    it) when present; else Kahn's algorithm as DL4J runs it -- indices are the network inputs, then
+    the vertices in configuration order; a FIFO queue seeded in ascending index order and extended
+    with each vertex's consumers in the iteration order of DL4J's HashSet of them."""
+    recorded = doc.get("topologicalOrderStr")
     names = list(doc["networkInputs"]) + [v for v in doc["vertices"] if v not in doc["networkInputs"]]
+    if recorded and sorted(recorded) == sorted(names):
+        return list(recorded)
     index = {name: i for i, name in enumerate(names)}
     vin: dict[str, list[str]] = doc.get("vertexInputs", {})
     inputs = {index[v]: {index[s] for s in vin.get(v, [])} for v in names}
-    outputs: dict[int, set[int]] = {i: set() for i in range(len(names))}
-    for v, srcs in inputs.items():
+    outputs: dict[int, list[int]] = {i: [] for i in range(len(names))}
+    for v, srcs in inputs.items():   # consumers in insertion order (ascending vertex index)
         for s in srcs:
-            outputs[s].add(v)
+            if v not in outputs[s]:
+                outputs[s].append(v)
     queue = deque(i for i in sorted(inputs) if not inputs[i])
     order: list[int] = []
     while queue:
         i = queue.popleft()
         order.append(i)
-        for o in sorted(outputs[i]):
+        for o in _java_hash_set_order(outputs[i]):
             inputs[o].discard(i)
             if not inputs[o]:
                 queue.append(o)

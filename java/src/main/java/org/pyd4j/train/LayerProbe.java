@@ -61,6 +61,7 @@ public final class LayerProbe {
     }
 
     private static void multiLayer(MultiLayerNetwork net, INDArray features, StringBuilder sb) {
+        if (net.getFlattenedGradients() == null) net.initGradientsView();   // as fit() does: backprop writes there
         List<INDArray> acts = net.feedForward(features, true);   // input, then each layer's output
         Layer[] layers = net.getLayers();
         for (int i = 0; i < layers.length; i++) {
@@ -79,6 +80,7 @@ public final class LayerProbe {
     }
 
     private static void graph(ComputationGraph net, INDArray[] features, StringBuilder sb) {
+        if (net.getFlattenedGradients() == null) net.initGradientsView();
         Map<String, INDArray> acts = net.feedForward(features, true, false);
         for (GraphVertex v : net.getVertices()) {
             if (v.isInputVertex()) continue;
@@ -111,11 +113,27 @@ public final class LayerProbe {
         sb.append('}');
     }
 
-    private static LayerWorkspaceMgr measuring(boolean backward) {
+    /** The trainer's manager for an opaque step (activations outside the working memory, in
+     *  backward too), measuring into a fresh workspace. */
+    private static StepWorkspaceMgr measuring() {
         WorkspaceConfiguration c = WorkspaceConfiguration.builder().initialSize(1L << 20)
                 .policyAllocation(AllocationPolicy.STRICT).policyLearning(LearningPolicy.NONE)
                 .policySpill(SpillPolicy.EXTERNAL).build();
-        return StepWorkspaceMgr.of(WS, c, backward);
+        return StepWorkspaceMgr.of(WS, c, false);
+    }
+
+    /** Bytes of the arrays a step made outside workspaces and did not return or keep: its
+     *  temporaries outside the working memory (they count as its working memory). */
+    private static long temporaries(StepWorkspaceMgr m, List<INDArray> keep, INDArray... returned) {
+        Set<Object> skip = Collections.newSetFromMap(new IdentityHashMap<>());
+        for (INDArray a : keep) if (a != null) skip.add(Held.root(a));
+        for (INDArray a : returned) if (a != null) skip.add(Held.root(a));
+        long b = 0;
+        for (INDArray a : m.drain()) {
+            if (a.wasClosed() || !skip.add(Held.root(a))) continue;
+            b += a.length() * a.dataType().width();
+        }
+        return b;
     }
 
     private static long used(MemoryWorkspace ws) {
@@ -123,8 +141,8 @@ public final class LayerProbe {
     }
 
     private static String measureLayer(Layer layer, INDArray x) {
-        LayerWorkspaceMgr mgr = measuring(false);
-        LayerWorkspaceMgr bpMgr = measuring(true);
+        StepWorkspaceMgr mgr = measuring();
+        StepWorkspaceMgr bpMgr = measuring();
         INDArray y;
         long fwd;
         try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
@@ -132,20 +150,22 @@ public final class LayerProbe {
             fwd = used(ws);
             if (y.isAttached()) y = y.detach();
         }
-        long saved = kept(LayerState.referenced(layer), x, y);
+        List<INDArray> held = LayerState.referenced(layer);
+        fwd += temporaries(mgr, held, y);
+        long saved = kept(held, x, y);
         long bwd;
         INDArray eps = Nd4j.rand(y.dataType(), y.shape());
         try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
-            layer.backpropGradient(eps, bpMgr);
-            bwd = used(ws);
+            org.nd4j.common.primitives.Pair<org.deeplearning4j.nn.gradient.Gradient, INDArray> p = layer.backpropGradient(eps, bpMgr);
+            bwd = used(ws) + temporaries(bpMgr, LayerState.referenced(layer), p.getSecond());
         }
         layer.clear();
         return "{\"ws_forward\": " + fwd + ", \"ws_backward\": " + bwd + ", \"saved\": " + saved + "}";
     }
 
     private static String measureVertex(GraphVertex v, INDArray[] xs) {
-        LayerWorkspaceMgr mgr = measuring(false);
-        LayerWorkspaceMgr bpMgr = measuring(true);
+        StepWorkspaceMgr mgr = measuring();
+        StepWorkspaceMgr bpMgr = measuring();
         INDArray y;
         long fwd;
         try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
@@ -156,12 +176,17 @@ public final class LayerProbe {
         }
         List<INDArray> held = new ArrayList<>(LayerState.referenced(v));
         if (v.hasLayer()) held.addAll(LayerState.referenced(v.getLayer()));
+        List<INDArray> keep = new ArrayList<>(held);
+        keep.addAll(java.util.Arrays.asList(xs));
+        fwd += temporaries(mgr, keep, y);
         long saved = kept(held, y, xs);
         long bwd;
         try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
             v.setEpsilon(Nd4j.rand(y.dataType(), y.shape()));
-            v.doBackward(false, bpMgr);
-            bwd = used(ws);
+            INDArray[] grads = v.doBackward(false, bpMgr).getSecond();
+            List<INDArray> now = new ArrayList<>(LayerState.referenced(v));
+            if (v.hasLayer()) now.addAll(LayerState.referenced(v.getLayer()));
+            bwd = used(ws) + temporaries(bpMgr, now, grads);
         }
         v.setEpsilon(null);
         v.clear();

@@ -70,6 +70,7 @@ public final class PlannedTrainer implements AutoCloseable {
     private final OffloadTier tier;
     private final StepWorkspaceMgr mgr;     // forward steps: activations are kept
     private final StepWorkspaceMgr bpMgr;   // backward steps: activations are temporaries
+    private final StepWorkspaceMgr opaqueBpMgr;   // an opaque step's backward: activations outside (see StepWorkspaceMgr#of)
     private final TrainStats stats = new TrainStats();
     private final int[] lastPrefetch;   // record index of each tensor's last PREFETCH, -1 if none
     private final boolean[] savedRecords;   // the plan frees what node i keeps for backward (5 * n + i) itself
@@ -105,6 +106,7 @@ public final class PlannedTrainer implements AutoCloseable {
                 .policyReset(ResetPolicy.BLOCK_LEFT).build();
         this.mgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false);
         this.bpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, true);
+        this.opaqueBpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false);
         this.lastPrefetch = new int[PlanFile.KINDS * plan.nodes.size()];
         Arrays.fill(lastPrefetch, -1);
         this.savedRecords = new boolean[plan.nodes.size()];
@@ -584,18 +586,19 @@ public final class PlannedTrainer implements AutoCloseable {
             grads = nodes.backwardInChunks(node, eps, bpMgr, chunks);
             stats.chunkedSteps++;
         } else {
-            try (MemoryWorkspace ws = bpMgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
-                grads = nodes.backward(node, eps, bpMgr);
+            StepWorkspaceMgr m = nodes.opaque(node) ? opaqueBpMgr : bpMgr;
+            try (MemoryWorkspace ws = m.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+                grads = nodes.backward(node, eps, m);
                 for (int k = 0; k < grads.length; k++) {
                     if (grads[k] != null && grads[k].array.isAttached()) grads[k] = Held.own(grads[k].array.detach());
                 }
-                if (output) score = nodes.score(node, bpMgr);
+                if (output) score = nodes.score(node, m);
             }
         }
         stats.layerNanos += System.nanoTime() - t;
         INDArray[] returned = new INDArray[grads.length];
         for (int k = 0; k < grads.length; k++) returned[k] = grads[k] == null ? null : grads[k].array;
-        sweep(bpMgr, node, returned);
+        sweep(nodes.opaque(node) ? opaqueBpMgr : bpMgr, node, returned);
         for (int k = 0; k < grads.length && k < pn.inputs.length; k++) {
             Held g = grads[k];
             if (g == null) continue;

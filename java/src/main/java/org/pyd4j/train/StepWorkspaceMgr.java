@@ -31,7 +31,10 @@ final class StepWorkspaceMgr extends LayerWorkspaceMgr {
     }
 
     /** Step temporaries (FF/BP working memory, and in the backward pass activations, which a
-     *  layer's backprop recomputes) in workspace {@code name}; every other type in no workspace. */
+     *  layer's backprop recomputes) in workspace {@code name}; every other type in no workspace.
+     *  An opaque step's backward takes {@code backward = false}: a recurrent layer's backprop
+     *  borrows its activations' workspace inside the working-memory one (LSTMHelpers), which
+     *  one workspace for both refuses ("Can't borrow from borrowed workspace"). */
     static StepWorkspaceMgr of(String name, WorkspaceConfiguration conf, boolean backward) {
         Set<ArrayType> out = new java.util.HashSet<>();
         Map<ArrayType, WorkspaceConfiguration> configs = new HashMap<>();
@@ -42,6 +45,10 @@ final class StepWorkspaceMgr extends LayerWorkspaceMgr {
             if (working) {
                 configs.put(t, conf);
                 names.put(t, name);
+            } else if (t == ArrayType.RNN_FF_LOOP_WORKING_MEM || t == ArrayType.RNN_BP_LOOP_WORKING_MEM) {
+                // a recurrent layer's per-time-step temporaries: their own workspace, as in DL4J's fit()
+                configs.put(t, conf);
+                names.put(t, name + "_RNN_LOOP");
             } else {
                 out.add(t);
             }

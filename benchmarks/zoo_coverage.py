@@ -1,0 +1,235 @@
+"""Planned training on every model of DL4J's zoo (deeplearning4j-zoo 1.0.0-M2.1).
+
+    .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2]
+        [--timeout 900] [--peak-timeout 300] [--no-peak] [--out benchmarks/results/zoo_coverage.json]
+
+For each model, in child JVMs (one OpenMP thread):
+1. built by DL4J's code (`org.pyd4j.fixtures.ZooNets`) at the smallest square input at which it
+   builds and runs a forward pass (sizes tried smallest first), with what DL4J says of each layer at
+   the planned batch (`org.pyd4j.train.LayerProbe`: shapes, parameter counts, the working memory of
+   each opaque step);
+2. planned from its `conf.toJson()` (`pyd4j.sched.dl4j_json`): accepted, or refused with the reason;
+3. checked (`org.pyd4j.fixtures.PlannedCheck`, float64 reference on): one planned iteration under
+   liveness, under `recompute_in_memory` (the smallest plan with every step whole) and under the
+   smallest plan (convolutions in batch slices where it helps) against DL4J's own
+   `computeGradientAndScore()`: bit-identical gradients and score where no step is chunked; where
+   steps are chunked, each variable's error against the float64 run next to DL4J's own float32
+   error (the planned error may not exceed DL4J's by more than `CHUNK_TOLERANCE`, or one part in
+   10^6 of the variable's largest value);
+4. where quick (the model's check within `--peak-timeout`): the peak above the idle JVM of three
+   iterations of DL4J's `fit()` and of the same job under the liveness and the smallest plan
+   (`benchmarks/planned_training.py`'s measuring job), and the ratios planned / fit().
+
+A model that does not build in time, or whose step exceeds `--timeout`, is recorded as skipped
+with the limit it exceeded. Writes JSON (`--out`) and prints the README table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODELS = ("AlexNet", "Darknet19", "FaceNetNN4Small2", "InceptionResNetV1", "LeNet", "NASNet", "ResNet50",
+          "SimpleCNN", "SqueezeNet", "TextGenerationLSTM", "TinyYOLO", "UNet", "VGG16", "VGG19", "Xception", "YOLO2")
+FIXTURES = ROOT / "tests" / "fixtures" / "java" / "target"
+CHUNK_TOLERANCE = 4.0
+PLANS = ("liveness", "recompute_in_memory", "smallest")
+
+
+def java_classpath() -> str:
+    from pyd4j.jvm.classpath import classpath
+
+    return ":".join([str(FIXTURES / "pyd4j-fixtures.jar"), str(FIXTURES / "zoo-lib" / "*")] + classpath())
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def java(args: list[str], timeout: float, heap: str = "4g") -> subprocess.CompletedProcess:
+    return subprocess.run(["java", f"-Xmx{heap}", *args], capture_output=True, text=True, timeout=timeout, env=env())
+
+
+def build(model: str, batch: int, folder: Path, timeout: float) -> dict:
+    t = time.monotonic()
+    try:
+        out = java([f"-Dpyd4j.probe.batch={batch}", "-cp", java_classpath(), "org.pyd4j.fixtures.ZooNets",
+                    str(folder), model], timeout)
+    except subprocess.TimeoutExpired:
+        return {"built": False, "skipped": f"building took more than {timeout:.0f} s"}
+    rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode != 0 or not rows:
+        return {"built": False, "error": (out.stderr or out.stdout)[-600:]}
+    r = rows[-1]
+    if r.get("size") is None:
+        return {"built": False, "error": f"DL4J does not build it at any size tried (last: {r.get('error')})"}
+    return {"built": True, "size": r["size"], "kind": r["kind"], "build_s": round(time.monotonic() - t, 1)}
+
+
+def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
+    """The planner's verdict and the plan files (policy -> path)."""
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+    from pyd4j.sched.graph import GraphError, LayerType
+    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, smallest_plan, write_plan
+
+    doc = json.loads((folder / f"{model}.json").read_text())
+    inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
+    info = json.loads((folder / f"{model}.info.json").read_text())
+    shape = ((inp["channels"], inp["height"], inp["width"]) if inp["type"] == "convolutional"
+             else (inp["size"], inp["timeSeriesLength"]))
+    try:
+        g = graph_from_dl4j_json(doc, batch, shape, info=info)
+        files, predicted = {}, {}
+        for policy in PLANS:
+            p, r = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
+            path = folder / f"{model}.{batch}.{policy}.plan.json"
+            path.unlink(missing_ok=True)
+            files[policy] = str(write_plan(path, p, r, network_kind(doc), model))
+            predicted[policy] = r.device_peak_bytes
+    except GraphError as err:
+        return {"planned": False, "refused_by": "planner", "reason": str(err)}, {}
+    shapes_agree = all(list(l.out_shape[1:]) == info[l.name]["shape"] for l in g.layers
+                       if l.type is not LayerType.DATA and info.get(l.name, {}).get("shape") is not None)
+    opaque = sorted({l.attrs["dl4j"].get("class", "?") for l in g.layers if l.type is LayerType.OPAQUE})
+    return {"planned": True, "nodes": len(g), "opaque_nodes": sum(1 for l in g.layers if l.type is LayerType.OPAQUE),
+            "opaque_types": opaque, "dl4j_shapes_agree": shapes_agree,
+            "predicted_device_peak_bytes": predicted, "policy_of_smallest": p.policy}, files
+
+
+def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: float) -> dict:
+    by_path = {v: k for k, v in files.items()}
+    t = time.monotonic()
+    try:
+        out = java(["-Dpyd4j.check.f64=true", "-cp", java_classpath(), "org.pyd4j.fixtures.PlannedCheck",
+                    str(folder / f"{model}.json"), str(folder / f"{model}.input.json"), str(batch), "0",
+                    *files.values()], timeout)
+    except subprocess.TimeoutExpired:
+        return {"checked": False, "skipped": f"the check took more than {timeout:.0f} s"}
+    if out.returncode != 0:
+        refused = [x.strip()[2:] for x in out.stderr.splitlines() if x.strip().startswith("- ")]
+        if "planned training cannot run this network" in out.stderr:
+            return {"checked": False, "refused_by": "trainer", "reason": "; ".join(refused)[:1500]}
+        return {"checked": False, "error": out.stderr[-1500:]}
+    rows = {}
+    for r in (json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")):
+        chunked = r["stats"]["chunked_steps"] > 0
+        worst = 0.0
+        for name, v in r["gradient_by_variable"].items():   # [relative, amax, err_dl4j, err_planned, exact_amax]
+            err_dl4j, err_planned, scale = v[2], v[3], v[4]
+            worst = max(worst, err_planned / max(err_dl4j, 1e-6 * scale, 1e-30))
+        rows[by_path[r["plan"]]] = {
+            "bitwise": r["bitwise"], "score_equal": r["score"] == r["score_ref"], "chunked": chunked,
+            "max_relative": r["max_relative"], "worst_variable": r["worst_variable"],
+            "error_vs_float64_over_dl4j": round(worst, 3),
+            "exact": r["bitwise"] if not chunked else worst <= CHUNK_TOLERANCE,
+            "recomputes": r["stats"]["recomputes"], "peak_live_bytes": r["stats"]["peak_live_bytes"]}
+    return {"checked": True, "check_s": round(time.monotonic() - t, 1), "plans": rows,
+            "exact": all(v["exact"] for v in rows.values()) and len(rows) == len(files)}
+
+
+def peaks(model: str, batch: int, folder: Path, files: dict[str, str], timeout: float) -> dict:
+    """Peak above the idle JVM: fit() and the same job under the liveness and the smallest plan."""
+    import benchmarks.planned_training as pt
+
+    pt.NETWORKS = folder   # the measuring job reads <model>.json and its .input.json sidecar
+    out = {}
+    try:
+        for mode in ("fit", "liveness", "smallest"):
+            p = None if mode == "fit" else {"path": files[mode]}
+            t = time.monotonic()
+            r = pt.run(model, batch, 3, p, folder)
+            out[mode] = {"peak_above_idle_bytes": r["peak_above_idle_bytes"], "seconds": round(time.monotonic() - t, 1)}
+            if time.monotonic() - t > timeout:
+                out["skipped"] = f"{mode} took more than {timeout:.0f} s; later modes not run"
+                break
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        out["error"] = str(err)[-600:]
+    fit = out.get("fit", {}).get("peak_above_idle_bytes")
+    for mode in ("liveness", "smallest"):
+        if fit and mode in out:
+            out[mode]["over_fit"] = round(out[mode]["peak_above_idle_bytes"] / fit, 3)
+    return out
+
+
+def table(doc: dict) -> str:
+    lines = ["| model | input | planned | opaque steps | liveness | smallest (whole steps) | smallest plan | peak planned / fit() (liveness; smallest) |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def verdict(r: dict | None) -> str:
+        if r is None:
+            return "-"
+        if r["chunked"]:
+            return f"{'within' if r['exact'] else 'OUTSIDE'} fp32 error ({r['error_vs_float64_over_dl4j']}x DL4J's)"
+        return "bit-identical" if r["bitwise"] and r["score_equal"] else f"DIFFERS ({r['max_relative']:.1e})"
+
+    for name, m in doc["models"].items():
+        if not m.get("built"):
+            lines.append(f"| {name} | - | not built: {m.get('skipped') or m.get('error', '')[:120]} | | | | | |")
+            continue
+        if not m.get("planned") or (m.get("checked") is False and m.get("refused_by")):
+            lines.append(f"| {name} | {m['size']} | refused ({m.get('refused_by')}): {m.get('reason', '')[:160]} | | | | | |")
+            continue
+        plans = m.get("plans", {})
+        pk = m.get("peak", {})
+        ratio = "; ".join(str(pk[k]["over_fit"]) for k in ("liveness", "smallest") if k in pk and "over_fit" in pk[k]) \
+            or (pk.get("error", "")[:60] or pk.get("skipped", "") or "not measured")
+        lines.append(f"| {name} | {m['size']} | accepted | {m['opaque_nodes']} ({', '.join(m['opaque_types'])}) | "
+                     f"{verdict(plans.get('liveness'))} | {verdict(plans.get('recompute_in_memory'))} | "
+                     f"{verdict(plans.get('smallest'))} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per build and per check")
+    ap.add_argument("--peak-timeout", type=float, default=300.0, help="measure peaks only where the check took less")
+    ap.add_argument("--no-peak", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_coverage.json"))
+    args = ap.parse_args()
+    models = [m for m in args.models.split(",") if m]
+    doc = {"meta": {"batch": args.batch, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
+                    "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
+                    "cpus": os.cpu_count(), "dl4j": "1.0.0-M2.1"},
+           "models": {}}
+    with tempfile.TemporaryDirectory(prefix="pyd4j-zoo-") as tmp:
+        folder = Path(tmp)
+        for model in models:
+            m = build(model, args.batch, folder, args.timeout)
+            if m["built"]:
+                verdict, files = plan(model, args.batch, folder)
+                m.update(verdict)
+                if files:
+                    m.update(check(model, args.batch, folder, files, args.timeout))
+                    if m.get("checked") and not args.no_peak and m["check_s"] <= args.peak_timeout:
+                        m["peak"] = peaks(model, args.batch, folder, files, args.peak_timeout)
+                    elif m.get("checked"):
+                        m["peak"] = {"skipped": "no peak measured" if args.no_peak else
+                                     f"the check took {m['check_s']} s > {args.peak_timeout:.0f} s"}
+            doc["models"][model] = m
+            print(model, json.dumps({k: v for k, v in m.items() if k not in ("plans",)})[:400], flush=True)
+            Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    built = [m for m in doc["models"].values() if m.get("built")]
+    accepted = [m for m in built if m.get("planned") and m.get("checked")]
+    doc["summary"] = {"models": len(doc["models"]), "built": len(built), "accepted": len(accepted),
+                      "exact": sum(1 for m in accepted if m.get("exact")),
+                      "refused": {n: m.get("reason") for n, m in doc["models"].items()
+                                  if m.get("built") and not (m.get("planned") and m.get("checked"))}}
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(table(doc))
+    print(json.dumps(doc["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
