@@ -1,7 +1,7 @@
 """Planned training on every model of DL4J's zoo (deeplearning4j-zoo 1.0.0-M2.1).
 
     .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2]
-        [--timeout 900] [--peak-timeout 300] [--no-peak] [--out benchmarks/results/zoo_coverage.json]
+        [--timeout 900] [--peak-timeout 300] [--peak-batch 16] [--no-peak] [--out benchmarks/results/zoo_coverage.json]
 
 For each model, in child JVMs (one OpenMP thread):
 1. built by DL4J's code (`org.pyd4j.fixtures.ZooNets`) at the smallest square input at which it
@@ -17,8 +17,9 @@ For each model, in child JVMs (one OpenMP thread):
    error (the planned error may not exceed DL4J's by more than `CHUNK_TOLERANCE`, or one part in
    10^6 of the variable's largest value);
 4. where quick (the model's check within `--peak-timeout`): the peak above the idle JVM of three
-   iterations of DL4J's `fit()` and of the same job under the liveness and the smallest plan
-   (`benchmarks/planned_training.py`'s measuring job), and the ratios planned / fit().
+   iterations of DL4J's `fit()` and of the same job under the liveness and the smallest plan at
+   `--peak-batch` (`benchmarks/planned_training.py`'s measuring job; the probe's working memory
+   scaled from the checked batch), and the ratios planned / fit().
 
 A model that does not build in time, or whose step exceeds `--timeout`, is recorded as skipped
 with the limit it exceeded. Writes JSON (`--out`) and prints the README table.
@@ -137,12 +138,38 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
             "exact": all(v["exact"] for v in rows.values()) and len(rows) == len(files)}
 
 
-def peaks(model: str, batch: int, folder: Path, files: dict[str, str], timeout: float) -> dict:
+def peak_plans(model: str, batch: int, probe_batch: int, folder: Path) -> dict[str, str]:
+    """Liveness and smallest plans at the peak-measuring batch; the probe's working memory (measured
+    at `probe_batch`) scaled to it (what DL4J's layers allocate grows with the batch)."""
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+    from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
+
+    doc = json.loads((folder / f"{model}.json").read_text())
+    inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
+    info = json.loads((folder / f"{model}.info.json").read_text())
+    for v in info.values():
+        if "measured" in v:
+            v["measured"] = {k: int(b * batch / probe_batch) for k, b in v["measured"].items()}
+    g = graph_from_dl4j_json(doc, batch, (inp["channels"], inp["height"], inp["width"]), info=info)
+    files = {}
+    for policy in ("liveness", "smallest"):
+        p, r = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
+        path = folder / f"{model}.{batch}.{policy}.plan.json"
+        path.unlink(missing_ok=True)
+        files[policy] = str(write_plan(path, p, r, network_kind(doc), model))
+    return files
+
+
+def peaks(model: str, batch: int, probe_batch: int, folder: Path, timeout: float) -> dict:
     """Peak above the idle JVM: fit() and the same job under the liveness and the smallest plan."""
     import benchmarks.planned_training as pt
 
     pt.NETWORKS = folder   # the measuring job reads <model>.json and its .input.json sidecar
-    out = {}
+    out: dict = {"batch": batch, "iterations": 3}
+    try:
+        files = peak_plans(model, batch, probe_batch, folder)
+    except Exception as err:  # noqa: BLE001 - recorded, the benchmark goes on
+        return {"error": f"planning at batch {batch}: {err}"[:600]}
     try:
         for mode in ("fit", "liveness", "smallest"):
             p = None if mode == "fit" else {"path": files[mode]}
@@ -195,11 +222,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per build and per check")
     ap.add_argument("--peak-timeout", type=float, default=300.0, help="measure peaks only where the check took less")
+    ap.add_argument("--peak-batch", type=int, default=16, help="batch of the peak-measuring runs")
     ap.add_argument("--no-peak", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_coverage.json"))
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
-    doc = {"meta": {"batch": args.batch, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
+    doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
                     "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
                     "cpus": os.cpu_count(), "dl4j": "1.0.0-M2.1"},
            "models": {}}
@@ -213,7 +241,7 @@ def main() -> None:
                 if files:
                     m.update(check(model, args.batch, folder, files, args.timeout))
                     if m.get("checked") and not args.no_peak and m["check_s"] <= args.peak_timeout:
-                        m["peak"] = peaks(model, args.batch, folder, files, args.peak_timeout)
+                        m["peak"] = peaks(model, args.peak_batch, args.batch, folder, args.peak_timeout)
                     elif m.get("checked"):
                         m["peak"] = {"skipped": "no peak measured" if args.no_peak else
                                      f"the check took {m['check_s']} s > {args.peak_timeout:.0f} s"}

@@ -382,6 +382,8 @@ def _input_shape(network_json: str) -> tuple[int, ...] | None:
     inp = read_sidecar(side)[0]
     if "channels" in inp:
         return (int(inp["channels"]), int(inp["height"]), int(inp["width"]))
+    if "size" in inp and inp.get("timeSeriesLength"):   # recurrent: (features, time steps)
+        return (int(inp["size"]), int(inp["timeSeriesLength"]))
     return (int(inp["size"]),) if "size" in inp else None
 
 

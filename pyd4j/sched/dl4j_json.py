@@ -215,8 +215,8 @@ def _opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]]
     if kind == "UnstackVertex":
         return (n // int(conf["stackSize"]), *xs[1:]), ()
     raise UnsupportedLayer(f"DL4J {'vertex' if kind.endswith('Vertex') else 'layer'} type {kind} of "
-                           f"{name!r} has no shape rule in the planner: plan it where a JVM gives DL4J's "
-                           "own shape inference (pyd4j.train.fit, or `pyd4j plan` with the helper jar built)")
+                           f"{name!r} has no shape rule in the planner: plan the live network with pyd4j.train.fit(memory="
+                           "'superneurons'), which takes its shape from DL4J (org.pyd4j.train.LayerProbe)")
 
 
 class _Builder:
@@ -445,6 +445,7 @@ def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | 
         if i == 0:
             _reshape_input(g, x, pre)
         x = b.layer(layer, x, {"layer": i}, pre)
+    _check_outputs(g)
     g.validate()
     return g
 
@@ -457,6 +458,16 @@ def _java_hash_set_order(values: list[int]) -> list[int]:
     while len(values) > 0.75 * cap:
         cap *= 2
     return sorted(values, key=lambda v: (v ^ (v >> 16)) & (cap - 1))
+
+
+def _check_outputs(g: Graph) -> None:
+    """Every network output must be an output or loss layer: there is nothing to train otherwise."""
+    for layer in g.layers:
+        if not g.consumers[layer.id] and layer.type is not LayerType.SOFTMAX:
+            cls = layer.attrs.get("dl4j", {}).get("class", layer.type.value)
+            raise GraphError(f"the network ends in {layer.name!r} ({cls}), which is not an output or loss layer: "
+                             "there is no loss to train (DL4J's fit() cannot train it either); end it in an "
+                             "OutputLayer or LossLayer")
 
 
 def dl4j_topological_order(doc: dict[str, Any]) -> list[str]:
@@ -514,6 +525,7 @@ def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
             g.layers[ids[name]].attrs["dl4j"] = {"input": inputs.index(name), "vertex": name}
         else:
             ids[name] = _vertex(b, name, vertices[name], [ids[s] for s in vin.get(name, [])])
+    _check_outputs(g)
     g.validate()
     return g
 
