@@ -21,7 +21,8 @@ public final class AgentRoute {
     private AgentRoute() {
     }
 
-    /** Install the plan in {@code model} (once per network); never throws. */
+    /** Install the plan in {@code model} (once per network); never throws: a refusal is answered
+     *  with its reason, and the agent ends the job with it (unless plan_fallback=fit). */
     public static String attach(Object model, String planFile) {
         if (ROUTED.containsKey(model)) return "{\"status\": \"attached\", \"again\": true}";
         try {
@@ -40,7 +41,7 @@ public final class AgentRoute {
             return "{\"status\": \"attached\", \"policy\": \"" + plan.policy + "\", \"nodes\": " + plan.nodes.size()
                     + ", \"predicted_peak_bytes\": " + plan.predictedPeakBytes + "}";
         } catch (Throwable e) {
-            ROUTED.put(model, null);   // refused once: the job trains with DL4J's own fit()
+            ROUTED.put(model, null);   // refused once: the agent ends the job, or it trains with fit() as asked
             String why = String.valueOf(e.getMessage() == null ? e : e.getMessage());
             return "{\"status\": \"refused\", \"reason\": " + quote(why) + "}";
         }

@@ -230,14 +230,11 @@ public final class PlannedTrainer implements AutoCloseable {
     /**
      * Install the plan in {@code net}'s optimizer: from now on its fit() computes gradients with
      * planned iterations, until {@link #close}. Refuses (before any training) what it cannot
-     * replay exactly.
+     * replay exactly: {@link PlanRefusedException} naming each problem.
      */
     public static PlannedTrainer attach(Model net, PlanFile plan, OffloadTier tier) {
         List<String> problems = check(net, plan);
-        if (!problems.isEmpty()) {
-            throw new UnsupportedOperationException("planned training cannot run this network:\n  - "
-                    + String.join("\n  - ", problems));
-        }
+        if (!problems.isEmpty()) throw new PlanRefusedException(problems);
         if (plan.offloads() && tier == null) {
             throw new IllegalArgumentException("plan " + plan.source + " (" + plan.policy + ") offloads activations: "
                     + "give an OffloadTier (PlannedTrainer.defaultTier(plan): DiskTier on the CPU backend), or write a plan that does not offload "
