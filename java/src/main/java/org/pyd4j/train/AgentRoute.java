@@ -58,6 +58,7 @@ public final class AgentRoute {
         String kind;
         String conf;
         long[] shape;
+        String shapes = "null";   // every input's shape (a ComputationGraph may have several)
         if (model instanceof MultiLayerNetwork) {
             MultiLayerNetwork n = (MultiLayerNetwork) model;
             kind = "MultiLayerNetwork";
@@ -68,6 +69,13 @@ public final class AgentRoute {
             kind = "ComputationGraph";
             conf = g.getConfiguration().toJson();
             shape = g.getInputs() == null || g.getInputs()[0] == null ? null : g.getInputs()[0].shape();
+            if (g.getInputs() != null) {
+                java.util.List<String> each = new java.util.ArrayList<>();
+                for (org.nd4j.linalg.api.ndarray.INDArray in : g.getInputs()) {
+                    each.add(in == null ? "null" : java.util.Arrays.toString(in.shape()));
+                }
+                shapes = "[" + String.join(", ", each) + "]";
+            }
         } else {
             return "null";
         }
@@ -77,7 +85,7 @@ public final class AgentRoute {
             return "null";
         }
         return "{\"kind\": \"" + kind + "\", \"input_shape\": " + (shape == null ? "null" : java.util.Arrays.toString(shape))
-                + ", \"conf\": " + conf + "}";
+                + ", \"input_shapes\": " + shapes + ", \"conf\": " + conf + "}";
     }
 
     private static String quote(String s) {
