@@ -151,7 +151,7 @@ class _Monitor(threading.Thread):
 def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 0, progress: bool = True,
         preprocessor: Any = None, copy_before_preprocess: bool = True, use_workspace: bool = True,
         multi: bool | None = None, memory: str | None = None, budget: str | int | None = None,
-        tier: Any = "auto", policy: str | None = None) -> FitResult:
+        tier: Any = "auto", policy: str | None = None, input_shape: Any = None) -> FitResult:
     """Train a DL4J MultiLayerNetwork or ComputationGraph on batches from Python.
 
     source: a re-iterable of batches (e.g. pyd4j.data.NumpyBatches), a function returning an
@@ -162,7 +162,9 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     memory: None (DL4J's own fit()) or "superneurons" (planned training; see the module docstring),
     with `budget` (bytes or "1500m") for the plan's peak, `policy` to force one planner policy, and
     `tier` ("auto", "disk", "pinned", "none" or an org.pyd4j.train.OffloadTier) for plans that
-    offload activations.
+    offload activations. The plan is made for one batch size and input shape: a NumpyBatches or a
+    list of numpy batches (several inputs and outputs included) gives them; for other sources pass
+    `batch_size` and `input_shape` (one example's shape, or one per network input).
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be an int >= 1")
@@ -182,7 +184,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
             f"epochs={epochs} but the source is a one-shot iterator/generator; pass a function that returns "
             f"a new iterable per epoch (e.g. lambda: my_batches()) or a re-iterable such as NumpyBatches")
     try:
-        planned = _attach_plan(net, source, batch_size, memory, budget, tier, policy)
+        planned = _attach_plan(net, source, batch_size, memory, budget, tier, policy, input_shape)
     except BaseException:
         if owned:
             it.shutdown()
@@ -233,14 +235,37 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
                      plan=planned[1] if planned is not None else None)
 
 
+def _planned_shape(source: Any, batch_size: int, input_shape: Any) -> tuple[int, Any]:
+    """The batch size and input shape(s) to plan for: given, or read from a NumpyBatches or from the
+    first batch of a list of numpy batches (one shape per input for several inputs)."""
+    import numpy as np  # noqa: PLC0415
+
+    from pyd4j.data.source import _parts  # noqa: PLC0415  (the one reader of a batch's parts)
+
+    if input_shape is not None:
+        return batch_size, input_shape
+    if isinstance(source, NumpyBatches):
+        return source.batch_size, tuple(int(d) for d in source.features.shape[1:])
+    if isinstance(source, (list, tuple)) and source:
+        try:
+            features = _parts(source[0])[0]
+        except TypeError:
+            return batch_size, None
+        arrays = features if isinstance(features, (list, tuple)) else [features]
+        if arrays and all(isinstance(a, np.ndarray) and a.ndim >= 2 for a in arrays):
+            shapes = [tuple(int(d) for d in a.shape[1:]) for a in arrays]
+            return (batch_size if batch_size > 0 else int(arrays[0].shape[0])), (shapes[0] if len(shapes) == 1 else shapes)
+    return batch_size, None
+
+
 def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: str | int | None,
-                 tier: Any, policy: str | None) -> tuple[Any, dict[str, Any], Any] | None:
+                 tier: Any, policy: str | None, input_shape: Any = None) -> tuple[Any, dict[str, Any], Any] | None:
     """For memory="superneurons": plan the network, make the offload tier the plan needs (the
     third element: pyd4j's own tier, closed after training; None otherwise) and install the plan
     in the network's optimizer."""
     if memory is None:
-        if budget is not None or tier != "auto" or policy is not None:
-            raise ValueError("budget, tier and policy are for planned training: add memory='superneurons'")
+        if budget is not None or tier != "auto" or policy is not None or input_shape is not None:
+            raise ValueError("budget, tier, policy and input_shape are for planned training: add memory='superneurons'")
         return None
     if isinstance(tier, str) and tier not in TIER_CHOICES:
         raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
@@ -253,9 +278,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
     cap = None if budget is None else (budget if isinstance(budget, int) else parse_bytes(str(budget), "budget"))
     conf = net.getConfiguration() if _is_graph(net) else net.getLayerWiseConfigurations()
     doc = json.loads(str(conf.toJson()))
-    shape = None
-    if isinstance(source, NumpyBatches):
-        batch_size, shape = source.batch_size, tuple(int(d) for d in source.features.shape[1:])
+    batch_size, shape = _planned_shape(source, batch_size, input_shape)
     if batch_size < 1:
         raise ValueError("planned training plans for one batch size: pass batch_size=N (or a NumpyBatches source)")
     graph = planned_graph(net, doc, batch_size, shape)

@@ -372,19 +372,27 @@ def cupy_budget(arena_peak_bytes: int) -> int:
     return int(arena_peak_bytes * 1.25) + (1 << 20)
 
 
-def _input_shape(network_json: str) -> tuple[int, ...] | None:
-    """Input shape from `<name>.input.json` next to the DL4J JSON, if there is one."""
+def _input_shape(network_json: str) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
+    """Input shape from `<name>.input.json` next to the DL4J JSON, if there is one (one shape per
+    input for a graph with several)."""
     from pyd4j.memory.estimate import read_sidecar, sidecar_path
 
     side = sidecar_path(Path(network_json))
     if not side.exists():
         return None
-    inp = read_sidecar(side)[0]
-    if "channels" in inp:
-        return (int(inp["channels"]), int(inp["height"]), int(inp["width"]))
-    if "size" in inp and inp.get("timeSeriesLength"):   # recurrent: (features, time steps)
-        return (int(inp["size"]), int(inp["timeSeriesLength"]))
-    return (int(inp["size"]),) if "size" in inp else None
+    shapes = []
+    for inp in read_sidecar(side):
+        if "channels" in inp:
+            shapes.append((int(inp["channels"]), int(inp["height"]), int(inp["width"])))
+        elif "size" in inp and inp.get("timeSeriesLength"):   # recurrent: (features, time steps)
+            shapes.append((int(inp["size"]), int(inp["timeSeriesLength"])))
+        elif "size" in inp:
+            shapes.append((int(inp["size"]),))
+        else:
+            return None
+    if not shapes:
+        return None
+    return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
 
 def _plot(path: str, name: str, timelines: dict[str, list[int]], bound: int, cap: int) -> None:

@@ -49,7 +49,8 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
          first iteration for a reason other than memory (a wrong class path or main class)
       2  bad arguments
       3  not verified: the re-run finished but shows a problem (a leak, GC pressure,
-         a limit within 10%, no training iteration)
+         a limit within 10%, no training iteration), or with --plan: the plan was not
+         applied (the reason is printed; the job was ended rather than trained unplanned)
       4  re-run failed: the re-run with the recommended flags failed (out of memory or a
          crash), even after one new recommendation read from its error
     """
@@ -165,6 +166,8 @@ def _finish(doc: dict, as_json: bool) -> None:
     outcome = None if doc.get("partial") else doc.get("outcome")
     if outcome == "verified":
         click.echo("verified: the re-run finished cleanly" + ("" if doc.get("plan") else " with these flags"))
+    elif outcome == "not-verified" and doc["after"].get("plan_not_applied"):
+        click.echo(f"not verified: plan not applied ({doc['after']['plan_not_applied']})")
     elif outcome == "not-verified":
         click.echo("NOT verified: the re-run finished but shows problems ("
                    + ", ".join(doc["after"]["findings"] + doc["after"].get("settings_not_held", [])) + "); see the report")

@@ -59,7 +59,7 @@ class Finding:
 
     kind: str            # oom-heap, oom-javacpp-maxbytes, oom-javacpp-maxphysicalbytes, oom-direct,
     #                      oom-metaspace, killed, leak-offheap, leak-heap, gc-pressure, workspace-spill,
-    #                      crash, near-limit
+    #                      crash, near-limit, plan-not-applied
     severity: str        # error | warning | info
     title: str
     evidence: list[str]
@@ -74,9 +74,9 @@ class Finding:
 def diagnose(timeline: Timeline) -> list[Finding]:
     """All findings for a run, most serious first."""
     if not timeline.samples:
-        return [_no_data(timeline)]
+        return [_no_data(timeline), *_plan_not_applied(timeline)]
     findings = [*_oom(timeline), *_leaks(timeline), *_gc_pressure(timeline), *_spills(timeline), *_near_limits(timeline),
-                *_no_iterations(timeline)]
+                *_no_iterations(timeline), *_plan_not_applied(timeline)]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order.get(f.severity, 3))
 
@@ -101,6 +101,31 @@ def _no_iterations(t: Timeline) -> list[Finding]:
                      f"fit() iteration completed"],
                     "profile the job while it trains (it may have ended or been stopped during start-up); jobs "
                     "that do not train through fit() are measured by time instead")]
+
+
+def plan_refusals(t: Timeline) -> list[dict]:
+    """The agent's "plan" events whose plan could not be applied to a network (plan= given)."""
+    return [e for e in t.network_events
+            if e.get("type") == "plan" and (e.get("result") or {}).get("status") != "attached"]
+
+
+def _plan_not_applied(t: Timeline) -> list[Finding]:
+    """A plan= the agent could not apply: the job was ended with the reason, or (plan_fallback=fit,
+    asked for) trained with DL4J's own fit(); either way the run did not train under the plan."""
+    refused = plan_refusals(t)
+    if not refused:
+        return []
+    e = refused[-1]
+    reason = (e.get("result") or {}).get("reason") or "no reason given"
+    fallback = e.get("then") == "fit"
+    then = ("the job trained with DL4J's own fit(), as plan_fallback=fit asks" if fallback
+            else f"the agent ended the job (exit code {t.exit_code})")
+    return [Finding("plan-not-applied", "warning" if fallback else "error",
+                    f"Plan not applied: {reason.splitlines()[0]}",
+                    [f"plan {e.get('file')}: {reason}", then],
+                    "write the plan from this job's network (`pyd4j tune --plan POLICY` or `pyd4j plan --model "
+                    "net.json --emit-plan FILE`); a network planned training refuses trains with DL4J's own fit() "
+                    "(drop plan=, or add plan_fallback=fit to the agent's options)")]
 
 
 # -- out of memory ---------------------------------------------------------------------------
@@ -253,7 +278,8 @@ def _oom(t: Timeline) -> list[Finding]:
             f"so the JVM fails with a Java error (or lives) instead of being killed; or raise the container limit",
             [], {"rss_peak": rss, "cgroup_limit": cgroup},
         ))
-    elif not out and code not in (None, 0) and not t.meta.get("interrupted"):
+    elif not out and code not in (None, 0) and not t.meta.get("interrupted") \
+            and not any(e.get("then") == "exit" for e in plan_refusals(t)):   # the plan-not-applied finding says why
         launcher = startup_error_in(t.run_dir)
         if launcher is not None:  # the JVM refused to start the job: a wrong class, jar or option
             out.append(Finding("crash", "error", f"The job did not start: {launcher.what} (exit code {code})",

@@ -248,6 +248,19 @@ def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
     return plan_for_job(described[-1], path, policy, offload=True)
 
 
+def _plan_not_applied(run: JobRun) -> str | None:
+    """Why the re-run did not train under its plan (the agent refused it, or never met a network to
+    apply it to), or None when it did."""
+    from pyd4j.profile.diagnose import plan_refusals  # noqa: PLC0415
+
+    refused = plan_refusals(run.timeline)
+    if refused:
+        return (refused[-1].get("result") or {}).get("reason") or "the agent refused it without a reason"
+    if not any(e.get("type") == "plan" for e in run.timeline.network_events):
+        return "the agent applied it to no network (the re-run trained none through fit())"
+    return None
+
+
 def _untunable(before: JobRun, side: dict) -> str | None:
     """Why the first run cannot be tuned from, or None when it can."""
     t = before.timeline
@@ -264,6 +277,8 @@ def _untunable(before: JobRun, side: dict) -> str | None:
 
 
 def _outcome(side: dict) -> str:
+    if side.get("plan_not_applied"):   # the job did not train under the plan: nothing was shown
+        return "not-verified"
     if side["exit_code"] != 0 or side["interrupted"] or any(k.startswith(("oom", "killed", "crash")) for k in side["findings"]):
         return "rerun-failed"
     if side.get("spark") and side["spark"]["executor_memory_failures"]:
@@ -365,6 +380,8 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
         after = run_after("after" if attempt == 0 else f"after-{attempt + 1}")
         side = _side(after)
         side["flags"] = [] if planned else flagset.args()
+        if planned:
+            side["plan_not_applied"] = _plan_not_applied(after)
         attempts.append(side)
         refusals = limit_refusals(after.timeline)
         if _outcome(side) != "rerun-failed" or attempt == MAX_RERECOMMENDATIONS \
@@ -376,6 +393,7 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
         doc["rerecommended_after"] = [r.text for r in refusals] or ["Java heap OOM"]
     if planned:
         doc["plan"]["agent"] = [e for e in after.timeline.network_events if e["type"] != "network"]
+        doc["plan"]["applied"] = attempts[-1]["plan_not_applied"] is None
     doc.update(recommended=flagset.args(), reasons={f.arg: f.reason for f in flagset.flags},
                measured_need=asdict(need), container_bytes=flagset.container_bytes, notes=list(flagset.notes),
                after=attempts[-1], attempts=attempts)

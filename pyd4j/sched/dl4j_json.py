@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, Sequence
 
 from pyd4j.inputs import InputError, parse_json
 from pyd4j.sched.graph import Graph, GraphError, LayerType
@@ -362,10 +362,12 @@ class _Builder:
 
 
 def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
-                         input_shape: tuple[int, ...] | None = None,
+                         input_shape: tuple[int, ...] | Sequence[tuple[int, ...]] | None = None,
                          profile: str = "dl4j", info: dict[str, dict[str, Any]] | None = None) -> Graph:
     """Build the DL4J-faithful graph from configuration JSON (a string or the parsed document),
     under the dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`).
+    `input_shape`: one shape without the batch, or for a graph with several inputs one shape per
+    network input, in the order of its `networkInputs`.
 
     `info` (layer or vertex name -> {"shape": per-sample output shape, "params": count,
     "measured": {"ws_forward", "ws_backward", "saved"}}) is what DL4J itself says of its OPAQUE
@@ -389,7 +391,7 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
                                f"backward length {doc.get('tbpttBackLength')}), which planned training does not "
                                "replay (it replays standard backprop); train it with DL4J's own fit()")
     if input_shape is not None:
-        input_shape = tuple(_whole(d, "input shape") for d in input_shape)
+        input_shape = _shapes(input_shape)
     try:
         graph = (_multilayer(doc, batch, input_shape, info) if "confs" in doc
                  else _graph(doc, batch, input_shape, info))
@@ -399,6 +401,34 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
         what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
         raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
     return graph.with_profile(profile)
+
+
+def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+    """One input shape (whole numbers), or one per network input (a sequence of shapes)."""
+    if isinstance(given, (list, tuple)) and given and all(isinstance(d, (list, tuple)) for d in given):
+        return tuple(tuple(_whole(d, f"input shape {k}") for d in shape) for k, shape in enumerate(given))
+    return tuple(_whole(d, "input shape") for d in given)
+
+
+def _one_shape(shape: tuple | None) -> tuple[int, ...] | None:
+    """The single input shape of a MultiLayerNetwork (a list of one shape is that shape)."""
+    if shape and isinstance(shape[0], tuple):
+        if len(shape) != 1:
+            raise GraphError(f"a MultiLayerNetwork has one input; got {len(shape)} input shapes {list(shape)}")
+        return shape[0]
+    return shape
+
+
+def _input_shapes(shape: tuple | None, inputs: list[str]) -> list[tuple[int, ...]]:
+    """One shape per network input of a graph, from one shape (one input) or one per input."""
+    if shape is None:
+        raise GraphError("DL4J ComputationGraph JSON does not record input shapes: pass "
+                         "input_shape (C, H, W) or (features,)" + (f", one per input {inputs}" if len(inputs) > 1 else ""))
+    shapes = list(shape) if shape and isinstance(shape[0], tuple) else [shape]
+    if len(shapes) != len(inputs):
+        raise GraphError(f"the graph has {len(inputs)} inputs {inputs}; got {len(shapes)} input shape(s) "
+                         f"{[list(s) for s in shapes]}: pass one shape per input, in this order")
+    return shapes
 
 
 def network_kind(doc: dict[str, Any]) -> str:
@@ -434,6 +464,7 @@ def _reshape_input(g: Graph, x: int, pre: dict[str, Any] | None) -> None:
 def _multilayer(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
                 info: dict[str, dict[str, Any]] | None = None) -> Graph:
     layers = [c["layer"] for c in doc["confs"]]
+    input_shape = _one_shape(input_shape)
     shape = tuple(input_shape) if input_shape else _infer_input(doc, layers[0])
     pres = doc.get("inputPreProcessors") or {}
     g = Graph("dl4j_multilayer", batch, _dtype(doc))
@@ -506,11 +537,7 @@ def dl4j_topological_order(doc: dict[str, Any]) -> list[str]:
 def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
            info: dict[str, dict[str, Any]] | None = None) -> Graph:
     inputs = doc["networkInputs"]
-    if len(inputs) != 1:
-        raise GraphError(f"only single-input graphs are supported, got inputs {inputs}")
-    if input_shape is None:
-        raise GraphError("DL4J ComputationGraph JSON does not record input shapes: pass "
-                         "input_shape (C, H, W) or (features,)")
+    shapes = _input_shapes(input_shape, inputs)
     vin: dict[str, list[str]] = doc["vertexInputs"]
     vertices: dict[str, dict[str, Any]] = doc["vertices"]
     unknown = sorted({s for srcs in vin.values() for s in srcs} - set(vertices) - set(inputs))
@@ -521,7 +548,7 @@ def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
     ids: dict[str, int] = {}
     for name in dl4j_topological_order(doc):
         if name in inputs:
-            ids[name] = g.data(*input_shape, name=name)
+            ids[name] = g.data(*shapes[inputs.index(name)], name=name)
             g.layers[ids[name]].attrs["dl4j"] = {"input": inputs.index(name), "vertex": name}
         else:
             ids[name] = _vertex(b, name, vertices[name], [ids[s] for s in vin.get(name, [])])

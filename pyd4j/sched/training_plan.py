@@ -243,7 +243,13 @@ def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None =
     shape = network.get("input_shape")
     if not shape or len(shape) < 2:
         raise ValueError(f"the job's first batch has no input shape ({shape}); planned training needs it")
-    graph = graph_from_dl4j_json(network["conf"], int(shape[0]), tuple(int(d) for d in shape[1:]))
+    given: Any = tuple(int(d) for d in shape[1:])
+    shapes = network.get("input_shapes") or []
+    if len(shapes) > 1:   # a graph with several inputs: one shape each
+        if any(not s or len(s) < 2 for s in shapes):
+            raise ValueError(f"the job's first batch lacks an input's shape ({shapes}); planned training needs each")
+        given = [tuple(int(d) for d in s[1:]) for s in shapes]
+    graph = graph_from_dl4j_json(network["conf"], int(shape[0]), given)
     if policy == "superneurons" and budget is None:
         plan, result = smallest_plan(graph, offload=offload)
     else:

@@ -1,22 +1,29 @@
 """No code change for existing jobs: the agent's plan= option trains an unchanged DL4J job's network
 under a pyd4j plan, and `pyd4j tune --plan POLICY` shows the job before and after (real DL4J job
-from the examples jar, in a child JVM)."""
+from the examples jar, in a child JVM). A plan that cannot be applied never becomes a quiet
+unplanned run: the job ends with the reason (unless plan_fallback=fit), tune says "not verified"."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pyd4j.jvm import classpath, examples_jar
 from pyd4j.profile import profile_job
+from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.tune import tune_job
 from pyd4j.sched.training_plan import OFFLOADING, TRAINING_POLICIES, plan_for_job
 from tests.train.conftest import NETWORKS
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
+
+EXIT_PLAN_NOT_APPLIED = 78   # the agent's exit status for a plan= it cannot apply (org.pyd4j.agent.Agent)
+CLI = "import sys; from pyd4j.cli import main; main(sys.argv[1:], prog_name='pyd4j')"
 
 
 def job(name: str, batch: int, iterations: int) -> list[str]:
@@ -48,17 +55,72 @@ def test_the_agent_routes_fit_to_the_planned_trainer(tmp_path: Path) -> None:
     assert stats["forwards"] == 4 * 23   # every DL4J layer, every iteration, by the planned trainer
 
 
-def test_a_network_the_trainer_refuses_trains_as_before(tmp_path: Path) -> None:
+def refused_plan(tmp_path: Path) -> tuple[dict, dict]:
+    """The lstm job's network (described by the agent) and a plan written for another network."""
     plain = profile_job(job("lstm", 4, 2), tmp_path / "plain", timeout_s=600, describe=True)
     network = events(plain, "network")[-1]["network"]
-    # a plan written for another network: the agent reports the refusal, the job trains unplanned
     other = json.loads((NETWORKS / "mlp.json").read_text())
     plan = plan_for_job({**network, "conf": other, "input_shape": [4, 784]}, tmp_path / "plan.json", "liveness")
+    return plain, plan
+
+
+def test_a_plan_the_trainer_refuses_ends_the_job_with_the_reason(tmp_path: Path) -> None:
+    plain, plan = refused_plan(tmp_path)
     routed = profile_job(job("lstm", 4, 2), tmp_path / "routed", timeout_s=600, plan=plan["path"])
+    # never a quiet unplanned run: the job ends at its first fit(), before any iteration
+    assert routed.returncode == EXIT_PLAN_NOT_APPLIED
+    assert routed.timeline.iterations() == 0 < plain.timeline.iterations()
+    said = events(routed, "plan")[-1]
+    assert said["result"]["status"] == "refused" and said["then"] == "exit"
+    assert "write the plan from this network" in said["result"]["reason"]
+    stderr = (routed.run_dir / "stderr.log").read_text()
+    assert "plan not applied; ending the job" in stderr and "write the plan from this network" in stderr
+    found = {f.kind: f for f in diagnose(routed.timeline)}
+    assert found["plan-not-applied"].severity == "error" and "crash" not in found   # the finding says why it ended
+    assert "write the plan from this network" in " ".join(found["plan-not-applied"].evidence)
+
+
+def test_plan_fallback_fit_trains_unplanned_and_says_so(tmp_path: Path) -> None:
+    plain, plan = refused_plan(tmp_path)
+    asked = job("lstm", 4, 2)
+    asked.insert(1, "-Dpyd4j.agent=plan_fallback=fit")   # the user's explicit choice
+    routed = profile_job(asked, tmp_path / "routed", timeout_s=600, plan=plan["path"])
     assert routed.returncode == 0
-    said = events(routed, "plan")[-1]["result"]
-    assert said["status"] == "refused" and "write the plan from this network" in said["reason"]
+    said = events(routed, "plan")[-1]
+    assert said["result"]["status"] == "refused" and said["then"] == "fit"
     assert routed.timeline.iterations() == plain.timeline.iterations()
+    assert "trains with DL4J's own fit() (plan_fallback=fit)" in (routed.run_dir / "stderr.log").read_text()
+    found = {f.kind: f for f in diagnose(routed.timeline)}
+    assert found["plan-not-applied"].severity == "warning"   # profile reports it even when asked for
+
+
+def test_a_bad_plan_fallback_value_is_named(tmp_path: Path) -> None:
+    _, plan = refused_plan(tmp_path)
+    asked = job("mlp", 4, 2)
+    asked.insert(1, "-Dpyd4j.agent=plan_fallback=maybe")
+    routed = profile_job(asked, tmp_path / "routed", timeout_s=600, plan=plan["path"])
+    assert routed.returncode == EXIT_PLAN_NOT_APPLIED   # not started, so the plan cannot apply: the job ends
+    stderr = (routed.run_dir / "stderr.log").read_text()
+    assert "plan_fallback=maybe; use fail" in stderr
+
+
+def test_tune_with_a_plan_that_cannot_apply_is_not_verified(tmp_path: Path) -> None:
+    # a network the planner plans but the trainer refuses: DL4J's line-search optimizer, not SGD
+    doc = json.loads((NETWORKS / "mlp.json").read_text())
+    for conf in doc["confs"]:
+        conf["optimizationAlgo"] = "LINE_GRADIENT_DESCENT"
+    (tmp_path / "mlp_line.json").write_text(json.dumps(doc))
+    (tmp_path / "mlp_line.input.json").write_text((NETWORKS / "mlp.input.json").read_text())
+    cp = os.pathsep.join([examples_jar(), *classpath()[1:]])
+    argv = ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.examples.TrainSynthetic", str(tmp_path / "mlp_line.json"), "8", "3"]
+    out = subprocess.run([sys.executable, "-c", CLI, "tune", "--plan", "liveness", "--out", str(tmp_path / "tune"),
+                          "--", *argv], capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 3, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "not verified: plan not applied (" in out.stdout and "STOCHASTIC_GRADIENT_DESCENT" in out.stdout
+    saved = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    assert saved["outcome"] == "not-verified" and saved["exit_code"] == 3 and saved["plan"]["applied"] is False
+    assert saved["after"]["exit_code"] == EXIT_PLAN_NOT_APPLIED and saved["after"]["iterations"] == 0
+    assert "optimization algorithm is LINE_GRADIENT_DESCENT" in saved["after"]["plan_not_applied"]
 
 
 def test_tune_with_a_plan_shows_before_and_after(tmp_path: Path) -> None:

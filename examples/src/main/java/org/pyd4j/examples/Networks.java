@@ -172,6 +172,47 @@ public final class Networks {
                 .build();
     }
 
+    /**
+     * An AlphaZero-style policy/value network on 8x8 boards of 4 planes: a convolutional trunk with
+     * batch norm and a residual block, a policy head (softmax over 8x8+1 moves) and a value head
+     * (global average pool, dense with dropout, tanh, MSE): two output layers, L2 on the weights.
+     */
+    public static ComputationGraphConfiguration policyValue() {
+        return base().l2(1e-4).convolutionMode(ConvolutionMode.Same).graphBuilder()
+                .addInputs("board")
+                .setInputTypes(InputType.convolutional(8, 8, 4))
+                .addLayer("stem", new ConvolutionLayer.Builder(3, 3).nOut(16).activation(Activation.IDENTITY).build(), "board")
+                .addLayer("stem_bn", new BatchNormalization.Builder().build(), "stem")
+                .addLayer("stem_act", new ActivationLayer.Builder().activation(Activation.RELU).build(), "stem_bn")
+                .addLayer("res_conv", new ConvolutionLayer.Builder(3, 3).nOut(16).activation(Activation.IDENTITY).build(), "stem_act")
+                .addLayer("res_bn", new BatchNormalization.Builder().build(), "res_conv")
+                .addVertex("res_add", new ElementWiseVertex(ElementWiseVertex.Op.Add), "res_bn", "stem_act")
+                .addLayer("trunk", new ActivationLayer.Builder().activation(Activation.RELU).build(), "res_add")
+                .addLayer("policy_conv", new ConvolutionLayer.Builder(1, 1).nOut(2).activation(Activation.RELU).build(), "trunk")
+                .addLayer("policy", new OutputLayer.Builder(LossFunction.MCXENT).nOut(65).activation(Activation.SOFTMAX).build(), "policy_conv")
+                .addLayer("value_pool", new GlobalPoolingLayer.Builder(PoolingType.AVG).build(), "trunk")
+                .addLayer("value_fc", new DenseLayer.Builder().nOut(32).activation(Activation.RELU).dropOut(0.8).build(), "value_pool")
+                .addLayer("value", new OutputLayer.Builder(LossFunction.MSE).nOut(1).activation(Activation.TANH).build(), "value_fc")
+                .setOutputs("policy", "value")
+                .build();
+    }
+
+    /** Two inputs: a 12x12 image branch (conv, max pool, dense) and a 6-feature branch (dense), merged, softmax(5). */
+    public static ComputationGraphConfiguration twoInput() {
+        return base().convolutionMode(ConvolutionMode.Same).graphBuilder()
+                .addInputs("image", "meta")
+                .setInputTypes(InputType.convolutional(12, 12, 1), InputType.feedForward(6))
+                .addLayer("img_conv", new ConvolutionLayer.Builder(3, 3).nOut(8).activation(Activation.RELU).build(), "image")
+                .addLayer("img_pool", new SubsamplingLayer.Builder(PoolingType.MAX).kernelSize(2, 2).stride(2, 2).build(), "img_conv")
+                .addLayer("img_fc", new DenseLayer.Builder().nOut(32).activation(Activation.RELU).build(), "img_pool")
+                .addLayer("meta_fc", new DenseLayer.Builder().nOut(16).activation(Activation.TANH).build(), "meta")
+                .addVertex("merge", new MergeVertex(), "img_fc", "meta_fc")
+                .addLayer("fc", new DenseLayer.Builder().nOut(32).activation(Activation.RELU).build(), "merge")
+                .addLayer("output", new OutputLayer.Builder(LossFunction.MCXENT).nOut(5).activation(Activation.SOFTMAX).build(), "fc")
+                .setOutputs("output")
+                .build();
+    }
+
     /** name -> {configuration JSON, sidecar JSON}. */
     public static Map<String, String[]> all() {
         Map<String, String[]> out = new LinkedHashMap<>();
@@ -188,6 +229,13 @@ public final class Networks {
                 "2 x LSTM(128) over 50 steps of 32 features, per-step softmax(10), Adam")});
         out.put("resnet_graph", new String[] {residualGraph().toJson(), sidecar("ComputationGraph", convolutional(32, 32, 3),
                 "ComputationGraph: conv stem, residual block (ElementWiseVertex add), two-branch MergeVertex, Adam")});
+        out.put("policy_value", new String[] {policyValue().toJson(), sidecar("ComputationGraph", convolutional(8, 8, 4),
+                "ComputationGraph, two output layers: conv trunk with batch norm and a residual block, policy head "
+                + "softmax(65), value head tanh(1) with MSE and dropout, L2, Adam")});
+        out.put("two_input", new String[] {twoInput().toJson(), sidecar("ComputationGraph",
+                convolutional(12, 12, 1) + ", " + feedForward(6),
+                "ComputationGraph, two inputs: 12x12x1 image (conv, max pool, dense) and 6 features (dense), merged, "
+                + "softmax(5), Adam")});
         return out;
     }
 

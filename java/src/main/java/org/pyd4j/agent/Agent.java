@@ -19,7 +19,9 @@ import java.util.Map;
  * the pid, so every JVM of a multi-JVM job has its own file), or {@code port} of a
  * loopback listener plus {@code token} (or env PYD4J_AGENT_TOKEN); {@code interval} in ms
  * (default 100); {@code plan=FILE} trains every network of the job under a pyd4j plan
- * (org.pyd4j.train.AgentRoute); {@code describe=true} reports each network's configuration and first
+ * (org.pyd4j.train.AgentRoute) -- a plan that cannot be applied ends the job with the reason (exit
+ * {@link #EXIT_PLAN_NOT_APPLIED}) unless {@code plan_fallback=fit} asks for DL4J's own fit() instead;
+ * {@code describe=true} reports each network's configuration and first
  * batch shape (pyd4j plans from it); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations, no
  * allocation counters or sites); {@code live} seconds between the agent's own live-set measurements
  * when the job had no full collection (default 5, 0 = only the job's own full collections, see
@@ -30,6 +32,9 @@ import java.util.Map;
  * option cannot be changed).
  */
 public final class Agent {
+    /** Exit status of a job whose plan= cannot be applied (sysexits' EX_CONFIG), unless plan_fallback=fit. */
+    public static final int EXIT_PLAN_NOT_APPLIED = 78;
+
     private static volatile Sampler sampler;
 
     private Agent() {
@@ -66,6 +71,10 @@ public final class Agent {
         if (sampler != null) return;
         Map<String, String> opts = parse(args);
         opts.putAll(parse(System.getProperty("pyd4j.agent")));
+        if (inst == null && opts.remove("plan") != null) {   // in-process: no job fit() to route
+            warn("plan= is for jobs started with -javaagent; in-process training takes its plan from "
+                    + "pyd4j.train.fit(memory='superneurons')");
+        }
         try {
             long interval = Long.parseLong(opts.getOrDefault("interval", "100"));
             if (interval < 1) throw new IllegalArgumentException("interval=" + interval + " ms; use 1 ms or more (100 is the default)");
@@ -80,6 +89,7 @@ public final class Agent {
             }
             Hooks.sink = sink;
             Hooks.planFile = opts.get("plan");
+            Hooks.planFallback = planFallback(opts.get("plan_fallback"));
             Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
             long liveSeconds = Long.parseLong(opts.getOrDefault("live", "5"));
             long siteBytes = Long.parseLong(opts.getOrDefault("sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES)));
@@ -88,7 +98,6 @@ public final class Agent {
             if (liveSeconds < 0) throw new IllegalArgumentException("live=" + liveSeconds + " s; use 0 (off) or more (5 is the default)");
             if (siteBytes < 0) throw new IllegalArgumentException("sites=" + siteBytes + " bytes; use 0 (off) or more (262144 is the default)");
             boolean hooks = inst != null && !"false".equals(opts.get("hooks"));
-            if (Hooks.planFile != null && !hooks) warn("plan=" + Hooks.planFile + " needs the bytecode hooks: not applied");
             if (hooks) hooks = installHooks(inst, late);
             if (hooks && !late) Allocations.sampleEvery(siteBytes);
             if (late || inst == null) {
@@ -102,9 +111,40 @@ public final class Agent {
             live.begin();
             sampler = s;
             if (opts.containsKey("parent")) watchParent(Long.parseLong(opts.get("parent")));
+            if (Hooks.planFile != null && !hooks) {
+                Hooks.planRefused("plan=" + Hooks.planFile + " needs the agent's bytecode hooks (-javaagent, without hooks=false)");
+            }
         } catch (Throwable e) {
             warn("profiling agent not started (" + e + "); the job runs unprofiled");
+            if (opts.containsKey("plan") && sampler == null) {
+                Hooks.planFallback = "fit".equals(opts.get("plan_fallback"));
+                Hooks.planFile = opts.get("plan");
+                Hooks.planRefused("plan=" + opts.get("plan") + " cannot be applied without the agent (" + e.getMessage() + ")");
+            }
         }
+    }
+
+    /** plan_fallback=fit (train with DL4J's own fit() when the plan cannot be applied) or fail (the default). */
+    static boolean planFallback(String value) {
+        if (value == null || value.equals("fail")) return false;
+        if (value.equals("fit")) return true;
+        throw new IllegalArgumentException("plan_fallback=" + value + "; use fail (the default: a plan that cannot be "
+                + "applied ends the job) or fit (the job trains with DL4J's own fit() instead)");
+    }
+
+    /**
+     * A plan= the agent cannot apply: the job ends with {@code why} on stderr (exit {@link
+     * #EXIT_PLAN_NOT_APPLIED}) -- never a quiet unplanned run -- unless plan_fallback=fit asked for
+     * DL4J's own fit(). Returns (with fit) after saying so.
+     */
+    static void planNotApplied(String why) {
+        if (Hooks.planFallback) {
+            warn(why + ": plan not applied; the job trains with DL4J's own fit() (plan_fallback=fit)");
+            return;
+        }
+        warn(why + ": plan not applied; ending the job (exit " + EXIT_PLAN_NOT_APPLIED + "). Fix the plan, or add "
+                + "plan_fallback=fit to the agent's options to train with DL4J's own fit() instead");
+        System.exit(EXIT_PLAN_NOT_APPLIED);
     }
 
     /**

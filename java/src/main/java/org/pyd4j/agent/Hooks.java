@@ -34,6 +34,8 @@ public final class Hooks {
     static volatile Sink sink;
     /** plan=FILE: route every network's fit() through pyd4j's planned trainer (org.pyd4j.train.AgentRoute). */
     static volatile String planFile;
+    /** plan_fallback=fit: a network the plan cannot be applied to trains with DL4J's own fit() (else the job ends). */
+    static volatile boolean planFallback;
     /** describe=true (or plan=FILE): report each network's configuration and first batch shape. */
     static volatile boolean describeNetworks;
     /** Networks already described (their configuration) and already routed, by identity. */
@@ -181,7 +183,8 @@ public final class Hooks {
         return (String) route.getMethod(method, types).invoke(null, args);
     }
 
-    /** Once per network: install the plan; a network the planned trainer refuses trains as before. */
+    /** Once per network: install the plan. A plan that cannot be applied ends the job with the
+     *  reason (in the timeline and on stderr) unless plan_fallback=fit: never a quiet unplanned run. */
     private static void route(Object model) {
         if (routed.putIfAbsent(model, Boolean.TRUE) != null) return;
         String result;
@@ -191,12 +194,50 @@ public final class Hooks {
             Throwable c = e.getCause() != null ? e.getCause() : e;
             result = new Json().put("status", "refused").put("reason", String.valueOf(c)).close();
         }
-        if (!result.contains("\"attached\"")) Agent.warn("plan " + planFile + " not applied: " + result);
+        boolean attached = result.contains("\"attached\"");
+        planEvent(result, attached);
+        if (!attached) Agent.planNotApplied("plan " + planFile + " cannot be applied to this " + model.getClass().getSimpleName()
+                + ": " + reasonIn(result));
+    }
+
+    /** The plan cannot be applied at all (no hooks, no agent): the timeline says why, then as {@link #route}. */
+    static void planRefused(String why) {
+        planEvent(new Json().put("status", "refused").put("reason", why).close(), false);
+        Agent.planNotApplied(why);
+    }
+
+    /** One "plan" line in the timeline: the route's answer and, when refused, what happens next. */
+    private static void planEvent(String result, boolean attached) {
         Sink s = sink;
-        if (s != null) {
-            s.line(new Json().put("type", "plan").put("t", System.currentTimeMillis()).put("file", planFile)
-                    .raw("result", result).close());
+        if (s == null) return;
+        Json event = new Json().put("type", "plan").put("t", System.currentTimeMillis()).put("file", planFile)
+                .raw("result", result);
+        if (!attached) event.put("then", planFallback ? "fit" : "exit");
+        s.line(event.close());
+        if (!attached) s.flush();
+    }
+
+    /** The "reason" string of a route answer, unescaped (the whole answer when it has none). */
+    static String reasonIn(String json) {
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"reason\":\\s*\"").matcher(json);
+        if (!m.find()) return json;
+        StringBuilder out = new StringBuilder();
+        for (int i = m.end(); i < json.length(); i++) {
+            char c = json.charAt(i);
+            if (c == '"') break;
+            if (c == '\\' && i + 1 < json.length()) {
+                char n = json.charAt(++i);
+                if (n == 'u' && i + 4 < json.length()) {
+                    out.append((char) Integer.parseInt(json.substring(i + 1, i + 5), 16));
+                    i += 4;
+                } else {
+                    out.append(n == 'n' ? '\n' : n == 't' ? '\t' : n);
+                }
+            } else {
+                out.append(c);
+            }
         }
+        return out.toString();
     }
 
     /** Once per network, at its first iteration: its configuration and input shape (so that pyd4j

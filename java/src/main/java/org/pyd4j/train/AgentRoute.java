@@ -21,7 +21,8 @@ public final class AgentRoute {
     private AgentRoute() {
     }
 
-    /** Install the plan in {@code model} (once per network); never throws. */
+    /** Install the plan in {@code model} (once per network); never throws: a refusal is answered
+     *  with its reason, and the agent ends the job with it (unless plan_fallback=fit). */
     public static String attach(Object model, String planFile) {
         if (ROUTED.containsKey(model)) return "{\"status\": \"attached\", \"again\": true}";
         try {
@@ -40,7 +41,7 @@ public final class AgentRoute {
             return "{\"status\": \"attached\", \"policy\": \"" + plan.policy + "\", \"nodes\": " + plan.nodes.size()
                     + ", \"predicted_peak_bytes\": " + plan.predictedPeakBytes + "}";
         } catch (Throwable e) {
-            ROUTED.put(model, null);   // refused once: the job trains with DL4J's own fit()
+            ROUTED.put(model, null);   // refused once: the agent ends the job, or it trains with fit() as asked
             String why = String.valueOf(e.getMessage() == null ? e : e.getMessage());
             return "{\"status\": \"refused\", \"reason\": " + quote(why) + "}";
         }
@@ -57,6 +58,7 @@ public final class AgentRoute {
         String kind;
         String conf;
         long[] shape;
+        String shapes = "null";   // every input's shape (a ComputationGraph may have several)
         if (model instanceof MultiLayerNetwork) {
             MultiLayerNetwork n = (MultiLayerNetwork) model;
             kind = "MultiLayerNetwork";
@@ -67,6 +69,13 @@ public final class AgentRoute {
             kind = "ComputationGraph";
             conf = g.getConfiguration().toJson();
             shape = g.getInputs() == null || g.getInputs()[0] == null ? null : g.getInputs()[0].shape();
+            if (g.getInputs() != null) {
+                java.util.List<String> each = new java.util.ArrayList<>();
+                for (org.nd4j.linalg.api.ndarray.INDArray in : g.getInputs()) {
+                    each.add(in == null ? "null" : java.util.Arrays.toString(in.shape()));
+                }
+                shapes = "[" + String.join(", ", each) + "]";
+            }
         } else {
             return "null";
         }
@@ -76,7 +85,7 @@ public final class AgentRoute {
             return "null";
         }
         return "{\"kind\": \"" + kind + "\", \"input_shape\": " + (shape == null ? "null" : java.util.Arrays.toString(shape))
-                + ", \"conf\": " + conf + "}";
+                + ", \"input_shapes\": " + shapes + ", \"conf\": " + conf + "}";
     }
 
     private static String quote(String s) {

@@ -28,7 +28,11 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * masks in the same order as {@code fit()}). Steps are {@code GraphVertex.setInput}/{@code
  * doForward} and {@code setEpsilon}/{@code doBackward}, as in {@code
  * ComputationGraph.computeGradientAndScore}; gradient entries are collected as DL4J collects them.
- * One network input and one output layer (more are refused).
+ * Any number of network inputs and output layers (MultiDataSets): every output layer's backward
+ * starts a gradient, epsilons of shared vertices add up as DL4J adds them, and the score is DL4J's
+ * sum over the outputs in network-output order (the regularization term with the first). Mask
+ * arrays are replayed as DL4J sets them ({@code setLayerMaskArrays}, and each output layer's label
+ * mask again before its score).
  */
 final class GraphNodes extends NetworkNodes {
     /** Vertex classes whose steps are modelled (measured); every other vertex runs as an opaque
@@ -68,9 +72,11 @@ final class GraphNodes extends NetworkNodes {
                     + "write the plan from this network's configuration");
             return out;
         }
-        if (conf.getNetworkInputs().size() != 1 || conf.getNetworkOutputs().size() != 1) {
-            out.add("the graph has " + conf.getNetworkInputs().size() + " inputs and " + conf.getNetworkOutputs().size()
-                    + " outputs; planned training replays graphs with one input and one output layer; use DL4J's own fit()");
+        for (String o : conf.getNetworkOutputs()) {
+            GraphVertex v = net.getVertex(o);
+            if (v == null || !v.hasLayer() || !(v.getLayer() instanceof IOutputLayer)) {
+                out.add("network output '" + o + "' is not an output layer: there is no loss to train from it");
+            }
         }
         if (conf.getBackpropType() == BackpropType.TruncatedBPTT) {
             out.add("the graph trains with truncated BPTT, which planned training does not replay; use DL4J's own fit()");
@@ -137,15 +143,10 @@ final class GraphNodes extends NetworkNodes {
         gradients.clear();
         if (net.getFlattenedGradients() == null) net.initGradientsView();
         Reflect.call(net, ComputationGraph.class, "synchronizeIterEpochCounts");
-        for (INDArray[] masks : new INDArray[][] {net.getInputMaskArrays(), net.getLabelMaskArrays()}) {
-            if (masks == null) continue;
-            for (INDArray m : masks) {
-                if (m != null) {
-                    throw new UnsupportedOperationException("planned training does not replay mask arrays (this batch "
-                            + "has a features or labels mask); train this graph with DL4J's own fit()");
-                }
-            }
-        }
+        // as ComputationGraph.ffToLayerActivationsInWS does before its forward pass: feature masks
+        // through every vertex (feedForwardMaskArrays), then the label masks on the output layers
+        net.setLayerMaskArrays(net.getInputMaskArrays(), net.getLabelMaskArrays());
+        checkChunkedMasks();
     }
 
     @Override
@@ -256,7 +257,25 @@ final class GraphNodes extends NetworkNodes {
 
     @Override
     double score(int node, LayerWorkspaceMgr mgr) {
-        return ((IOutputLayer) vertices[node].getLayer()).computeScore(net.calcRegularizationScore(true), true, mgr);
+        // as ComputationGraph.computeGradientAndScore after its backward pass: the output layer's
+        // mask is its label mask (or none), and the regularization term counts with the first output only
+        int k = conf.getNetworkOutputs().indexOf(vertices[node].getVertexName());
+        INDArray[] labelMasks = net.getLabelMaskArrays();
+        Layer l = vertices[node].getLayer();
+        l.setMaskArray(labelMasks == null ? null : labelMasks[k]);
+        return ((IOutputLayer) l).computeScore(k == 0 ? net.calcRegularizationScore(true) : 0.0, true, mgr);
+    }
+
+    @Override
+    double totalScore(double[] byNode) {
+        double score = 0;   // DL4J's sum, in network-output order
+        for (String o : conf.getNetworkOutputs()) score += byNode[nodeOf(o)];
+        return score;
+    }
+
+    private int nodeOf(String vertex) {
+        for (PlanFile.Node n : plan.nodes) if (vertex.equals(n.vertex)) return n.id;
+        throw new IllegalStateException("the plan " + plan.source + " has no node for output '" + vertex + "'");
     }
 
     @Override

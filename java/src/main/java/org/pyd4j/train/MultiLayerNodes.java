@@ -22,7 +22,8 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * preprocessor of layer i, applied as DL4J's feed-forward applies it). The steps are those of
  * {@code MultiLayerNetwork.computeGradientAndScore}: the output layer gets its input and labels
  * but is not activated; its backprop starts the gradient; the score is computed from the output
- * layer with the regularization score of the whole network.
+ * layer with the regularization score of the whole network. Mask arrays are replayed as DL4J sets
+ * them ({@code setLayerMaskArrays} with the features mask; the label mask stays on the output layer).
  */
 final class MultiLayerNodes extends NetworkNodes {
     private final MultiLayerNetwork net;
@@ -107,10 +108,10 @@ final class MultiLayerNodes extends NetworkNodes {
         gradients.clear();
         if (net.getFlattenedGradients() == null) net.initGradientsView();
         Reflect.call(net, MultiLayerNetwork.class, "synchronizeIterEpochCounts");
-        if (net.getMask() != null || net.getOutputLayer().getMaskArray() != null) {
-            throw new UnsupportedOperationException("planned training does not replay mask arrays (this batch has "
-                    + "a features or labels mask); train this network with DL4J's own fit()");
-        }
+        // as MultiLayerNetwork.ffToLayerActivationsInWs does before its forward pass: the features
+        // mask through every layer; the output layer keeps the label mask fit() gave it otherwise
+        net.setLayerMaskArrays(net.getMask(), null);
+        checkChunkedMasks();
     }
 
     @Override
@@ -186,6 +187,11 @@ final class MultiLayerNodes extends NetworkNodes {
     @Override
     double score(int node, LayerWorkspaceMgr mgr) {
         return ((IOutputLayer) layers[node - 1]).computeScore(net.calcRegularizationScore(true), true, mgr);
+    }
+
+    @Override
+    double totalScore(double[] byNode) {
+        return byNode[layers.length];
     }
 
     @Override

@@ -96,8 +96,24 @@ abstract class NetworkNodes {
         return out;
     }
 
-    /** The score, after the backward step of the (only) output node. */
+    /** The score of one output node, after its backward step. */
     abstract double score(int node, LayerWorkspaceMgr mgr);
+
+    /** The network's score from its output nodes' ({@code byNode}, by node), summed as DL4J sums it. */
+    abstract double totalScore(double[] byNode);
+
+    /** Batch chunks slice a step's input, not the mask arrays its layer holds: refuse the combination. */
+    void checkChunkedMasks() {
+        for (PlanFile.Record r : plan.records) {
+            if (!r.isCompute() || r.chunks <= 1) continue;
+            Layer l = layer(r.arg);
+            if (l != null && l.getMaskArray() != null) {
+                throw new UnsupportedOperationException("plan " + plan.source + " runs layer '" + plan.nodes.get(r.arg).name
+                        + "' in " + r.chunks + " batch chunks, and this batch gives it a mask array, which chunked steps "
+                        + "do not slice; write the plan without a budget (no chunks) for masked data");
+            }
+        }
+    }
 
     /** Arrays the node's layer or vertex holds in its fields now (kept between steps). */
     abstract List<INDArray> referenced(int node);

@@ -232,14 +232,11 @@ public final class PlannedTrainer implements AutoCloseable {
     /**
      * Install the plan in {@code net}'s optimizer: from now on its fit() computes gradients with
      * planned iterations, until {@link #close}. Refuses (before any training) what it cannot
-     * replay exactly.
+     * replay exactly: {@link PlanRefusedException} naming each problem.
      */
     public static PlannedTrainer attach(Model net, PlanFile plan, OffloadTier tier) {
         List<String> problems = check(net, plan);
-        if (!problems.isEmpty()) {
-            throw new UnsupportedOperationException("planned training cannot run this network:\n  - "
-                    + String.join("\n  - ", problems));
-        }
+        if (!problems.isEmpty()) throw new PlanRefusedException(problems);
         if (plan.offloads() && tier == null) {
             throw new IllegalArgumentException("plan " + plan.source + " (" + plan.policy + ") offloads activations: "
                     + "give an OffloadTier (PlannedTrainer.defaultTier(plan): DiskTier on the CPU backend), or write a plan that does not offload "
@@ -340,7 +337,8 @@ public final class PlannedTrainer implements AutoCloseable {
         offloadPending = new boolean[n];
         incoming = new boolean[n];
         live = 0;
-        double score = Double.NaN;
+        double[] scores = new double[n];   // by output node
+        boolean[] scored = new boolean[n];
         nodes.beginIteration();
         try {
             for (at = 0; at < plan.records.size(); at++) {
@@ -371,17 +369,24 @@ public final class PlannedTrainer implements AutoCloseable {
                         break;
                     case BACKWARD:
                         double s = backward(r.arg);
-                        if (nodes.isOutput(r.arg)) score = s;
+                        if (nodes.isOutput(r.arg)) {
+                            scores[r.arg] = s;
+                            scored[r.arg] = true;
+                        }
                         break;
                     default:
                         throw planError("operation " + r.op + " is not replayed by this trainer");
                 }
             }
-            if (Double.isNaN(score)) throw planError("the plan has no BACKWARD record of the output layer");
+            for (int i = 0; i < n; i++) {
+                if (!plan.nodes.get(i).isInput() && nodes.isOutput(i) && !scored[i]) {
+                    throw planError("the plan has no BACKWARD record of the output layer " + plan.nodes.get(i).name);
+                }
+            }
         } finally {
             releaseAll();
         }
-        nodes.finishIteration(score);
+        nodes.finishIteration(nodes.totalScore(scores));
         stats.iterations++;
         stats.iterationNanos += System.nanoTime() - started;
         stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
