@@ -38,6 +38,9 @@ LEAK_CONFIDENCE = 0.99
 LEAK_MIN_GROWTH = 16 * MIB    # off-heap kept memory grown over the points
 LEAK_MIN_GROWTH_HEAP = 8 * MIB
 LEAK_MIN_RELATIVE_HEAP = 0.25  # ... and a quarter of the live heap: caches DL4J/ND4J grow once are not leaks
+LEAK_LATE_SHARE = 0.5         # a leak still rises over the later half of the run at half its rate or more
+ENVELOPE_SAMPLES = 20         # samples per window of the off-heap envelope (2 s at the default 100 ms)
+ENVELOPE_GCS = 3              # young collections per window of the heap envelope
 GC_SHARE_WARN = 0.10
 GC_WINDOW_S = 5.0
 GC_WINDOW_WARN = 0.30
@@ -369,6 +372,97 @@ def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float
     return LeakVerdict("no-leak", label, trend, why)
 
 
+def _x_of(t: Timeline, times_ms: np.ndarray, unit: str) -> np.ndarray:
+    """The x of events at epoch-ms `times_ms`: iterations completed by then (from the samples), or seconds."""
+    if unit != "iteration":
+        return (np.asarray(times_ms, float) - t.t0) / 1000.0
+    marks = np.array([[s["t"], s.get("iterations") or 0] for s in t.samples], dtype=float)
+    if not marks.size:
+        return np.full(len(times_ms), np.nan)
+    return np.floor(np.interp(np.asarray(times_ms, float), marks[:, 0], marks[:, 1]))
+
+
+def envelope(t: Timeline, what: str, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """The lower envelope of what the job holds, per window: for "offheap" the least libnd4j + JavaCPP
+    bytes held over each ENVELOPE_SAMPLES samples (exact counters, every interval), for "heap" the least
+    heap left by each ENVELOPE_GCS young collections. Garbage only adds to what is held, so this bounds
+    what is kept from above at every window; with x at the window's lowest point."""
+    if what == "offheap":
+        rows = [(s["t"], _held(s)) for s in t.samples
+                if s.get("nd4j_live") is not None or s.get("javacpp_total") is not None]
+        size = ENVELOPE_SAMPLES
+    else:
+        rows = [(g["t"], g["heap_after"]) for g in t.gc_events
+                if g.get("heap_after") is not None and g.get("kind") not in ("full", "cycle")]
+        size = ENVELOPE_GCS
+    if len(rows) < size:
+        return np.array([]), np.array([])
+    data = np.array(rows, dtype=float)
+    n = len(data) // size
+    windows = data[len(data) - n * size:].reshape(n, size, 2)   # whole windows, ending at the last row
+    low = windows[:, :, 1].argmin(axis=1)
+    times = windows[np.arange(n), low, 0]
+    return _x_of(t, times, unit), windows[np.arange(n), low, 1]
+
+
+def _held(record: dict) -> float:
+    """Off-heap bytes a sample or live point shows held: libnd4j buffers, JavaCPP bytes, ND4J workspaces."""
+    return float((record.get("nd4j_live") or 0) + (record.get("javacpp_total") or 0) + (record.get("ws_bytes") or 0))
+
+
+def _kept(points: list[dict], what: str) -> np.ndarray:
+    """What a live point says is kept, in the envelope's measure (off-heap held, or heap usage)."""
+    if what == "offheap":
+        return np.array([_held(p) for p in points], dtype=float)
+    return np.array([p["heap_after_gc"] if p.get("heap_after_gc") is not None else np.nan for p in points], dtype=float)
+
+
+def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarray, y: np.ndarray, unit: str,
+                        label: str, min_growth: float, min_relative: float = 0.0) -> LeakVerdict:
+    """The live points' verdict (`judge`), tempered by the envelope of what is held between them:
+
+    - a rise the points show is a leak only while it goes on: over the later half of the run the
+      envelope must still rise at least LEAK_LATE_SHARE of the points' rate; memory that grew and
+      then levelled off (caches filling, workspaces learning their size) is no leak;
+    - with too few points for a verdict, the envelope can still prove there is none: kept memory is
+      at most what is held, so if what is held never rose `needed` bytes over the first point after
+      warm-up, across LEAK_MIN_ITERATIONS or more, kept memory did not either."""
+    verdict = judge(x, y, unit, label, min_growth, min_relative)
+    ex, ey = envelope(t, what, unit)
+    if verdict.status == "leak" and ex.size:
+        trend = verdict.trend
+        end = max(float(np.nanmax(ex)), trend.last_x)
+        start = float(np.nanmin(x[~np.isnan(y)]))
+        late = ex >= (start + end) / 2
+        late_trend = fit_trend(ex[late], ey[late], unit) if late.sum() >= 3 else None
+        if late_trend is not None and late_trend.slope < LEAK_LATE_SHARE * trend.slope:
+            return LeakVerdict("no-leak", label, trend,
+                               f"grew {human_bytes(trend.growth)} and then levelled off: over the later half of the run "
+                               f"what is held rose {human_bytes(max(late_trend.slope, 0))}/{unit}, under "
+                               f"{LEAK_LATE_SHARE:.0%} of the earlier {human_bytes(trend.slope)}/{unit} (a cache "
+                               f"filling or a workspace learning its size, not a leak)")
+        return verdict
+    if verdict.status != "not-enough-data" or not ex.size:
+        return verdict
+    kept = _kept(points, what)
+    ok = ~np.isnan(kept)
+    if not ok.any():
+        return verdict
+    first = int(np.argmax(ok))
+    x0, k0 = float(x[first]), float(kept[first])
+    after = ex > x0
+    if not after.any() or float(np.nanmax(ex[after])) - x0 < (LEAK_MIN_ITERATIONS if unit == "iteration" else LEAK_MIN_SECONDS):
+        return verdict
+    rose = float(np.nanmax(ey[after])) - k0
+    needed = max(min_growth, min_relative * max(k0, 0.0))
+    if rose < needed:
+        span = float(np.nanmax(ex[after])) - x0
+        return LeakVerdict("no-leak", label, None,
+                           f"what is held (an upper bound of what is kept) rose at most {human_bytes(max(rose, 0))} "
+                           f"over {span:.0f} {unit}s after the live point at {unit} {x0:.0f}; a leak needs {human_bytes(needed)}")
+    return verdict
+
+
 def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
     """Heap and off-heap verdicts over the usable live points (see `_usable`): the bookkeeping of
     arrays that just died (ND4J's reference objects and ids, JavaCPP's deallocators) inflates the heap
@@ -385,14 +479,18 @@ def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
     # churns with every array made, and how much a histogram catches depends on how many just died;
     # kept arrays show in the off-heap verdict, the job's own objects stay in this one
     heap = col("heap_live", heap_points) - np.nan_to_num(col("heap_bookkeeping", heap_points))
-    out = [judge(hx, heap, hunit, "live heap", LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP)]
+    out = [judge_with_envelope(t, "heap", heap_points, hx, heap, hunit, "live heap", LEAK_MIN_GROWTH_HEAP,
+                               LEAK_MIN_RELATIVE_HEAP)]
     nd4j, javacpp = col("nd4j_live"), col("javacpp_total")
     if (~np.isnan(nd4j)).any():
-        kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j
-        verdict = judge(x, kept, unit, "off-heap arrays kept (libnd4j buffers + JavaCPP Pointers)", LEAK_MIN_GROWTH)
+        kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j + np.nan_to_num(col("ws_bytes"))
+        verdict = judge_with_envelope(t, "offheap", points, x, kept, unit,
+                                      "off-heap arrays kept (libnd4j buffers + JavaCPP Pointers + workspaces)",
+                                      LEAK_MIN_GROWTH)
     else:
         # no allocation counters (the agent's hooks are off): JavaCPP's own count only
-        verdict = judge(x, javacpp, unit, "JavaCPP Pointers kept (totalBytes)", LEAK_MIN_GROWTH)
+        verdict = judge_with_envelope(t, "offheap", points, x, javacpp, unit, "JavaCPP Pointers kept (totalBytes)",
+                                      LEAK_MIN_GROWTH)
     out.append(verdict)
     return out
 
@@ -405,9 +503,10 @@ def _leaks(t: Timeline) -> list[Finding]:
         out.append(Finding(
             "not-enough-data", "info", "Not enough data to judge memory leaks",
             [f"{v.label}: {v.reason}" for v in unknown],
-            "leaks are judged on memory left after full collections, over iterations: let the job train "
-            "longer (a minute or more), or have the agent measure the live set more often "
-            "(-Dpyd4j.agent=live=2); no leak is reported without that evidence",
+            "leaks are judged on memory left after full collections, over iterations; the agent measures it "
+            "as often as a verdict needs (about 6 points in the first minute of training): let the job train "
+            "longer, and check that the agent's live points were not switched off (-Dpyd4j.agent=live=0) or "
+            "skipped (a heap over 1 GiB in use); no leak is reported without that evidence",
             [], {"live_points": len(t.live_points), "iterations": t.iterations()},
         ))
     return out

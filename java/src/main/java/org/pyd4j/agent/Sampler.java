@@ -175,11 +175,14 @@ final class Sampler implements Runnable {
         JavaCpp.Counters cpp = javacpp(j, rss);
         Allocations.counters(j);
         j.put("iterations", Hooks.iterations.get());
-        LiveSet live = liveSet;
-        if (live != null) j.put("live_points", live.points);
         double score = Hooks.lastScore;
         if (!Double.isNaN(score)) j.put("score", score);
         if (hooks) workspaces(j);
+        LiveSet live = liveSet;
+        if (live != null) {
+            j.put("live_points", live.points);
+            if (Allocations.nd4jHooked || cpp != null) live.observeHeld(LiveSet.held(cpp, workspaceBytes));
+        }
         samples++;
         sink.line(j.close());
         if (Allocations.sampling()) sitesAtPeak(now, cpp);
@@ -217,9 +220,16 @@ final class Sampler implements Runnable {
         return c;
     }
 
+    /** Bytes ND4J's workspaces hold (their current sizes) at the last sample; workspace memory is neither a libnd4j buffer nor a JavaCPP Pointer. */
+    volatile long workspaceBytes;
+
     private void workspaces(Json j) {
         List<Object> live = Hooks.liveWorkspaces();
-        if (live.isEmpty()) return;
+        if (live.isEmpty()) {
+            workspaceBytes = 0;
+            return;
+        }
+        long total = 0;
         List<String> items = new ArrayList<>();
         for (Object ws : live) {
             try {
@@ -238,21 +248,24 @@ final class Sampler implements Runnable {
                     wsConfig = base.getMethod("getWorkspaceConfiguration");
                 }
                 Object cfg = wsConfig.invoke(ws);
+                long size = (Long) wsSize.invoke(ws);
                 if (cfgInitial == null && cfg != null) cfgInitial = cfg.getClass().getMethod("getInitialSize");
                 Json w = new Json().put("id", String.valueOf(wsId.invoke(ws)))
                         .put("thread", String.valueOf(wsThread.invoke(ws)))
-                        .put("size", (Long) wsSize.invoke(ws))
+                        .put("size", size)
                         .put("spilled", (Long) wsSpilled.invoke(ws))
                         .put("pinned", (Long) wsPinned.invoke(ws))
                         .put("max_cycle", (Long) wsMaxCycle.invoke(ws))
                         .put("last_cycle", (Long) wsLastCycle.invoke(ws));
                 if (cfg != null && cfgInitial != null) w.put("initial", ((Number) cfgInitial.invoke(cfg)).longValue());
                 items.add(w.close());
+                total += size;
             } catch (Throwable ignored) {
                 // a workspace being destroyed right now: skip it this tick
             }
         }
-        j.raw("ws", Json.array(items));
+        j.raw("ws", Json.array(items)).put("ws_bytes", total);
+        workspaceBytes = total;
     }
 
     /**
@@ -287,6 +300,8 @@ final class Sampler implements Runnable {
                 LiveSet live = liveSet;
                 if (live != null && (kind.equals("full") || kind.equals("cycle"))) {
                     live.onFullCollection(kind.equals("full") ? "full-gc" : "gc-cycle", cause, t + duration, heapAfter);
+                } else if (live != null) {
+                    live.observeYoung(heapAfter);
                 }
             } catch (Throwable ignored) {
                 // unknown notification layout: pauses stay in the per-collector counters

@@ -1,0 +1,65 @@
+"""Leak verdicts at the agent's default settings (no live=/live_share= options), on corpus jobs run
+concurrently: a job that keeps every prediction is found, at its line, within its first minutes; a
+job whose cache grows and then levels off is judged and not called a leak."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyd4j.profile.diagnose import diagnose, leak_verdicts
+from tests.profile.conftest import DEADLINE_S, Stopper, corpus_command, leak_site_line, offheap_leak_found, \
+    run_concurrently, verdicts_reached
+
+pytestmark = [pytest.mark.jvm, pytest.mark.slow]
+
+CACHE_ENTRIES = 48  # CorpusJob.CACHE_ENTRIES: the plateau job's cache is full after this many iterations
+
+
+@pytest.fixture(scope="module")
+def default_runs(runs_root):
+    from pyd4j.profile import profile_job
+
+    root = runs_root / "defaults"
+    root.mkdir()
+
+    def job(name, enough, min_s):
+        stop = root / f"{name}.stop"
+        stopper = Stopper(root / name, stop, enough, min_s)
+        command = corpus_command(name, min_iterations=20, stop=stop)
+        return lambda: profile_job(command, root / name, on_sample=stopper, timeout_s=DEADLINE_S)
+
+    return run_concurrently({
+        "leak-list": job("leak-list", lambda t: offheap_leak_found(t) or verdicts_reached(t), 0),
+        # long enough after the cache is full for the verdict to see it level off
+        "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30),
+    })
+
+
+def finished(runs, name):
+    run = runs[name]
+    if isinstance(run, BaseException):
+        raise AssertionError(f"{name} did not finish: {run!r}")
+    assert run.returncode == 0, (run.run_dir / "stderr.log").read_text()[-3000:]
+    return run
+
+
+def test_a_leaking_job_is_found_at_defaults_at_its_line(default_runs):
+    t = finished(default_runs, "leak-list").timeline
+    leaks = [f for f in diagnose(t) if f.kind == "leak-offheap"]
+    assert leaks, [(v.status, v.reason) for v in leak_verdicts(t)]
+    assert leaks[0].numbers["site"].endswith(f"CorpusJob.java:{leak_site_line('leak-list')})")
+    # the job was stopped as soon as the verdict held: it took minutes at most, not the whole run
+    assert t.duration_s() < DEADLINE_S
+    # every live point was the agent's own inspection at its default schedule
+    assert {p["trigger"] for p in t.live_points} <= {"inspection", "full-gc"}
+    assert not [a for a in t.start["jvm_args"] if "pyd4j.agent=" in a and "live" in a]
+
+
+def test_a_cache_that_grows_then_levels_off_is_no_leak(default_runs):
+    t = finished(default_runs, "plateau").timeline
+    statuses = [v.status for v in leak_verdicts(t)]
+    assert statuses == ["no-leak", "no-leak"], [v.reason for v in leak_verdicts(t)]
+    # the off-heap memory really grew (the cache: 48 x 0.8 MB) before levelling off
+    held = [s["nd4j_live"] for s in t.samples if s.get("nd4j_live") is not None]
+    assert max(held) - held[0] > 30 * (1 << 20)
+    assert not [f.kind for f in diagnose(t) if f.kind.startswith(("leak", "not-enough"))]
