@@ -1,8 +1,9 @@
 """What went wrong in a profiled run, with the evidence and the fix.
 
 - OOM kinds told apart: Java heap, JavaCPP maxbytes, JavaCPP maxphysicalbytes, NIO direct
-  buffers, metaspace, and a kill from outside (exit 137 / SIGKILL: the container's or the
-  kernel's OOM killer), using the error the agent caught, the job's stderr and its exit code.
+  buffers, metaspace, and a SIGKILL by the container's or the kernel's OOM killer (RSS near a
+  memory limit), using the error the agent caught, the job's stderr and its exit status; a signal
+  with no memory limit near is a kill from outside, not memory.
 - Leaks: kept memory (live heap, libnd4j buffers, JavaCPP bytes, measured after full collections)
   rising with the iterations at 99% confidence, named by the call site that allocated it; "not
   enough data" rather than a guess.
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -24,7 +26,9 @@ from pyd4j.jvm.errors import (
     MetaspaceOutOfMemoryError,
     python_class_for,
 )
+from pyd4j.memory.machine import physical_bytes
 from pyd4j.output import human_bytes
+from pyd4j.profile.signals import signal_name
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size
@@ -46,6 +50,7 @@ GC_WINDOW_S = 5.0
 GC_WINDOW_WARN = 0.30
 SPILL_MIN_SAMPLES = 3
 SPILL_MIN_SHARE = 0.2
+KILL_NEAR = 0.9               # a SIGKILL is an OOM kill when RSS came this close to a memory limit
 
 _OOM_LINE = re.compile(r"(?:java\.lang\.)?OutOfMemoryError:?\s*(.*)")
 # JavaCPP's refusals name what was in use, what was asked for, and the limit (formatBytes: K/M/G/T, truncated)
@@ -61,7 +66,7 @@ class Finding:
     """One diagnosis: what, how sure, the numbers behind it, and the fix (flags when there are)."""
 
     kind: str            # oom-heap, oom-javacpp-maxbytes, oom-javacpp-maxphysicalbytes, oom-direct,
-    #                      oom-metaspace, killed, leak-offheap, leak-heap, gc-pressure, workspace-spill,
+    #                      oom-metaspace, killed (OOM killer), killed-signal (not memory), leak-offheap, leak-heap, gc-pressure, workspace-spill,
     #                      crash, near-limit
     severity: str        # error | warning | info
     title: str
@@ -240,22 +245,9 @@ def _oom(t: Timeline) -> list[Finding]:
                 [f"-Xmx{jvm_size(new)}"], {"limit": limits["heap_max"], "peak": peaks["heap_used"]},
             ))
     code = t.exit_code
-    if not out and code is not None and (code in (137, -9)) and not t.meta.get("interrupted"):
-        rss = peaks["rss"]
-        cgroup = limits["cgroup"]
-        evidence = [f"exit code {code}: the process got SIGKILL, with no Java error; "
-                    f"the kernel or container OOM killer does this when the process exceeds its memory limit",
-                    f"RSS peaked at {human_bytes(rss)} (last sample {human_bytes(_last(t, 'rss'))})"]
-        if cgroup:
-            evidence.append(f"container memory limit {human_bytes(cgroup)}")
-        budget = f"under {human_bytes(cgroup)}" if cgroup else "under the container's memory limit"
-        out.append(Finding(
-            "killed", "error", "Killed from outside (exit 137, SIGKILL): container or kernel OOM killer",
-            evidence,
-            f"set -Xmx plus -Dorg.bytedeco.javacpp.maxphysicalbytes so that heap + off-heap stay {budget}, "
-            f"so the JVM fails with a Java error (or lives) instead of being killed; or raise the container limit",
-            [], {"rss_peak": rss, "cgroup_limit": cgroup},
-        ))
+    signum = _signal_of(t)
+    if not out and signum is not None and not t.meta.get("interrupted"):
+        out.append(_killed(t, code, signum))
     elif not out and code not in (None, 0) and not t.meta.get("interrupted"):
         launcher = startup_error_in(t.run_dir)
         if launcher is not None:  # the JVM refused to start the job: a wrong class, jar or option
@@ -266,6 +258,60 @@ def _oom(t: Timeline) -> list[Finding]:
         out.append(Finding("crash", "error", f"The job exited with code {code}", msgs or ["see stderr.log in the run directory"],
                            "read the job's stderr.log; no memory limit was reported as the cause"))
     return out
+
+
+def _signal_of(t: Timeline) -> int | None:
+    """The signal that ended the job: recorded by the launcher, or read from a shell's 128 + N for SIGKILL
+    (a launcher script whose JVM was killed exits 137 itself)."""
+    code = t.exit_code
+    if t.meta.get("signal"):
+        return int(t.meta["signal"])
+    if code is not None and code < 0:   # a run recorded before statuses were normalised
+        return -code
+    return signal.SIGKILL if code == 137 else None
+
+
+def _memory_near(t: Timeline) -> list[str]:
+    """Evidence that a kill came from an OOM killer: the job's RSS within KILL_NEAR of the container limit
+    or of the machine's RAM."""
+    rss = t.peaks()["rss"] or 0
+    last = _last(t, "rss") or 0
+    near = []
+    cgroup = t.limits()["cgroup"]
+    ram = t.meta.get("physical_bytes") or physical_bytes()
+    for name, limit in (("the container memory limit", cgroup), ("the machine's RAM", ram)):
+        if limit and max(rss, last) >= KILL_NEAR * limit:
+            near.append(f"RSS reached {human_bytes(max(rss, last))}, {max(rss, last) / limit:.0%} of {name} "
+                        f"{human_bytes(limit)}")
+    return near
+
+
+def _killed(t: Timeline, code: int | None, signum: int) -> Finding:
+    """A job a signal ended without a Java error: an OOM killer only when memory was near a limit."""
+    name = signal_name(signum)
+    rss = t.peaks()["rss"]
+    cgroup = t.limits()["cgroup"]
+    ram = t.meta.get("physical_bytes") or physical_bytes()
+    ended = f"exit status {code} ({name}, no Java error)"
+    near = _memory_near(t) if signum == signal.SIGKILL else []
+    if near:
+        evidence = [f"{ended}: the kernel or container OOM killer ends a process with SIGKILL when it exceeds "
+                    f"its memory limit", *near]
+        budget = f"under {human_bytes(cgroup)}" if cgroup else "under the machine's memory"
+        return Finding(
+            "killed", "error", f"Killed by the container or kernel OOM killer ({ended})", evidence,
+            f"set -Xmx plus -Dorg.bytedeco.javacpp.maxphysicalbytes so that heap + off-heap stay {budget}, "
+            f"so the JVM fails with a Java error (or lives) instead of being killed; or raise the container limit",
+            [], {"rss_peak": rss, "cgroup_limit": cgroup, "exit_status": code, "signal": signum})
+    limits = f"container limit {human_bytes(cgroup)}" if cgroup else "no container memory limit"
+    evidence = [f"{ended}",
+                f"RSS peaked at {human_bytes(rss)} (last sample {human_bytes(_last(t, 'rss'))}); {limits}, RAM "
+                f"{human_bytes(ram)}: no memory limit was near, so no OOM killer had a reason to act"]
+    return Finding(
+        "killed-signal", "error", f"Killed by a signal from outside ({name}, exit status {code}): not memory", evidence,
+        f"something outside the job sent {name}: a user or script (kill), a scheduler's time limit, a supervisor or "
+        f"CI timeout; find it there. Memory limits are not the cause, so no memory flag changes this",
+        [], {"rss_peak": rss, "cgroup_limit": cgroup, "exit_status": code, "signal": signum})
 
 
 # -- leaks -----------------------------------------------------------------------------------

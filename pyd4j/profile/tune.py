@@ -310,12 +310,17 @@ def _untunable(before: JobRun, side: dict) -> str | None:
         return (f"the first run recorded no measurements (0 samples; exit code {side['exit_code']}): there is nothing "
                 f"to size flags from; see {side['run_dir']}/stderr.log, then tune again")
     ended_normally = side["exit_code"] == 0 and not side["interrupted"]
-    if not side["iterations"] and not ended_normally and not any(k.startswith(("oom", "killed")) for k in side["findings"]):
+    if not side["iterations"] and not ended_normally and not any(_memory_failure(k) for k in side["findings"]):
         evidence = [e for f in diagnose(t) if f.kind in ("crash", "no-iterations") for e in f.evidence]
         return (f"the job {'was stopped' if side['interrupted'] else 'exited with code ' + str(side['exit_code'])} "
                 f"before its first iteration, not for lack of memory ({'; '.join(evidence)}); what it used while "
                 f"starting is not what training needs: fix the java command (see {side['run_dir']}/stderr.log) and tune again")
     return None
+
+
+def _memory_failure(kind: str) -> bool:
+    """An out-of-memory error or an OOM kill (a signal from outside with no limit near is not one)."""
+    return kind.startswith("oom") or kind == "killed"
 
 
 def _outcome(side: dict, first: dict | None = None) -> str:
@@ -525,7 +530,7 @@ def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: di
         side["settings_not_held"] = settings_held(after, conf)
         attempts.append(side)
         failures = side["spark"]["executor_memory_failures"]
-        memory = failures or any(k.startswith(("oom", "killed")) for k in side["findings"])
+        memory = failures or any(_memory_failure(k) for k in side["findings"])
         if _outcome(side) != "rerun-failed" or attempt == MAX_RERUNS - 1 or not memory:
             break
         # an executor (or the driver) ran out of memory with the recommended settings: recommend again from
