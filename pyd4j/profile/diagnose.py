@@ -273,13 +273,15 @@ def _signal_of(t: Timeline) -> int | None:
 
 def _memory_near(t: Timeline) -> list[str]:
     """Evidence that a kill came from an OOM killer: the job's RSS within KILL_NEAR of the container limit
-    or of the machine's RAM."""
+    pyd4j runs in, of the memory the JVM itself saw (its own container's limit), or of the machine's RAM."""
     rss = t.peaks()["rss"] or 0
     last = _last(t, "rss") or 0
     near = []
     cgroup = t.limits()["cgroup"]
-    ram = t.meta.get("physical_bytes") or physical_bytes()
-    for name, limit in (("the container memory limit", cgroup), ("the machine's RAM", ram)):
+    jvm = t.start.get("memory_limit") if (t.start.get("memory_limit") or -1) > 0 else None
+    ram = physical_bytes()
+    for name, limit in (("the container memory limit", cgroup), ("the memory limit the JVM saw", jvm),
+                        ("the machine's RAM", ram)):
         if limit and max(rss, last) >= KILL_NEAR * limit:
             near.append(f"RSS reached {human_bytes(max(rss, last))}, {max(rss, last) / limit:.0%} of {name} "
                         f"{human_bytes(limit)}")
@@ -291,7 +293,10 @@ def _killed(t: Timeline, code: int | None, signum: int) -> Finding:
     name = signal_name(signum)
     rss = t.peaks()["rss"]
     cgroup = t.limits()["cgroup"]
-    ram = t.meta.get("physical_bytes") or physical_bytes()
+    ram = physical_bytes()
+    jvm = t.start.get("memory_limit") if (t.start.get("memory_limit") or -1) > 0 else None
+    if jvm and jvm < ram and not cgroup:
+        cgroup = jvm   # the JVM ran in a container of its own
     ended = f"exit status {code} ({name}, no Java error)"
     near = _memory_near(t) if signum == signal.SIGKILL else []
     if near:
@@ -324,6 +329,11 @@ def _killed(t: Timeline, code: int | None, signum: int) -> Finding:
 # collection released: live heap, libnd4j buffers, JavaCPP bytes. A leak is kept memory that rises
 # with the iterations: Kendall's tau over the points (one-sided, exact for small samples) gives the
 # confidence, the Theil-Sen slope the rate; both are robust to the odd point taken mid-iteration.
+
+
+def plural(unit: str) -> str:
+    """'iterations' for 'iteration'; 's' stays 's' (seconds: not "ss")."""
+    return unit if unit == "s" else unit + "s"
 
 
 @dataclass(frozen=True)
@@ -404,8 +414,8 @@ def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float
     n, span = int(ok.sum()), float(np.ptp(x[ok])) if ok.any() else 0.0
     if n < LEAK_MIN_POINTS or span < need_span:
         return LeakVerdict("not-enough-data", label, None,
-                           f"{n} live points after full collections over {span:.0f} {unit}s after warm-up; "
-                           f"a verdict needs {LEAK_MIN_POINTS} points over {need_span} {unit}s")
+                           f"{n} live points after full collections over {span:.0f} {plural(unit)} after warm-up; "
+                           f"a verdict needs {LEAK_MIN_POINTS} points over {need_span} {plural(unit)}")
     trend = fit_trend(x, y, unit)
     if trend is None:
         return LeakVerdict("not-enough-data", label, None, "no spread in the points")
@@ -505,7 +515,7 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
         span = float(np.nanmax(ex[after])) - x0
         return LeakVerdict("no-leak", label, None,
                            f"what is held (an upper bound of what is kept) rose at most {human_bytes(max(rose, 0))} "
-                           f"over {span:.0f} {unit}s after the live point at {unit} {x0:.0f}; a leak needs {human_bytes(needed)}")
+                           f"over {span:.0f} {plural(unit)} after the live point at {unit} {x0:.0f}; a leak needs {human_bytes(needed)}")
     return verdict
 
 
@@ -619,7 +629,7 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
     kind = "leak-heap" if verdict.label == "live heap" else "leak-offheap"
     per = f"{human_bytes(trend.slope)}/{trend.x_unit}"
     evidence = [f"{verdict.label} grows {per} over {trend.n} points after full collections "
-                f"(+{human_bytes(trend.growth)} over {trend.span:.0f} {trend.x_unit}s; "
+                f"(+{human_bytes(trend.growth)} over {trend.span:.0f} {plural(trend.x_unit)}; "
                 f"Kendall tau p = {trend.p_value:.2g}, confidence {trend.confidence:.1%})"]
     numbers: dict[str, float | int | None] = {
         "slope_bytes_per_unit": trend.slope, "confidence": trend.confidence, "p_value": trend.p_value,
@@ -629,7 +639,7 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
     if limit and level is not None and lim.slope > 0:
         left = max(0.0, (limit - level) / lim.slope)
         numbers.update(limit_bytes=limit, units_to_limit=left)
-        when = f"about {left:,.0f} more {trend.x_unit}s"
+        when = f"about {left:,.0f} more {plural(trend.x_unit)}"
         if trend.x_unit == "iteration":
             numbers["limit_at_iteration"] = trend.last_x + left
             rate = _iteration_rate(t)

@@ -28,8 +28,13 @@ def default_runs(runs_root):
         command = corpus_command(name, min_iterations=20, stop=stop)
         return lambda: profile_job(command, root / name, on_sample=stopper, timeout_s=DEADLINE_S)
 
+    stop = root / "keep-predictions.stop"
+    user_job = ["java", "-cp", corpus_command("mlp")[2], "org.deeplearning4j.examples.pyd4jfixture.KeepPredictions", str(stop)]
     return run_concurrently({
         "leak-list": job("leak-list", lambda t: offheap_leak_found(t) or verdicts_reached(t), 0),
+        "keep-predictions": lambda: profile_job(user_job, root / "keep-predictions", timeout_s=DEADLINE_S,
+                                                on_sample=Stopper(root / "keep-predictions", stop,
+                                                                  lambda t: offheap_leak_found(t) or verdicts_reached(t))),
         # long enough after the cache is full for the verdict to see it level off
         "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30),
     })
@@ -63,3 +68,23 @@ def test_a_cache_that_grows_then_levels_off_is_no_leak(default_runs):
     held = [s["nd4j_live"] for s in t.samples if s.get("nd4j_live") is not None]
     assert max(held) - held[0] > 30 * (1 << 20)
     assert not [f.kind for f in diagnose(t) if f.kind.startswith(("leak", "not-enough"))]
+
+
+def test_user_code_is_told_by_its_classpath_entry_not_its_package(default_runs, tmp_path):
+    """A job in org.deeplearning4j.examples.* (as deeplearning4j-examples' are), from a jar that is not a
+    library's: its line is the user's, in the finding and in the report."""
+    from pyd4j.profile.report import write_report
+    from tests.profile.conftest import PROJECT_ROOT
+
+    run = finished(default_runs, "keep-predictions")
+    source = PROJECT_ROOT / "tests/fixtures/java/src/main/java/org/deeplearning4j/examples/pyd4jfixture/KeepPredictions.java"
+    line = next(i for i, text in enumerate(source.read_text().splitlines(), start=1) if "LEAK SITE keep-predictions" in text)
+    leaks = [f for f in diagnose(run.timeline) if f.kind == "leak-offheap"]
+    assert leaks, [(v.status, v.reason) for v in leak_verdicts(run.timeline)]
+    site = f"KeepPredictions.java:{line})"
+    assert leaks[0].numbers["site"].endswith(site)
+    snapshot = max((s for s in run.timeline.site_snapshots if s["reason"] == "live"), key=lambda s: s["t"])
+    top = max(snapshot["sites"], key=lambda s: s["live_bytes"])
+    assert top["site"].endswith(site) and top["user"]
+    page = write_report(run.run_dir, tmp_path / "report")["html"].read_text()
+    assert site + " (library)" not in page and site in page

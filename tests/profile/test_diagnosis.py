@@ -141,3 +141,15 @@ def test_flat_noise_is_no_leak_and_few_points_are_not_enough():
     assert judge(x, flat + x * MIB, "iteration", "kept", 16 * MIB).status == "leak"
     # a steady rise too small to matter is not a leak
     assert judge(x, 300 * MIB + x * 1024, "iteration", "kept", 16 * MIB).status == "no-leak"
+
+
+def test_reasons_in_seconds_say_s_not_ss():
+    """Jobs without iterations are judged over seconds: "over 27 s", never "over 27 ss"."""
+    from pyd4j.profile.diagnose import judge
+
+    x = np.array([0.0, 9.0, 27.0])
+    verdict = judge(x, np.array([1.0, 2.0, 3.0]) * (1 << 20), "s", "live heap", 8 << 20)
+    assert verdict.status == "not-enough-data"
+    assert "over 27 s after" in verdict.reason and " ss" not in verdict.reason
+    by_iteration = judge(x, np.array([1.0, 2.0, 3.0]), "iteration", "live heap", 8 << 20)
+    assert "over 27 iterations after" in by_iteration.reason

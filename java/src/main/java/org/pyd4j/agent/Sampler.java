@@ -71,6 +71,7 @@ final class Sampler implements Runnable {
                 .put("heap_max", Runtime.getRuntime().maxMemory())
                 .put("max_direct", maxDirect())
                 .put("cpus", Runtime.getRuntime().availableProcessors())
+                .put("memory_limit", memoryLimit())
                 .put("javacpp_maxbytes_prop", System.getProperty("org.bytedeco.javacpp.maxbytes"))
                 .put("javacpp_maxphysicalbytes_prop", System.getProperty("org.bytedeco.javacpp.maxphysicalbytes"))
                 .close());
@@ -376,6 +377,18 @@ final class Sampler implements Runnable {
         Throwable c = e;
         while (c.getCause() != null && c.getCause() != c) c = c.getCause();
         return c == e ? null : c.getClass().getName() + ": " + c.getMessage();
+    }
+
+    /** The memory the JVM may use as it sees it: its container's limit, else the machine's RAM (-1 unknown). */
+    @SuppressWarnings("deprecation")
+    private static long memoryLimit() {
+        try {
+            java.lang.management.OperatingSystemMXBean os = ManagementFactory.getOperatingSystemMXBean();
+            return os instanceof com.sun.management.OperatingSystemMXBean
+                    ? ((com.sun.management.OperatingSystemMXBean) os).getTotalPhysicalMemorySize() : -1;
+        } catch (Throwable e) {
+            return -1;
+        }
     }
 
     private long maxDirect() {
