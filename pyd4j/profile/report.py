@@ -167,11 +167,11 @@ def live_heap_points(t: Timeline) -> tuple[list[dict], str]:
     (heap after a full collection, once ND4J's deallocators were done) when it took any, else the
     heap after the job's own full (major) collections. After a young collection the heap still
     holds the old generation's garbage: never the live heap."""
-    drained = [p for p in t.live_points if p.get("heap_live") is not None and p.get("heap_drained")]
-    points = drained or [p for p in t.live_points if p.get("heap_live") is not None]
+    points = [p for p in t.live_points if p.get("heap_live") is not None]
     if points:
+        # every point, as measured (the peak in the summary is the largest of these)
         return ([{"t": p["t"], "heap_after": p["heap_live"]} for p in sorted(points, key=lambda p: p["t"])],
-                "live heap (after a full GC" + (" and ND4J's deallocators)" if drained else ")"))
+                "live heap (objects after a full GC, as GC.class_histogram counts them)")
     full = [g for g in t.gc_events if g.get("heap_after") is not None and "major" in (g.get("action") or "")]
     if full:
         return full, "heap after full GC (live heap)"

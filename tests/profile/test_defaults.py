@@ -21,10 +21,11 @@ def default_runs(runs_root):
 
     root = runs_root / "defaults"
     root.mkdir()
+    jcmd: dict = {}
 
-    def job(name, enough, min_s):
+    def job(name, enough, min_s, before_stop=None):
         stop = root / f"{name}.stop"
-        stopper = Stopper(root / name, stop, enough, min_s)
+        stopper = Stopper(root / name, stop, enough, min_s, before_stop)
         command = corpus_command(name, min_iterations=20, stop=stop)
         return lambda: profile_job(command, root / name, on_sample=stopper, timeout_s=DEADLINE_S)
 
@@ -36,8 +37,28 @@ def default_runs(runs_root):
                                                 on_sample=Stopper(root / "keep-predictions", stop,
                                                                   lambda t: offheap_leak_found(t) or verdicts_reached(t))),
         # long enough after the cache is full for the verdict to see it level off
-        "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30),
-    })
+        "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30,
+                       lambda t: jcmd.update(histogram_now(t))),
+    }) | {"jcmd": jcmd}
+
+
+def histogram_now(t) -> dict:
+    """`jcmd <pid> GC.class_histogram` of the running job (a full collection, then the histogram), and
+    when it was asked for; then waits for the agent's live point of that very collection."""
+    import subprocess
+    import time
+
+    from pyd4j.profile.histogram import read_histogram
+    from pyd4j.profile.timeline import Timeline
+
+    asked = time.time() * 1000
+    out = subprocess.run(["jcmd", str(t.start["pid"]), "GC.class_histogram"], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    deadline = time.monotonic() + 60
+    while not [p for p in Timeline.load(t.run_dir).live_points if p["t"] >= asked and p["trigger"] == "full-gc"]:
+        assert time.monotonic() < deadline, "the agent wrote no live point for jcmd's collection"
+        time.sleep(0.5)
+    return {"asked": asked, "total": read_histogram(out)[0]}
 
 
 def finished(runs, name):
@@ -88,3 +109,16 @@ def test_user_code_is_told_by_its_classpath_entry_not_its_package(default_runs, 
     assert top["site"].endswith(site) and top["user"]
     page = write_report(run.run_dir, tmp_path / "report")["html"].read_text()
     assert site + " (library)" not in page and site in page
+
+
+def test_the_reported_live_heap_is_what_jcmd_measures(default_runs):
+    """`jcmd GC.class_histogram` on the running plateau job: the agent's live point of that same full
+    collection is within 2% of jcmd's Total, and the live heap the summary reports is the largest point
+    measured, that one included (no point is left out for being taken before ND4J's deallocators ran)."""
+    t = finished(default_runs, "plateau").timeline
+    jcmd = default_runs["jcmd"]
+    assert jcmd, "the jcmd histogram was not taken"
+    point = min((p for p in t.live_points if p["t"] >= jcmd["asked"] and p["trigger"] == "full-gc"), key=lambda p: p["t"])
+    print(f"agent {point['heap_live']} B vs jcmd GC.class_histogram {jcmd['total']} B")
+    assert point["heap_live"] == pytest.approx(jcmd["total"], rel=0.02)
+    assert t.peaks()["heap_live"] == max(p["heap_live"] for p in t.live_points) >= point["heap_live"]
