@@ -162,8 +162,7 @@ def profile_case(case: dict, root: Path) -> dict:
            "finding_titles": [f.title for f in findings], "live_points": len(t.live_points),
            "leak_verdicts": [[v.status, v.reason] for v in leak_verdicts(t)]}
     if expect is None:
-        # right: nothing wrong found; "not enough data" is an honest answer (a short job), counted apart
-        row["right"] = not [k for k in kinds if k.startswith(("leak", "oom", "killed", "crash", "no-"))]
+        row["right"] = healthy_right(row)
         row["undecided"] = "not-enough-data" in kinds
     elif expect in LEAK_KINDS:
         leak = next((f for f in findings if f.kind == expect), None)
@@ -233,13 +232,39 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=3, help="jobs at once")
     parser.add_argument("--only", default="", help="comma-separated job names")
     parser.add_argument("--no-tune", action="store_true")
+    parser.add_argument("--resummarise", action="store_true", help="recompute the summary of results/leak_corpus.json")
     args = parser.parse_args()
+    if args.resummarise:
+        out = ROOT / "results" / "leak_corpus.json"
+        doc = json.loads(out.read_text())
+        doc["summary"] = summarise(doc["jobs"], doc["tunes"])
+        out.write_text(json.dumps(doc, indent=2, default=str))
+        print(json.dumps(doc["summary"], indent=2))
+        return
     os.environ["OMP_NUM_THREADS"] = "1"
     chosen = [c for c in cases(args.seconds) if not args.only or c["name"] in args.only.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         rows = run_pool(chosen, lambda c: profile_case(c, Path(tmp)), args.parallel)
         tuned = [] if args.no_tune else run_pool([c for c in chosen if c["name"] in TUNED],
                                                  lambda c: tune_case(c, Path(tmp)), args.parallel)
+    doc = {"seconds": args.seconds, "agent_options": "defaults", "omp_threads": 1, "parallel": args.parallel,
+           "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "jobs": rows, "tunes": tuned}
+    doc["summary"] = summarise(rows, tuned)
+    out = ROOT / "results" / ("leak_corpus.partial.json" if args.only else "leak_corpus.json")
+    out.write_text(json.dumps(doc, indent=2, default=str))
+    print(json.dumps(doc["summary"], indent=2))
+    print(f"wrote {out}")
+
+
+def healthy_right(row: dict) -> bool:
+    """Nothing wrong found in a healthy job; "not enough data" is an honest answer (a short job), counted apart."""
+    return not [k for k in row.get("findings", []) if k.startswith(("leak", "oom", "killed", "crash", "no-"))]
+
+
+def summarise(rows: list[dict], tuned: list[dict]) -> dict:
+    for r in rows:
+        if r.get("group") == "healthy":
+            r["right"] = healthy_right(r)
     healthy = [r for r in rows if r.get("group") == "healthy"]
     leaking = [r for r in rows if r.get("group") == "leaking"]
     summary = {
@@ -257,14 +282,7 @@ def main() -> None:
         "tunes": len(tuned),
     }
     summary["leaks_found_share"] = summary["leaks_found"] / summary["leaks"] if summary["leaks"] else None
-    doc = {"seconds": args.seconds, "agent_options": "defaults", "omp_threads": 1, "parallel": args.parallel,
-           "cpus": os.cpu_count(), "summary": summary, "jobs": rows, "tunes": tuned}
-    out = ROOT / "results" / "leak_corpus.json"
-    if args.only:
-        out = ROOT / "results" / "leak_corpus.partial.json"
-    out.write_text(json.dumps(doc, indent=2, default=str))
-    print(json.dumps(summary, indent=2))
-    print(f"wrote {out}")
+    return summary
 
 
 if __name__ == "__main__":

@@ -650,11 +650,20 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
             numbers["seconds_to_limit"] = left
         evidence.append(f"{level_what} is {human_bytes(level)} of {limit_name} {human_bytes(limit)}: "
                         f"at this rate it is reached in {when}")
-    sites = leak_sites(t, kind) if kind == "leak-offheap" else []
+    workspaces = _growing_workspaces(t, verdict) if kind == "leak-offheap" else None
+    sites = leak_sites(t, kind) if kind == "leak-offheap" and workspaces is None else []
+    if workspaces is not None:
+        count, held, first_count, site = workspaces
+        evidence.append(f"ND4J workspaces hold {human_bytes(held)} in {count} workspaces (from {first_count} at the "
+                        f"first point): workspaces opened and never destroyed"
+                        + (f", created at {site}" if site else ""))
+        if site:
+            sites = [{"site": site, "user": True, "live_bytes": held}]
     user_sites = [s for s in sites if s.get("user")] or sites
     if user_sites:
         top = user_sites[0]
         numbers["site"] = top["site"]
+    if user_sites and workspaces is None:
         evidence.append(f"allocated at {top['site']}" + (f" (via {top['via']})" if top.get("via") else "")
                         + f": {human_bytes(top['live_bytes'])} still held, estimated from sampled allocations")
         for s in user_sites[1:3]:
@@ -669,9 +678,39 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
            if kind == "leak-offheap" else
            "Java objects accumulate every iteration (a growing collection, listeners, DataSets kept). "
            "Drop the references; raising -Xmx only delays the OOM")
+    if workspaces is not None:
+        fix = ("the job opens ND4J workspaces and never destroys them (a new workspace id per batch, or "
+               "createNewWorkspace without destroyWorkspace): reuse one id per loop, or call "
+               "Nd4j.getWorkspaceManager().destroyWorkspace(ws) when done; raising limits only delays the OOM")
     where = f" at {user_sites[0]['site']}" if user_sites else ""
     return Finding(kind, "error", f"Memory leak: {verdict.label} grows every {trend.x_unit}{where}", evidence, fix, [],
                    numbers)
+
+
+def _growing_workspaces(t: Timeline, verdict: LeakVerdict) -> tuple[int, int, int, str | None] | None:
+    """When most of an off-heap leak is ND4J workspaces (their memory is neither a libnd4j buffer nor a
+    JavaCPP Pointer, so no allocation site holds it): (workspaces now, bytes they hold, workspaces at the
+    first point, the user's line that created most of them); else None."""
+    points = [p for p in sorted(t.live_points, key=lambda p: p["t"]) if p.get("ws_bytes") is not None]
+    if len(points) < 2 or verdict.trend is None:
+        return None
+    grown = points[-1]["ws_bytes"] - points[0]["ws_bytes"]
+    if grown < 0.5 * verdict.trend.growth:
+        return None
+    last = next((s for s in reversed(t.samples) if s.get("ws")), None)
+    first = next((s for s in t.samples if s["t"] >= points[0]["t"] and s.get("ws")), None)
+    if last is None:
+        return None
+    by_site: dict[str, int] = {}
+    for w in last["ws"]:
+        if w.get("site"):
+            by_site[w["site"]] = by_site.get(w["site"], 0) + int(w.get("size") or 0)
+    site = max(by_site, key=by_site.get) if by_site else None
+    def count(sample: dict | None) -> int:
+        return int(sample.get("ws_count") or len(sample["ws"])) if sample else 0
+
+    held = int(last.get("ws_bytes") or sum(w.get("size") or 0 for w in last["ws"]))
+    return count(last), held, count(first), site
 
 
 def _growing_classes(t: Timeline, top: int = 3) -> list[tuple[str, int]]:

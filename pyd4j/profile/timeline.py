@@ -65,7 +65,7 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         ws = event.get("ws")
         if ws is not None:
             sound = [w for w in ws if isinstance(w, dict) and "id" in w and "thread" in w
-                     and all(_number(v) for k, v in w.items() if k not in ("id", "thread") and v is not None)] \
+                     and all(_number(v) for k, v in w.items() if k not in ("id", "thread", "site") and v is not None)] \
                 if isinstance(ws, list) else []
             dropped += (len(ws) if isinstance(ws, list) else 1) - len(sound)
             event["ws"] = sound

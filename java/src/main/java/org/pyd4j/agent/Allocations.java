@@ -255,6 +255,15 @@ final class Allocations {
         return sites.computeIfAbsent(key, k -> new Site(kind, where, viaFinal, isUser, stack));
     }
 
+    /** The first frame of the job's own code on this thread's stack, described, or null. */
+    static String userLine() {
+        List<StackWalker.StackFrame> frames = WALKER.walk(s -> s.limit(MAX_DEPTH).collect(java.util.stream.Collectors.toList()));
+        for (StackWalker.StackFrame f : frames) {
+            if (isUser(f)) return describe(f);
+        }
+        return null;
+    }
+
     private static boolean isUser(StackWalker.StackFrame frame) {
         try {
             return USER_CODE.get(frame.getDeclaringClass());

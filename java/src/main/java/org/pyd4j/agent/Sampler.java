@@ -221,6 +221,8 @@ final class Sampler implements Runnable {
         return c;
     }
 
+    private static final int MAX_WORKSPACES_WRITTEN = 32;
+
     /** Bytes ND4J's workspaces hold (their current sizes) at the last sample; workspace memory is neither a libnd4j buffer nor a JavaCPP Pointer. */
     volatile long workspaceBytes;
 
@@ -231,6 +233,7 @@ final class Sampler implements Runnable {
             return;
         }
         long total = 0;
+        List<long[]> order = new ArrayList<>();  // (size, index in items): only the largest are written
         List<String> items = new ArrayList<>();
         for (Object ws : live) {
             try {
@@ -259,13 +262,23 @@ final class Sampler implements Runnable {
                         .put("max_cycle", (Long) wsMaxCycle.invoke(ws))
                         .put("last_cycle", (Long) wsLastCycle.invoke(ws));
                 if (cfg != null && cfgInitial != null) w.put("initial", ((Number) cfgInitial.invoke(cfg)).longValue());
+                String site = Hooks.workspaceSite(ws);
+                if (site != null) w.put("site", site);
+                order.add(new long[]{size, items.size()});
                 items.add(w.close());
                 total += size;
             } catch (Throwable ignored) {
                 // a workspace being destroyed right now: skip it this tick
             }
         }
-        j.raw("ws", Json.array(items)).put("ws_bytes", total);
+        if (items.size() > MAX_WORKSPACES_WRITTEN) {
+            // a job opening workspaces without end: the largest ones in detail, all of them in the totals
+            order.sort((a, b) -> Long.compare(b[0], a[0]));
+            List<String> largest = new ArrayList<>();
+            for (int i = 0; i < MAX_WORKSPACES_WRITTEN; i++) largest.add(items.get((int) order.get(i)[1]));
+            items = largest;
+        }
+        j.raw("ws", Json.array(items)).put("ws_bytes", total).put("ws_count", order.size());
         workspaceBytes = total;
     }
 
