@@ -50,7 +50,7 @@ LEAK_KINDS = ("leak-heap", "leak-offheap")
 # Failures at a limit, and the recommended flag that sets that limit.
 LIMIT_FLAGS = {"oom-heap": "-Xmx", "oom-javacpp-maxbytes": "-Dorg.bytedeco.javacpp.maxbytes",
                "oom-javacpp-maxphysicalbytes": "-Dorg.bytedeco.javacpp.maxphysicalbytes",
-               "oom-direct": "-XX:MaxDirectMemorySize", "killed": "-Dorg.bytedeco.javacpp.maxphysicalbytes"}
+               "oom-direct": "-XX:MaxDirectMemorySize"}
 
 
 @dataclass(frozen=True)
@@ -469,8 +469,13 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
 
 
 def _own_limit_failure(side: dict, flags: list[str]) -> dict | None:
-    """When a re-run failed at a limit the tune itself set: which one, said so; None otherwise."""
+    """When a re-run failed at a limit the tune itself set: which one, said so; None otherwise. An OOM
+    kill is at a memory limit outside the JVM (the container's): said so, and recommended again too."""
     for kind in side["findings"]:
+        if kind == "killed":
+            return {"finding": kind, "flag": None,
+                    "said": "the re-run was killed by the OOM killer (RSS near its memory limit), below the limits this "
+                            "tune set: maxphysicalbytes did not stop it first"}
         prefix = LIMIT_FLAGS.get(kind)
         arg = next((a for a in flags if prefix and a.startswith(prefix)), None)
         if arg is not None:

@@ -33,8 +33,9 @@ def tunes(tmp_path_factory):
     root = tmp_path_factory.mktemp("tunes")
     live = "-Dpyd4j.agent=live=1,live_share=0.2"
     cases = {
-        "java-arrays": ["--", *corpus_command("java-arrays", seconds=20)],
-        "compat": ["--repeat", "3", "--", *compat_command(seconds=15)],
+        # long enough for the leak verdicts (about 6 live points at defaults): a tune verifies nothing less
+        "java-arrays": ["--", *corpus_command("java-arrays", seconds=40)],
+        "compat": ["--repeat", "3", "--", *compat_command(seconds=35)],
         # at the agent's default settings: the leak must be found without asking for more live points
         "leak": ["--", *corpus_command("leak-list", seconds=45)],
         "heap-oom": ["--", *fixture_command("heap", 400, "-Xmx96m")],
