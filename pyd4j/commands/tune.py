@@ -48,11 +48,12 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
       1  nothing to tune: the first run recorded no measurements, or died before its
          first iteration for a reason other than memory (a wrong class path or main class)
       2  bad arguments
-      3  not verified: the re-run finished but shows a problem (a leak, GC pressure,
-         a limit within 10%, no training iteration), or with --plan: the plan was not
-         applied (the reason is printed; the job was ended rather than trained unplanned)
+      3  not verified: the re-run finished but a run shows a problem (a leak in either
+         run, GC pressure, a limit within 5%, no training iteration, or too little
+         measured to rule a leak out), or with --plan: the plan was not applied (the
+         reason is printed; the job was ended rather than trained unplanned)
       4  re-run failed: the re-run with the recommended flags failed (out of memory or a
-         crash), even after one new recommendation read from its error
+         crash), after new recommendations read from its errors: 3 re-runs at most
     """
     from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
     from pyd4j.output import fail  # noqa: PLC0415
@@ -152,9 +153,12 @@ def _finish(doc: dict, as_json: bool) -> None:
             click.echo(f"    {arg}: {why}")
     for note in doc.get("notes") or []:
         click.echo(f"note: {note}")
-    if doc.get("rerecommended_after"):
-        click.echo("the first re-run was refused at a limit (" + "; ".join(doc["rerecommended_after"])
-                   + "): recommended again from the numbers it names, and re-ran")
+    failures = doc.get("own_limit_failures") or []
+    for i, failure in enumerate(failures, start=1):
+        then = failure.get("stopped") or ("recommended again from what it showed, and re-ran"
+                                          if i < doc.get("max_reruns", 0) else
+                                          f"stopped after {doc.get('max_reruns')} re-runs")
+        click.echo(f"re-run {i} of at most {doc.get('max_reruns')}: {failure['said']}; {then}")
     speed = doc.get("throughput") or {}
     if speed.get("before") and speed.get("after"):
         b, a = speed["before"], speed["after"]
@@ -169,8 +173,8 @@ def _finish(doc: dict, as_json: bool) -> None:
     elif outcome == "not-verified" and doc["after"].get("plan_not_applied"):
         click.echo(f"not verified: plan not applied ({doc['after']['plan_not_applied']})")
     elif outcome == "not-verified":
-        click.echo("NOT verified: the re-run finished but shows problems ("
-                   + ", ".join(doc["after"]["findings"] + doc["after"].get("settings_not_held", [])) + "); see the report")
+        click.echo("NOT verified: " + "; ".join(doc.get("not_verified_because") or doc["after"]["findings"])
+                   + "; see the report")
     elif outcome == "rerun-failed":
         failures = ((doc["after"].get("spark") or {}).get("executor_memory_failures") or [])
         click.echo(f"re-run FAILED (exit code {doc['after']['exit_code']}; "

@@ -1,8 +1,9 @@
 """What went wrong in a profiled run, with the evidence and the fix.
 
 - OOM kinds told apart: Java heap, JavaCPP maxbytes, JavaCPP maxphysicalbytes, NIO direct
-  buffers, metaspace, and a kill from outside (exit 137 / SIGKILL: the container's or the
-  kernel's OOM killer), using the error the agent caught, the job's stderr and its exit code.
+  buffers, metaspace, and a SIGKILL by the container's or the kernel's OOM killer (RSS near a
+  memory limit), using the error the agent caught, the job's stderr and its exit status; a signal
+  with no memory limit near is a kill from outside, not memory.
 - Leaks: kept memory (live heap, libnd4j buffers, JavaCPP bytes, measured after full collections)
   rising with the iterations at 99% confidence, named by the call site that allocated it; "not
   enough data" rather than a guess.
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -24,7 +26,9 @@ from pyd4j.jvm.errors import (
     MetaspaceOutOfMemoryError,
     python_class_for,
 )
+from pyd4j.memory.machine import physical_bytes
 from pyd4j.output import human_bytes
+from pyd4j.profile.signals import signal_name
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size
@@ -38,11 +42,15 @@ LEAK_CONFIDENCE = 0.99
 LEAK_MIN_GROWTH = 16 * MIB    # off-heap kept memory grown over the points
 LEAK_MIN_GROWTH_HEAP = 8 * MIB
 LEAK_MIN_RELATIVE_HEAP = 0.25  # ... and a quarter of the live heap: caches DL4J/ND4J grow once are not leaks
+LEAK_LATE_SHARE = 0.5         # a leak still rises over the later half of the run at half its rate or more
+ENVELOPE_SAMPLES = 20         # samples per window of the off-heap envelope (2 s at the default 100 ms)
+ENVELOPE_GCS = 3              # young collections per window of the heap envelope
 GC_SHARE_WARN = 0.10
 GC_WINDOW_S = 5.0
 GC_WINDOW_WARN = 0.30
 SPILL_MIN_SAMPLES = 3
 SPILL_MIN_SHARE = 0.2
+KILL_NEAR = 0.9               # a SIGKILL is an OOM kill when RSS came this close to a memory limit
 
 _OOM_LINE = re.compile(r"(?:java\.lang\.)?OutOfMemoryError:?\s*(.*)")
 # JavaCPP's refusals name what was in use, what was asked for, and the limit (formatBytes: K/M/G/T, truncated)
@@ -58,7 +66,7 @@ class Finding:
     """One diagnosis: what, how sure, the numbers behind it, and the fix (flags when there are)."""
 
     kind: str            # oom-heap, oom-javacpp-maxbytes, oom-javacpp-maxphysicalbytes, oom-direct,
-    #                      oom-metaspace, killed, leak-offheap, leak-heap, gc-pressure, workspace-spill,
+    #                      oom-metaspace, killed (OOM killer), killed-signal (not memory), leak-offheap, leak-heap, gc-pressure, workspace-spill,
     #                      crash, near-limit, plan-not-applied
     severity: str        # error | warning | info
     title: str
@@ -262,22 +270,9 @@ def _oom(t: Timeline) -> list[Finding]:
                 [f"-Xmx{jvm_size(new)}"], {"limit": limits["heap_max"], "peak": peaks["heap_used"]},
             ))
     code = t.exit_code
-    if not out and code is not None and (code in (137, -9)) and not t.meta.get("interrupted"):
-        rss = peaks["rss"]
-        cgroup = limits["cgroup"]
-        evidence = [f"exit code {code}: the process got SIGKILL, with no Java error; "
-                    f"the kernel or container OOM killer does this when the process exceeds its memory limit",
-                    f"RSS peaked at {human_bytes(rss)} (last sample {human_bytes(_last(t, 'rss'))})"]
-        if cgroup:
-            evidence.append(f"container memory limit {human_bytes(cgroup)}")
-        budget = f"under {human_bytes(cgroup)}" if cgroup else "under the container's memory limit"
-        out.append(Finding(
-            "killed", "error", "Killed from outside (exit 137, SIGKILL): container or kernel OOM killer",
-            evidence,
-            f"set -Xmx plus -Dorg.bytedeco.javacpp.maxphysicalbytes so that heap + off-heap stay {budget}, "
-            f"so the JVM fails with a Java error (or lives) instead of being killed; or raise the container limit",
-            [], {"rss_peak": rss, "cgroup_limit": cgroup},
-        ))
+    signum = _signal_of(t)
+    if not out and signum is not None and not t.meta.get("interrupted"):
+        out.append(_killed(t, code, signum))
     elif not out and code not in (None, 0) and not t.meta.get("interrupted") \
             and not any(e.get("then") == "exit" for e in plan_refusals(t)):   # the plan-not-applied finding says why
         launcher = startup_error_in(t.run_dir)
@@ -291,6 +286,65 @@ def _oom(t: Timeline) -> list[Finding]:
     return out
 
 
+def _signal_of(t: Timeline) -> int | None:
+    """The signal that ended the job: recorded by the launcher, or read from a shell's 128 + N for SIGKILL
+    (a launcher script whose JVM was killed exits 137 itself)."""
+    code = t.exit_code
+    if t.meta.get("signal"):
+        return int(t.meta["signal"])
+    if code is not None and code < 0:   # a run recorded before statuses were normalised
+        return -code
+    return signal.SIGKILL if code == 137 else None
+
+
+def _memory_near(t: Timeline) -> list[str]:
+    """Evidence that a kill came from an OOM killer: the job's RSS within KILL_NEAR of the container limit
+    pyd4j runs in, of the memory the JVM itself saw (its own container's limit), or of the machine's RAM."""
+    rss = t.peaks()["rss"] or 0
+    last = _last(t, "rss") or 0
+    near = []
+    cgroup = t.limits()["cgroup"]
+    jvm = t.start.get("memory_limit") if (t.start.get("memory_limit") or -1) > 0 else None
+    ram = physical_bytes()
+    for name, limit in (("the container memory limit", cgroup), ("the memory limit the JVM saw", jvm),
+                        ("the machine's RAM", ram)):
+        if limit and max(rss, last) >= KILL_NEAR * limit:
+            near.append(f"RSS reached {human_bytes(max(rss, last))}, {max(rss, last) / limit:.0%} of {name} "
+                        f"{human_bytes(limit)}")
+    return near
+
+
+def _killed(t: Timeline, code: int | None, signum: int) -> Finding:
+    """A job a signal ended without a Java error: an OOM killer only when memory was near a limit."""
+    name = signal_name(signum)
+    rss = t.peaks()["rss"]
+    cgroup = t.limits()["cgroup"]
+    ram = physical_bytes()
+    jvm = t.start.get("memory_limit") if (t.start.get("memory_limit") or -1) > 0 else None
+    if jvm and jvm < ram and not cgroup:
+        cgroup = jvm   # the JVM ran in a container of its own
+    ended = f"exit status {code} ({name}, no Java error)"
+    near = _memory_near(t) if signum == signal.SIGKILL else []
+    if near:
+        evidence = [f"{ended}: the kernel or container OOM killer ends a process with SIGKILL when it exceeds "
+                    f"its memory limit", *near]
+        budget = f"under {human_bytes(cgroup)}" if cgroup else "under the machine's memory"
+        return Finding(
+            "killed", "error", f"Killed by the container or kernel OOM killer ({ended})", evidence,
+            f"set -Xmx plus -Dorg.bytedeco.javacpp.maxphysicalbytes so that heap + off-heap stay {budget}, "
+            f"so the JVM fails with a Java error (or lives) instead of being killed; or raise the container limit",
+            [], {"rss_peak": rss, "cgroup_limit": cgroup, "exit_status": code, "signal": signum})
+    limits = f"container limit {human_bytes(cgroup)}" if cgroup else "no container memory limit"
+    evidence = [f"{ended}",
+                f"RSS peaked at {human_bytes(rss)} (last sample {human_bytes(_last(t, 'rss'))}); {limits}, RAM "
+                f"{human_bytes(ram)}: no memory limit was near, so no OOM killer had a reason to act"]
+    return Finding(
+        "killed-signal", "error", f"Killed by a signal from outside ({name}, exit status {code}): not memory", evidence,
+        f"something outside the job sent {name}: a user or script (kill), a scheduler's time limit, a supervisor or "
+        f"CI timeout; find it there. Memory limits are not the cause, so no memory flag changes this",
+        [], {"rss_peak": rss, "cgroup_limit": cgroup, "exit_status": code, "signal": signum})
+
+
 # -- leaks -----------------------------------------------------------------------------------
 #
 # Growth is judged only on what is left after collections that can free it. Heap after young
@@ -301,6 +355,11 @@ def _oom(t: Timeline) -> list[Finding]:
 # collection released: live heap, libnd4j buffers, JavaCPP bytes. A leak is kept memory that rises
 # with the iterations: Kendall's tau over the points (one-sided, exact for small samples) gives the
 # confidence, the Theil-Sen slope the rate; both are robust to the odd point taken mid-iteration.
+
+
+def plural(unit: str) -> str:
+    """'iterations' for 'iteration'; 's' stays 's' (seconds: not "ss")."""
+    return unit if unit == "s" else unit + "s"
 
 
 @dataclass(frozen=True)
@@ -381,8 +440,8 @@ def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float
     n, span = int(ok.sum()), float(np.ptp(x[ok])) if ok.any() else 0.0
     if n < LEAK_MIN_POINTS or span < need_span:
         return LeakVerdict("not-enough-data", label, None,
-                           f"{n} live points after full collections over {span:.0f} {unit}s after warm-up; "
-                           f"a verdict needs {LEAK_MIN_POINTS} points over {need_span} {unit}s")
+                           f"{n} live points after full collections over {span:.0f} {plural(unit)} after warm-up; "
+                           f"a verdict needs {LEAK_MIN_POINTS} points over {need_span} {plural(unit)}")
     trend = fit_trend(x, y, unit)
     if trend is None:
         return LeakVerdict("not-enough-data", label, None, "no spread in the points")
@@ -393,6 +452,97 @@ def judge(x: np.ndarray, y: np.ndarray, unit: str, label: str, min_growth: float
     why = (f"grows {human_bytes(trend.growth)} at {trend.confidence:.1%} confidence "
            f"(a leak needs {LEAK_CONFIDENCE:.0%} and {human_bytes(needed)})")
     return LeakVerdict("no-leak", label, trend, why)
+
+
+def _x_of(t: Timeline, times_ms: np.ndarray, unit: str) -> np.ndarray:
+    """The x of events at epoch-ms `times_ms`: iterations completed by then (from the samples), or seconds."""
+    if unit != "iteration":
+        return (np.asarray(times_ms, float) - t.t0) / 1000.0
+    marks = np.array([[s["t"], s.get("iterations") or 0] for s in t.samples], dtype=float)
+    if not marks.size:
+        return np.full(len(times_ms), np.nan)
+    return np.floor(np.interp(np.asarray(times_ms, float), marks[:, 0], marks[:, 1]))
+
+
+def envelope(t: Timeline, what: str, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """The lower envelope of what the job holds, per window: for "offheap" the least libnd4j + JavaCPP
+    bytes held over each ENVELOPE_SAMPLES samples (exact counters, every interval), for "heap" the least
+    heap left by each ENVELOPE_GCS young collections. Garbage only adds to what is held, so this bounds
+    what is kept from above at every window; with x at the window's lowest point."""
+    if what == "offheap":
+        rows = [(s["t"], _held(s)) for s in t.samples
+                if s.get("nd4j_live") is not None or s.get("javacpp_total") is not None]
+        size = ENVELOPE_SAMPLES
+    else:
+        rows = [(g["t"], g["heap_after"]) for g in t.gc_events
+                if g.get("heap_after") is not None and g.get("kind") not in ("full", "cycle")]
+        size = ENVELOPE_GCS
+    if len(rows) < size:
+        return np.array([]), np.array([])
+    data = np.array(rows, dtype=float)
+    n = len(data) // size
+    windows = data[len(data) - n * size:].reshape(n, size, 2)   # whole windows, ending at the last row
+    low = windows[:, :, 1].argmin(axis=1)
+    times = windows[np.arange(n), low, 0]
+    return _x_of(t, times, unit), windows[np.arange(n), low, 1]
+
+
+def _held(record: dict) -> float:
+    """Off-heap bytes a sample or live point shows held: libnd4j buffers, JavaCPP bytes, ND4J workspaces."""
+    return float((record.get("nd4j_live") or 0) + (record.get("javacpp_total") or 0) + (record.get("ws_bytes") or 0))
+
+
+def _kept(points: list[dict], what: str) -> np.ndarray:
+    """What a live point says is kept, in the envelope's measure (off-heap held, or heap usage)."""
+    if what == "offheap":
+        return np.array([_held(p) for p in points], dtype=float)
+    return np.array([p["heap_after_gc"] if p.get("heap_after_gc") is not None else np.nan for p in points], dtype=float)
+
+
+def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarray, y: np.ndarray, unit: str,
+                        label: str, min_growth: float, min_relative: float = 0.0) -> LeakVerdict:
+    """The live points' verdict (`judge`), tempered by the envelope of what is held between them:
+
+    - a rise the points show is a leak only while it goes on: over the later half of the run the
+      envelope must still rise at least LEAK_LATE_SHARE of the points' rate; memory that grew and
+      then levelled off (caches filling, workspaces learning their size) is no leak;
+    - with too few points for a verdict, the envelope can still prove there is none: kept memory is
+      at most what is held, so if what is held never rose `needed` bytes over the first point after
+      warm-up, across LEAK_MIN_ITERATIONS or more, kept memory did not either."""
+    verdict = judge(x, y, unit, label, min_growth, min_relative)
+    ex, ey = envelope(t, what, unit)
+    if verdict.status == "leak" and ex.size:
+        trend = verdict.trend
+        end = max(float(np.nanmax(ex)), trend.last_x)
+        start = float(np.nanmin(x[~np.isnan(y)]))
+        late = ex >= (start + end) / 2
+        late_trend = fit_trend(ex[late], ey[late], unit) if late.sum() >= 3 else None
+        if late_trend is not None and late_trend.slope < LEAK_LATE_SHARE * trend.slope:
+            return LeakVerdict("no-leak", label, trend,
+                               f"grew {human_bytes(trend.growth)} and then levelled off: over the later half of the run "
+                               f"what is held rose {human_bytes(max(late_trend.slope, 0))}/{unit}, under "
+                               f"{LEAK_LATE_SHARE:.0%} of the earlier {human_bytes(trend.slope)}/{unit} (a cache "
+                               f"filling or a workspace learning its size, not a leak)")
+        return verdict
+    if verdict.status != "not-enough-data" or not ex.size:
+        return verdict
+    kept = _kept(points, what)
+    ok = ~np.isnan(kept)
+    if not ok.any():
+        return verdict
+    first = int(np.argmax(ok))
+    x0, k0 = float(x[first]), float(kept[first])
+    after = ex > x0
+    if not after.any() or float(np.nanmax(ex[after])) - x0 < (LEAK_MIN_ITERATIONS if unit == "iteration" else LEAK_MIN_SECONDS):
+        return verdict
+    rose = float(np.nanmax(ey[after])) - k0
+    needed = max(min_growth, min_relative * max(k0, 0.0))
+    if rose < needed:
+        span = float(np.nanmax(ex[after])) - x0
+        return LeakVerdict("no-leak", label, None,
+                           f"what is held (an upper bound of what is kept) rose at most {human_bytes(max(rose, 0))} "
+                           f"over {span:.0f} {plural(unit)} after the live point at {unit} {x0:.0f}; a leak needs {human_bytes(needed)}")
+    return verdict
 
 
 def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
@@ -411,14 +561,18 @@ def leak_verdicts(t: Timeline) -> list[LeakVerdict]:
     # churns with every array made, and how much a histogram catches depends on how many just died;
     # kept arrays show in the off-heap verdict, the job's own objects stay in this one
     heap = col("heap_live", heap_points) - np.nan_to_num(col("heap_bookkeeping", heap_points))
-    out = [judge(hx, heap, hunit, "live heap", LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP)]
+    out = [judge_with_envelope(t, "heap", heap_points, hx, heap, hunit, "live heap", LEAK_MIN_GROWTH_HEAP,
+                               LEAK_MIN_RELATIVE_HEAP)]
     nd4j, javacpp = col("nd4j_live"), col("javacpp_total")
     if (~np.isnan(nd4j)).any():
-        kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j
-        verdict = judge(x, kept, unit, "off-heap arrays kept (libnd4j buffers + JavaCPP Pointers)", LEAK_MIN_GROWTH)
+        kept = np.where(np.isnan(javacpp), 0, javacpp) + nd4j + np.nan_to_num(col("ws_bytes"))
+        verdict = judge_with_envelope(t, "offheap", points, x, kept, unit,
+                                      "off-heap arrays kept (libnd4j buffers + JavaCPP Pointers + workspaces)",
+                                      LEAK_MIN_GROWTH)
     else:
         # no allocation counters (the agent's hooks are off): JavaCPP's own count only
-        verdict = judge(x, javacpp, unit, "JavaCPP Pointers kept (totalBytes)", LEAK_MIN_GROWTH)
+        verdict = judge_with_envelope(t, "offheap", points, x, javacpp, unit, "JavaCPP Pointers kept (totalBytes)",
+                                      LEAK_MIN_GROWTH)
     out.append(verdict)
     return out
 
@@ -431,9 +585,10 @@ def _leaks(t: Timeline) -> list[Finding]:
         out.append(Finding(
             "not-enough-data", "info", "Not enough data to judge memory leaks",
             [f"{v.label}: {v.reason}" for v in unknown],
-            "leaks are judged on memory left after full collections, over iterations: let the job train "
-            "longer (a minute or more), or have the agent measure the live set more often "
-            "(-Dpyd4j.agent=live=2); no leak is reported without that evidence",
+            "leaks are judged on memory left after full collections, over iterations; the agent measures it "
+            "as often as a verdict needs (about 6 points in the first minute of training): let the job train "
+            "longer, and check that the agent's live points were not switched off (-Dpyd4j.agent=live=0) or "
+            "skipped (a heap over 1 GiB in use); no leak is reported without that evidence",
             [], {"live_points": len(t.live_points), "iterations": t.iterations()},
         ))
     return out
@@ -500,7 +655,7 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
     kind = "leak-heap" if verdict.label == "live heap" else "leak-offheap"
     per = f"{human_bytes(trend.slope)}/{trend.x_unit}"
     evidence = [f"{verdict.label} grows {per} over {trend.n} points after full collections "
-                f"(+{human_bytes(trend.growth)} over {trend.span:.0f} {trend.x_unit}s; "
+                f"(+{human_bytes(trend.growth)} over {trend.span:.0f} {plural(trend.x_unit)}; "
                 f"Kendall tau p = {trend.p_value:.2g}, confidence {trend.confidence:.1%})"]
     numbers: dict[str, float | int | None] = {
         "slope_bytes_per_unit": trend.slope, "confidence": trend.confidence, "p_value": trend.p_value,
@@ -510,7 +665,7 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
     if limit and level is not None and lim.slope > 0:
         left = max(0.0, (limit - level) / lim.slope)
         numbers.update(limit_bytes=limit, units_to_limit=left)
-        when = f"about {left:,.0f} more {trend.x_unit}s"
+        when = f"about {left:,.0f} more {plural(trend.x_unit)}"
         if trend.x_unit == "iteration":
             numbers["limit_at_iteration"] = trend.last_x + left
             rate = _iteration_rate(t)
@@ -521,11 +676,20 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
             numbers["seconds_to_limit"] = left
         evidence.append(f"{level_what} is {human_bytes(level)} of {limit_name} {human_bytes(limit)}: "
                         f"at this rate it is reached in {when}")
-    sites = leak_sites(t, kind) if kind == "leak-offheap" else []
+    workspaces = _growing_workspaces(t, verdict) if kind == "leak-offheap" else None
+    sites = leak_sites(t, kind) if kind == "leak-offheap" and workspaces is None else []
+    if workspaces is not None:
+        count, held, first_count, site = workspaces
+        evidence.append(f"ND4J workspaces hold {human_bytes(held)} in {count} workspaces (from {first_count} at the "
+                        f"first point): workspaces opened and never destroyed"
+                        + (f", created at {site}" if site else ""))
+        if site:
+            sites = [{"site": site, "user": True, "live_bytes": held}]
     user_sites = [s for s in sites if s.get("user")] or sites
     if user_sites:
         top = user_sites[0]
         numbers["site"] = top["site"]
+    if user_sites and workspaces is None:
         evidence.append(f"allocated at {top['site']}" + (f" (via {top['via']})" if top.get("via") else "")
                         + f": {human_bytes(top['live_bytes'])} still held, estimated from sampled allocations")
         for s in user_sites[1:3]:
@@ -540,9 +704,39 @@ def _leak_finding(t: Timeline, verdict: LeakVerdict) -> Finding:
            if kind == "leak-offheap" else
            "Java objects accumulate every iteration (a growing collection, listeners, DataSets kept). "
            "Drop the references; raising -Xmx only delays the OOM")
+    if workspaces is not None:
+        fix = ("the job opens ND4J workspaces and never destroys them (a new workspace id per batch, or "
+               "createNewWorkspace without destroyWorkspace): reuse one id per loop, or call "
+               "Nd4j.getWorkspaceManager().destroyWorkspace(ws) when done; raising limits only delays the OOM")
     where = f" at {user_sites[0]['site']}" if user_sites else ""
     return Finding(kind, "error", f"Memory leak: {verdict.label} grows every {trend.x_unit}{where}", evidence, fix, [],
                    numbers)
+
+
+def _growing_workspaces(t: Timeline, verdict: LeakVerdict) -> tuple[int, int, int, str | None] | None:
+    """When most of an off-heap leak is ND4J workspaces (their memory is neither a libnd4j buffer nor a
+    JavaCPP Pointer, so no allocation site holds it): (workspaces now, bytes they hold, workspaces at the
+    first point, the user's line that created most of them); else None."""
+    points = [p for p in sorted(t.live_points, key=lambda p: p["t"]) if p.get("ws_bytes") is not None]
+    if len(points) < 2 or verdict.trend is None:
+        return None
+    grown = points[-1]["ws_bytes"] - points[0]["ws_bytes"]
+    if grown < 0.5 * verdict.trend.growth:
+        return None
+    last = next((s for s in reversed(t.samples) if s.get("ws")), None)
+    first = next((s for s in t.samples if s["t"] >= points[0]["t"] and s.get("ws")), None)
+    if last is None:
+        return None
+    by_site: dict[str, int] = {}
+    for w in last["ws"]:
+        if w.get("site"):
+            by_site[w["site"]] = by_site.get(w["site"], 0) + int(w.get("size") or 0)
+    site = max(by_site, key=by_site.get) if by_site else None
+    def count(sample: dict | None) -> int:
+        return int(sample.get("ws_count") or len(sample["ws"])) if sample else 0
+
+    held = int(last.get("ws_bytes") or sum(w.get("size") or 0 for w in last["ws"]))
+    return count(last), held, count(first), site
 
 
 def _growing_classes(t: Timeline, top: int = 3) -> list[tuple[str, int]]:

@@ -40,7 +40,7 @@ from pyd4j.jvm.classpath import HELPER_JAR, ClasspathError
 from pyd4j.memory.machine import cgroup_limit_bytes
 from pyd4j.profile.command import TOOL_OPTIONS, JobCommand, JobCommandError
 from pyd4j.profile.jvms import LANE_PATTERN, LANE_PREFIX, LANE_SUFFIX
-from pyd4j.profile.signals import Stopped
+from pyd4j.profile.signals import Stopped, exit_status
 from pyd4j.profile.timeline import RUN_META, Timeline, share_meta
 
 DEFAULT_INTERVAL_MS = 100
@@ -538,7 +538,9 @@ def profile_job(
         stderr.close()
         if receiver is not None:
             receiver.close()
-        meta.update(returncode=proc.returncode, interrupted=stopped_by is not None, stopped_by=stopped_by,
+        # one figure for how the job ended: 128 + N for a signal, as a shell says it (and the signal itself)
+        meta.update(returncode=exit_status(proc.returncode), interrupted=stopped_by is not None, stopped_by=stopped_by,
+                    signal=-proc.returncode if proc.returncode is not None and proc.returncode < 0 else None,
                     wall_s=time.monotonic() - started, ended=time.time(),
                     ended_after_exit=left if root_done else [])
     lanes = Timeline.load_lanes(run_dir)
@@ -547,7 +549,7 @@ def profile_job(
     _write_meta(run_dir, meta)
     share_meta(lanes, meta)
     primary = next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
-    run = JobRun(run_dir, full, proc.returncode, stopped_by is not None, meta["wall_s"], primary, lanes, stopped_by)
+    run = JobRun(run_dir, full, meta["returncode"], stopped_by is not None, meta["wall_s"], primary, lanes, stopped_by)
     if stopped is not None:
         stopped.run = run
         raise stopped

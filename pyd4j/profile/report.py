@@ -15,13 +15,14 @@ import base64
 import html
 import json
 import shlex
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from pyd4j.output import human_bytes
-from pyd4j.profile.diagnose import Finding, diagnose, gc_share
+from pyd4j.profile.diagnose import Finding, diagnose, gc_share, leak_verdicts
 from pyd4j.profile.jvms import role_text, short_name
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
@@ -29,6 +30,7 @@ from pyd4j.profile.tune import TUNE_DOC
 
 # A limit further above the data than this factor is named, not drawn: drawing it would squash the data.
 LIMIT_IN_VIEW = 3.0
+TITLE_WIDTH = 120   # characters per line of a plot's title note
 _UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
 _COLORS = {"heap": "#4C72B0", "meta": "#8172B2", "native": "#DD8452", "rss": "black", "heap_used": "#1f3b73",
            "javacpp": "#C44E52", "iters": "#2a9d8f", "before": "#9a9a9a", "after": "#C44E52"}
@@ -63,7 +65,8 @@ def _figure(plt, height: float, rows: int = 1, sharex: bool = False, width: floa
 
 
 def _save(plt, fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
+    # "tight": labels placed in the right margin (limits) and long titles stay inside the picture
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return path
 
@@ -99,7 +102,8 @@ def draw_limits(ax, limits: list[tuple[str, float, str]], data_top: float, scale
                     if label_y != y else None)
     if not off:
         return ""
-    return "↑ off the axis: " + ", ".join(f"{n} {human_bytes(v)} ({v / top_data:.0f}× the data's top)" for n, v, _ in off)
+    note = "↑ off the axis: " + ", ".join(f"{n} {human_bytes(v)} ({v / top_data:.0f}× the data's top)" for n, v, _ in off)
+    return "\n".join(textwrap.wrap(note, TITLE_WIDTH))
 
 
 def _set_title(ax, title: str, note: str) -> None:
@@ -163,11 +167,11 @@ def live_heap_points(t: Timeline) -> tuple[list[dict], str]:
     (heap after a full collection, once ND4J's deallocators were done) when it took any, else the
     heap after the job's own full (major) collections. After a young collection the heap still
     holds the old generation's garbage: never the live heap."""
-    drained = [p for p in t.live_points if p.get("heap_live") is not None and p.get("heap_drained")]
-    points = drained or [p for p in t.live_points if p.get("heap_live") is not None]
+    points = [p for p in t.live_points if p.get("heap_live") is not None]
     if points:
+        # every point, as measured (the peak in the summary is the largest of these)
         return ([{"t": p["t"], "heap_after": p["heap_live"]} for p in sorted(points, key=lambda p: p["t"])],
-                "live heap (after a full GC" + (" and ND4J's deallocators)" if drained else ")"))
+                "live heap (objects after a full GC, as GC.class_histogram counts them)")
     full = [g for g in t.gc_events if g.get("heap_after") is not None and "major" in (g.get("action") or "")]
     if full:
         return full, "heap after full GC (live heap)"
@@ -235,11 +239,23 @@ def plot_iterations(t: Timeline, path: Path) -> Path | None:
         ax.plot(iters[ok], javacpp[ok] / scale, ".", ms=3, color=_COLORS["javacpp"], label="JavaCPP totalBytes")
     if live:
         ax.plot(live_x, live_y / scale, "D-", ms=4, lw=1, color="#2a9d8f", label=live_label)
-    leaks = [f for f in diagnose(t) if f.kind.startswith("leak")]
-    for i, f in enumerate(leaks):
-        ax.text(0.01, 0.97 - 0.08 * i, f.title, transform=ax.transAxes, fontsize=8, color="#C44E52", va="top",
+    held = np.array([(p.get("nd4j_live") or 0) + (p.get("javacpp_total") or 0) + (p.get("ws_bytes") or 0)
+                     for p in sorted(t.live_points, key=lambda p: p["t"])], dtype=float)
+    if held.size and np.nanmax(held) > 0:
+        held_x = _iteration_of(t, [p["t"] for p in sorted(t.live_points, key=lambda p: p["t"])])
+        ax.plot(held_x, held / scale, "s-", ms=4, lw=1, color=_COLORS["javacpp"],
+                label="off-heap kept after full GCs (libnd4j + JavaCPP + workspaces)")
+    # the plot says what the findings say: the leak verdicts, whatever they are
+    for i, v in enumerate(leak_verdicts(t)):
+        said = {"leak": "LEAK", "no-leak": "no leak", "not-enough-data": "not enough data"}[v.status]
+        text = f"{v.label.split(' (')[0]}: {said}" + (f" ({v.reason})" if v.status != "leak" and v.reason else "")
+        ax.text(0.01, 0.97 - 0.09 * i, "\n".join(textwrap.wrap(text, 110)), transform=ax.transAxes, fontsize=7.5,
+                color="#C44E52" if v.status == "leak" else "#444444", va="top",
                 bbox={"fc": "white", "ec": "none", "alpha": 0.8})
     ax.set_ylim(0, None)
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # iterations are whole numbers
     ax.set_xlabel("training iteration")
     ax.set_ylabel(unit)
     ax.set_title(_title(t, "Memory per iteration"))

@@ -13,6 +13,22 @@ from typing import Any, Iterator
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def exit_status(returncode: int | None) -> int | None:
+    """How a job ended, as one figure everywhere (run.json, summaries, reports, pyd4j's own exit):
+    the shell's convention, 128 + the signal for a process a signal ended (Python's subprocess says -N)."""
+    if returncode is None:
+        return None
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(number: int) -> str:
+    """SIGKILL for 9; "signal N" for numbers Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 class Stopped(KeyboardInterrupt):
     """pyd4j was asked to stop while a job ran. `run` (pyd4j.profile.launch.JobRun) is the run that
     was stopped, its timeline kept; `doc` is what `tune` had so far. A KeyboardInterrupt, so code

@@ -65,7 +65,7 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         ws = event.get("ws")
         if ws is not None:
             sound = [w for w in ws if isinstance(w, dict) and "id" in w and "thread" in w
-                     and all(_number(v) for k, v in w.items() if k not in ("id", "thread") and v is not None)] \
+                     and all(_number(v) for k, v in w.items() if k not in ("id", "thread", "site") and v is not None)] \
                 if isinstance(ws, list) else []
             dropped += (len(ws) if isinstance(ws, list) else 1) - len(sound)
             event["ws"] = sound
@@ -292,14 +292,13 @@ class Timeline:
         return _nanmax(self.series(name) if self.samples else np.array([]))
 
     def live_heap_peak(self) -> int | None:
-        """Largest live heap: object bytes left after a full collection (the job's own, or the agent's
-        heap inspection, which is `jcmd GC.class_histogram`). None when no full collection happened:
-        heap after young collections is not the live set (old-generation garbage stays in it)."""
-        points = [p for p in self.live_points if p.get("heap_live") is not None]
-        # points taken once ND4J's deallocators were done, when there are any: before that the
-        # bookkeeping of arrays that just died is still reachable and counted
-        clean = [p for p in points if p.get("heap_drained")]
-        values = [p["heap_live"] for p in (clean or points)]
+        """Largest live heap measured: object bytes left after a full collection, as
+        `jcmd GC.class_histogram` counts them, at every live point (the agent's inspections, the job's
+        own full collections, and ones another tool such as jcmd caused). ND4J's and JavaCPP's
+        bookkeeping of arrays that wait for their deallocator is reachable then, so it is counted, as
+        jcmd counts it. None when no full collection happened: heap after young collections is not the
+        live set (old-generation garbage stays in it)."""
+        values = [p["heap_live"] for p in self.live_points if p.get("heap_live") is not None]
         return max(values) if values else None
 
     def peak_sites(self, top: int = 10) -> dict[str, Any] | None:

@@ -3,10 +3,15 @@ them, and compare. The flags come from pyd4j.memory.flags (the one flag generato
 measured peaks through `measured_estimate`; `measured_need` below is the only arithmetic here:
 which measured number stands for which need.
 
-Outcomes (and the command's exit codes): verified (0), not verified (3: the re-run finished but shows
-a problem), re-run failed (4: the re-run with the recommended flags failed, even after one new
-recommendation read from its error). A first run that cannot be tuned (no measurements, or it died
-before training for a reason other than memory) is refused before any recommendation (1).
+Outcomes (and the command's exit codes): verified (0), not verified (3: a run leaks, comes near a
+limit, or was not measured well enough to rule a leak out: the findings decide, not the re-run's exit
+alone), re-run failed (4: the re-run with the recommended flags failed, even after new recommendations
+read from its errors, MAX_RERUNS re-runs in all). A first run that cannot be tuned (no measurements, or
+it died before training for a reason other than memory) is refused before any recommendation (1).
+
+A limit is never set below what the job was shown to need: when the first run did not complete, it
+showed only what the job used until it died, so every limit it did not die at keeps the value the job
+ran with.
 """
 
 from __future__ import annotations
@@ -24,21 +29,28 @@ from pyd4j.profile.diagnose import Finding, LimitRefusal, diagnose, limit_refusa
 from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, check_run_dir, default_run_dir, profile_job
 from pyd4j.profile.signals import Stopped
 from pyd4j.profile.timeline import Timeline
-from pyd4j.units import SizeError, parse_bytes
+from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 TUNE_DOC = "tune.json"  # the tune's document, next to its before/ and after/ runs (the reports read it)
 
 MIB = 1 << 20
 HEAP_PER_LIVE = 3.0          # heap = 3x the live set after full collections: room for young collections
 MIN_HEAP = 256 * MIB
-MAX_RERECOMMENDATIONS = 1    # after a re-run fails on a limit, recommend again from its error, once
+MAX_RERUNS = 3               # re-runs with recommended flags at most: the first, then again from each failure
 
 EXIT_VERIFIED = 0
 EXIT_ERROR = 1
 EXIT_NOT_VERIFIED = 3
 EXIT_RERUN_FAILED = 4
 # Findings in the re-run that mean the flags are not shown to hold the job.
-NOT_VERIFIED_KINDS = ("leak-heap", "leak-offheap", "gc-pressure", "near-limit", "no-data", "no-iterations")
+NOT_VERIFIED_KINDS = ("leak-heap", "leak-offheap", "gc-pressure", "near-limit", "no-data", "no-iterations",
+                      "not-enough-data")
+# A leak the first run showed stays true with any flags: raising limits only delays the failure.
+LEAK_KINDS = ("leak-heap", "leak-offheap")
+# Failures at a limit, and the recommended flag that sets that limit.
+LIMIT_FLAGS = {"oom-heap": "-Xmx", "oom-javacpp-maxbytes": "-Dorg.bytedeco.javacpp.maxbytes",
+               "oom-javacpp-maxphysicalbytes": "-Dorg.bytedeco.javacpp.maxphysicalbytes",
+               "oom-direct": "-XX:MaxDirectMemorySize"}
 
 
 @dataclass(frozen=True)
@@ -131,10 +143,53 @@ def flags_for(need: MeasuredNeed, model: str, total: str | int | None, headroom:
     return flags(est, total=parse_bytes(total, "budget") if total is not None else None, headroom=headroom)
 
 
+def completed(t: Timeline) -> bool:
+    """The run ended by itself with exit 0: its peaks are what the job needs (else only a lower bound)."""
+    return t.exit_code == 0 and not t.meta.get("interrupted")
+
+
+def keep_unshown_limits(flagset: FlagSet, t: Timeline, findings: list[Finding]) -> FlagSet:
+    """After a run that did not complete, no limit below what the job ran with, except the one it died at
+    (whose new value is raised from the failure anyway): the job may need more after the point it
+    died at, and a tune that lowered a limit it never saw the job reach would make the re-run fail there."""
+    if completed(t):
+        return flagset
+    limits = t.limits()
+    died_at = {LIMIT_FLAGS[f.kind] for f in findings if f.kind in LIMIT_FLAGS}
+    own = {"-Xmx": limits["heap_max"], "-XX:MaxDirectMemorySize": limits["max_direct"],
+           "org.bytedeco.javacpp.maxbytes": limits["javacpp_max"],
+           "org.bytedeco.javacpp.maxphysicalbytes": limits["javacpp_max_physical"]}
+    changed = {}
+    new_flags = []
+    for f in flagset.flags:
+        limit = own.get(f.name)
+        flag_arg = f.arg.split("=", 1)[0] if f.arg.startswith("-D") else f.name
+        if limit and limit > f.bytes and flag_arg not in died_at:
+            value = jvm_size(limit) if f.name.startswith("-X") else str(int(limit))
+            arg = f"{f.name}{value}" if f.name == "-Xmx" else f"{f.arg.split('=', 1)[0]}={value}"
+            f = replace(f, arg=arg, bytes=int(limit),
+                        reason=f"kept at the job's own {human_bytes(limit)}: the first run ended (exit "
+                               f"{t.exit_code}) before showing what the rest of the job needs, and measured "
+                               f"only {human_bytes(f.bytes)} with headroom until then")
+            changed[f.name] = int(limit)
+        new_flags.append(f)
+    if not changed:
+        return flagset
+    physical = changed.get("org.bytedeco.javacpp.maxphysicalbytes", flagset.maxphysicalbytes)
+    container = max(flagset.container_bytes, physical + (flagset.container_bytes - flagset.maxphysicalbytes))
+    note = (f"the first run did not complete (exit {t.exit_code}): limits it did not die at keep the values the job ran "
+            f"with ({', '.join(changed)}); a completed re-run shows what they can be lowered to")
+    return replace(flagset, flags=tuple(new_flags), heap_bytes=changed.get("-Xmx", flagset.heap_bytes),
+                   max_direct_bytes=changed.get("-XX:MaxDirectMemorySize", flagset.max_direct_bytes),
+                   maxbytes=changed.get("org.bytedeco.javacpp.maxbytes", flagset.maxbytes),
+                   maxphysicalbytes=physical, container_bytes=container, notes=(*flagset.notes, note))
+
+
 def recommend(t: Timeline, total: str | int | None = None, headroom: float = DEFAULT_HEADROOM) -> tuple[FlagSet, MeasuredNeed]:
     """Flags for the measured run, from the flag generator."""
-    need = measured_need(t)
-    return flags_for(need, t.name, total, headroom), need
+    findings = diagnose(t)
+    need = measured_need(t, findings)
+    return keep_unshown_limits(flags_for(need, t.name, total, headroom), t, findings), need
 
 
 def _side(run: JobRun, spark: bool = False) -> dict:
@@ -268,7 +323,7 @@ def _untunable(before: JobRun, side: dict) -> str | None:
         return (f"the first run recorded no measurements (0 samples; exit code {side['exit_code']}): there is nothing "
                 f"to size flags from; see {side['run_dir']}/stderr.log, then tune again")
     ended_normally = side["exit_code"] == 0 and not side["interrupted"]
-    if not side["iterations"] and not ended_normally and not any(k.startswith(("oom", "killed")) for k in side["findings"]):
+    if not side["iterations"] and not ended_normally and not any(_memory_failure(k) for k in side["findings"]):
         evidence = [e for f in diagnose(t) if f.kind in ("crash", "no-iterations") for e in f.evidence]
         return (f"the job {'was stopped' if side['interrupted'] else 'exited with code ' + str(side['exit_code'])} "
                 f"before its first iteration, not for lack of memory ({'; '.join(evidence)}); what it used while "
@@ -276,18 +331,32 @@ def _untunable(before: JobRun, side: dict) -> str | None:
     return None
 
 
-def _outcome(side: dict) -> str:
+def _memory_failure(kind: str) -> bool:
+    """An out-of-memory error or an OOM kill (a signal from outside with no limit near is not one)."""
+    return kind.startswith("oom") or kind == "killed"
+
+
+def _outcome(side: dict, first: dict | None = None) -> str:
     if side.get("plan_not_applied"):   # the job did not train under the plan: nothing was shown
         return "not-verified"
     if side["exit_code"] != 0 or side["interrupted"] or any(k.startswith(("oom", "killed", "crash")) for k in side["findings"]):
         return "rerun-failed"
     if side.get("spark") and side["spark"]["executor_memory_failures"]:
         return "rerun-failed"
-    if side.get("settings_not_held"):
-        return "not-verified"
-    if any(k in NOT_VERIFIED_KINDS for k in side["findings"]):
-        return "not-verified"
-    return "verified"
+    return "not-verified" if not_verified_because(side, first) else "verified"
+
+
+def not_verified_because(side: dict, first: dict | None = None) -> list[str]:
+    """Why a re-run that finished does not verify the flags: its own findings (a leak, a limit near, GC
+    pressure, not measured well enough to rule a leak out), settings the JVMs did not get, or a leak the
+    first run showed (no flag holds a job that keeps memory: it only moves the failure later)."""
+    why = [f"re-run: {title}" for kind, title in zip(side["findings"], side.get("finding_titles") or side["findings"])
+           if kind in NOT_VERIFIED_KINDS]
+    why += [f"settings not held: {s}" for s in side.get("settings_not_held") or []]
+    if first:
+        why += [f"first run: {title}" for kind, title in zip(first["findings"], first.get("finding_titles") or first["findings"])
+                if kind in LEAK_KINDS and kind not in side["findings"]]
+    return why
 
 
 def throughput(before: list[float | None], after: list[float | None]) -> dict:
@@ -359,8 +428,9 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
         raise JobFailedError(failure, {"out_dir": str(out), "before": first, "outcome": "error", "exit_code": EXIT_ERROR})
     if spark:
         return _tune_spark(argv, out, doc, before, first, run, headroom, verify, repeat)
-    need = measured_need(before.timeline)
-    flagset = flags_for(need, before.timeline.name, total, headroom)
+    before_findings = diagnose(before.timeline)
+    need = measured_need(before.timeline, before_findings)
+    flagset = keep_unshown_limits(flags_for(need, before.timeline.name, total, headroom), before.timeline, before_findings)
     doc.update({"before": first, "recommended": flagset.args(),
                 "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": asdict(need),
                 "container_bytes": flagset.container_bytes, "notes": list(flagset.notes)})
@@ -376,21 +446,30 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     if planned:  # same flags, the job's network under a plan
         doc["plan"] = _plan_job(before, plan_policy, out / "plan.json")
     attempts = []
-    for attempt in range(1 if planned else MAX_RERECOMMENDATIONS + 1):
+    doc["max_reruns"] = 1 if planned else MAX_RERUNS
+    for attempt in range(doc["max_reruns"]):
         after = run_after("after" if attempt == 0 else f"after-{attempt + 1}")
         side = _side(after)
         side["flags"] = [] if planned else flagset.args()
         if planned:
             side["plan_not_applied"] = _plan_not_applied(after)
         attempts.append(side)
-        refusals = limit_refusals(after.timeline)
-        if _outcome(side) != "rerun-failed" or attempt == MAX_RERECOMMENDATIONS \
-                or not (refusals or "oom-heap" in side["findings"]):
+        failure = _own_limit_failure(side, flagset.args()) if not planned else None
+        if _outcome(side) != "rerun-failed" or failure is None:
             break
-        # the re-run was refused at a limit: read the numbers its error names, recommend again
-        need = _larger(need, measured_need(after.timeline))
-        flagset = flags_for(need, before.timeline.name, total, headroom)
-        doc["rerecommended_after"] = [r.text for r in refusals] or ["Java heap OOM"]
+        doc.setdefault("own_limit_failures", []).append(failure)
+        if attempt + 1 == doc["max_reruns"]:
+            break
+        if any(k in LEAK_KINDS for k in side["findings"] + first["findings"]):
+            failure["stopped"] = "the job leaks: a larger limit only moves the failure later, so no new recommendation"
+            break
+        # the re-run failed at a limit this tune set: read the numbers its error names, recommend again
+        refusals = limit_refusals(after.timeline)
+        after_findings = diagnose(after.timeline)
+        need = _larger(need, measured_need(after.timeline, after_findings))
+        flagset = keep_unshown_limits(flags_for(need, before.timeline.name, total, headroom), before.timeline,
+                                      before_findings)
+        doc["rerecommended_after"] = [r.text for r in refusals] or [failure["said"]]
     if planned:
         doc["plan"]["agent"] = [e for e in after.timeline.network_events if e["type"] != "network"]
         doc["plan"]["applied"] = attempts[-1]["plan_not_applied"] is None
@@ -407,20 +486,37 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
                      lambda name: _side(run_after(name)))
 
 
+def _own_limit_failure(side: dict, flags: list[str]) -> dict | None:
+    """When a re-run failed at a limit the tune itself set: which one, said so; None otherwise. An OOM
+    kill is at a memory limit outside the JVM (the container's): said so, and recommended again too."""
+    for kind in side["findings"]:
+        if kind == "killed":
+            return {"finding": kind, "flag": None,
+                    "said": "the re-run was killed by the OOM killer (RSS near its memory limit), below the limits this "
+                            "tune set: maxphysicalbytes did not stop it first"}
+        prefix = LIMIT_FLAGS.get(kind)
+        arg = next((a for a in flags if prefix and a.startswith(prefix)), None)
+        if arg is not None:
+            return {"finding": kind, "flag": arg,
+                    "said": f"the re-run failed ({kind}) at {arg}, a limit this tune set"}
+    return None
+
+
 def _conclude(doc: dict, out: Path, first: dict, attempts: list[dict], repeat: int,
               before_side: Callable[[str], dict], after_side: Callable[[str], dict]) -> dict:
     """The outcome of the last re-run, and with `repeat` > 1 (when verified) more runs of each side for
     throughput with its spread; the document saved and returned."""
     last = attempts[-1]
     before_speeds, after_speeds = [first["iterations_per_s"]], [last["iterations_per_s"]]
-    if _outcome(last) == "verified":
+    if _outcome(last, first) == "verified":
         used = len(attempts)
         for i in range(2, repeat + 1):
             before_speeds.append(before_side(f"before-{i}")["iterations_per_s"])
             after_speeds.append(after_side(f"after-{used + i - 1}")["iterations_per_s"])
     doc["throughput"] = throughput(before_speeds, after_speeds)
     doc["speedup"] = doc["throughput"]["speedup"]
-    doc["outcome"] = _outcome(last)
+    doc["outcome"] = _outcome(last, first)
+    doc["not_verified_because"] = not_verified_because(last, first) if doc["outcome"] == "not-verified" else []
     doc["verified"] = doc["outcome"] == "verified"
     doc["exit_code"] = {"verified": EXIT_VERIFIED, "not-verified": EXIT_NOT_VERIFIED,
                         "rerun-failed": EXIT_RERUN_FAILED}[doc["outcome"]]
@@ -450,15 +546,15 @@ def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: di
         save_tune_doc(out, doc)
         return doc
     attempts = []
-    for attempt in range(MAX_RERECOMMENDATIONS + 1):
+    for attempt in range(MAX_RERUNS):
         after = run("after" if attempt == 0 else f"after-{attempt + 1}", spark_conf=conf)
         side = _side(after, True)
         side["flags"] = [f"{k}={v}" for k, v in conf.items()]
         side["settings_not_held"] = settings_held(after, conf)
         attempts.append(side)
         failures = side["spark"]["executor_memory_failures"]
-        memory = failures or any(k.startswith(("oom", "killed")) for k in side["findings"])
-        if _outcome(side) != "rerun-failed" or attempt == MAX_RERECOMMENDATIONS or not memory:
+        memory = failures or any(_memory_failure(k) for k in side["findings"])
+        if _outcome(side) != "rerun-failed" or attempt == MAX_RERUNS - 1 or not memory:
             break
         # an executor (or the driver) ran out of memory with the recommended settings: recommend again from
         # the worst of both runs (the failed one counts with its raised need), once

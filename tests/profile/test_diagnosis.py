@@ -69,7 +69,8 @@ def test_heap_oom_is_heap_not_offheap(heap_run):
 
 
 def test_partial_timeline_survives_a_kill(runs_root):
-    """SIGKILL the job mid-run: no process is left, the lines so far read back, diagnosis says 'killed'."""
+    """SIGKILL the job mid-run (`kill -9`, far from any memory limit): no process is left, the lines so far
+    read back, and the diagnosis says a signal from outside ended it, not memory; one exit figure everywhere."""
     import psutil
 
     from pyd4j.profile import profile_job
@@ -82,11 +83,18 @@ def test_partial_timeline_survives_a_kill(runs_root):
             psutil.Process(sample["pid"]).kill()
 
     run = profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "killed", on_sample=kill_after_some, timeout_s=240)
-    assert run.returncode == -9
+    assert run.returncode == 137  # 128 + SIGKILL, as a shell says it
+    meta = json.loads((run.run_dir / "run.json").read_text())
+    assert meta["returncode"] == 137 and meta["signal"] == 9
     assert not psutil.pid_exists(killed["pid"]) or psutil.Process(killed["pid"]).status() == psutil.STATUS_ZOMBIE
     t = Timeline.load(run.run_dir)
     assert t.end is None and t.iterations() >= 20
-    assert kinds(run)[0] == "killed"
+    # RSS of a small job under -Xmx128m is far from the machine's RAM and from any container limit
+    assert t.peaks()["rss"] < 0.5 * psutil.virtual_memory().total
+    finding = diagnose(t)[0]
+    assert finding.kind == "killed-signal", [f.title for f in diagnose(t)]
+    assert "not memory" in finding.title and "SIGKILL" in finding.title and "137" in finding.title
+    assert not finding.flags and "OOM killer" not in finding.title
 
 
 def test_timeout_ends_the_whole_process_tree_and_records_the_real_status(runs_root):
@@ -96,8 +104,8 @@ def test_timeout_ends_the_whole_process_tree_and_records_the_real_status(runs_ro
 
     run = profile_job(fixture_command("healthy", 100000, "-Xmx128m"), runs_root / "timeout", timeout_s=45)  # JVM start fits, loaded too
     assert run.stopped_by == "timeout" and run.interrupted
-    # the JVM ends on SIGTERM with 143 (or -15 if the signal itself ended it): never the 0 a reaped child reads as
-    assert run.returncode in (143, -15)
+    # the JVM ends on SIGTERM with 143 (itself, or the signal: both read 143): never the 0 a reaped child reads as
+    assert run.returncode == 143
     meta = json.loads((runs_root / "timeout" / "run.json").read_text())
     assert meta["returncode"] == run.returncode and meta["stopped_by"] == "timeout"
     t = Timeline.load(runs_root / "timeout")
@@ -133,3 +141,15 @@ def test_flat_noise_is_no_leak_and_few_points_are_not_enough():
     assert judge(x, flat + x * MIB, "iteration", "kept", 16 * MIB).status == "leak"
     # a steady rise too small to matter is not a leak
     assert judge(x, 300 * MIB + x * 1024, "iteration", "kept", 16 * MIB).status == "no-leak"
+
+
+def test_reasons_in_seconds_say_s_not_ss():
+    """Jobs without iterations are judged over seconds: "over 27 s", never "over 27 ss"."""
+    from pyd4j.profile.diagnose import judge
+
+    x = np.array([0.0, 9.0, 27.0])
+    verdict = judge(x, np.array([1.0, 2.0, 3.0]) * (1 << 20), "s", "live heap", 8 << 20)
+    assert verdict.status == "not-enough-data"
+    assert "over 27 s after" in verdict.reason and " ss" not in verdict.reason
+    by_iteration = judge(x, np.array([1.0, 2.0, 3.0]), "iteration", "live heap", 8 << 20)
+    assert "over 27 iterations after" in by_iteration.reason

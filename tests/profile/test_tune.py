@@ -33,9 +33,11 @@ def tunes(tmp_path_factory):
     root = tmp_path_factory.mktemp("tunes")
     live = "-Dpyd4j.agent=live=1,live_share=0.2"
     cases = {
-        "java-arrays": ["--", *corpus_command("java-arrays", seconds=20)],
-        "compat": ["--repeat", "3", "--", *compat_command(seconds=15)],
-        "leak": ["--", *fixture_command("leak", 300, "-Xmx256m", live, sleep_ms=40)],
+        # long enough for the leak verdicts (about 6 live points at defaults): a tune verifies nothing less
+        "java-arrays": ["--", *corpus_command("java-arrays", seconds=40)],
+        "compat": ["--repeat", "3", "--", *compat_command(seconds=35)],
+        # at the agent's default settings: the leak must be found without asking for more live points
+        "leak": ["--", *corpus_command("leak-list", seconds=45)],
         "heap-oom": ["--", *fixture_command("heap", 400, "-Xmx96m")],
     }
     return run_concurrently({name: (lambda n=name, a=args: tune_cli(root / n, *a)) for name, args in cases.items()})
@@ -87,19 +89,31 @@ def test_older_release_job_is_verified_and_repeat_measures_the_spread(tunes):
 @pytest.mark.slow
 def test_leaking_job_is_not_verified(tunes):
     rc, doc, _ = result(tunes, "leak")
-    assert rc == 3 and doc["outcome"] == "not-verified"
-    assert "leak-offheap" in doc["after"]["findings"] and doc["after"]["exit_code"] == 0
+    assert rc == 3 and doc["outcome"] == "not-verified" and not doc["verified"]
+    assert doc["after"]["exit_code"] == 0
+    # found at defaults, in both runs, and said as the reason
+    assert "leak-offheap" in doc["before"]["findings"] and "leak-offheap" in doc["after"]["findings"]
+    assert any("Memory leak" in why for why in doc["not_verified_because"])
 
 
 @pytest.mark.jvm
 @pytest.mark.slow
-def test_rerun_that_fails_again_exits_4_after_one_new_recommendation(tunes):
+def test_rerun_that_fails_again_exits_4_after_stated_rerecommendations(tunes):
+    from pyd4j.profile.tune import MAX_RERUNS
+
     rc, doc, _ = result(tunes, "heap-oom")
     assert rc == 4 and doc["outcome"] == "rerun-failed"
-    first, second = doc["attempts"]
-    assert "oom-heap" in first["findings"] and "oom-heap" in second["findings"]
-    # the second recommendation grew the heap from what the failed re-run showed
-    assert second["limits"]["heap_max"] >= 2 * first["limits"]["heap_max"]
+    attempts = doc["attempts"]
+    assert 2 <= len(attempts) <= MAX_RERUNS == doc["max_reruns"]
+    assert all("oom-heap" in a["findings"] for a in attempts)
+    # each failure is said to be at the limit the tune itself set
+    assert [f["flag"].startswith("-Xmx") for f in doc["own_limit_failures"]] == [True] * len(attempts)
+    # each new recommendation grew the heap from what the failed re-run showed
+    for first, second in zip(attempts, attempts[1:]):
+        assert second["limits"]["heap_max"] >= 2 * first["limits"]["heap_max"]
+    # the first run died of heap: the JavaCPP limits it never reached kept the job's own values
+    before = doc["before"]["limits"]
+    assert attempts[0]["limits"]["javacpp_max"] >= before["javacpp_max"]
 
 
 @pytest.mark.jvm

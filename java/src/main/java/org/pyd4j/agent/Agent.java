@@ -23,10 +23,10 @@ import java.util.Map;
  * {@link #EXIT_PLAN_NOT_APPLIED}) unless {@code plan_fallback=fit} asks for DL4J's own fit() instead;
  * {@code describe=true} reports each network's configuration and first
  * batch shape (pyd4j plans from it); {@code hooks=false} turns off the bytecode hooks (no workspaces, no iterations, no
- * allocation counters or sites); {@code live} seconds between the agent's own live-set measurements
- * when the job had no full collection (default 5, 0 = only the job's own full collections, see
- * {@link LiveSet}) and {@code live_share} the largest share of wall time their pauses may take
- * (default 0.005); {@code sites} mean bytes between sampled allocation stacks (default 262144,
+ * allocation counters or sites); {@code live} seconds between the agent's regular live-set measurements
+ * when the job had no full collection (default 5, 0 = only the job's own full collections; the ones a
+ * leak verdict needs come sooner, see {@link LiveSet}) and {@code live_share} the largest share of wall
+ * time the regular ones' pauses may take (default 0.005); {@code sites} mean bytes between sampled allocation stacks (default 262144,
  * 0 = no call sites, see {@link Allocations}). The system property {@code pyd4j.agent} may carry
  * more arguments in the same form; they win over the -javaagent ones (for launchers whose agent
  * option cannot be changed).

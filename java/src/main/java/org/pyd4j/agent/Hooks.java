@@ -126,9 +126,19 @@ public final class Hooks {
                 }
                 workspaces.add(new WeakReference<>(ws));
             }
+            String site = Allocations.userLine();
+            if (site != null) workspaceSites.put(ws, site);
         } catch (Throwable ignored) {
             // never disturb the job
         }
+    }
+
+    /** The user's line that created each workspace (the first frame of the job's own code at its init()). */
+    private static final java.util.Map<Object, String> workspaceSites =
+            java.util.Collections.synchronizedMap(new java.util.WeakHashMap<>());
+
+    static String workspaceSite(Object ws) {
+        return workspaceSites.get(ws);
     }
 
     static List<Object> liveWorkspaces() {

@@ -19,12 +19,22 @@ import javax.management.ObjectName;
  * <ul>
  *   <li>after each full collection the job has anyway (System.gc(), a G1 full GC, a ZGC/Shenandoah cycle,
  *       JavaCPP's own System.gc() near its limits), or</li>
- *   <li>by the agent itself when no such collection happened for {@code intervalMs}: a full collection
- *       ({@code jcmd <pid> GC.run}), then, once the deallocators are done, a class histogram of the live
- *       heap, the same as {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC), spaced so that these pauses take at most 0.5% of the run
- *       (agent argument {@code live_share}) and
- *       skipped while more than 1 GiB of heap is in use (its pause would be long); the natural
- *       collections of such jobs give the points instead.</li>
+ *   <li>by the agent itself (an inspection): a full collection ({@code jcmd <pid> GC.run}), then, once
+ *       the deallocators are done, a class histogram of the live heap, the same as
+ *       {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC); skipped while
+ *       more than 1 GiB of heap is in use (its pause would be long; the natural collections of such jobs
+ *       give the points instead).</li>
+ * </ul>
+ * Inspections are scheduled by what a leak verdict still needs, not by a fixed share of the run:
+ * <ul>
+ *   <li>until {@value #NEEDED_POINTS} points were taken during training (a verdict needs about that many
+ *       after warm-up), one as soon as the pauses allow: at most {@value #NEED_PAUSE_SHARE} of the wall
+ *       time, at least a second apart;</li>
+ *   <li>at the same pace whenever memory the job may be keeping rose since the last point: the lowest
+ *       libnd4j + JavaCPP bytes held over the last {@value #RECENT_SAMPLES} samples (an upper bound of
+ *       what is kept: garbage only adds to it), or the lowest heap after the last young collections,
+ *       is {@value #SUSPECT_MIN_MIB} MiB (and a tenth) over the last point's value;</li>
+ *   <li>otherwise every {@code intervalMs} and at most {@code live_share} (0.5%) of the wall time.</li>
  * </ul>
  * After the collection it waits until ND4J's and JavaCPP's deallocator threads have freed what the
  * collection released, then records the heap, ND4J's buffers, JavaCPP's bytes, RSS and the largest
@@ -32,6 +42,13 @@ import javax.management.ObjectName;
  */
 final class LiveSet implements Runnable {
     static final double DEFAULT_PAUSE_SHARE = 0.005;
+    /** Pause share allowed while a verdict still needs points (see the class comment). */
+    static final double NEED_PAUSE_SHARE = 0.1;
+    static final int NEEDED_POINTS = 6;
+    static final int RECENT_SAMPLES = 20;
+    static final int SUSPECT_MIN_MIB = 8;
+    private static final long NEED_MIN_GAP_NANOS = 1_000_000_000L;
+    private static final long WAIT_SLICE_MS = 200;
     static final long MAX_HEAP_FOR_INSPECTION = 1L << 30;
     private static final long DRAIN_POLL_MS = 50;
     private static final int DRAIN_QUIET_POLLS = 3;
@@ -71,6 +88,23 @@ final class LiveSet implements Runnable {
     private long lastDrainMs;
     /** The last inspection's heap bytes of ND4J/JavaCPP deallocation bookkeeping (see Histogram). */
     private long bookkeeping = -1;
+    /** Pause of the last inspection, ns (0 before the first). */
+    private long lastPauseNanos;
+    /** Points taken once training had begun (iterations >= 1), and the iteration count at the last point. */
+    private int trainingPoints;
+    private long lastPointIterations = -1;
+    /** Off-heap bytes held (libnd4j + JavaCPP) and collector heap usage at the last point; -1 before it. */
+    private long lastKept = -1;
+    private long lastHeapAfter = -1;
+    /** Off-heap bytes held at the most recent samples (a ring), and heap after the latest young collections. */
+    private final long[] recent = new long[RECENT_SAMPLES];
+    private int recentCount;
+    private int recentNext;
+    private final long[] recentYoung = new long[3];
+    private int youngCount;
+    private int youngNext;
+    /** Why the next inspection is due early ("needed", "offheap-rise", "heap-rise"), or null. */
+    private String suspicion;
 
     LiveSet(Sink sink, long intervalMs, double pauseShare, Sampler sampler) {
         this.sink = sink;
@@ -89,6 +123,47 @@ final class LiveSet implements Runnable {
     void stop() {
         running = false;
         if (thread != null) thread.interrupt();
+    }
+
+    /** Off-heap bytes the job holds now: libnd4j buffers, JavaCPP bytes and ND4J workspaces. */
+    static long held(JavaCpp.Counters c, long workspaceBytes) {
+        return (Allocations.nd4jHooked ? Allocations.nd4jLive.get() : 0) + (c != null ? c.total : 0) + Math.max(0, workspaceBytes);
+    }
+
+    /** From the sampler, every sample: off-heap bytes held now (libnd4j buffers + JavaCPP bytes + workspaces). */
+    void observeHeld(long held) {
+        synchronized (lock) {
+            recent[recentNext] = held;
+            recentNext = (recentNext + 1) % recent.length;
+            recentCount = Math.min(recentCount + 1, recent.length);
+            if (recentCount < recent.length || lastKept < 0 || suspicion != null) return;
+            long low = Long.MAX_VALUE;
+            for (long v : recent) low = Math.min(low, v);
+            if (low - lastKept >= Math.max((long) SUSPECT_MIN_MIB << 20, lastKept / 10)) suspicion = "offheap-rise";
+        }
+    }
+
+    /** From the GC listener: a young (or mixed) collection left {@code heapAfter} bytes of heap in use. */
+    void observeYoung(long heapAfter) {
+        synchronized (lock) {
+            recentYoung[youngNext] = heapAfter;
+            youngNext = (youngNext + 1) % recentYoung.length;
+            youngCount = Math.min(youngCount + 1, recentYoung.length);
+            if (youngCount < recentYoung.length || lastHeapAfter < 0 || suspicion != null) return;
+            long low = Long.MAX_VALUE;
+            for (long v : recentYoung) low = Math.min(low, v);
+            if (low - lastHeapAfter >= Math.max((long) SUSPECT_MIN_MIB << 20, lastHeapAfter / 4)) suspicion = "heap-rise";
+        }
+    }
+
+    /** When the next inspection is due, and why early (null: the regular pace). Holds {@code lock}. */
+    private long nextDue(long iterations) {
+        boolean training = iterations >= 1 && iterations > lastPointIterations;
+        if (training && suspicion == null && trainingPoints < NEEDED_POINTS) suspicion = "needed";
+        if (training && suspicion != null) {
+            return lastPointNanos + Math.max(NEED_MIN_GAP_NANOS, (long) (lastPauseNanos / NEED_PAUSE_SHARE));
+        }
+        return nextInspectionNanos;
     }
 
     /**
@@ -117,11 +192,14 @@ final class LiveSet implements Runnable {
             try {
                 String trigger;
                 long t, heap;
+                long due;
                 synchronized (lock) {
                     long now = System.nanoTime();
-                    long wait = intervalNanos > 0 ? nextInspectionNanos - now : Long.MAX_VALUE;
+                    due = intervalNanos > 0 ? nextDue(Hooks.iterations.get()) : Long.MAX_VALUE;
+                    long wait = intervalNanos > 0 ? due - now : Long.MAX_VALUE;
                     if (pendingTrigger == null && wait > 0) {
-                        lock.wait(Math.max(1, Math.min(wait / 1_000_000L, 60_000L)));
+                        // re-read the schedule often: a rise seen by the sampler brings the next inspection forward
+                        lock.wait(Math.max(1, Math.min(wait / 1_000_000L, WAIT_SLICE_MS)));
                     }
                     trigger = pendingTrigger;
                     t = pendingT;
@@ -133,16 +211,17 @@ final class LiveSet implements Runnable {
                     // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
                     long wait = MIN_GAP_NANOS - (now - lastPointNanos);
                     if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
-                    measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false);
+                    measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false, null);
                     lastPointNanos = System.nanoTime();
                     nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
-                } else if (intervalNanos > 0 && now >= nextInspectionNanos) {
+                } else if (intervalNanos > 0 && now >= due) {
                     inspect();
                 }
             } catch (InterruptedException e) {
                 return;
             } catch (Throwable e) {
-                nextInspectionNanos = System.nanoTime() + intervalNanos;  // never disturb the job; try later
+                lastPointNanos = System.nanoTime();  // never disturb the job; try later
+                nextInspectionNanos = lastPointNanos + intervalNanos;
             }
         }
     }
@@ -160,7 +239,11 @@ final class LiveSet implements Runnable {
                 sink.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
                         .put("text", "heap in use over 1 GiB: no agent heap inspections; live points come from the job's own full collections").close());
             }
-            nextInspectionNanos = System.nanoTime() + intervalNanos;
+            lastPointNanos = System.nanoTime();
+            nextInspectionNanos = lastPointNanos + intervalNanos;
+            synchronized (lock) {
+                suspicion = null;  // nothing to take early: the job's own full collections give the points
+            }
             return;
         }
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
@@ -180,7 +263,12 @@ final class LiveSet implements Runnable {
         pause += System.nanoTime() - start;
         Histogram h = Histogram.parse(text, TOP_CLASSES);
         bookkeeping = h.deallocationBookkeeping();
-        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained);
+        String why;
+        synchronized (lock) {
+            why = suspicion;
+        }
+        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained, why);
+        lastPauseNanos = pause;
         lastPointNanos = System.nanoTime();
         nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
     }
@@ -226,7 +314,7 @@ final class LiveSet implements Runnable {
 
     /** Wait for the deallocators, then write the live line and the sites still holding memory. */
     private void measure(String trigger, long t, long heapLive, String classes, double pauseMs, long instances,
-                         long heapAfterGc, boolean heapDrained) throws InterruptedException {
+                         long heapAfterGc, boolean heapDrained, String why) throws InterruptedException {
         boolean offheapDrained = drain();
         long drainMs = lastDrainMs;
         long deallocation = classes != null ? bookkeeping : -1;
@@ -247,14 +335,26 @@ final class LiveSet implements Runnable {
         // (how much of it a histogram catches depends on how many arrays just died, not on the job's objects)
         if (deallocation >= 0) j.put("heap_bookkeeping", Math.min(deallocation, heapLive));
         if (pauseMs >= 0) j.put("pause_ms", pauseMs);
+        if (why != null) j.put("why", why);
         if (instances >= 0) j.put("instances", instances);
         if (Allocations.nd4jHooked) {
             j.put("nd4j_live", Allocations.nd4jLive.get()).put("nd4j_live_count", Allocations.nd4jLiveCount.get());
         }
+        if (sampler.workspaceBytes > 0) j.put("ws_bytes", sampler.workspaceBytes);
         JavaCpp.Counters c = JavaCpp.read(rss);
         if (c != null) {
             j.put("javacpp_total", c.total);
             if (c.count >= 0) j.put("javacpp_count", c.count);
+        }
+        synchronized (lock) {
+            // the new reference for the rise checks, and what the schedule still needs
+            lastKept = held(c, sampler.workspaceBytes);
+            if (heapAfterGc >= 0) lastHeapAfter = heapAfterGc;
+            if (iterations >= 1 && iterations > lastPointIterations) trainingPoints++;
+            lastPointIterations = iterations;
+            suspicion = null;
+            recentCount = 0;
+            youngCount = 0;
         }
         if (classes != null) j.raw("classes", classes);
         sink.line(j.close());

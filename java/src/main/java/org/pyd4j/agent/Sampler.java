@@ -71,6 +71,7 @@ final class Sampler implements Runnable {
                 .put("heap_max", Runtime.getRuntime().maxMemory())
                 .put("max_direct", maxDirect())
                 .put("cpus", Runtime.getRuntime().availableProcessors())
+                .put("memory_limit", memoryLimit())
                 .put("javacpp_maxbytes_prop", System.getProperty("org.bytedeco.javacpp.maxbytes"))
                 .put("javacpp_maxphysicalbytes_prop", System.getProperty("org.bytedeco.javacpp.maxphysicalbytes"))
                 .close());
@@ -175,11 +176,14 @@ final class Sampler implements Runnable {
         JavaCpp.Counters cpp = javacpp(j, rss);
         Allocations.counters(j);
         j.put("iterations", Hooks.iterations.get());
-        LiveSet live = liveSet;
-        if (live != null) j.put("live_points", live.points);
         double score = Hooks.lastScore;
         if (!Double.isNaN(score)) j.put("score", score);
         if (hooks) workspaces(j);
+        LiveSet live = liveSet;
+        if (live != null) {
+            j.put("live_points", live.points);
+            if (Allocations.nd4jHooked || cpp != null) live.observeHeld(LiveSet.held(cpp, workspaceBytes));
+        }
         samples++;
         sink.line(j.close());
         if (Allocations.sampling()) sitesAtPeak(now, cpp);
@@ -217,9 +221,19 @@ final class Sampler implements Runnable {
         return c;
     }
 
+    private static final int MAX_WORKSPACES_WRITTEN = 32;
+
+    /** Bytes ND4J's workspaces hold (their current sizes) at the last sample; workspace memory is neither a libnd4j buffer nor a JavaCPP Pointer. */
+    volatile long workspaceBytes;
+
     private void workspaces(Json j) {
         List<Object> live = Hooks.liveWorkspaces();
-        if (live.isEmpty()) return;
+        if (live.isEmpty()) {
+            workspaceBytes = 0;
+            return;
+        }
+        long total = 0;
+        List<long[]> order = new ArrayList<>();  // (size, index in items): only the largest are written
         List<String> items = new ArrayList<>();
         for (Object ws : live) {
             try {
@@ -238,21 +252,34 @@ final class Sampler implements Runnable {
                     wsConfig = base.getMethod("getWorkspaceConfiguration");
                 }
                 Object cfg = wsConfig.invoke(ws);
+                long size = (Long) wsSize.invoke(ws);
                 if (cfgInitial == null && cfg != null) cfgInitial = cfg.getClass().getMethod("getInitialSize");
                 Json w = new Json().put("id", String.valueOf(wsId.invoke(ws)))
                         .put("thread", String.valueOf(wsThread.invoke(ws)))
-                        .put("size", (Long) wsSize.invoke(ws))
+                        .put("size", size)
                         .put("spilled", (Long) wsSpilled.invoke(ws))
                         .put("pinned", (Long) wsPinned.invoke(ws))
                         .put("max_cycle", (Long) wsMaxCycle.invoke(ws))
                         .put("last_cycle", (Long) wsLastCycle.invoke(ws));
                 if (cfg != null && cfgInitial != null) w.put("initial", ((Number) cfgInitial.invoke(cfg)).longValue());
+                String site = Hooks.workspaceSite(ws);
+                if (site != null) w.put("site", site);
+                order.add(new long[]{size, items.size()});
                 items.add(w.close());
+                total += size;
             } catch (Throwable ignored) {
                 // a workspace being destroyed right now: skip it this tick
             }
         }
-        j.raw("ws", Json.array(items));
+        if (items.size() > MAX_WORKSPACES_WRITTEN) {
+            // a job opening workspaces without end: the largest ones in detail, all of them in the totals
+            order.sort((a, b) -> Long.compare(b[0], a[0]));
+            List<String> largest = new ArrayList<>();
+            for (int i = 0; i < MAX_WORKSPACES_WRITTEN; i++) largest.add(items.get((int) order.get(i)[1]));
+            items = largest;
+        }
+        j.raw("ws", Json.array(items)).put("ws_bytes", total).put("ws_count", order.size());
+        workspaceBytes = total;
     }
 
     /**
@@ -287,6 +314,8 @@ final class Sampler implements Runnable {
                 LiveSet live = liveSet;
                 if (live != null && (kind.equals("full") || kind.equals("cycle"))) {
                     live.onFullCollection(kind.equals("full") ? "full-gc" : "gc-cycle", cause, t + duration, heapAfter);
+                } else if (live != null) {
+                    live.observeYoung(heapAfter);
                 }
             } catch (Throwable ignored) {
                 // unknown notification layout: pauses stay in the per-collector counters
@@ -361,6 +390,18 @@ final class Sampler implements Runnable {
         Throwable c = e;
         while (c.getCause() != null && c.getCause() != c) c = c.getCause();
         return c == e ? null : c.getClass().getName() + ": " + c.getMessage();
+    }
+
+    /** The memory the JVM may use as it sees it: its container's limit, else the machine's RAM (-1 unknown). */
+    @SuppressWarnings("deprecation")
+    private static long memoryLimit() {
+        try {
+            java.lang.management.OperatingSystemMXBean os = ManagementFactory.getOperatingSystemMXBean();
+            return os instanceof com.sun.management.OperatingSystemMXBean
+                    ? ((com.sun.management.OperatingSystemMXBean) os).getTotalPhysicalMemorySize() : -1;
+        } catch (Throwable e) {
+            return -1;
+        }
     }
 
     private long maxDirect() {

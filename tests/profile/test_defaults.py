@@ -1,0 +1,124 @@
+"""Leak verdicts at the agent's default settings (no live=/live_share= options), on corpus jobs run
+concurrently: a job that keeps every prediction is found, at its line, within its first minutes; a
+job whose cache grows and then levels off is judged and not called a leak."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyd4j.profile.diagnose import diagnose, leak_verdicts
+from tests.profile.conftest import DEADLINE_S, Stopper, corpus_command, leak_site_line, offheap_leak_found, \
+    run_concurrently, verdicts_reached
+
+pytestmark = [pytest.mark.jvm, pytest.mark.slow]
+
+CACHE_ENTRIES = 48  # CorpusJob.CACHE_ENTRIES: the plateau job's cache is full after this many iterations
+
+
+@pytest.fixture(scope="module")
+def default_runs(runs_root):
+    from pyd4j.profile import profile_job
+
+    root = runs_root / "defaults"
+    root.mkdir()
+    jcmd: dict = {}
+
+    def job(name, enough, min_s, before_stop=None):
+        stop = root / f"{name}.stop"
+        stopper = Stopper(root / name, stop, enough, min_s, before_stop)
+        command = corpus_command(name, min_iterations=20, stop=stop)
+        return lambda: profile_job(command, root / name, on_sample=stopper, timeout_s=DEADLINE_S)
+
+    stop = root / "keep-predictions.stop"
+    user_job = ["java", "-cp", corpus_command("mlp")[2], "org.deeplearning4j.examples.pyd4jfixture.KeepPredictions", str(stop)]
+    return run_concurrently({
+        "leak-list": job("leak-list", lambda t: offheap_leak_found(t) or verdicts_reached(t), 0),
+        "keep-predictions": lambda: profile_job(user_job, root / "keep-predictions", timeout_s=DEADLINE_S,
+                                                on_sample=Stopper(root / "keep-predictions", stop,
+                                                                  lambda t: offheap_leak_found(t) or verdicts_reached(t))),
+        # long enough after the cache is full for the verdict to see it level off
+        "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30,
+                       lambda t: jcmd.update(histogram_now(t))),
+    }) | {"jcmd": jcmd}
+
+
+def histogram_now(t) -> dict:
+    """`jcmd <pid> GC.class_histogram` of the running job (a full collection, then the histogram), and
+    when it was asked for; then waits for the agent's live point of that very collection."""
+    import subprocess
+    import time
+
+    from pyd4j.profile.histogram import read_histogram
+    from pyd4j.profile.timeline import Timeline
+
+    asked = time.time() * 1000
+    out = subprocess.run(["jcmd", str(t.start["pid"]), "GC.class_histogram"], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    deadline = time.monotonic() + 60
+    while not [p for p in Timeline.load(t.run_dir).live_points if p["t"] >= asked and p["trigger"] == "full-gc"]:
+        assert time.monotonic() < deadline, "the agent wrote no live point for jcmd's collection"
+        time.sleep(0.5)
+    return {"asked": asked, "total": read_histogram(out)[0]}
+
+
+def finished(runs, name):
+    run = runs[name]
+    if isinstance(run, BaseException):
+        raise AssertionError(f"{name} did not finish: {run!r}")
+    assert run.returncode == 0, (run.run_dir / "stderr.log").read_text()[-3000:]
+    return run
+
+
+def test_a_leaking_job_is_found_at_defaults_at_its_line(default_runs):
+    t = finished(default_runs, "leak-list").timeline
+    leaks = [f for f in diagnose(t) if f.kind == "leak-offheap"]
+    assert leaks, [(v.status, v.reason) for v in leak_verdicts(t)]
+    assert leaks[0].numbers["site"].endswith(f"CorpusJob.java:{leak_site_line('leak-list')})")
+    # the job was stopped as soon as the verdict held: it took minutes at most, not the whole run
+    assert t.duration_s() < DEADLINE_S
+    # every live point was the agent's own inspection at its default schedule
+    assert {p["trigger"] for p in t.live_points} <= {"inspection", "full-gc"}
+    assert not [a for a in t.start["jvm_args"] if "pyd4j.agent=" in a and "live" in a]
+
+
+def test_a_cache_that_grows_then_levels_off_is_no_leak(default_runs):
+    t = finished(default_runs, "plateau").timeline
+    statuses = [v.status for v in leak_verdicts(t)]
+    assert statuses == ["no-leak", "no-leak"], [v.reason for v in leak_verdicts(t)]
+    # the off-heap memory really grew (the cache: 48 x 0.8 MB) before levelling off
+    held = [s["nd4j_live"] for s in t.samples if s.get("nd4j_live") is not None]
+    assert max(held) - held[0] > 30 * (1 << 20)
+    assert not [f.kind for f in diagnose(t) if f.kind.startswith(("leak", "not-enough"))]
+
+
+def test_user_code_is_told_by_its_classpath_entry_not_its_package(default_runs, tmp_path):
+    """A job in org.deeplearning4j.examples.* (as deeplearning4j-examples' are), from a jar that is not a
+    library's: its line is the user's, in the finding and in the report."""
+    from pyd4j.profile.report import write_report
+    from tests.profile.conftest import PROJECT_ROOT
+
+    run = finished(default_runs, "keep-predictions")
+    source = PROJECT_ROOT / "tests/fixtures/java/src/main/java/org/deeplearning4j/examples/pyd4jfixture/KeepPredictions.java"
+    line = next(i for i, text in enumerate(source.read_text().splitlines(), start=1) if "LEAK SITE keep-predictions" in text)
+    leaks = [f for f in diagnose(run.timeline) if f.kind == "leak-offheap"]
+    assert leaks, [(v.status, v.reason) for v in leak_verdicts(run.timeline)]
+    site = f"KeepPredictions.java:{line})"
+    assert leaks[0].numbers["site"].endswith(site)
+    snapshot = max((s for s in run.timeline.site_snapshots if s["reason"] == "live"), key=lambda s: s["t"])
+    top = max(snapshot["sites"], key=lambda s: s["live_bytes"])
+    assert top["site"].endswith(site) and top["user"]
+    page = write_report(run.run_dir, tmp_path / "report")["html"].read_text()
+    assert site + " (library)" not in page and site in page
+
+
+def test_the_reported_live_heap_is_what_jcmd_measures(default_runs):
+    """`jcmd GC.class_histogram` on the running plateau job: the agent's live point of that same full
+    collection is within 2% of jcmd's Total, and the live heap the summary reports is the largest point
+    measured, that one included (no point is left out for being taken before ND4J's deallocators ran)."""
+    t = finished(default_runs, "plateau").timeline
+    jcmd = default_runs["jcmd"]
+    assert jcmd, "the jcmd histogram was not taken"
+    point = min((p for p in t.live_points if p["t"] >= jcmd["asked"] and p["trigger"] == "full-gc"), key=lambda p: p["t"])
+    print(f"agent {point['heap_live']} B vs jcmd GC.class_histogram {jcmd['total']} B")
+    assert point["heap_live"] == pytest.approx(jcmd["total"], rel=0.02)
+    assert t.peaks()["heap_live"] == max(p["heap_live"] for p in t.live_points) >= point["heap_live"]
