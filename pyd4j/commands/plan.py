@@ -68,10 +68,21 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.costmodel import CostModel
     from pyd4j.sched.policies import POLICIES, evaluate, make_plan
+    from pyd4j.sched.search import SearchLimit
     from pyd4j.sched.search import max_batch as search_batch
     from pyd4j.sched.search import max_resnet_depth
     from pyd4j.sched.simulator import ideal_time, simulate
 
+    _refuse_conflicts(model, network_json, depth, image, max_depth, max_batch,
+                      {"--optimum": optimum, "--execute": execute, "--emit-plan": emit_plan is not None,
+                       "--plot": plot is not None, "--cache": cache})
+    if execute and backend == "cupy":
+        import importlib.util  # noqa: PLC0415
+
+        if importlib.util.find_spec("cupy") is None:
+            raise click.BadParameter("'cupy': CuPy is not installed in this Python; install it with "
+                                     "pip install 'pyd4j[cuda]' (CUDA 13) or 'pyd4j[cuda12]', or use --backend host "
+                                     "or native", param_hint="--backend")
     overrides = inputs.read_json(devices_json, "device profiles") if devices_json else None
     known = {"devices", "aliases", "conv_algorithms", "compute_efficiency", "transfer_latency_s", "host_memory_bytes"}
     if overrides is not None and (not isinstance(overrides, dict) or not set(overrides) <= known):
@@ -135,7 +146,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
         policy = chosen[-1]
         image = image or zoo.DEFAULT_IMAGE
-        best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        try:
+            best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        except SearchLimit as e:
+            raise click.BadParameter(str(e), param_hint="--budget") from None
+        if best.value == 0:
+            raise click.BadParameter(
+                f"no ResNet fits a budget of {cap} bytes under {policy} at batch {batch}: the shallowest "
+                f"(ResNet-{zoo.resnet_depth((*zoo.LAYOUTS[layout][:2], 1, zoo.LAYOUTS[layout][2]))}) needs more; give a "
+                "larger --budget or a smaller --batch or --image", param_hint="--budget")
         base = max_resnet_depth("baseline", cost, batch, image, cap, profile, layout)
         live = max_resnet_depth("liveness", cost, batch, image, cap, profile, layout)
         doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
@@ -156,7 +175,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         return
 
     if max_batch:
-        rows = {p: search_batch(build, p, cost, cap) for p in chosen}
+        try:
+            rows = {p: search_batch(build, p, cost, cap) for p in chosen}
+        except SearchLimit as e:
+            raise click.BadParameter(str(e), param_hint="--budget") from None
+        if not any(r.value for r in rows.values()):
+            raise click.BadParameter(
+                f"no batch fits a budget of {cap} bytes: even batch 1 of {model} needs "
+                f"{lower_bound(build(1), cost).lower_bound_bytes} bytes or more under every policy "
+                f"({', '.join(chosen)}); give a larger --budget", param_hint="--budget")
         doc = {"model": model, "device": cost.device.key, "capacity_bytes": cap,
                "max_batch": {p: r.value for p, r in rows.items()}}
         if as_json:
@@ -169,6 +196,12 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     g = build(batch)
     emitted = _emit(g, network_json, emit_plan, budget,
                     policies[0] if policies else None) if emit_plan else None
+    need = lower_bound(g, cost).lower_bound_bytes
+    if need > cap:
+        raise click.BadParameter(
+            f"no plan of {g.name} at batch {batch} fits {cap} bytes: every plan needs at least its lower bound, "
+            f"{need} bytes ({human_bytes(need)}); give a --budget of at least {need} bytes, a smaller --batch "
+            "(--max-batch finds the largest that fits) or a larger --device", param_hint="--budget")
     bound = lower_bound(g, cost)
     results = {}
     timelines = {}
@@ -271,6 +304,27 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                    f"{' (time-optimised under the budget)' if emitted['tensor_cache'] else ''}, predicted peak "
                    f"{human_bytes(emitted['device_peak_bytes'])}; train with it: "
                    f"PlannedTrainer.fit(net, iterator, \"{emitted['path']}\")")
+
+
+def _refuse_conflicts(model: str, network_json: str | None, depth: int | None, image: int | None,
+                      max_depth: bool, max_batch: bool, others: dict[str, bool]) -> None:
+    """Options that would be dropped without a word are refused instead."""
+    json_model = network_json is not None or model.lower().endswith(".json")
+    for search, on in (("--max-depth", max_depth), ("--max-batch", max_batch)):
+        given = [o for o, v in {**others, "--depth": depth is not None and search == "--max-depth",
+                                "--max-batch": max_batch and search == "--max-depth"}.items() if v]
+        if on and given:
+            raise click.UsageError(f"{search} searches and reports one number; it does not take "
+                                   f"{', '.join(given)}: run the search first, then plan what it found with them")
+    if depth is not None and (json_model or model.lower().replace("-", "") != "resnet"):
+        raise click.BadParameter(f"{depth} is a depth for --model resnet only; {model!r} fixes its own depth: "
+                                 "drop --depth, or give --model resnet --depth N", param_hint="--depth")
+    if image is not None and json_model:
+        raise click.BadParameter(f"{image}: a DL4J configuration JSON takes its input shape from <name>.input.json "
+                                 "next to it, not --image; drop --image or edit that file", param_hint="--image")
+    if model.lower().replace("-", "") == "resnet" and depth is None and not max_depth and not json_model:
+        raise click.UsageError("--model resnet needs --depth N (e.g. --depth 152), or --max-depth to search it; "
+                               "or name the network: resnet50, resnet101, resnet152")
 
 
 def _emit(g, network_json: str, path: str, budget: int | None, policy: str | None) -> dict:
