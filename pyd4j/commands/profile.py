@@ -37,7 +37,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     pyd4j profile --python train.py
 
     Exits with the job's own exit status when the job fails (1 if it has none), after the
-    summary and report, so scripts notice; 1 when the run recorded no measurements; 130 on Ctrl-C,
+    summary and report, so scripts notice; 1 when the run recorded no measurements or could not be
+    written whole (disk full: the summary says what was lost); 130 on Ctrl-C,
     143 on SIGTERM (the summary and the report of the partial run are still written), 124 when
     --timeout ended the job.
     """
@@ -81,6 +82,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
     if any(f["kind"] == "no-data" for f in doc["findings"]):
         sys.exit(1)  # no measurements is never success
+    if doc.get("write_errors"):
+        sys.exit(1)  # a timeline cut short (disk full) is a partial run, never a complete one
 
 
 def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json) -> tuple[Path, str | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import zipfile
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,11 @@ def classpath() -> list[str]:
             if not matches:
                 raise ClasspathError(f"PYD4J_CLASSPATH entry {entry!r} matches no file; fix or unset PYD4J_CLASSPATH")
             entries.extend(str(Path(m).resolve()) for m in matches)
+        for jar in (e for e in entries if e.endswith(".jar")):
+            if not zipfile.is_zipfile(jar):  # a truncated copy loads until the JVM reaches a class it lost
+                raise ClasspathError(f"PYD4J_CLASSPATH jar {jar!r} is not a readable jar (truncated or not a zip: "
+                                     "no zip directory at its end); copy it again or rebuild it, or unset "
+                                     "PYD4J_CLASSPATH")
         if not any(e.endswith(".jar") for e in entries):
             raise ClasspathError(f"PYD4J_CLASSPATH={override!r} holds no jar; give ND4J's jars (your job's classpath, "
                                  f"e.g. PYD4J_CLASSPATH='target/lib/*'), or unset it to use the Maven build")
