@@ -48,8 +48,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pyd4j.jvm.java import JavaNotFoundError  # noqa: PLC0415
     from pyd4j.jvm.options import JvmOptionError  # noqa: PLC0415
     from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+    from pyd4j.schemas import SchemaError  # noqa: PLC0415
 
-    return InputError, ClasspathError, JavaNotFoundError, JvmOptionError, JobCommandError, OSError
+    return InputError, ClasspathError, JavaNotFoundError, JvmOptionError, JobCommandError, SchemaError, OSError
 
 
 def _message(err: BaseException) -> str:

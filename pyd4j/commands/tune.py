@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pyd4j import inputs
+from pyd4j.schemas import TUNE_SCHEMA
 
 
 @click.command("tune", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -108,6 +109,7 @@ def _finish(doc: dict, as_json: bool) -> None:
     if last == "after":
         _report(doc, "before")
     doc["report"] = _report(doc, last)
+    doc.setdefault("schema", TUNE_SCHEMA)
     if as_json:
         emit_json(doc)
         return

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pyd4j.schemas import check
 from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
 
 TIMELINE = "timeline.jsonl"
@@ -48,9 +49,9 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         return None, f"{kind} without a time"
     if kind in _TIMED and abs(event["t"]) > MAX_VALUE:
         return None, "time out of range"
-    if kind == "iter" and not (_number(event.get("n")) and event["n"] >= 0):
+    if kind == "iter" and not (_number(event.get("n")) and 0 <= event["n"] <= MAX_VALUE):
         return None, "iter without a count"
-    if kind == "epoch" and not (_number(event.get("epoch")) and event["epoch"] >= 0):
+    if kind == "epoch" and not (_number(event.get("epoch")) and 0 <= event["epoch"] <= MAX_VALUE):
         return None, "epoch without its number"
     dropped = 0
     for key in [k for k, v in event.items() if v is None]:  # null is "not measured", as an absent key is
@@ -210,6 +211,7 @@ class Timeline:
                 elif kind == "note":
                     notes.append(event)
                 elif kind == "start" and not start:
+                    check("timeline", event, f"timeline {path}", "profile the job again with this pyd4j")
                     start = event
                 elif kind == "end":
                     end = event
