@@ -68,6 +68,8 @@ def main() -> None:
 
 def _register_subcommands() -> None:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):  # shared option types and helpers, not subcommands
+            continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         main.add_command(module.command)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pyd4j import inputs
+from pyd4j.commands import _params as params
 from pyd4j.output import emit_json, human_bytes, print_table
 from pyd4j.sched.plan import gc_paused
 
@@ -16,11 +17,11 @@ from pyd4j.sched.plan import gc_paused
               help="alexnet, alexnet_grouped, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4, or a DL4J "
               "configuration JSON file (conf.toJson(); input shapes from <name>.input.json next to it)")
 @click.option("--network", "network_json", hidden=True,
-              type=inputs.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),
+              type=params.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),
               help="a DL4J configuration JSON (the same as --model FILE.json)")
-@click.option("--depth", type=inputs.Whole(1, 100_000, example="--depth 152"), help="ResNet depth N for --model resnet")
-@click.option("--batch", default=32, show_default=True, type=inputs.BATCH)
-@click.option("--image", type=inputs.Whole(1, 65_536, example="--image 224"),
+@click.option("--depth", type=params.Whole(1, 100_000, example="--depth 152"), help="ResNet depth N for --model resnet")
+@click.option("--batch", default=32, show_default=True, type=params.BATCH)
+@click.option("--image", type=params.Whole(1, 65_536, example="--image 224"),
               help="input height/width (default: the network's, 227; inception_v4 299)")
 @click.option("--layout", default="standard", show_default=True,
               type=click.Choice(["standard", "paper"]),
@@ -30,12 +31,12 @@ from pyd4j.sched.plan import gc_paused
 @click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
               help="dependency profile: what each layer's steps read and write (default: dl4j for "
               "--network, cudnn -- as the SuperNeurons code -- for --model)")
-@click.option("--devices", "devices_json", type=inputs.InputFile("device profiles"),
+@click.option("--devices", "devices_json", type=params.InputFile("device profiles"),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
 @click.option("--policy", "policies", multiple=True,
               type=click.Choice(["baseline", "liveness", "utp", "recompute", "superneurons"]),
               help="policies to report (default: all)")
-@click.option("--budget", type=inputs.SIZE, help="device bytes plans may use (default: the device's memory)")
+@click.option("--budget", type=params.SIZE, help="device bytes plans may use (default: the device's memory)")
 @click.option("--cache", is_flag=True, help="report, plot and execute the time-optimised plans "
               "(tensor cache up to the budget) as the main plans instead of the minimum-memory "
               "ones; both are always in the report")
@@ -44,13 +45,13 @@ from pyd4j.sched.plan import gc_paused
               "of its class fits")
 @click.option("--max-batch", is_flag=True, help="search the largest batch that fits")
 @click.option("--max-depth", is_flag=True, help="search the deepest ResNet that fits")
-@click.option("--plot", type=inputs.OutputFile(), help="write a memory timeline PNG (a new file)")
+@click.option("--plot", type=params.OutputFile(), help="write a memory timeline PNG (a new file)")
 @click.option("--execute", is_flag=True, help="also run each plan for real (one training "
               "iteration, budget = its planned peak) and report measured vs planned peak and time")
 @click.option("--backend", default="host", show_default=True,
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
-@click.option("--emit-plan", "emit_plan", type=inputs.OutputFile(),
+@click.option("--emit-plan", "emit_plan", type=params.OutputFile(),
               help="write the plan DL4J's planned trainer runs (a DL4J JSON --model only): with --budget, "
               "the fastest plan that fits it; without, liveness only; one --policy forces that policy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
