@@ -14,7 +14,7 @@ CUDA_VENV  := .venv-cuda
 CUDA_BUILD := native/build-cuda-check
 CUDA_WHEELS := nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-crt nvidia-nvvm
 
-# The wheel carries the helper/agent jar and ASM (not ND4J: jobs bring their own classpath).
+# The wheel carries the helper/agent jar, ASM relocated inside it (not ND4J: jobs bring their own classpath).
 WHEEL_JARS := pyd4j/jvm/java
 
 .PHONY: setup demo test bench clean cuda-check wheel
@@ -68,9 +68,8 @@ cuda-check: $(CUDA_VENV)/.installed
 
 wheel: $(JAR)
 	rm -rf $(WHEEL_JARS) dist
-	mkdir -p $(WHEEL_JARS)/lib
+	mkdir -p $(WHEEL_JARS)
 	cp $(JAR) $(WHEEL_JARS)/
-	cp java/target/lib/asm-*.jar $(WHEEL_JARS)/lib/
 	$(PY) -m build --wheel --outdir dist . >/dev/null; rc=$$?; rm -rf $(WHEEL_JARS) build; exit $$rc
 	@ls dist/*.whl
 

@@ -48,8 +48,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pyd4j.jvm.java import JavaNotFoundError  # noqa: PLC0415
     from pyd4j.jvm.options import JvmOptionError  # noqa: PLC0415
     from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
+    from pyd4j.schemas import SchemaError  # noqa: PLC0415
 
-    return InputError, ClasspathError, JavaNotFoundError, JvmOptionError, JobCommandError, OSError
+    return InputError, ClasspathError, JavaNotFoundError, JvmOptionError, JobCommandError, SchemaError, OSError
 
 
 def _message(err: BaseException) -> str:
@@ -67,6 +68,8 @@ def main() -> None:
 
 def _register_subcommands() -> None:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):  # shared option types and helpers, not subcommands
+            continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         main.add_command(module.command)
 

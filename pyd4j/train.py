@@ -271,6 +271,14 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
         raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
     import jpype  # noqa: PLC0415
 
+    if not isinstance(tier, str) and not isinstance(tier, jpype.JClass("org.pyd4j.train.OffloadTier")):
+        raise ValueError(f"tier={tier!r} is a {type(tier).__name__}; use one of {list(TIER_CHOICES)} or an "
+                         "org.pyd4j.train.OffloadTier (e.g. PlannedTrainer.tier('disk', plan))")
+    if tier == "pinned" and jpype.JClass("org.nd4j.linalg.factory.Nd4j").getEnvironment().isCPU():
+        raise ValueError("tier='pinned' keeps offloaded activations in pinned host memory for a GPU, and ND4J runs "
+                         "on its CPU backend here (no device memory to offload from); use tier='disk' or 'auto' "
+                         "(the disk tier on CPU), or 'none'")
+
     from pyd4j.sched.dl4j_json import network_kind  # noqa: PLC0415
     from pyd4j.sched.training_plan import choose_plan, plan_document  # noqa: PLC0415
     from pyd4j.units import parse_bytes  # noqa: PLC0415

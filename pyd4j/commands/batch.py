@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from pyd4j import inputs
-from pyd4j.memory.cli_common import network_options
+from pyd4j.commands import _params as params
+from pyd4j.commands._common import network_options
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
 @click.command("batch")
 @network_options
-@click.option("--total", default=None, type=inputs.SIZE, help="Host memory budget, e.g. 8g (default: cgroup limit, else RAM).")
-@click.option("--gpu-mem", default=None, type=inputs.SIZE, help="GPU memory budget, e.g. 16g: the batch must fit the device.")
-@click.option("--headroom", default=0.15, show_default=True, type=inputs.HEADROOM, help="Fraction added to estimates.")
+@click.option("--total", default=None, type=params.SIZE, help="Host memory budget, e.g. 8g (default: cgroup limit, else RAM).")
+@click.option("--gpu-mem", default=None, type=params.SIZE, help="GPU memory budget, e.g. 16g: the batch must fit the device.")
+@click.option("--headroom", default=0.15, show_default=True, type=params.HEADROOM, help="Fraction added to estimates.")
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool,
             total: int | None, gpu_mem: int | None, headroom: float) -> None:
     """Largest minibatch that fits a CPU RAM or GPU memory budget. Exits 3 when not even batch 1 fits."""

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from pyd4j import inputs
-from pyd4j.memory.cli_common import network_options, print_estimate
+from pyd4j.commands import _params as params
+from pyd4j.commands._common import network_options, print_estimate
 from pyd4j.output import emit_json
 
 
 @click.command("estimate")
 @network_options
-@click.option("--batch", required=True, type=inputs.BATCH, help="Minibatch size.")
+@click.option("--batch", required=True, type=params.BATCH, help="Minibatch size.")
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool, batch: int) -> None:
     """Memory a DL4J network needs: DL4J's report plus what it leaves out."""
     from pyd4j.memory.estimate import estimate  # noqa: PLC0415

@@ -14,28 +14,28 @@ from __future__ import annotations
 
 import click
 
-from pyd4j import inputs
-from pyd4j.memory.cli_common import network_options, print_estimate
+from pyd4j.commands import _params as params
+from pyd4j.commands._common import network_options, print_estimate
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
 @click.command("flags")
 @network_options
-@click.option("--batch", required=True, type=inputs.BATCH, help="Minibatch size.")
-@click.option("--total", default=None, type=inputs.SIZE, help="Total memory budget, e.g. 8g (default: cgroup limit, else RAM).")
-@click.option("--gpu-mem", default=None, type=inputs.SIZE, help="GPU memory budget, e.g. 16g (CUDA backend).")
-@click.option("--headroom", default=0.15, show_default=True, type=inputs.HEADROOM, help="Fraction added to estimates.")
+@click.option("--batch", required=True, type=params.BATCH, help="Minibatch size.")
+@click.option("--total", default=None, type=params.SIZE, help="Total memory budget, e.g. 8g (default: cgroup limit, else RAM).")
+@click.option("--gpu-mem", default=None, type=params.SIZE, help="GPU memory budget, e.g. 16g (CUDA backend).")
+@click.option("--headroom", default=0.15, show_default=True, type=params.HEADROOM, help="Fraction added to estimates.")
 @click.option("--format", "fmt", default="args", show_default=True,
               type=click.Choice(["args", "env", "maven", "gradle", "spark", "k8s"]), help="Output format.")
-@click.option("--executors", default=None, type=inputs.COUNT, help="With --format spark: executors in the cluster.")
-@click.option("--executor-cores", default=None, type=inputs.COUNT, help="With --format spark: cores per executor (concurrent tasks).")
-@click.option("--worker-memory", default=None, type=inputs.SIZE,
+@click.option("--executors", default=None, type=params.COUNT, help="With --format spark: executors in the cluster.")
+@click.option("--executor-cores", default=None, type=params.COUNT, help="With --format spark: cores per executor (concurrent tasks).")
+@click.option("--worker-memory", default=None, type=params.SIZE,
               help="With --format spark: memory each worker (node) has for its executors, e.g. 16g (default: --total).")
-@click.option("--executors-per-worker", default=None, type=inputs.COUNT, help="With --format spark: executors sharing a worker.")
-@click.option("--task-cpus", default=None, type=inputs.COUNT, help="With --format spark: spark.task.cpus (cores per task).")
+@click.option("--executors-per-worker", default=None, type=params.COUNT, help="With --format spark: executors sharing a worker.")
+@click.option("--task-cpus", default=None, type=params.COUNT, help="With --format spark: spark.task.cpus (cores per task).")
 @click.option("--verify", is_flag=True,
               help="Run the Java job given after -- with these flags inside a container at the generated limit.")
-@click.option("--timeout", default=3600.0, show_default=True, type=inputs.SECONDS, help="With --verify: seconds before the job is killed.")
+@click.option("--timeout", default=3600.0, show_default=True, type=params.SECONDS, help="With --verify: seconds before the job is killed.")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool, batch: int,
             total: int | None, gpu_mem: int | None, headroom: float, fmt: str, executors: int | None,
@@ -57,7 +57,7 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
     if fmt == "spark" and verify:
         fail("--verify runs a plain java job; for Spark, run the job on a cluster with the printed settings", as_json)
     if verify:
-        inputs.job_command(job)
+        params.job_command(job)
     est = estimate(model, batch, dtype=dtype, mode=mode, input=input_spec, prefetch_queue=prefetch)
     if fmt == "spark":
         _spark(est, executors, executor_cores, worker_memory or total, executors_per_worker, task_cpus, headroom, as_json)

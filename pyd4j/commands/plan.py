@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pyd4j import inputs
+from pyd4j.commands import _params as params
 from pyd4j.output import emit_json, human_bytes, print_table
 from pyd4j.sched.plan import gc_paused
 
@@ -16,11 +17,11 @@ from pyd4j.sched.plan import gc_paused
               help="alexnet, alexnet_grouped, vgg16, vgg19, resnet50/101/152, resnet<N>, resnet, inception_v4, or a DL4J "
               "configuration JSON file (conf.toJson(); input shapes from <name>.input.json next to it)")
 @click.option("--network", "network_json", hidden=True,
-              type=inputs.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),
+              type=params.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),
               help="a DL4J configuration JSON (the same as --model FILE.json)")
-@click.option("--depth", type=inputs.Whole(1, 100_000, example="--depth 152"), help="ResNet depth N for --model resnet")
-@click.option("--batch", default=32, show_default=True, type=inputs.BATCH)
-@click.option("--image", type=inputs.Whole(1, 65_536, example="--image 224"),
+@click.option("--depth", type=params.Whole(1, 100_000, example="--depth 152"), help="ResNet depth N for --model resnet")
+@click.option("--batch", default=32, show_default=True, type=params.BATCH)
+@click.option("--image", type=params.Whole(1, 65_536, example="--image 224"),
               help="input height/width (default: the network's, 227; inception_v4 299)")
 @click.option("--layout", default="standard", show_default=True,
               type=click.Choice(["standard", "paper"]),
@@ -30,12 +31,12 @@ from pyd4j.sched.plan import gc_paused
 @click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
               help="dependency profile: what each layer's steps read and write (default: dl4j for "
               "--network, cudnn -- as the SuperNeurons code -- for --model)")
-@click.option("--devices", "devices_json", type=inputs.InputFile("device profiles"),
+@click.option("--devices", "devices_json", type=params.InputFile("device profiles"),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
 @click.option("--policy", "policies", multiple=True,
               type=click.Choice(["baseline", "liveness", "utp", "recompute", "superneurons"]),
               help="policies to report (default: all)")
-@click.option("--budget", type=inputs.SIZE, help="device bytes plans may use (default: the device's memory)")
+@click.option("--budget", type=params.SIZE, help="device bytes plans may use (default: the device's memory)")
 @click.option("--cache", is_flag=True, help="report, plot and execute the time-optimised plans "
               "(tensor cache up to the budget) as the main plans instead of the minimum-memory "
               "ones; both are always in the report")
@@ -44,13 +45,13 @@ from pyd4j.sched.plan import gc_paused
               "of its class fits")
 @click.option("--max-batch", is_flag=True, help="search the largest batch that fits")
 @click.option("--max-depth", is_flag=True, help="search the deepest ResNet that fits")
-@click.option("--plot", type=inputs.OutputFile(), help="write a memory timeline PNG (a new file)")
+@click.option("--plot", type=params.OutputFile(), help="write a memory timeline PNG (a new file)")
 @click.option("--execute", is_flag=True, help="also run each plan for real (one training "
               "iteration, budget = its planned peak) and report measured vs planned peak and time")
 @click.option("--backend", default="host", show_default=True,
               type=click.Choice(["host", "native", "cupy"]),
               help="executor backend for --execute: numpy, the native side-agent, or CuPy")
-@click.option("--emit-plan", "emit_plan", type=inputs.OutputFile(),
+@click.option("--emit-plan", "emit_plan", type=params.OutputFile(),
               help="write the plan DL4J's planned trainer runs (a DL4J JSON --model only): with --budget, "
               "the fastest plan that fits it; without, liveness only; one --policy forces that policy")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
@@ -68,10 +69,21 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.costmodel import CostModel
     from pyd4j.sched.policies import POLICIES, evaluate, make_plan
+    from pyd4j.sched.search import SearchLimit
     from pyd4j.sched.search import max_batch as search_batch
     from pyd4j.sched.search import max_resnet_depth
     from pyd4j.sched.simulator import ideal_time, simulate
 
+    _refuse_conflicts(model, network_json, depth, image, max_depth, max_batch,
+                      {"--optimum": optimum, "--execute": execute, "--emit-plan": emit_plan is not None,
+                       "--plot": plot is not None, "--cache": cache})
+    if execute and backend == "cupy":
+        import importlib.util  # noqa: PLC0415
+
+        if importlib.util.find_spec("cupy") is None:
+            raise click.BadParameter("'cupy': CuPy is not installed in this Python; install it with "
+                                     "pip install 'pyd4j[cuda]' (CUDA 13) or 'pyd4j[cuda12]', or use --backend host "
+                                     "or native", param_hint="--backend")
     overrides = inputs.read_json(devices_json, "device profiles") if devices_json else None
     known = {"devices", "aliases", "conv_algorithms", "compute_efficiency", "transfer_latency_s", "host_memory_bytes"}
     if overrides is not None and (not isinstance(overrides, dict) or not set(overrides) <= known):
@@ -135,7 +147,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
         policy = chosen[-1]
         image = image or zoo.DEFAULT_IMAGE
-        best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        try:
+            best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        except SearchLimit as e:
+            raise click.BadParameter(str(e), param_hint="--budget") from None
+        if best.value == 0:
+            raise click.BadParameter(
+                f"no ResNet fits a budget of {cap} bytes under {policy} at batch {batch}: the shallowest "
+                f"(ResNet-{zoo.resnet_depth((*zoo.LAYOUTS[layout][:2], 1, zoo.LAYOUTS[layout][2]))}) needs more; give a "
+                "larger --budget or a smaller --batch or --image", param_hint="--budget")
         base = max_resnet_depth("baseline", cost, batch, image, cap, profile, layout)
         live = max_resnet_depth("liveness", cost, batch, image, cap, profile, layout)
         doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
@@ -156,7 +176,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
         return
 
     if max_batch:
-        rows = {p: search_batch(build, p, cost, cap) for p in chosen}
+        try:
+            rows = {p: search_batch(build, p, cost, cap) for p in chosen}
+        except SearchLimit as e:
+            raise click.BadParameter(str(e), param_hint="--budget") from None
+        if not any(r.value for r in rows.values()):
+            raise click.BadParameter(
+                f"no batch fits a budget of {cap} bytes: even batch 1 of {model} needs "
+                f"{lower_bound(build(1), cost).lower_bound_bytes} bytes or more under every policy "
+                f"({', '.join(chosen)}); give a larger --budget", param_hint="--budget")
         doc = {"model": model, "device": cost.device.key, "capacity_bytes": cap,
                "max_batch": {p: r.value for p, r in rows.items()}}
         if as_json:
@@ -169,6 +197,12 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     g = build(batch)
     emitted = _emit(g, network_json, emit_plan, budget,
                     policies[0] if policies else None) if emit_plan else None
+    need = lower_bound(g, cost).lower_bound_bytes
+    if need > cap:
+        raise click.BadParameter(
+            f"no plan of {g.name} at batch {batch} fits {cap} bytes: every plan needs at least its lower bound, "
+            f"{need} bytes ({human_bytes(need)}); give a --budget of at least {need} bytes, a smaller --batch "
+            "(--max-batch finds the largest that fits) or a larger --device", param_hint="--budget")
     bound = lower_bound(g, cost)
     results = {}
     timelines = {}
@@ -271,6 +305,27 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                    f"{' (time-optimised under the budget)' if emitted['tensor_cache'] else ''}, predicted peak "
                    f"{human_bytes(emitted['device_peak_bytes'])}; train with it: "
                    f"PlannedTrainer.fit(net, iterator, \"{emitted['path']}\")")
+
+
+def _refuse_conflicts(model: str, network_json: str | None, depth: int | None, image: int | None,
+                      max_depth: bool, max_batch: bool, others: dict[str, bool]) -> None:
+    """Options that would be dropped without a word are refused instead."""
+    json_model = network_json is not None or model.lower().endswith(".json")
+    for search, on in (("--max-depth", max_depth), ("--max-batch", max_batch)):
+        given = [o for o, v in {**others, "--depth": depth is not None and search == "--max-depth",
+                                "--max-batch": max_batch and search == "--max-depth"}.items() if v]
+        if on and given:
+            raise click.UsageError(f"{search} searches and reports one number; it does not take "
+                                   f"{', '.join(given)}: run the search first, then plan what it found with them")
+    if depth is not None and (json_model or model.lower().replace("-", "") != "resnet"):
+        raise click.BadParameter(f"{depth} is a depth for --model resnet only; {model!r} fixes its own depth: "
+                                 "drop --depth, or give --model resnet --depth N", param_hint="--depth")
+    if image is not None and json_model:
+        raise click.BadParameter(f"{image}: a DL4J configuration JSON takes its input shape from <name>.input.json "
+                                 "next to it, not --image; drop --image or edit that file", param_hint="--image")
+    if model.lower().replace("-", "") == "resnet" and depth is None and not max_depth and not json_model:
+        raise click.UsageError("--model resnet needs --depth N (e.g. --depth 152), or --max-depth to search it; "
+                               "or name the network: resnet50, resnet101, resnet152")
 
 
 def _emit(g, network_json: str, path: str, budget: int | None, policy: str | None) -> dict:

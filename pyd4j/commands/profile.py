@@ -9,20 +9,20 @@ from pathlib import Path
 
 import click
 
-from pyd4j import inputs
+from pyd4j.commands import _params as params
 
 # pyd4j's own exit status when --timeout ended the job (as coreutils' timeout).
 TIMEOUT_EXIT = 124
 
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=inputs.OutputDir(agent_safe=True), default=None,
+@click.option("--out", "out_dir", type=params.OutputDir(agent_safe=True), default=None,
               help="run directory, new or empty (default runs/<Main>-<time>)")
-@click.option("--interval", "interval_ms", type=inputs.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
+@click.option("--interval", "interval_ms", type=params.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
 @click.option("--socket", "use_socket", is_flag=True, help="stream over a loopback socket (with a token) instead of files")
-@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=None, help="stop the job after this many seconds")
+@click.option("--timeout", "timeout_s", type=params.SECONDS, default=None, help="stop the job after this many seconds")
 @click.option("--report/--no-report", default=True, show_default=True, help="write report.html, plots and trace.json")
-@click.option("--python", "script", type=inputs.InputFile("Python script"), default=None,
+@click.option("--python", "script", type=params.InputFile("Python script"), default=None,
               help="profile pyd4j's in-process JVM while this Python script runs (instead of a job command)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
@@ -37,7 +37,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     pyd4j profile --python train.py
 
     Exits with the job's own exit status when the job fails (1 if it has none), after the
-    summary and report, so scripts notice; 1 when the run recorded no measurements; 130 on Ctrl-C,
+    summary and report, so scripts notice; 1 when the run recorded no measurements or could not be
+    written whole (disk full: the summary says what was lost); 130 on Ctrl-C,
     143 on SIGTERM (the summary and the report of the partial run are still written), 124 when
     --timeout ended the job.
     """
@@ -48,7 +49,7 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         raise click.UsageError("give either --python SCRIPT or a job command after --, not both")
     if script is None:
         try:
-            inputs.job_command(job)  # a bad command is refused before the live view or any JVM starts
+            params.job_command(job)  # a bad command is refused before the live view or any JVM starts
             command = JobCommand.parse(list(job))
         except JobCommandError as err:
             raise click.UsageError(str(err)) from None
@@ -81,6 +82,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
     if any(f["kind"] == "no-data" for f in doc["findings"]):
         sys.exit(1)  # no measurements is never success
+    if doc.get("write_errors"):
+        sys.exit(1)  # a timeline cut short (disk full) is a partial run, never a complete one
 
 
 def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json) -> tuple[Path, str | None]:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from pyd4j import inputs
+from pyd4j.commands import _params as params
 
 
 @click.command("report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", "out_dir", type=inputs.OutputDir(), default=None,
+@click.option("--out", "out_dir", type=params.OutputDir(), default=None,
               help="where to write: a new or empty directory (default: the run directory)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document (summary, findings, file paths)")
 def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:

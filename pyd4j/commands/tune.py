@@ -7,19 +7,20 @@ from pathlib import Path
 
 import click
 
-from pyd4j import inputs
+from pyd4j.commands import _params as params
+from pyd4j.schemas import TUNE_SCHEMA
 
 
 @click.command("tune", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=inputs.OutputDir(agent_safe=True), default=None,
+@click.option("--out", "out_dir", type=params.OutputDir(agent_safe=True), default=None,
               help="directory for both runs (new or empty)")
-@click.option("--interval", "interval_ms", type=inputs.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
-@click.option("--total", default=None, type=inputs.SIZE,
+@click.option("--interval", "interval_ms", type=params.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
+@click.option("--total", default=None, type=params.SIZE,
               help="memory budget for the whole process, e.g. 8g (default: cgroup limit or RAM)")
-@click.option("--headroom", type=inputs.HEADROOM, default=0.15, show_default=True, help="fraction added over measured needs")
+@click.option("--headroom", type=params.HEADROOM, default=0.15, show_default=True, help="fraction added over measured needs")
 @click.option("--no-verify", is_flag=True, help="skip the second run")
-@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=None, help="stop each run after this many seconds")
-@click.option("--repeat", type=inputs.Whole(1, 50, example="--repeat 3"), default=1, show_default=True,
+@click.option("--timeout", "timeout_s", type=params.SECONDS, default=None, help="stop each run after this many seconds")
+@click.option("--repeat", type=params.Whole(1, 50, example="--repeat 3"), default=1, show_default=True,
               help="runs per side for the before/after throughput (median, min-max); the flags come from the first run")
 @click.option("--plan", "plan_policy", type=click.Choice(["superneurons", "liveness", "recompute_in_memory"]),
               help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
@@ -63,7 +64,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
 
     # Bad arguments are refused here, before the job runs (a run can take hours).
     try:
-        inputs.job_command(job)
+        params.job_command(job)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
     with stop_on_signals():
@@ -110,6 +111,7 @@ def _finish(doc: dict, as_json: bool) -> None:
     if last == "after":
         _report(doc, "before")
     doc["report"] = _report(doc, last)
+    doc.setdefault("schema", TUNE_SCHEMA)
     if as_json:
         emit_json(doc)
         return

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pyd4j import inputs
+from pyd4j.commands import _params as params
 from pyd4j.output import emit_json, human_bytes, print_table
 
 _EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
@@ -114,17 +115,17 @@ def _read_arrays(path: Path):
 @click.command("tune-prefetch")
 @click.option("--model", default="digits-mlp", show_default=True,
               help="DL4J configuration JSON file, or digits-mlp / digits-lenet.")
-@click.option("--data", default=None, type=inputs.InputFile("data set"), help=".npz with arrays x, y (default: the digits training split).")
+@click.option("--data", default=None, type=params.InputFile("data set"), help=".npz with arrays x, y (default: the digits training split).")
 @click.option("--shape", default=None, help="Reshape each sample, e.g. 1,8,8 for a CNN (digits-lenet sets it).")
-@click.option("--batch", default=64, show_default=True, type=inputs.BATCH, help="Minibatch size.")
+@click.option("--batch", default=64, show_default=True, type=params.BATCH, help="Minibatch size.")
 @click.option("--depths", default="1,2,4,8,16", show_default=True, help="Queue depths to measure.")
-@click.option("--epochs", default=1, show_default=True, type=inputs.Whole(1, 10_000, example="--epochs 1"),
+@click.option("--epochs", default=1, show_default=True, type=params.Whole(1, 10_000, example="--epochs 1"),
               help="Epochs per measurement.")
-@click.option("--repeats", default=3, show_default=True, type=inputs.Whole(1, 100, example="--repeats 3"),
+@click.option("--repeats", default=3, show_default=True, type=params.Whole(1, 100, example="--repeats 3"),
               help="Measurements per depth (median kept).")
-@click.option("--tolerance", default=0.05, show_default=True, type=inputs.FRACTION,
+@click.option("--tolerance", default=0.05, show_default=True, type=params.FRACTION,
               help="Recommend the smallest depth within this fraction of the best.")
-@click.option("--threads", default=None, type=inputs.Whole(1, 4096, example="--threads 1"),
+@click.option("--threads", default=None, type=params.Whole(1, 4096, example="--threads 1"),
               help="ND4J's maximum threads (small shared machines: 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def command(model: str, data: str | None, shape: str | None, batch: int, depths: str, epochs: int, repeats: int,

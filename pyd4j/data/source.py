@@ -26,6 +26,8 @@ from pyd4j.nd import from_numpy
 # ---- batches ---------------------------------------------------------------------------------
 
 _KEYS = ("features", "labels", "features_mask", "labels_mask")
+MAX_PREFETCH = 1024
+"""The deepest async queue: each slot holds a batch in memory (the CLI's --prefetch has the same limit)."""
 
 
 def _parts(batch: Any) -> tuple[Any, Any, Any, Any]:
@@ -263,8 +265,9 @@ def iterator(source: Any, prefetch: int = 4, batch_size: int = 0, multi: bool = 
 
     import pyd4j.jvm  # noqa: PLC0415
 
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-        raise ValueError(f"prefetch={prefetch!r} must be an int >= 1 (the async queue depth; DL4J's fit() uses 2)")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= MAX_PREFETCH:
+        raise ValueError(f"prefetch={prefetch!r} must be an int from 1 to {MAX_PREFETCH} (the async queue depth, "
+                         "batches held in memory at once; DL4J's fit() uses 2)")
     pyd4j.jvm.info()
     py_source = source if isinstance(source, PythonSource) else PythonSource(source, multi=multi)
     pkg = "org.pyd4j.data."

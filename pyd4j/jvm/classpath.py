@@ -2,7 +2,7 @@
 
 In a checkout, `make setup` builds `java/target/pyd4j-java.jar` and copies its runtime classpath
 to `java/target/lib/`. An installed wheel carries the helper jar (which is also the profiling
-agent) and the ASM jar the agent needs in `pyd4j/jvm/java/`, but not ND4J: profiling and tuning
+agent, ASM relocated inside it) in `pyd4j/jvm/java/`, but not ND4J: profiling and tuning
 a job use the job's own classpath, and in-process ND4J uses `PYD4J_CLASSPATH` (entries separated
 by os.pathsep, `dir/*` allowed; the job's classpath will do), which replaces the Maven build and
 gets the helper jar in front when it lacks one.
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import glob
 import os
+import zipfile
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 JAVA_TARGET = PROJECT_ROOT / "java" / "target"
-PACKAGED_JAR = Path(__file__).resolve().parent / "java" / "pyd4j-java.jar"  # in a wheel, with lib/asm-*.jar
+PACKAGED_JAR = Path(__file__).resolve().parent / "java" / "pyd4j-java.jar"  # in a wheel (ASM relocated inside)
 # The checkout's Maven build when there is one (always the freshest), else the jar a wheel carries.
 HELPER_JAR = JAVA_TARGET / "pyd4j-java.jar" if (JAVA_TARGET / "pyd4j-java.jar").exists() or not PACKAGED_JAR.exists() \
     else PACKAGED_JAR
@@ -40,6 +41,11 @@ def classpath() -> list[str]:
             if not matches:
                 raise ClasspathError(f"PYD4J_CLASSPATH entry {entry!r} matches no file; fix or unset PYD4J_CLASSPATH")
             entries.extend(str(Path(m).resolve()) for m in matches)
+        for jar in (e for e in entries if e.endswith(".jar")):
+            if not zipfile.is_zipfile(jar):  # a truncated copy loads until the JVM reaches a class it lost
+                raise ClasspathError(f"PYD4J_CLASSPATH jar {jar!r} is not a readable jar (truncated or not a zip: "
+                                     "no zip directory at its end); copy it again or rebuild it, or unset "
+                                     "PYD4J_CLASSPATH")
         if not any(e.endswith(".jar") for e in entries):
             raise ClasspathError(f"PYD4J_CLASSPATH={override!r} holds no jar; give ND4J's jars (your job's classpath, "
                                  f"e.g. PYD4J_CLASSPATH='target/lib/*'), or unset it to use the Maven build")

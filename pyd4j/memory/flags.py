@@ -36,7 +36,6 @@ DEFAULT_HEADROOM = 0.15          # estimate error seen in benchmarks/flags_accur
 DEFAULT_MAX_DIRECT = 16 * MiB    # NIO direct buffers only; NMT 'Other' (where they live) held 31 KB in DL4J training
 CONTAINER_MARGIN_MIN = 16 * MiB  # page tables and kernel memory charged to the cgroup, outside RSS
 CONTAINER_MARGIN_FRACTION = 0.05  # JavaCPP sees RSS over maxphysicalbytes only at its next Pointer: overshoot room
-MIN_MAXBYTES = 16 * MiB          # maxbytes=0 would mean "no limit" to JavaCPP: never write it
 CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS/cuDNN handles on the device (estimate)
 FORMATS = ("args", "env", "maven", "gradle", "spark", "k8s")
 
@@ -112,7 +111,9 @@ class FlagSet:
 # Name of the measured off-heap term JavaCPP counts (Pointers with a deallocator): `maxbytes` is
 # sized from it alone when an estimate has it; the rest of off-heap memory only counts in RSS.
 JAVACPP_TERM = "javacpp_peak"
-MIN_MAXBYTES = 64 * MiB          # JavaCPP's own small Pointers (op arguments, shapes) in a job that makes no others
+MIN_MAXBYTES = 64 * MiB
+"""The least maxbytes written: JavaCPP's own small Pointers (op arguments, shapes) in a job that makes
+no others; and never 0, which would mean "no limit" to JavaCPP."""
 
 
 def measured_estimate(offheap_bytes: int, heap_bytes: int, native_bytes: int, model: str = "measured",

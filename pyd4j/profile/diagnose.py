@@ -29,7 +29,7 @@ from pyd4j.jvm.errors import (
 from pyd4j.memory.machine import physical_bytes
 from pyd4j.output import human_bytes
 from pyd4j.profile.signals import signal_name
-from pyd4j.profile.startup import startup_error_in
+from pyd4j.profile.startup import agent_refusal_in, startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size
 
@@ -91,6 +91,12 @@ def diagnose(timeline: Timeline) -> list[Finding]:
 
 def _no_data(t: Timeline) -> Finding:
     """No sample at all: nothing was measured, which is never a clean bill of health."""
+    refused = agent_refusal_in(t.run_dir)
+    if refused is not None:  # the agent's own reason, not a guess
+        return Finding("no-data", "error", f"No measurements: the profiling agent refused its options ({refused})",
+                       [f"[pyd4j agent] profiling agent not started ({refused})", *_stderr_tail(t)],
+                       "fix the option value it names (in -Dpyd4j.agent=... or the -javaagent arguments; "
+                       "e.g. interval=100, live=5) and run again")
     why = ["the agent wrote no sample: " + ("it started but the job ended before its first tick"
                                            if t.start else "it never started (no start line in the timeline)")]
     why += _stderr_tail(t)

@@ -24,6 +24,7 @@ import numpy as np
 from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import Finding, diagnose, gc_share, leak_verdicts
 from pyd4j.profile.jvms import role_text, short_name
+from pyd4j.schemas import PROFILE_SCHEMA
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.tune import TUNE_DOC
@@ -438,7 +439,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
         jvms.append(row)
     write_errors = [{**e, "message": _write_error_message(e)} for e in t.meta.get("write_errors") or []]
     doc = {
-        "run_dir": str(t.run_dir), "job": t.name, "command": t.meta.get("command", []),
+        "schema": PROFILE_SCHEMA, "run_dir": str(t.run_dir), "job": t.name, "command": t.meta.get("command", []),
         "launcher": t.meta.get("launcher"), "exit_code": t.exit_code, "interrupted": t.meta.get("interrupted", False),
         "stopped_by": stopped_by, "partial": stopped_by is not None or bool(write_errors),
         "duration_s": round(t.duration_s(), 3), "samples": len(t.samples), "torn_lines": t.torn_lines,

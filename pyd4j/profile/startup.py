@@ -68,3 +68,22 @@ def startup_error_in(run_dir: Path) -> StartupError | None:
         return startup_error((run_dir / "stderr.log").read_text(errors="replace"))
     except OSError:
         return None
+
+
+_AGENT_REFUSED = re.compile(r"\[pyd4j agent\] profiling agent not started \((.*)\); the job runs unprofiled")
+
+
+def agent_refusal_in(run_dir: Path) -> str | None:
+    """Why the profiling agent refused to start (its own words: a bad -Dpyd4j.agent= option
+    value), from the job's stderr.log, or None."""
+    try:
+        text = (run_dir / "stderr.log").read_text(errors="replace")
+    except OSError:
+        return None
+    match = _AGENT_REFUSED.search(text)
+    if match is None:
+        return None
+    reason = match.group(1)
+    for prefix in ("java.lang.IllegalArgumentException: ", "java.lang.NumberFormatException: "):
+        reason = reason.removeprefix(prefix)
+    return reason

@@ -17,10 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from pyd4j.schemas import check
 from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
 
 TIMELINE = "timeline.jsonl"
 RUN_META = "run.json"
+
+MAX_VALUE = 2**63 - 1
+"""The agent writes Java longs (bytes, counts, milliseconds): a larger number is not a measurement."""
 
 # Events that are placed in time: a line of one of these kinds without a finite "t" is skipped.
 _TIMED = ("sample", "gc", "iter", "epoch", "end")
@@ -43,13 +47,18 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         return None, "no event type"
     if kind in _TIMED and not _number(event.get("t")):
         return None, f"{kind} without a time"
-    if kind == "iter" and not (_number(event.get("n")) and event["n"] >= 0):
+    if kind in _TIMED and abs(event["t"]) > MAX_VALUE:
+        return None, "time out of range"
+    if kind == "iter" and not (_number(event.get("n")) and 0 <= event["n"] <= MAX_VALUE):
         return None, "iter without a count"
+    if kind == "epoch" and not (_number(event.get("epoch")) and 0 <= event["epoch"] <= MAX_VALUE):
+        return None, "epoch without its number"
     dropped = 0
     for key in [k for k, v in event.items() if v is None]:  # null is "not measured", as an absent key is
         del event[key]
     for key, value in list(event.items()):
-        if isinstance(value, float) and not math.isfinite(value):
+        if isinstance(value, (float, int)) and not isinstance(value, bool) and \
+                not (math.isfinite(value) and abs(value) <= MAX_VALUE):  # past what the agent's Java longs hold
             del event[key]
             dropped += 1
         elif key in SERIES and not (_number(value) and value >= 0):  # bytes and counts are never negative
@@ -70,7 +79,7 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
             dropped += (len(ws) if isinstance(ws, list) else 1) - len(sound)
             event["ws"] = sound
     if dropped:
-        skipped["values not finite numbers"] = skipped.get("values not finite numbers", 0) + dropped
+        skipped["values not finite numbers"] = skipped.get("values not finite numbers", 0) + dropped  # or out of range
     return event, ""
 
 
@@ -202,6 +211,7 @@ class Timeline:
                 elif kind == "note":
                     notes.append(event)
                 elif kind == "start" and not start:
+                    check("timeline", event, f"timeline {path}", "profile the job again with this pyd4j")
                     start = event
                 elif kind == "end":
                     end = event

@@ -96,6 +96,18 @@ def _pair(v: Any, what: str = "size", minimum: int = 1) -> tuple[int, int]:
     return n, n
 
 
+def _check_nin(layer: dict[str, Any], kind: str, xs: tuple[int, ...], name: str) -> None:
+    """A declared nIn must be what the layer is fed: DL4J builds its weights from nIn."""
+    fed = {"ConvolutionLayer": 1, "Convolution2D": 1, "DenseLayer": 0, "OutputLayer": 0}.get(kind)
+    if fed is None or layer.get("nin") is None:
+        return
+    want = xs[1] if fed == 1 and len(xs) == 4 else math.prod(xs[1:])
+    nin = _whole(layer["nin"], f"{name}: nIn")
+    if nin != want:
+        raise GraphError(f"{name}: nIn = {nin}, but the layer is fed {want} {'channels' if fed else 'features'}; "
+                         f"set nIn({want}) or let DL4J infer it (setInputType) and write the JSON again")
+
+
 def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int, same: bool) -> int:
     """DL4J's output size (ConvolutionUtils.getOutputSize): Same rounds up, Truncate down -- with
     Java's integer division, which rounds toward zero: a 1x1 map under a 2x2 window of stride 2
@@ -239,6 +251,7 @@ class _Builder:
             attrs["preprocessor"] = _simple(preprocessor["@class"])
         xs = g.shape(x)
         n = g.batch
+        _check_nin(layer, kind, xs, name)
         if kind in ("ConvolutionLayer", "Convolution2D"):
             c, h, w = self._chw(xs, name)
             kh, kw = _pair(layer["kernelSize"], f"{name}: kernelSize")
@@ -543,6 +556,10 @@ def _graph(doc: dict[str, Any], batch: int, input_shape: tuple[int, ...] | None,
     unknown = sorted({s for srcs in vin.values() for s in srcs} - set(vertices) - set(inputs))
     if unknown:
         raise GraphError(f"graph vertices read unknown vertices {unknown}")
+    outputs = doc.get("networkOutputs")
+    if not isinstance(outputs, list) or not outputs or any(o not in vertices for o in outputs):
+        raise GraphError(f"networkOutputs {outputs!r} must name vertices of the graph "
+                         f"(it has {sorted(vertices)[:8]}); write the configuration with conf.toJson()")
     g = Graph("dl4j_graph", batch, _dtype(doc))
     b = _Builder(g, info)
     ids: dict[str, int] = {}

@@ -21,6 +21,17 @@ from pyd4j.sched.policies import evaluate, make_plan, minimum_peak
 from pyd4j.sched.simulator import SimResult, simulate
 
 
+MAX_SEARCH_BATCH = 1 << 16
+"""The largest batch `max_batch` tries."""
+MAX_SEARCH_BLOCKS = 10_000
+"""The most conv4_x blocks `max_resnet_depth` builds: ResNet-30,011, about 100,000 layers, a few
+hundred MB and seconds per candidate; the search's memory and time grow with the depth it tries."""
+
+
+class SearchLimit(ValueError):
+    """Even the search's largest candidate fits: the answer lies past what it builds."""
+
+
 @dataclass
 class SearchResult:
     value: int  # largest feasible batch or depth (0: nothing fits)
@@ -31,7 +42,8 @@ class SearchResult:
 def _largest(peak: Callable[[int], int], cap: int, lo: int = 1,
              limit: int = 1 << 20) -> tuple[int, int]:
     """Largest x in [lo, limit] with peak(x) <= cap (peak non-decreasing); (x or lo-1,
-    evaluations). Interpolates on the peak, which is nearly affine in x here."""
+    evaluations). Interpolates on the peak, which is nearly affine in x here; `limit` also when
+    the first two points put the answer past four times the limit."""
     evals = 0
 
     def f(x: int) -> int:
@@ -46,6 +58,8 @@ def _largest(peak: Callable[[int], int], cap: int, lo: int = 1,
     if b == a:
         return a, evals
     pb = f(b)
+    if pb <= cap and pb > pa and b + (cap - pb) * (b - a) / (pb - pa) > 4 * limit:
+        return limit, evals  # the answer lies far past the limit: not worth building up to it
     while pb <= cap:  # extrapolate past the capacity
         if b == limit:
             return limit, evals
@@ -77,7 +91,10 @@ def max_batch(build: Callable[[int], Graph], policy: str, cost: CostModel,
               capacity: int | None = None) -> SearchResult:
     """Largest batch whose plan's peak (without optional workspace) fits `capacity`."""
     cap = capacity if capacity is not None else cost.device.memory_bytes
-    best, evals = _largest(lambda b: minimum_peak(build(b), policy), cap, 1, limit=1 << 16)
+    best, evals = _largest(lambda b: minimum_peak(build(b), policy), cap, 1, limit=MAX_SEARCH_BATCH)
+    if best == MAX_SEARCH_BATCH:
+        raise SearchLimit(f"a budget of {cap} bytes holds even batch {MAX_SEARCH_BATCH} (the largest this search "
+                          f"tries) under {policy}; give a smaller budget, or plan that batch directly")
     if best < 1:
         return SearchResult(0, None, evals)
     return SearchResult(best, simulate(make_plan(build(best), policy, cost, cap), cost), evals)
@@ -103,7 +120,12 @@ def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int =
         return evaluate(make_plan(graph(k), policy, cost, 0), cost).arena_peak_bytes
 
     best, evals = _largest(
-        arena if fit == "arena" else (lambda k: minimum_peak(graph(k), policy)), cap, 1)
+        arena if fit == "arena" else (lambda k: minimum_peak(graph(k), policy)), cap, 1, limit=MAX_SEARCH_BLOCKS)
+    if best == MAX_SEARCH_BLOCKS:
+        deepest = zoo.resnet_depth((a, b, MAX_SEARCH_BLOCKS, d))
+        raise SearchLimit(f"a budget of {cap} bytes holds even ResNet-{deepest} (the deepest this search builds, "
+                          f"{MAX_SEARCH_BLOCKS} blocks in conv4_x) at batch {batch} under {policy}; give a smaller "
+                          "budget or a larger batch")
     if best < 1:
         return SearchResult(0, None, evals)
     g = graph(best)

@@ -24,7 +24,7 @@ The plan file (JSON, written by `write_plan`, read by the Java trainer `org.pyd4
 is this document -- the one place the format is defined:
 
     {
-      "format": "pyd4j-plan", "version": 1,
+      "format": "pyd4j-plan", "version": 1, "schema": 1,   # checked by pyd4j.schemas.PlanDocument
       "policy": "recompute",            # the planner policy that wrote the records
       "tensor_cache": false,            # time-optimised under "budget_bytes" (or minimum memory)
       "budget_bytes": null,
@@ -68,6 +68,7 @@ from typing import Any
 
 from dataclasses import replace
 
+from pyd4j.schemas import PLAN_SCHEMA, SchemaError, check
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.convws import assign_workspaces, least_workspaces
 from pyd4j.sched.costmodel import CostModel
@@ -187,7 +188,7 @@ def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str 
                       "dl4j": layer.attrs["dl4j"], "inputs": list(layer.inputs),
                       "shape": list(layer.out_shape), "y_bytes": layer.out_bytes})
     return {
-        "format": FORMAT, "version": VERSION, "policy": plan.policy,
+        "format": FORMAT, "version": VERSION, "schema": PLAN_SCHEMA, "policy": plan.policy,
         "tensor_cache": bool(plan.notes.get("tensor_cache")), "budget_bytes": budget,
         "network": {"kind": network_kind, "batch": g.batch, "dtype": g.dtype, "source": source},
         "predicted": {"peak_bytes": result.peak_bytes, "device_peak_bytes": result.device_peak_bytes,
@@ -261,9 +262,12 @@ def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None =
 
 
 def read_plan(path: str | Path) -> dict[str, Any]:
-    """A plan file's document, checked for format and version."""
-    doc = json.loads(Path(path).read_text())
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise ValueError(f"{path} is not a {FORMAT} version {VERSION} file; write it with "
-                         "`pyd4j plan --model net.json --batch N --emit-plan FILE`")
+    """A plan file's document, validated against the plan schema (`pyd4j.schemas.PlanDocument`,
+    the rules the Java reader checks too)."""
+    fix = "write it with `pyd4j plan --model net.json --batch N --emit-plan FILE`"
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise SchemaError(f"plan {path} cannot be read as JSON ({err}); {fix}") from None
+    check("plan", doc, f"plan {path}", fix)
     return doc

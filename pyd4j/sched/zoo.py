@@ -232,10 +232,15 @@ def build(model: str, batch: int = 32, image: int | None = None, depth: int | No
     see `resnet_stages`). `image`: the input size (default: the release code's)."""
     key = model.lower().replace("-", "").replace("_", "")
     kw = {"batch": batch} if image is None else {"batch": batch, "image": image}
+    if key == "resnet" and depth is None:
+        raise GraphError("model 'resnet' needs a depth: give one (e.g. depth 50, or the name resnet50)")
+    if depth is not None and key != "resnet":
+        raise GraphError(f"a depth ({depth}) is for model 'resnet' only; {model!r} fixes its own depth: "
+                         f"drop the depth, or give model 'resnet' with it")
     if key == "inceptionv4":
         return inception_v4(**kw)
     if key == "resnet":
-        return resnet(depth or 50, layout=layout, **kw)
+        return resnet(depth, layout=layout, **kw)
     if key.startswith("resnet") and key[6:].isdigit():
         return resnet(int(key[6:]), layout=layout, **kw)
     names = {name.replace("_", ""): fn for name, fn in ZOO.items()}

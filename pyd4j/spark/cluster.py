@@ -42,6 +42,8 @@ MiB = 1024**2
 DAEMON_HEAP = "96m"
 DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:MaxMetaspaceSize=128m"
 WORKER_DAEMON_BYTES = 256 * MiB
+MAX_WORKERS = 64      # daemons on one machine; each is a JVM of about 200 MiB
+MAX_CORES = 1024
 
 
 class ClusterError(RuntimeError):
@@ -323,9 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     def terminate(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
 
+    from pyd4j.spark.install import SparkNotFoundError, spark_home  # noqa: PLC0415
+
+    for name, value, most in (("--workers", args.workers, MAX_WORKERS), ("--cores", args.cores, MAX_CORES)):
+        if not 1 <= value <= most:
+            parser.error(f"{name} {value} is not from 1 to {most}; give e.g. {name} 2")
+    try:
+        cluster = LocalCluster(args.workers, args.cores, args.memory)
+        spark_home()
+    except (ValueError, SparkNotFoundError) as err:
+        parser.error(str(err))
     signal.signal(signal.SIGTERM, terminate)
     try:
-        with LocalCluster(args.workers, args.cores, args.memory) as cluster:
+        with cluster:
             props = write_properties(cluster.dir / "app.properties", cluster.app_properties())
             print(json.dumps({"master": cluster.master_url, "web_ui": cluster.master_web_url,
                               "pids": cluster.pids(), "memory_limit": cluster.limit_note,
@@ -334,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3600)
     except KeyboardInterrupt:
         return 130
-    except ClusterError as err:
+    except (ClusterError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

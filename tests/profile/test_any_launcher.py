@@ -197,6 +197,7 @@ def test_full_disk_keeps_what_was_written_and_says_what_was_lost(tmp_path):
     assert "Traceback" not in p.stderr
     doc = json.loads(p.stdout)
     assert doc["exit_code"] == 0 and doc["partial"]                  # the job itself went on to its end
+    assert p.returncode == 1                                          # ... but the run is not whole: never exit 0
     (lost,) = doc["write_errors"]
     assert lost["pid"] == doc["jvms"][0]["pid"] and "too large" in lost["error"].lower()
     assert lost["last_kept_t_ms"] and lost["lost_s"] > 0

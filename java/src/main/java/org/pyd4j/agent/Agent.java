@@ -76,12 +76,12 @@ public final class Agent {
                     + "pyd4j.train.fit(memory='superneurons')");
         }
         try {
-            long interval = Long.parseLong(opts.getOrDefault("interval", "100"));
+            long interval = number(opts, "interval", "100");
             if (interval < 1) throw new IllegalArgumentException("interval=" + interval + " ms; use 1 ms or more (100 is the default)");
             Sink sink;
             if (opts.containsKey("port")) {
                 String token = opts.getOrDefault("token", System.getenv("PYD4J_AGENT_TOKEN"));
-                sink = Sink.loopback(Integer.parseInt(opts.get("port")), token);
+                sink = Sink.loopback((int) number(opts, "port", "0"), token);
             } else if (opts.containsKey("out")) {
                 sink = Sink.file(opts.get("out"));
             } else {
@@ -91,9 +91,14 @@ public final class Agent {
             Hooks.planFile = opts.get("plan");
             Hooks.planFallback = planFallback(opts.get("plan_fallback"));
             Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
-            long liveSeconds = Long.parseLong(opts.getOrDefault("live", "5"));
-            long siteBytes = Long.parseLong(opts.getOrDefault("sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES)));
-            double liveShare = Double.parseDouble(opts.getOrDefault("live_share", String.valueOf(LiveSet.DEFAULT_PAUSE_SHARE)));
+            long liveSeconds = number(opts, "live", "5");
+            long siteBytes = number(opts, "sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES));
+            double liveShare;
+            try {
+                liveShare = Double.parseDouble(opts.getOrDefault("live_share", String.valueOf(LiveSet.DEFAULT_PAUSE_SHARE)));
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException("live_share=" + opts.get("live_share") + " is not a number; use a fraction in (0, 1] (0.005 is the default)");
+            }
             if (!(liveShare > 0 && liveShare <= 1)) throw new IllegalArgumentException("live_share=" + liveShare + "; use a fraction in (0, 1] (0.005 is the default)");
             if (liveSeconds < 0) throw new IllegalArgumentException("live=" + liveSeconds + " s; use 0 (off) or more (5 is the default)");
             if (siteBytes < 0) throw new IllegalArgumentException("sites=" + siteBytes + " bytes; use 0 (off) or more (262144 is the default)");
@@ -110,7 +115,7 @@ public final class Agent {
             s.begin();
             live.begin();
             sampler = s;
-            if (opts.containsKey("parent")) watchParent(Long.parseLong(opts.get("parent")));
+            if (opts.containsKey("parent")) watchParent(number(opts, "parent", "0"));
             if (Hooks.planFile != null && !hooks) {
                 Hooks.planRefused("plan=" + Hooks.planFile + " needs the agent's bytecode hooks (-javaagent, without hooks=false)");
             }
@@ -222,6 +227,16 @@ public final class Agent {
             if (eq > 0) out.put(part.substring(0, eq).trim(), part.substring(eq + 1).trim());
         }
         return out;
+    }
+
+    /** A whole-number option; a value that is not one is refused naming the option and the value. */
+    static long number(Map<String, String> opts, String key, String fallback) {
+        String value = opts.getOrDefault(key, fallback);
+        try {
+            return Long.parseLong(value.trim());
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException(key + "=" + value + " is not a whole number; give e.g. " + key + "=" + fallback);
+        }
     }
 
     static void warn(String message) {

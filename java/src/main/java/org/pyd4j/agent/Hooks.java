@@ -38,9 +38,10 @@ public final class Hooks {
     static volatile boolean planFallback;
     /** describe=true (or plan=FILE): report each network's configuration and first batch shape. */
     static volatile boolean describeNetworks;
-    /** Networks already described (their configuration) and already routed, by identity. */
-    private static final Map<Object, Boolean> described = java.util.Collections.synchronizedMap(new java.util.IdentityHashMap<>());
-    private static final Map<Object, Boolean> routed = java.util.Collections.synchronizedMap(new java.util.IdentityHashMap<>());
+    /** Networks already described (their configuration) and already routed, by identity; weakly
+     *  held, so the agent never keeps a network the job dropped alive. */
+    static final WeakIdentitySet described = new WeakIdentitySet();
+    static final WeakIdentitySet routed = new WeakIdentitySet();
 
     private static final Map<Class<?>, Object> listenerFor = new ConcurrentHashMap<>();
     private static final Map<Class<?>, Method[]> modelMethods = new ConcurrentHashMap<>();
@@ -196,7 +197,7 @@ public final class Hooks {
     /** Once per network: install the plan. A plan that cannot be applied ends the job with the
      *  reason (in the timeline and on stderr) unless plan_fallback=fit: never a quiet unplanned run. */
     private static void route(Object model) {
-        if (routed.putIfAbsent(model, Boolean.TRUE) != null) return;
+        if (!routed.add(model)) return;
         String result;
         try {
             result = callRoute("attach", model, planFile);
@@ -256,7 +257,7 @@ public final class Hooks {
         Sink s = sink;
         if (s == null) return;
         try {
-            if (!end && described.putIfAbsent(model, Boolean.TRUE) == null) {
+            if (!end && described.add(model)) {
                 s.line(new Json().put("type", "network").put("t", System.currentTimeMillis())
                         .raw("network", callRoute("network", model)).close());
             }
@@ -311,7 +312,7 @@ public final class Hooks {
 
     private static void onIteration(Object model, int iteration, int epoch) {
         long n = iterations.incrementAndGet();
-        if (describeNetworks && !described.containsKey(model)) describe(model, false);
+        if (describeNetworks && !described.contains(model)) describe(model, false);
         long now = System.nanoTime();
         lastIterationNanos = now;
         lastEpoch = epoch;

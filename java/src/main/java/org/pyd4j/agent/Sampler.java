@@ -57,9 +57,13 @@ final class Sampler implements Runnable {
         this.smapsEvery = Math.max(1, 5000 / Math.max(1, intervalMs));
     }
 
+    /** The timeline's schema version (pyd4j.schemas.TIMELINE_SCHEMA), in the start line. */
+    static final int TIMELINE_SCHEMA = 1;
+
     void begin() {
         RuntimeMXBean rt = ManagementFactory.getRuntimeMXBean();
         sink.line(new Json().put("type", "start").put("t", System.currentTimeMillis())
+                .put("schema", TIMELINE_SCHEMA)
                 .put("pid", ProcessHandle.current().pid())
                 .raw("ancestors", Agent.ancestors())
                 .put("jvm_start", jvmStartMs)

@@ -15,12 +15,14 @@ import org.nd4j.shade.jackson.databind.ObjectMapper;
  * A training plan written by {@code pyd4j plan --emit-plan FILE}: the network's nodes (one per
  * DL4J layer or graph vertex, plus one per network input) and the schedule records one training
  * iteration replays. The format is documented in one place, the Python module that writes it
- * ({@code pyd4j/sched/plan_file.py}); this class only reads it and checks what it reads.
+ * ({@code pyd4j/sched/training_plan.py}; its schema: {@code pyd4j.schemas.PlanDocument}); this class only reads it and checks what it reads.
  */
 public final class PlanFile {
     /** The format name and the only version this reader accepts. */
     public static final String FORMAT = "pyd4j-plan";
     public static final int VERSION = 1;
+    /** The plan schema this reader checks ({@code "schema"} in the file; absent in files written before it). */
+    public static final int SCHEMA = 1;
 
     /** Record operations, numbered as in pyd4j.sched.plan.Op. */
     public enum Op { ALLOC, FREE, OFFLOAD, PREFETCH, FORWARD, BACKWARD, RECOMPUTE, MOVE }
@@ -43,9 +45,16 @@ public final class PlanFile {
         public final int inputIndex;     // network input index for DATA nodes, -1 otherwise
         public final int[] inputs;
         public final long yBytes;
+        public final long[] shape;       // the node's output shape, batch first (empty when the file has none)
 
         Node(int id, String name, String type, String dl4jClass, int layerIndex, String vertex,
              int inputIndex, int[] inputs, long yBytes) {
+            this(id, name, type, dl4jClass, layerIndex, vertex, inputIndex, inputs, yBytes, new long[0]);
+        }
+
+        Node(int id, String name, String type, String dl4jClass, int layerIndex, String vertex,
+             int inputIndex, int[] inputs, long yBytes, long[] shape) {
+            this.shape = shape;
             this.id = id;
             this.name = name;
             this.type = type;
@@ -114,51 +123,126 @@ public final class PlanFile {
         return read(Paths.get(path));
     }
 
+    /** Reads a regular file of at most this many bytes: a FIFO would block, a huge file is no plan. */
+    public static final long MAX_BYTES = 256L << 20;
+
     public static PlanFile read(Path path) throws IOException {
+        java.nio.file.attribute.BasicFileAttributes attrs;
+        try {
+            attrs = Files.readAttributes(path, java.nio.file.attribute.BasicFileAttributes.class);
+        } catch (java.nio.file.NoSuchFileException e) {
+            throw bad(path.toString(), "does not exist; give the file `pyd4j plan --emit-plan FILE` wrote");
+        } catch (IOException e) {
+            throw bad(path.toString(), "cannot be read (" + e.getMessage() + "); give the file `pyd4j plan --emit-plan FILE` wrote");
+        }
+        if (!attrs.isRegularFile()) {
+            throw bad(path.toString(), "is " + (attrs.isDirectory() ? "a directory" : "not a regular file (a FIFO or device)")
+                    + "; give the plan file `pyd4j plan --emit-plan FILE` wrote");
+        }
+        if (attrs.size() > MAX_BYTES) {
+            throw bad(path.toString(), "is " + attrs.size() + " bytes, more than the " + MAX_BYTES + " a plan file holds; "
+                    + "give the file `pyd4j plan --emit-plan FILE` wrote");
+        }
         return parse(new String(Files.readAllBytes(path), java.nio.charset.StandardCharsets.UTF_8), path.toString());
     }
 
-    /** Parse plan JSON; {@code source} names it in errors. */
+    /** Parse plan JSON; {@code source} names it in errors. The rules are the plan schema's
+     *  ({@code pyd4j.schemas.PlanDocument}): the same documents pass and fail in both readers. */
     public static PlanFile parse(String json, String source) throws IOException {
-        JsonNode doc = new ObjectMapper().readTree(json);
-        if (doc == null || !FORMAT.equals(doc.path("format").asText())) {
+        JsonNode doc;
+        try {
+            doc = new ObjectMapper().readTree(json);
+        } catch (org.nd4j.shade.jackson.core.JsonProcessingException e) {
+            throw bad(source, "is not valid JSON (" + e.getOriginalMessage() + ", at line "
+                    + (e.getLocation() == null ? "?" : e.getLocation().getLineNr()) + "): cut short or not a plan; write it again "
+                    + "with `pyd4j plan --model net.json --batch N --emit-plan FILE`");
+        }
+        if (doc == null || doc.isMissingNode() || !doc.isObject()) {
+            throw bad(source, "is empty or not a JSON object; write one with `pyd4j plan --model net.json --batch N --emit-plan FILE`");
+        }
+        if (!FORMAT.equals(doc.path("format").asText())) {
             throw bad(source, "is not a " + FORMAT + " file (no \"format\": \"" + FORMAT + "\"); write one with "
                     + "`pyd4j plan --model net.json --batch N --emit-plan FILE`");
         }
-        int version = doc.path("version").asInt(-1);
-        if (version != VERSION) {
-            throw bad(source, "has format version " + version + "; this pyd4j reads version " + VERSION
+        if (doc.has("schema") && !(doc.get("schema").isIntegralNumber() && doc.get("schema").asLong() == SCHEMA)) {
+            throw bad(source, "has plan schema " + doc.get("schema") + "; this pyd4j reads plan schema " + SCHEMA
                     + ": write the plan again with this pyd4j's `pyd4j plan --emit-plan`");
         }
+        int version = doc.path("version").isIntegralNumber() ? doc.path("version").asInt(-1) : -1;
+        if (version != VERSION) {
+            throw bad(source, "has format version " + doc.path("version") + "; this pyd4j reads version " + VERSION
+                    + ": write the plan again with this pyd4j's `pyd4j plan --emit-plan`");
+        }
+        JsonNode policy = doc.path("policy");
+        if (!policy.isTextual() || policy.asText().isEmpty()) throw bad(source, "has no policy (a planner policy name)");
+        if (doc.has("tensor_cache") && !doc.get("tensor_cache").isBoolean()) throw bad(source, "tensor_cache must be true or false");
+        if (doc.hasNonNull("budget_bytes")) whole(doc.get("budget_bytes"), 1, Long.MAX_VALUE, "budget_bytes", source);
         JsonNode net = doc.path("network");
+        if (!net.isObject()) throw bad(source, "has no network object");
         String kind = net.path("kind").asText();
         if (!kind.equals("MultiLayerNetwork") && !kind.equals("ComputationGraph")) {
             throw bad(source, "network.kind is '" + kind + "'; expected MultiLayerNetwork or ComputationGraph");
         }
+        int batch = (int) whole(net.path("batch"), 1, Integer.MAX_VALUE, "network.batch", source);
+        if (net.hasNonNull("dtype") && !net.get("dtype").isTextual()) throw bad(source, "network.dtype must be a string");
+        if (net.hasNonNull("source") && !net.get("source").isTextual()) throw bad(source, "network.source must be a string");
+        JsonNode predicted = doc.path("predicted");
+        if (!predicted.isMissingNode() && !predicted.isNull()) {
+            if (!predicted.isObject()) throw bad(source, "predicted must be an object");
+            for (String k : new String[] {"peak_bytes", "device_peak_bytes", "lower_bound_bytes"}) {
+                if (predicted.hasNonNull(k)) whole(predicted.get(k), 0, Long.MAX_VALUE, "predicted." + k, source);
+            }
+            if (predicted.hasNonNull("time_s") && !(predicted.get("time_s").isNumber() && predicted.get("time_s").asDouble() >= 0)) {
+                throw bad(source, "predicted.time_s = " + predicted.get("time_s") + " must be a number >= 0");
+            }
+        }
+        if (!doc.path("nodes").isArray()) throw bad(source, "has no nodes array");
         List<Node> nodes = new ArrayList<>();
         for (JsonNode n : doc.path("nodes")) {
-            int id = n.path("id").asInt(-1);
-            if (id != nodes.size()) throw bad(source, "node ids must be 0, 1, 2, ... in order; got " + id + " at position " + nodes.size());
+            if (!n.isObject()) throw bad(source, "node " + nodes.size() + " is not an object");
+            int id = n.path("id").isIntegralNumber() ? n.path("id").asInt(-1) : -1;
+            if (id != nodes.size()) throw bad(source, "node ids must be 0, 1, 2, ... in order; got " + n.path("id") + " at position " + nodes.size());
+            if (!n.path("name").isMissingNode() && !n.path("name").isTextual()) throw bad(source, "node " + id + " name must be a string");
+            if (!n.path("type").isTextual() || n.path("type").asText().isEmpty()) throw bad(source, "node " + id + " has no type");
             JsonNode d = n.path("dl4j");
+            if (!d.isObject()) throw bad(source, "node " + id + " has no dl4j object (its layer, vertex or input)");
             JsonNode ins = n.path("inputs");
+            if (!ins.isArray()) throw bad(source, "node " + id + " has no inputs array");
             int[] inputs = new int[ins.size()];
             for (int k = 0; k < inputs.length; k++) {
-                inputs[k] = ins.get(k).asInt();
-                if (inputs[k] < 0 || inputs[k] >= id) {
+                inputs[k] = (int) whole(ins.get(k), 0, Integer.MAX_VALUE, "node " + id + " input", source);
+                if (inputs[k] >= id) {
                     throw bad(source, "node " + id + " reads node " + inputs[k] + ", which is not before it");
                 }
             }
+            long[] shape = new long[0];
+            if (n.has("shape")) {
+                if (!n.get("shape").isArray()) throw bad(source, "node " + id + " shape must be a list of sizes");
+                shape = new long[n.get("shape").size()];
+                for (int k = 0; k < shape.length; k++) shape[k] = whole(n.get("shape").get(k), 1, Integer.MAX_VALUE, "node " + id + " shape", source);
+            }
+            long yBytes = n.has("y_bytes") ? whole(n.get("y_bytes"), 0, Long.MAX_VALUE, "node " + id + " y_bytes", source) : 0;
             nodes.add(new Node(id, n.path("name").asText("node" + id), n.path("type").asText(),
                     d.hasNonNull("class") ? d.get("class").asText() : null,
-                    d.has("layer") ? d.get("layer").asInt() : -1,
+                    d.has("layer") ? (int) whole(d.get("layer"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.layer", source) : -1,
                     d.hasNonNull("vertex") ? d.get("vertex").asText() : null,
-                    d.has("input") ? d.get("input").asInt() : -1,
-                    inputs, n.path("y_bytes").asLong(0)));
+                    d.has("input") ? (int) whole(d.get("input"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.input", source) : -1,
+                    inputs, yBytes, shape));
         }
         if (nodes.isEmpty()) throw bad(source, "has no nodes");
+        if (!doc.path("records").isArray()) throw bad(source, "has no records array");
         List<Record> records = new ArrayList<>();
         Op[] ops = Op.values();
         for (JsonNode r : doc.path("records")) {
+            if (!r.isArray() || r.size() < 2 || r.size() > 3 || !r.get(0).isTextual()) {
+                throw bad(source, "record " + records.size() + " is " + r + "; a record is [op, arg] or [op, arg, extra]");
+            }
+            whole(r.get(1), 0, Integer.MAX_VALUE, "record " + records.size() + " argument", source);
+            if (r.size() == 3 && !(r.get(2).isObject() || r.get(2).isIntegralNumber())) {
+                throw bad(source, "record " + records.size() + " has a third element " + r.get(2) + "; a MOVE's source "
+                        + "tensor or a compute record's {\"algo\": ..., \"chunks\": k}");
+            }
+            if (r.size() == 3 && r.get(2).isObject()) whole(r.get(2).path("chunks"), 1, Integer.MAX_VALUE, "record " + records.size() + " chunks", source);
             String name = r.get(0).asText();
             Op op;
             try {
@@ -187,8 +271,17 @@ public final class PlanFile {
             records.add(rec);
         }
         if (records.isEmpty()) throw bad(source, "has no records");
-        return new PlanFile(source, kind, doc.path("policy").asText(), net.path("batch").asInt(),
+        return new PlanFile(source, kind, doc.path("policy").asText(), batch,
                 doc.path("predicted").path("peak_bytes").asLong(-1), nodes, records);
+    }
+
+    /** A whole number from {@code min} to {@code max}, or the error naming the field, the value and the range. */
+    private static long whole(JsonNode v, long min, long max, String what, String source) throws IOException {
+        if (v == null || !v.isIntegralNumber() || !v.canConvertToLong() || v.asLong() < min || v.asLong() > max) {
+            throw bad(source, what + " = " + (v == null || v.isMissingNode() ? "(missing)" : v.toString())
+                    + " must be a whole number from " + min + " to " + max + "; write the plan again with `pyd4j plan --emit-plan`");
+        }
+        return v.asLong();
     }
 
     private static IOException bad(String source, String what) {

@@ -214,6 +214,7 @@ public final class PlannedTrainer implements AutoCloseable {
     public static List<String> check(Model net, PlanFile plan) {
         NetworkNodes nodes = NetworkNodes.of(net, plan);
         List<String> out = new ArrayList<>(nodes.unsupported());
+        if (out.isEmpty()) out.addAll(sizeProblems(net, plan));
         if (out.isEmpty()) out.addAll(nodes.chunkProblems());
         OptimizationAlgorithm algo = net.conf().getOptimizationAlgo();
         if (algo != OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT) {
@@ -224,6 +225,33 @@ public final class PlannedTrainer implements AutoCloseable {
             if (usesForwardPass(l)) {
                 out.add("listener " + l.getClass().getName() + " reads every layer's activations (onForwardPass), which "
                         + "planned training frees as it goes; remove the listener or use DL4J's own fit()");
+            }
+        }
+        return out;
+    }
+
+    /** Layers whose output size is not the plan's: a plan of another network with the same layer
+     *  types (its records would free and move arrays of other sizes than it predicted). */
+    private static List<String> sizeProblems(Model net, PlanFile plan) {
+        List<String> out = new ArrayList<>();
+        for (PlanFile.Node n : plan.nodes) {
+            org.deeplearning4j.nn.conf.layers.Layer conf = null;
+            if (net instanceof MultiLayerNetwork && n.layerIndex >= 0
+                    && n.layerIndex < ((MultiLayerNetwork) net).getnLayers()) {
+                conf = ((MultiLayerNetwork) net).getLayerWiseConfigurations().getConf(n.layerIndex).getLayer();
+            } else if (net instanceof ComputationGraph && n.vertex != null && !n.isInput()) {
+                org.deeplearning4j.nn.conf.graph.GraphVertex v =
+                        ((ComputationGraph) net).getConfiguration().getVertices().get(n.vertex);
+                if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex) {
+                    conf = ((org.deeplearning4j.nn.conf.graph.LayerVertex) v).getLayerConf().getLayer();
+                }
+            }
+            if (conf instanceof org.deeplearning4j.nn.conf.layers.FeedForwardLayer && n.shape.length >= 2) {
+                long nOut = ((org.deeplearning4j.nn.conf.layers.FeedForwardLayer) conf).getNOut();
+                if (nOut != n.shape[1]) {
+                    out.add("the plan " + plan.source + " gives " + n + " " + n.shape[1] + " outputs; this network's has "
+                            + nOut + ": the plan is of another network; write the plan from this network's configuration");
+                }
             }
         }
         return out;

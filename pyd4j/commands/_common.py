@@ -6,10 +6,10 @@ from typing import Callable
 
 import click
 
-from pyd4j import inputs
+from pyd4j.commands import _params as params
 from pyd4j.output import human_bytes, print_table
 
-MODEL_FILE = inputs.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson() "
+MODEL_FILE = params.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson() "
                                                           "(examples/networks/ has five)")
 
 
@@ -23,7 +23,7 @@ def network_options(func: Callable) -> Callable:
                           "cnnflat:28x28x1, rnn:32x50 (size x steps); comma-separated for several graph inputs."),
         click.option("--dtype", default="float32", show_default=True, help="float32, float16, bfloat16 or float64."),
         click.option("--mode", default="train", show_default=True, help="train or infer."),
-        click.option("--prefetch", default=2, show_default=True, type=inputs.Whole(0, 1024, example="--prefetch 2"),
+        click.option("--prefetch", default=2, show_default=True, type=params.Whole(0, 1024, example="--prefetch 2"),
                      help="AsyncDataSetIterator queue size (DL4J's fit() uses 2; 0 for none)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document."),
     ]

@@ -1,0 +1,249 @@
+"""The files pyd4j writes and reads, as typed, versioned contracts: the plan file, the agent's
+timeline records (JSON lines), and the profile and tune documents (`--json`).
+
+Each is a pydantic model that exports JSON Schema (`json_schemas()`) and carries `"schema": N`.
+Readers validate what they read with `check()`, which refuses a document of another schema
+version naming the version this pyd4j reads. The Java plan reader (org.pyd4j.train.PlanFile)
+checks the same rules; tests/test_schemas.py feeds both the same documents.
+
+A leaf module: it imports nothing of pyd4j.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PLAN_SCHEMA = 1
+TIMELINE_SCHEMA = 1
+PROFILE_SCHEMA = 1
+TUNE_SCHEMA = 1
+
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
+
+Count = Annotated[int, Field(ge=0, le=JAVA_INT_MAX)]
+Bytes = Annotated[int, Field(ge=0, le=JAVA_LONG_MAX)]
+OPS = ("ALLOC", "FREE", "OFFLOAD", "PREFETCH", "FORWARD", "BACKWARD", "RECOMPUTE", "MOVE")
+COMPUTE = ("FORWARD", "BACKWARD", "RECOMPUTE")
+KINDS = 5  # tensors per node: Y, DY, W, DW, M (pyd4j.sched.plan.Kind)
+
+
+class SchemaError(ValueError):
+    """A document that breaks its contract: names the file, what is wrong and the fix."""
+
+
+class _Strict(BaseModel):
+    """Numbers are numbers (no "5" or 5.0 for 5), as the Java reader sees them; other keys are kept."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+# ----------------------------------------------------------------------------- plan file
+
+class PlanNetwork(_Strict):
+    kind: Literal["MultiLayerNetwork", "ComputationGraph"]
+    batch: Annotated[int, Field(ge=1, le=JAVA_INT_MAX)]
+    dtype: str | None = None
+    source: str | None = None
+
+
+class PlanPredicted(_Strict):
+    peak_bytes: Bytes | None = None
+    device_peak_bytes: Bytes | None = None
+    lower_bound_bytes: Bytes | None = None
+    time_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | Annotated[int, Field(ge=0)] | None = None
+
+
+class PlanNode(_Strict):
+    id: Count
+    name: str = ""
+    type: Annotated[str, Field(min_length=1)]
+    dl4j: dict[str, Any]
+    inputs: list[Count]
+    shape: list[Annotated[int, Field(ge=1, le=JAVA_INT_MAX)]] = []
+    y_bytes: Bytes = 0
+
+    @model_validator(mode="after")
+    def _dl4j_indices(self) -> "PlanNode":
+        for key in ("layer", "input"):
+            v = self.dl4j.get(key)
+            if key in self.dl4j and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= JAVA_INT_MAX):
+                raise ValueError(f"node {self.id} dl4j.{key} = {v!r} must be a whole number from 0")
+        return self
+
+
+class PlanDocument(_Strict):
+    """The plan file DL4J's planned trainer runs (written by pyd4j.sched.training_plan.write_plan;
+    its docstring explains the records)."""
+
+    format: Literal["pyd4j-plan"]
+    version: Annotated[int, Field(ge=1, le=1)]   # the format's own version, from before "schema"
+    schema_: Annotated[int, Field(ge=PLAN_SCHEMA, le=PLAN_SCHEMA)] = Field(PLAN_SCHEMA, alias="schema")
+    policy: Annotated[str, Field(min_length=1)]
+    tensor_cache: bool = False
+    budget_bytes: Annotated[int, Field(ge=1, le=JAVA_LONG_MAX)] | None = None
+    network: PlanNetwork
+    predicted: PlanPredicted | None = None
+    nodes: Annotated[list[PlanNode], Field(min_length=1)]
+    records: Annotated[list[list[Any]], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _graph_and_records(self) -> "PlanDocument":
+        n = len(self.nodes)
+        for pos, node in enumerate(self.nodes):
+            if node.id != pos:
+                raise ValueError(f"node ids must be 0, 1, 2, ... in order; got {node.id} at position {pos}")
+            for i in node.inputs:
+                if i >= node.id:
+                    raise ValueError(f"node {node.id} reads node {i}, which is not before it")
+        for k, r in enumerate(self.records):
+            if not 2 <= len(r) <= 3 or not isinstance(r[0], str):
+                raise ValueError(f"record {k} is {r!r}; a record is [op, arg] or [op, arg, extra]")
+            op, arg = r[0], r[1]
+            if isinstance(arg, bool) or not isinstance(arg, int) or not 0 <= arg <= JAVA_INT_MAX:
+                raise ValueError(f"record {k} argument {arg!r} must be a whole number from 0")
+            extra = r[2] if len(r) == 3 else None
+            if extra is not None and not (isinstance(extra, dict) or (isinstance(extra, int) and not isinstance(extra, bool))):
+                raise ValueError(f"record {k} has a third element {extra!r}; a MOVE's source or {{'algo', 'chunks'}}")
+            chunks = 1
+            if isinstance(extra, dict):
+                chunks = extra.get("chunks")
+                if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= JAVA_INT_MAX:
+                    raise ValueError(f"record {k} chunks {chunks!r} must be a whole number from 1")
+            if op not in OPS:
+                raise ValueError(f"record {k} has operation {op!r}; the trainer runs {list(OPS)}")
+            if op == "MOVE":
+                chunks = 1
+            if chunks > 1 and op not in COMPUTE:
+                raise ValueError(f"record {k} ({op} {arg}) has chunks {chunks}; only compute records run in chunks")
+            src = extra if op == "MOVE" and isinstance(extra, int) else -1
+            limit = n if op in COMPUTE else (KINDS + 1) * n
+            if arg >= limit or (op == "MOVE" and not 0 <= src < KINDS * n):
+                raise ValueError(f"record {k} ({op} {arg}) names no {'node' if op in COMPUTE else 'tensor'} "
+                                 f"of its {n} nodes")
+            if op in ("OFFLOAD", "PREFETCH") and arg >= KINDS * n:
+                raise ValueError(f"record {k} ({op} {arg}) moves what a layer keeps for its backward step")
+        return self
+
+
+# ----------------------------------------------------------------------------- timeline (JSONL)
+
+Time = Annotated[float, Field(ge=-JAVA_LONG_MAX, le=JAVA_LONG_MAX, allow_inf_nan=False)] | \
+    Annotated[int, Field(ge=-JAVA_LONG_MAX, le=JAVA_LONG_MAX)]
+Amount = Annotated[float, Field(ge=0, le=JAVA_LONG_MAX, allow_inf_nan=False)] | Bytes
+
+
+class TimelineStart(_Strict):
+    """The agent's first line: who the JVM is and the limits it runs under."""
+
+    type: Literal["start"]
+    t: Time
+    schema_: Literal[1] = Field(TIMELINE_SCHEMA, alias="schema")
+    pid: int | None = None
+    heap_max: Amount | None = None
+
+
+class TimelineSample(_Strict):
+    """One sample: `t` (ms since the epoch) and the series of pyd4j.profile.timeline.SERIES (bytes
+    and counts, never negative, never past a Java long)."""
+
+    type: Literal["sample"]
+    t: Time
+    rss: Amount | None = None
+    heap_used: Amount | None = None
+    heap_committed: Amount | None = None
+    heap_max: Amount | None = None
+    iterations: Amount | None = None
+
+
+class TimelineGc(_Strict):
+    type: Literal["gc"]
+    t: Time
+
+
+class TimelineIter(_Strict):
+    type: Literal["iter"]
+    t: Time
+    n: Amount
+
+
+class TimelineEpoch(_Strict):
+    type: Literal["epoch"]
+    t: Time
+    epoch: Amount
+
+
+class TimelineEnd(_Strict):
+    type: Literal["end"]
+    t: Time
+
+
+class TimelineRecord(BaseModel):
+    """Any line of the timeline; kinds other than these (notes, errors, live points) are free-form."""
+
+    record: TimelineStart | TimelineSample | TimelineGc | TimelineIter | TimelineEpoch | TimelineEnd = \
+        Field(discriminator="type")
+
+
+# ----------------------------------------------------------------------------- profile and tune
+
+class ProfileDocument(_Strict):
+    """What `pyd4j profile --json` and `pyd4j report --json` print (pyd4j.profile.report.summary)."""
+
+    schema_: Literal[1] = Field(PROFILE_SCHEMA, alias="schema")
+    run_dir: str
+    job: str
+    exit_code: int | None
+    samples: Count
+    iterations: Amount
+    peaks: dict[str, Amount | None]
+    findings: list[dict[str, Any]]
+    write_errors: list[dict[str, Any]]
+
+
+class TuneDocument(_Strict):
+    """What `pyd4j tune --json` prints (pyd4j.profile.tune)."""
+
+    schema_: Literal[1] = Field(TUNE_SCHEMA, alias="schema")
+    exit_code: int
+    recommended: list[str] | None = None
+
+
+MODELS: dict[str, type[BaseModel]] = {"plan": PlanDocument, "timeline": TimelineRecord,
+                                      "profile": ProfileDocument, "tune": TuneDocument}
+VERSIONS = {"plan": PLAN_SCHEMA, "timeline": TIMELINE_SCHEMA, "profile": PROFILE_SCHEMA, "tune": TUNE_SCHEMA}
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schema of every contract, by name."""
+    return {name: model.model_json_schema(by_alias=True) for name, model in MODELS.items()}
+
+
+def check(kind: str, doc: Any, where: str, fix: str) -> Any:
+    """`doc` validated as a `kind` document ("plan", "timeline", "profile", "tune"); SchemaError
+    names `where`, what is wrong and `fix`. A document of another schema version is refused with
+    the version this pyd4j reads."""
+    want = VERSIONS[kind]
+    if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or doc["schema"] != want):
+        raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {kind} schema {want}: "
+                          f"{fix}")
+    try:
+        if kind == "timeline":
+            return TimelineRecord.model_validate({"record": doc}).record
+        return MODELS[kind].model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        at = ".".join(str(p) for p in first["loc"] if p != "record") or "the document"
+        raise SchemaError(f"{where} is not a valid {kind} document: {at}: {first['msg']} "
+                          f"(got {_short(first.get('input'))}); {fix}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+__all__ = ["MODELS", "PlanDocument", "ProfileDocument", "SchemaError", "TimelineRecord", "TuneDocument",
+           "check", "json_schemas"]

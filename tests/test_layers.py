@@ -1,0 +1,19 @@
+"""The package's layers are a checked contract: `lint-imports` (import-linter, configured in
+pyproject.toml) keeps every layer importing only the layers below it -- leaf modules, then `jvm`,
+then memory/sched/profile/spark/train/serve, then commands/cli -- and `pyd4j.sched` free of jpype
+and py4j (it plans without a JVM)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_are_kept():
+    lint = Path(sys.executable).parent / "lint-imports"
+    p = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "Contracts: 2 kept, 0 broken." in p.stdout, p.stdout[-2000:]
