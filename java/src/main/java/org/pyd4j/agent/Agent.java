@@ -25,7 +25,8 @@ import java.util.Map;
  * when the job had no full collection (default 5, 0 = only the job's own full collections, see
  * {@link LiveSet}) and {@code live_share} the largest share of wall time their pauses may take
  * (default 0.005); {@code sites} mean bytes between sampled allocation stacks (default 262144,
- * 0 = no call sites, see {@link Allocations}). The system property {@code pyd4j.agent} may carry
+ * 0 = no call sites, see {@link Allocations}); {@code nd4j_periodic_gc} (true/false) and {@code nd4j_gc_window} (ms)
+ * set ND4J's memory manager at every fit() (see {@link SpeedSettings}). The system property {@code pyd4j.agent} may carry
  * more arguments in the same form; they win over the -javaagent ones (for launchers whose agent
  * option cannot be changed).
  */
@@ -81,6 +82,7 @@ public final class Agent {
             Hooks.sink = sink;
             Hooks.planFile = opts.get("plan");
             Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
+            SpeedSettings.configure(opts);
             long liveSeconds = Long.parseLong(opts.getOrDefault("live", "5"));
             long siteBytes = Long.parseLong(opts.getOrDefault("sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES)));
             double liveShare = Double.parseDouble(opts.getOrDefault("live_share", String.valueOf(LiveSet.DEFAULT_PAUSE_SHARE)));

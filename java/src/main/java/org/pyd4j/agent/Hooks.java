@@ -162,6 +162,7 @@ public final class Hooks {
         } catch (Throwable ignored) {
             // no iteration markers for this model; sampling goes on
         } finally {
+            SpeedSettings.apply(model);
             if (planFile != null) route(model);
         }
     }
