@@ -204,9 +204,11 @@ def candidates(probe: Probe, env: dict[str, str], jvm_memory_flags: list[str], n
                           paste=".trainingWorkspaceMode(WorkspaceMode.ENABLED)  // on the NeuralNetConfiguration.Builder; "
                                 "or the agent option workspace_mode=ENABLED"))
     if probe.explicit_gc_share is not None and probe.explicit_gc_share > GC_SHARE:
-        out.append(Change("explicit_gc", "System.gc() stops the job", "-XX:+ExplicitGCInvokesConcurrent",
+        # The job's System.gc() calls become no-ops; ND4J's CPU arrays are still freed after the
+        # ordinary collections (its deallocators follow reference queues, not System.gc()).
+        out.append(Change("explicit_gc", "System.gc() honoured", "-XX:+DisableExplicitGC",
                           f"collections the job asked for (System.gc()) took {probe.explicit_gc_share:.0%} of the training time",
-                          jvm=("-XX:+ExplicitGCInvokesConcurrent",), paste="-XX:+ExplicitGCInvokesConcurrent"))
+                          jvm=("-XX:+DisableExplicitGC",), paste="-XX:+DisableExplicitGC"))
     if probe.gc_share is not None and probe.gc_share - (probe.explicit_gc_share or 0) > GC_SHARE and probe.heap_max:
         bigger = probe.heap_max * 4
         if ram_bytes:
@@ -262,14 +264,24 @@ def greedy(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison]
 
 def _row(change: Change, c: ab.Comparison) -> dict:
     return {"setting": change.setting, "before": change.before, "after": change.after, "ratio": c.to_dict()["ratio"],
-            "interval": c.to_dict()["interval"], "reason": f"{change.why}; {c.reason}", "paste": change.paste}
+            "interval": c.to_dict()["interval"], "reason": f"{change.why}; {c.reason}", "paste": change.paste,
+            "environment": dict(change.env), "jvm_options": list(change.jvm), "agent_options": list(change.agent),
+            "replaces_memory_flags": change.replaces_memory_flags}
+
+
+def change_of(row: dict) -> Change:
+    """The Change a row of `speed.changes` describes (to run the job with it again)."""
+    return Change(row["setting"], row["before"], row["after"], row.get("reason", ""),
+                  env=tuple(row.get("environment", {}).items()), jvm=tuple(row.get("jvm_options", [])),
+                  agent=tuple(row.get("agent_options", [])), replaces_memory_flags=row.get("replaces_memory_flags", False))
 
 
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
-               ram_bytes: int | None = None) -> dict:
-    """Probe the job, try the candidates, combine what is proved; the `speed` document."""
+               ram_bytes: int | None = None, only: set[str] | None = None) -> dict:
+    """Probe the job, try the candidates, combine what is proved; the `speed` document. `only`:
+    try only these kinds of setting (threads, nd4j.periodic_gc, workspace_mode, explicit_gc, heap)."""
     started = time.monotonic()
     command = JobCommand.parse(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
@@ -300,6 +312,8 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
         return doc
     java = command.java
     cands = candidates(probe, env, java.memory_flags() if java else [], n_cores, ram_bytes)
+    if only is not None:
+        cands = [c for c in cands if c.setting.split("=")[0] in only]
 
     def compare(a: Setup, b: Setup) -> ab.Comparison:
         return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
