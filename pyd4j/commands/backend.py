@@ -81,7 +81,8 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
     if v:
         iv = v["interval"]
         click.echo(f"fastest: {doc['fastest']}, {v['ratio']:.3f}x the next ({v['build']}), 95% interval "
-                   + (f"{iv[0]:.3f}-{iv[1]:.3f}" if iv and iv[1] is not None else "unbounded (too few rounds)")
+                   + (f"{iv[0]:.3f}-{iv[1]:.3f}" if iv and iv[1] is not None and iv[1] != float("inf")
+                      else "unbounded (too few rounds: 4 a build can decide)")
                    + ("" if doc["proved"] else ": NOT proved faster; the builds are within the noise"))
     else:
         click.echo(f"fastest: {doc['fastest']} (the only build measured)")
