@@ -105,8 +105,15 @@ def _speed(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: int, 
 
     if out_dir is not None:
         check_run_dir(Path(out_dir))
+    from pyd4j.profile.signals import Stopped  # noqa: PLC0415
+
     with stop_on_signals():
-        doc = tune_speed(job, out_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs)
+        try:
+            doc = tune_speed(job, out_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs)
+        except Stopped as err:
+            click.echo(f"stopped ({err.name}): the job and everything it started were ended; no change is "
+                       f"recommended from an unfinished comparison", err=True)
+            sys.exit(err.exit_code)
     if as_json:
         emit_json(doc)
     else:
