@@ -27,7 +27,9 @@ from pyd4j import inputs
               "trainer can run; or one policy's minimum-memory plan")
 @click.option("--speed", is_flag=True, help="tune for speed instead of memory: try thread, ND4J GC and heap settings "
               "the job's code does not see, keep only what an alternated A/B proves faster (exit 3: no verified change)")
-@click.option("--max-runs", type=inputs.Whole(4, 50, example="--max-runs 8"), default=8, show_default=True,
+@click.option("--max-runs", type=inputs.Whole(4, 50, example="--max-runs 8",
+                                             why="4 runs a side are the fewest with which a 95% interval can exclude 1"),
+              default=8, show_default=True,
               help="with --speed: the most runs per side of each A/B (it stops earlier once its 95%% interval excludes 1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
@@ -71,6 +73,11 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
     if speed:
+        given = [o for o, v in (("--plan", plan_policy), ("--no-verify", no_verify), ("--repeat", repeat != 1),
+                                ("--total", total)) if v]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} belong to the memory tune; --speed runs its own A/B "
+                                   f"(--max-runs): run `pyd4j tune` without --speed for memory flags")
         _speed(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json)
     with stop_on_signals():
         try:
