@@ -23,6 +23,7 @@ from pyd4j.profile import ab
 from pyd4j.profile.command import JobCommand
 from pyd4j.profile.launch import default_run_dir, profile_job
 from pyd4j.profile.timeline import Timeline
+from pyd4j.profile.timesplit import time_split
 
 EXIT_VERIFIED = 0
 EXIT_NOTHING = 1        # the probe run trained nothing: nothing to measure
@@ -93,6 +94,7 @@ class Probe:
     explicit_gc_share: float | None = None       # the share of it in collections the job asked for (System.gc())
     heap_max: int | None = None
     run_dir: str | None = None
+    time_split: dict | None = None               # where the training time went (pyd4j.profile.timesplit)
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -158,6 +160,7 @@ def probe_of(m: Measured) -> Probe:
                        if e.get("cause") == "System.gc()" and marks[0][0] <= e.get("t", 0) <= marks[-1][0])
         p.explicit_gc_share = explicit / (marks[-1][0] - marks[0][0])
     p.heap_max = t.limits().get("heap_max")
+    p.time_split = time_split(t)
     return p
 
 
@@ -302,7 +305,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     probe = probe_of(first)
     doc: dict = {"command": list(job), "out": str(out), "cores": n_cores,
                  "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
-                           "explicit_gc_share": probe.explicit_gc_share,
+                           "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
                            "heap_max": probe.heap_max, "run_dir": probe.run_dir}}
     if not probe.ok or not probe.iterations_per_s:
         doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started)
@@ -370,6 +373,10 @@ def print_speed(doc: dict) -> None:
     probe = doc.get("probe") or {}
     print(f"job as it is: {probe.get('iterations_per_s') or 0:.3g} iterations/s on {doc.get('cores')} cores"
           + (f"; ND4J: {probe['nd4j']}" if probe.get("nd4j") else ""))
+    if probe.get("time_split"):
+        from pyd4j.profile.timesplit import describe  # noqa: PLC0415
+
+        print(describe(probe["time_split"]))
     if s["tried"]:
         print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
                     ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],

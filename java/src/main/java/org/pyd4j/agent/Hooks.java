@@ -246,6 +246,15 @@ public final class Hooks {
                 case "onEpochEnd":
                     onEpochEnd(args[0]);
                     return null;
+                case "onForwardPass":
+                    TimeSplit.forwardDone();
+                    return null;
+                case "onBackwardPass":
+                    TimeSplit.backwardDone();
+                    return null;
+                case "onGradientCalculation":
+                    TimeSplit.gradientDone();
+                    return null;
                 case "equals":
                     return proxy == args[0];
                 case "hashCode":
@@ -261,6 +270,7 @@ public final class Hooks {
 
     private static void onIteration(Object model, int iteration, int epoch) {
         long n = iterations.incrementAndGet();
+        TimeSplit.iterationDone(sink);
         if (describeNetworks && !described.containsKey(model)) describe(model, false);
         long now = System.nanoTime();
         lastIterationNanos = now;
