@@ -174,8 +174,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def candidates(probe: Probe, env: dict[str, str], jvm_memory_flags: list[str], n_cores: int,
-               ram_bytes: int | None = None) -> list[Change]:
+def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int | None = None) -> list[Change]:
     """The changes worth a run, cheapest and most often wrong first, each with the evidence."""
     out: list[Change] = []
     threads = probe.nd4j.get("max_threads")
@@ -313,8 +312,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
                         f"training iterations (fit()) and exits cleanly")
         doc["exit_code"] = EXIT_NOTHING
         return doc
-    java = command.java
-    cands = candidates(probe, env, java.memory_flags() if java else [], n_cores, ram_bytes)
+    cands = candidates(probe, env, n_cores, ram_bytes)
     if only is not None:
         cands = [c for c in cands if c.setting.split("=")[0] in only]
 

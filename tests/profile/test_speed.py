@@ -17,20 +17,20 @@ def _probe(**nd4j) -> Probe:
 
 def test_candidates_from_evidence():
     # OMP_NUM_THREADS set to the cores and nothing else pointing anywhere: only half the cores is tried
-    assert [c.setting for c in candidates(_probe(), {"OMP_NUM_THREADS": "2"}, [], 2)] == ["threads=1"]
+    assert [c.setting for c in candidates(_probe(), {"OMP_NUM_THREADS": "2"}, 2)] == ["threads=1"]
     # unset: both counts are tried (unset lets ND4J and OpenBLAS each choose)
-    assert [c.setting for c in candidates(_probe(), {}, [], 2)] == ["threads=2", "threads=1"]
-    oversub = candidates(_probe(max_threads=8), {"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}, [], 4)
+    assert [c.setting for c in candidates(_probe(), {}, 2)] == ["threads=2", "threads=1"]
+    oversub = candidates(_probe(max_threads=8), {"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}, 4)
     assert [c.setting for c in oversub] == ["threads=4", "threads=2"]
     assert dict(oversub[0].env) == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
     p = _probe(periodic_gc=True, gc_window_ms=5, training_workspace_mode="NONE", max_threads=1)
     p.gc_share, p.explicit_gc_share, p.heap_max = 0.33, 0.3, 64 << 20
-    got = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, [], 1, ram_bytes=8 << 30)}
+    got = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1, ram_bytes=8 << 30)}
     # GC time is nearly all System.gc(): the heap is not tried (3% left, under the 5% threshold)
     assert set(got) == {"nd4j.periodic_gc", "workspace_mode", "explicit_gc"}
     assert got["nd4j.periodic_gc"].agent == ("nd4j_periodic_gc=false",)
     p.explicit_gc_share = 0.0
-    heap = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, [], 1, ram_bytes=8 << 30)}["heap"]
+    heap = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1, ram_bytes=8 << 30)}["heap"]
     assert heap.jvm == ("-Xmx256m",) and heap.replaces_memory_flags
 
 
