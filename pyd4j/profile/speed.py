@@ -193,6 +193,12 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
         why = (f"ND4J ran {current} threads on {n_cores} cores" if current else f"{before} on {n_cores} cores")
         out.append(Change(f"threads={n}", before, ", ".join(f"{v}={x}" for v, x in env_change), why, env=env_change,
                           paste=" ".join(f"export {v}={x}" for v, x in env_change)))
+    # OpenMP threads that wait spin on their core; on a machine busy with other work (or with more
+    # threads than cores) that spinning takes the time the job needs. PASSIVE makes them sleep.
+    if (current or n_cores) > 1 and env.get("OMP_WAIT_POLICY", "").strip().upper() != "PASSIVE":
+        out.append(Change("omp_wait_policy", env.get("OMP_WAIT_POLICY", "unset (OpenMP threads spin while they wait)"),
+                          "OMP_WAIT_POLICY=PASSIVE", f"{current or 'several'} OpenMP threads on {n_cores} cores",
+                          env=(("OMP_WAIT_POLICY", "PASSIVE"),), paste="export OMP_WAIT_POLICY=PASSIVE"))
     if probe.nd4j.get("periodic_gc") is True:
         window = probe.nd4j.get("gc_window_ms")
         out.append(Change("nd4j.periodic_gc", f"on, window {window} ms", "off",

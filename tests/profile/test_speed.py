@@ -17,11 +17,13 @@ def _probe(**nd4j) -> Probe:
 
 def test_candidates_from_evidence():
     # OMP_NUM_THREADS set to the cores and nothing else pointing anywhere: only half the cores is tried
-    assert [c.setting for c in candidates(_probe(), {"OMP_NUM_THREADS": "2"}, 2)] == ["threads=1"]
-    # unset: both counts are tried (unset lets ND4J and OpenBLAS each choose)
-    assert [c.setting for c in candidates(_probe(), {}, 2)] == ["threads=2", "threads=1"]
+    assert [c.setting for c in candidates(_probe(), {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "passive"}, 2)] \
+        == ["threads=1"]
+    # unset: both counts are tried (unset lets ND4J and OpenBLAS each choose), and sleeping OpenMP threads
+    assert [c.setting for c in candidates(_probe(), {}, 2)] == ["threads=2", "threads=1", "omp_wait_policy"]
     oversub = candidates(_probe(max_threads=8), {"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}, 4)
-    assert [c.setting for c in oversub] == ["threads=4", "threads=2"]
+    assert [c.setting for c in oversub] == ["threads=4", "threads=2", "omp_wait_policy"]
+    assert dict(oversub[2].env) == {"OMP_WAIT_POLICY": "PASSIVE"}
     assert dict(oversub[0].env) == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
     p = _probe(periodic_gc=True, gc_window_ms=5, training_workspace_mode="NONE", max_threads=1)
     p.gc_share, p.explicit_gc_share, p.heap_max = 0.33, 0.3, 64 << 20
