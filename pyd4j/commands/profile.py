@@ -202,6 +202,10 @@ def _print_summary(doc: dict) -> None:
         print_table("off-heap peak by call site (sampled)", ["call site", "allocator", "held at the peak", "share"],
                     [(x["site"] + ("" if x["user"] else " (library)"), x["kind"], human_bytes(x["live_bytes"]),
                       f"{x['share']:.0%}" if x["share"] is not None else "-") for x in peak["sites"][:5]])
+    if doc.get("time_split"):
+        from pyd4j.profile.timesplit import describe  # noqa: PLC0415
+
+        click.echo(describe(doc["time_split"]))
     if doc["findings"]:
         print_table("findings", ["severity", "finding", "fix", "flags"],
                     [(f["severity"], f["title"], f["fix"], " ".join(f["flags"])) for f in doc["findings"]])

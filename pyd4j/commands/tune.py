@@ -26,9 +26,16 @@ from pyd4j.schemas import TUNE_SCHEMA
               help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
               "of with new flags: before/after shows what the plan saves. superneurons: the smallest plan the "
               "trainer can run; or one policy's minimum-memory plan")
+@click.option("--speed", is_flag=True, help="tune for speed instead of memory: try thread, ND4J GC and heap settings "
+              "the job's code does not see, keep only what an alternated A/B proves faster (exit 3: no verified change)")
+@click.option("--max-runs", type=inputs.Whole(4, 50, example="--max-runs 8",
+                                             why="4 runs a side are the fewest with which a 95% interval can exclude 1"),
+              default=8, show_default=True,
+              help="with --speed: the most runs per side of each A/B (it stops earlier once its 95%% interval excludes 1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
-def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, as_json, job, plan_policy=None) -> None:
+def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, as_json, job, plan_policy=None,
+            speed=False, max_runs=8) -> None:
     """Run the job, compute -Xmx / MaxDirectMemorySize / JavaCPP limits from what it used, run it
     again with them and print before/after.
 
@@ -37,6 +44,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
     pyd4j tune -- mvn -q exec:java -Dexec.mainClass=com.acme.Train
     pyd4j tune --repeat 3 -- java -cp job.jar com.acme.Train
     pyd4j tune --plan superneurons -- java -cp job.jar com.acme.Train
+    pyd4j tune --speed -- java -cp job.jar com.acme.Train
 
     The job is any command that starts JVMs (java, a shell command, mvn, gradle, spark-submit);
     the recommended flags reach its JVMs through JAVA_TOOL_OPTIONS (on the command line for a
@@ -67,6 +75,13 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
         params.job_command(job)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
+    if speed:
+        given = [o for o, v in (("--plan", plan_policy), ("--no-verify", no_verify), ("--repeat", repeat != 1),
+                                ("--total", total)) if v]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} belong to the memory tune; --speed runs its own A/B "
+                                   f"(--max-runs): run `pyd4j tune` without --speed for memory flags")
+        _speed(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json)
     with stop_on_signals():
         try:
             doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
@@ -88,6 +103,31 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
             _finish(doc, as_json)
             sys.exit(err.exit_code)
         _finish(doc, as_json)
+    sys.exit(doc["exit_code"])
+
+
+def _speed(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: int, as_json: bool) -> None:
+    """`tune --speed`: the A/B-verified speed settings (pyd4j.profile.speed); exits with its code."""
+    from pyd4j.output import emit_json  # noqa: PLC0415
+    from pyd4j.profile.launch import check_run_dir  # noqa: PLC0415
+    from pyd4j.profile.signals import stop_on_signals  # noqa: PLC0415
+    from pyd4j.profile.speed import print_speed, tune_speed  # noqa: PLC0415
+
+    if out_dir is not None:
+        check_run_dir(Path(out_dir))
+    from pyd4j.profile.signals import Stopped  # noqa: PLC0415
+
+    with stop_on_signals():
+        try:
+            doc = tune_speed(job, out_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs)
+        except Stopped as err:
+            click.echo(f"stopped ({err.name}): the job and everything it started were ended; no change is "
+                       f"recommended from an unfinished comparison", err=True)
+            sys.exit(err.exit_code)
+    if as_json:
+        emit_json(doc)
+    else:
+        print_speed(doc)
     sys.exit(doc["exit_code"])
 
 

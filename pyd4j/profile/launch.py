@@ -463,6 +463,7 @@ def profile_job(
     describe: bool = False,
     on_jvm: Callable[[dict], None] | None = None,
     spark_conf: dict[str, str] | None = None,
+    env_changes: dict[str, str | None] | None = None,
 ) -> JobRun:
     """Run the job command under the agent and return its timelines.
 
@@ -475,6 +476,7 @@ def profile_job(
     `plan`: the job's networks train under that pyd4j plan file (the agent's plan= option);
     `describe`: the agent reports each network (configuration, first batch shape) in the timeline.
     `spark_conf`: Spark settings for a spark-submit job (pyd4j tune's), given as --conf.
+    `env_changes`: environment variables set (or, with None, removed) for the job (pyd4j tune --speed's).
     """
     command = JobCommand.parse(argv)
     run_dir = Path(run_dir) if run_dir else default_run_dir(command.title)
@@ -483,6 +485,11 @@ def profile_job(
     run_dir = run_dir.resolve()
     receiver = None
     env = dict(os.environ)
+    for name, value in (env_changes or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     if transport == "socket":
         token = secrets.token_hex(16)
         receiver = _SocketReceiver(run_dir, token)
@@ -501,7 +508,7 @@ def profile_job(
         "command": full, "user_command": list(argv), "launcher": command.kind, "title": command.title,
         "interval_ms": interval_ms, "transport": transport, "started": time.time(),
         "cgroup_limit_bytes": cgroup_limit_bytes(), "extra_jvm_options": list(extra_jvm_options),
-        "java_tool_options": env.get(TOOL_OPTIONS, ""), "spark_conf": dict(spark_conf or {}), "returncode": None, "interrupted": False, "stopped_by": None,
+        "java_tool_options": env.get(TOOL_OPTIONS, ""), "spark_conf": dict(spark_conf or {}), "env_changes": dict(env_changes or {}), "returncode": None, "interrupted": False, "stopped_by": None,
     }
     _write_meta(run_dir, meta)
     stdout = (run_dir / "stdout.log").open("wb")

@@ -27,6 +27,7 @@ from pyd4j.profile.jvms import role_text, short_name
 from pyd4j.schemas import PROFILE_SCHEMA
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
+from pyd4j.profile.timesplit import describe as describe_split, time_split
 from pyd4j.profile.tune import TUNE_DOC
 
 # A limit further above the data than this factor is named, not drawn: drawing it would squash the data.
@@ -420,6 +421,15 @@ def _write_error_message(e: dict) -> str:
     return f"the timeline of {who} could not be written ({e.get('error')}): {lost} were lost, the part before is kept{tail}"
 
 
+def _split_html(split: dict | None) -> str:
+    """Where the training time went (pyd4j.profile.timesplit), as a table."""
+    if not split:
+        return ""
+    rows = [(p, f"{split['ms_per_iteration'][p]:.2f}", f"{split['share'][p]:.0%}") for p in split["share"]]
+    return ("<h2>Where the training time went</h2>" + _table(["part", "ms per iteration", "share"], rows)
+            + f"<p>{html.escape(describe_split(split))}</p>")
+
+
 def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None = None) -> dict:
     """The run in one JSON-able document (what `--json` prints): the job's (primary JVM's)
     figures, plus every JVM of the run under "jvms"."""
@@ -447,6 +457,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
         "peaks": t.peaks(), "limits": t.limits(), "gc_share": overall, "gc_share_worst_window": worst,
         "gc_events": len(t.gc_events), "findings": [f.to_dict() for f in findings],
         "jvms": jvms, "write_errors": write_errors, "peak_sites": t.peak_sites(),
+        "time_split": time_split(t),
     }
     if spark is not None:
         doc["spark_executors"] = spark
@@ -740,7 +751,7 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
 <p>Exit code {e(str(doc['exit_code']))}{' (' + e(doc['stopped_by']) + ')' if doc['stopped_by'] else ''};
 {doc['duration_s']:.1f} s; {doc['samples']} samples; {doc['iterations']} iterations{f' ({speed:.2f} iterations/s)' if speed else ''};
 {doc['gc_events']} GCs, {doc['gc_share']:.1%} of the run in GC.</p>
-<h2>Findings</h2>{findings_html}
+<h2>Findings</h2>{findings_html}{_split_html(doc.get("time_split"))}
 {section_tune}
 {jvms}
 <h2>Memory</h2>{_img(paths['memory_png'])}

@@ -139,6 +139,8 @@ class Timeline:
     # allocation sites by call site, sampled by bytes: after each live point, at new peaks, at the end
     site_snapshots: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)
+    # where the training thread's time went, cumulative (the agent's TimeSplit; pyd4j.profile.timesplit)
+    split_events: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
@@ -182,6 +184,7 @@ class Timeline:
         base = path.parent
         start: dict[str, Any] = {}
         samples, gcs, iters, epochs, errors, networks, lives, sites, notes = [], [], [], [], [], [], [], [], []
+        splits: list[dict[str, Any]] = []
         end = None
         skipped: dict[str, int] = {}
         with path.open(encoding="utf-8", errors="replace") as fh:
@@ -210,6 +213,8 @@ class Timeline:
                     sites.append(event)
                 elif kind == "note":
                     notes.append(event)
+                elif kind == "split":
+                    splits.append(event)
                 elif kind == "start" and not start:
                     check("timeline", event, f"timeline {path}", "profile the job again with this pyd4j")
                     start = event
@@ -223,7 +228,8 @@ class Timeline:
             skipped["unreadable run.json"] = 1
         torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
         return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn_lines=torn, skipped=skipped,
-                   network_events=networks, path=path, live_points=lives, site_snapshots=sites, notes=notes)
+                   network_events=networks, path=path, live_points=lives, site_snapshots=sites, notes=notes,
+                   split_events=splits)
 
     def until(self, t_ms: float) -> "Timeline":
         """The run as it was known at epoch-ms `t_ms` (no end line): what a prediction made then could see."""
@@ -234,7 +240,7 @@ class Timeline:
         return Timeline(self.run_dir, self.start, before(self.samples), before(self.gc_events), before(self.iter_events),
                         before(self.epoch_events), before(self.errors), None, meta, path=self.path, jvm=self.jvm,
                         live_points=before(self.live_points), site_snapshots=before(self.site_snapshots),
-                        notes=before(self.notes))
+                        notes=before(self.notes), split_events=before(self.split_events))
 
     # -- arrays -------------------------------------------------------------------------------
 

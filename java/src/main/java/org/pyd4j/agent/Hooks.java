@@ -175,6 +175,7 @@ public final class Hooks {
         } catch (Throwable ignored) {
             // no iteration markers for this model; sampling goes on
         } finally {
+            SpeedSettings.apply(model);
             if (planFile != null) route(model);
         }
     }
@@ -297,6 +298,15 @@ public final class Hooks {
                 case "onEpochEnd":
                     onEpochEnd(args[0]);
                     return null;
+                case "onForwardPass":
+                    TimeSplit.forwardDone();
+                    return null;
+                case "onBackwardPass":
+                    TimeSplit.backwardDone();
+                    return null;
+                case "onGradientCalculation":
+                    TimeSplit.gradientDone();
+                    return null;
                 case "equals":
                     return proxy == args[0];
                 case "hashCode":
@@ -312,6 +322,7 @@ public final class Hooks {
 
     private static void onIteration(Object model, int iteration, int epoch) {
         long n = iterations.incrementAndGet();
+        TimeSplit.iterationDone(sink);
         if (describeNetworks && !described.contains(model)) describe(model, false);
         long now = System.nanoTime();
         lastIterationNanos = now;

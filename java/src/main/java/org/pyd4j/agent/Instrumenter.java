@@ -17,6 +17,8 @@ import org.objectweb.asm.Type;
  *   <li>entry of {@code Nd4jWorkspace.init()}: a workspace exists (workspaces are thread-local in ND4J,
  *       so a sampler thread cannot list them otherwise);</li>
  *   <li>entry of every {@code fit} of MultiLayerNetwork / ComputationGraph: attach the iteration listener;</li>
+ *   <li>entry of their {@code computeGradientAndScore()} and around their calls of the iterator's
+ *       {@code next()}: where each iteration's time goes ({@link TimeSplit});</li>
  *   <li>the allocation paths ({@link Allocations}): return of {@code OpaqueDataBuffer.allocateDataBuffer}
  *       (a libnd4j buffer), entry of {@code OpaqueDataBuffer.closeBuffer}/{@code setPrimaryBuffer} and
  *       {@code CpuDeallocator.deallocate} (its memory freed or replaced), and where JavaCPP's
@@ -36,6 +38,9 @@ final class Instrumenter implements ClassFileTransformer {
     static final String MLN = "org/deeplearning4j/nn/multilayer/MultiLayerNetwork";
     static final String GRAPH = "org/deeplearning4j/nn/graph/ComputationGraph";
     private static final String HOOKS = "org/pyd4j/agent/Hooks";
+    private static final String SPLIT = "org/pyd4j/agent/TimeSplit";
+    static final String DATASET_ITERATOR = "org/nd4j/linalg/dataset/api/iterator/DataSetIterator";
+    static final String MULTI_DATASET_ITERATOR = "org/nd4j/linalg/dataset/api/iterator/MultiDataSetIterator";
     private final boolean allocations;
 
     /** @param allocations hook the allocation paths too (only when the agent starts before the job's classes). */
@@ -75,10 +80,12 @@ final class Instrumenter implements ClassFileTransformer {
 
         @Override
         public MethodVisitor visitMethod(int access, String name, String desc, String sig, String[] exceptions) {
-            MethodVisitor mv = super.visitMethod(access, name, desc, sig, exceptions);
+            MethodVisitor visitor = super.visitMethod(access, name, desc, sig, exceptions);
             boolean isStatic = (access & Opcodes.ACC_STATIC) != 0;
             boolean hasCode = (access & (Opcodes.ACC_ABSTRACT | Opcodes.ACC_NATIVE)) == 0;
-            if (mv == null || !hasCode) return mv;
+            if (visitor == null || !hasCode) return visitor;
+            MethodVisitor mv = owner.equals(MLN) || owner.equals(GRAPH)
+                    ? timeSplit(visitor, !isStatic && name.equals("computeGradientAndScore") && desc.equals("()V")) : visitor;
             if (owner.equals(POINTER) && name.equals("<clinit>")) {
                 return new MethodVisitor(Opcodes.ASM9, mv) {
                     @Override
@@ -131,6 +138,27 @@ final class Instrumenter implements ClassFileTransformer {
             if ((owner.equals(MLN) || owner.equals(GRAPH)) && name.equals("fit") && !isStatic) hook = "model";
             if (hook == null) return mv;
             return atEntry(mv, () -> mv.visitVarInsn(Opcodes.ALOAD, 0), hook);
+        }
+
+        /** TimeSplit: its forwardStart() at the entry of computeGradientAndScore(), dataStart()/dataEnd()
+         *  around every call of a DataSetIterator's or MultiDataSetIterator's next(). */
+        private static MethodVisitor timeSplit(MethodVisitor mv, boolean forward) {
+            return new MethodVisitor(Opcodes.ASM9, mv) {
+                @Override
+                public void visitCode() {
+                    super.visitCode();
+                    if (forward) super.visitMethodInsn(Opcodes.INVOKESTATIC, SPLIT, "forwardStart", "()V", false);
+                }
+
+                @Override
+                public void visitMethodInsn(int opcode, String callee, String method, String mdesc, boolean itf) {
+                    boolean next = opcode == Opcodes.INVOKEINTERFACE && method.equals("next") && mdesc.equals("()Ljava/lang/Object;")
+                            && (callee.equals(DATASET_ITERATOR) || callee.equals(MULTI_DATASET_ITERATOR));
+                    if (next) super.visitMethodInsn(Opcodes.INVOKESTATIC, SPLIT, "dataStart", "()V", false);
+                    super.visitMethodInsn(opcode, callee, method, mdesc, itf);
+                    if (next) super.visitMethodInsn(Opcodes.INVOKESTATIC, SPLIT, "dataEnd", "()V", false);
+                }
+            };
         }
 
         /** At method entry: push one object (loader), call Hooks.hook(Object). */

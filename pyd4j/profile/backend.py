@@ -1,0 +1,167 @@
+"""Which nd4j-native build trains this network fastest on this machine: the generic, avx2 and
+avx512 builds (Maven classifiers of org.nd4j:nd4j-native) measured in child JVMs, each JVM with
+only that build's jar on its class path (JavaCPP would otherwise load the most specific one it
+finds), rounds alternated so that a machine getting busier slows every build alike. Each
+measurement says which native library ND4J really loaded; one that loaded another build is an
+error, never counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pyd4j.jvm.classpath import JAVA_TARGET, classpath
+from pyd4j.profile import ab
+
+GROUP, ARTIFACT = "org.nd4j", "nd4j-native"
+CLASSIFIERS = ("linux-x86_64", "linux-x86_64-avx2", "linux-x86_64-avx512")
+_NATIVE_JAR = re.compile(r"^nd4j-native-(?P<version>\d[^-]*-M[\d.]+|\d[\d.]*(?:-beta\d+)?)-(?P<classifier>linux-x86_64(?:-avx2|-avx512)?)\.jar$")
+
+
+class BackendError(RuntimeError):
+    """A build could not be measured (missing jar, failed JVM, another build loaded)."""
+
+
+def needs(classifier: str) -> set[str]:
+    """CPU flags a build needs."""
+    if classifier.endswith("avx512"):
+        return {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    if classifier.endswith("avx2"):
+        return {"avx2", "fma"}
+    return set()
+
+
+def maven_repository() -> Path:
+    """The local Maven repository: -Dmaven.repo.local in MAVEN_OPTS, else ~/.m2/repository."""
+    match = re.search(r"-Dmaven\.repo\.local=(\S+)", os.environ.get("MAVEN_OPTS", ""))
+    return Path(match.group(1)) if match else Path.home() / ".m2" / "repository"
+
+
+def nd4j_version(cp: list[str]) -> str:
+    for entry in cp:
+        m = re.match(r"nd4j-api-(.+)\.jar$", Path(entry).name)
+        if m:
+            return m.group(1)
+    raise BackendError("no nd4j-api jar on the class path: run `make setup`")
+
+
+def find_jar(classifier: str, version: str, cp: list[str]) -> Path | None:
+    """The build's jar on the class path, next to it in java/target/lib, or in the local Maven repository."""
+    name = f"{ARTIFACT}-{version}-{classifier}.jar"
+    for entry in cp:
+        if Path(entry).name == name:
+            return Path(entry)
+    for place in (JAVA_TARGET / "lib" / name,
+                  maven_repository() / GROUP.replace(".", "/") / ARTIFACT / version / name):
+        if place.exists():
+            return place
+    return None
+
+
+def maven_snippet(classifier: str, version: str) -> str:
+    return (f"<dependency>\n  <groupId>{GROUP}</groupId>\n  <artifactId>{ARTIFACT}</artifactId>\n"
+            f"  <version>{version}</version>\n  <classifier>{classifier}</classifier>\n</dependency>")
+
+
+def input_shape(spec: dict, batch: int) -> list[int]:
+    """The input array's shape for an input type spec (pyd4j's *.input.json form), batch first."""
+    t = spec.get("type")
+    if t == "feedForward":
+        return [batch, int(spec["size"])]
+    if t == "convolutionalFlat":
+        return [batch, int(spec["height"]) * int(spec["width"]) * int(spec["channels"])]
+    if t == "convolutional":
+        return [batch, int(spec["channels"]), int(spec["height"]), int(spec["width"])]
+    if t == "recurrent":
+        return [batch, int(spec["size"]), int(spec["timeSeriesLength"])]
+    raise BackendError(f"input type {t!r} is not one pyd4j backend can feed; use feedForward, convolutionalFlat, "
+                       f"convolutional or recurrent")
+
+
+def measure_once(model: Path, kind: str, shape: list[int], jar: Path, classifier: str, seconds: float,
+                 timeout_s: float = 600) -> dict:
+    """One child JVM: the network trained for `seconds` on this build only."""
+    cp = [e for e in classpath() if not _NATIVE_JAR.match(Path(e).name)] + [str(jar)]
+    argv = ["java", "-cp", os.pathsep.join(cp), "org.pyd4j.BackendBench", str(model), kind, str(seconds),
+            ",".join(map(str, shape))]
+    with tempfile.TemporaryFile() as err:
+        try:
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise BackendError(f"{classifier}: the measuring JVM ran past {timeout_s:.0f} s and was ended") from None
+        err.seek(0)
+        tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
+    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")), None)
+    if out.returncode != 0 or line is None:
+        raise BackendError(f"{classifier}: the measuring JVM failed (exit code {out.returncode}): {' | '.join(tail)}")
+    result = json.loads(line)
+    loaded = result.get("library", "")
+    if f"/{classifier}/" not in loaded:
+        raise BackendError(f"{classifier}: ND4J loaded {loaded or 'an unknown library'}, not this build")
+    return result
+
+
+def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.0, rounds: int = ab.MIN_RUNS,
+                   features: tuple[str, ...] | None = None, on_result=None) -> dict:
+    """Every build this CPU can run and this machine has, measured `rounds` times each, alternated
+    (the order rotates each round). The fastest by median, compared with the runner-up by the
+    A/B's interval."""
+    from pyd4j.memory.machine import cpu_features  # noqa: PLC0415
+
+    features = cpu_features() if features is None else features
+    cp = classpath()
+    version = nd4j_version(cp)
+    builds, skipped = {}, []
+    for c in CLASSIFIERS:
+        missing = needs(c) - set(features)
+        jar = find_jar(c, version, cp)
+        if missing:
+            skipped.append({"build": c, "why": f"this CPU lacks {', '.join(sorted(missing))}"})
+        elif jar is None:
+            skipped.append({"build": c, "why": f"{ARTIFACT}-{version}-{c}.jar is not in java/target/lib or the local "
+                                               f"Maven repository; fetch it with `mvn dependency:get "
+                                               f"-Dartifact={GROUP}:{ARTIFACT}:{version}:jar:{c}` and run again"})
+        else:
+            builds[c] = jar
+    speeds: dict[str, list[float]] = {c: [] for c in builds}
+    failures: dict[str, str] = {}
+    order = list(builds)
+    for r in range(rounds):
+        for c in order[r % len(order):] + order[:r % len(order)] if order else []:
+            if c in failures:
+                continue
+            try:
+                result = measure_once(model, kind, shape, builds[c], c, seconds)
+            except BackendError as err:
+                failures[c] = str(err)
+                continue
+            speeds[c].append(result["iterations_per_s"])
+            if on_result:
+                on_result(c, result)
+    ranking = sorted(((c, v) for c, v in speeds.items() if v and c not in failures),
+                     key=lambda cv: -float(np.median(cv[1])))
+    rows = [{"build": c, "median_iterations_per_s": round(float(np.median(v)), 4),
+             "min": round(min(v), 4), "max": round(max(v), 4),
+             "spread": round((max(v) - min(v)) / float(np.median(v)), 4), "runs": len(v),
+             "iterations_per_s": [round(x, 4) for x in v]} for c, v in ranking]
+    doc = {"model": str(model), "kind": kind, "input_shape": shape, "seconds": seconds, "rounds": rounds,
+           "nd4j_version": version, "ranking": rows, "skipped": skipped, "failed": failures}
+    if rows:
+        best = rows[0]["build"]
+        doc["fastest"] = best
+        doc["maven"] = maven_snippet(best, version)
+        if len(rows) > 1:
+            c = ab.judge(speeds[rows[1]["build"]], speeds[best])
+            doc["versus_next"] = {"build": rows[1]["build"], **c.to_dict()}
+            doc["proved"] = c.verdict == "faster"
+        else:
+            doc["proved"] = False
+    return doc

@@ -1,0 +1,405 @@
+"""`pyd4j tune --speed`: find the settings that slow a DL4J job, try each as a change its code
+does not see, keep only what a noise-aware A/B (pyd4j.profile.ab) proves faster.
+
+One run of the job as it is (the probe) says what to try, cheapest and most often wrong first:
+OpenMP/BLAS threads against the cores (ND4J's own count, reported by the agent), ND4J's periodic
+GC (the agent reports the job's setting at its first fit() and can turn it off at every fit()),
+the heap where GC time shows. Each candidate is compared with the job as it is; the ones proved
+faster are combined greedily, best first, each verified again on top of those already kept, and
+the final combination is compared with the job as it is once more when it holds more than one
+change. A change that breaks the job is reported and dropped. Nothing is kept on a guess: no
+verified change is the answer (exit 3) when none is proved.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pyd4j.profile import ab
+from pyd4j.profile.command import JobCommand
+from pyd4j.profile.launch import default_run_dir, profile_job
+from pyd4j.profile.timeline import Timeline
+from pyd4j.profile.timesplit import time_split
+
+EXIT_VERIFIED = 0
+EXIT_NOTHING = 1        # the probe run trained nothing: nothing to measure
+EXIT_NO_CHANGE = 3      # no verified change
+GC_SHARE = 0.05         # GC time over this share of the training time makes the heap a candidate
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# Every run, both sides: no live-set inspections (full collections) and no allocation sites, which
+# cost time the job would not spend without pyd4j.
+QUIET_AGENT = ("live=0", "sites=0")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting changed without touching the job's code: environment, JVM options or an agent
+    option (ND4J's memory manager, set at every fit())."""
+
+    setting: str
+    before: str
+    after: str
+    why: str
+    env: tuple[tuple[str, str | None], ...] = ()
+    jvm: tuple[str, ...] = ()
+    agent: tuple[str, ...] = ()
+    replaces_memory_flags: bool = False
+    paste: str = ""
+
+    def key(self) -> str:
+        return self.setting
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A set of changes as one launch: environment, JVM options (agent options as -Dpyd4j.agent)."""
+
+    changes: tuple[Change, ...] = ()
+
+    def plus(self, change: Change) -> "Setup":
+        return Setup(self.changes + (change,))
+
+    def env(self) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for c in self.changes:
+            out.update(dict(c.env))
+        return out
+
+    def jvm_options(self) -> list[str]:
+        opts = [o for c in self.changes for o in c.jvm]
+        agent = [*QUIET_AGENT, *(o for c in self.changes for o in c.agent)]
+        opts.append("-Dpyd4j.agent=" + ",".join(agent))
+        return opts
+
+    def drop_memory_flags(self) -> bool:
+        return any(c.replaces_memory_flags for c in self.changes)
+
+    def label(self) -> str:
+        return " + ".join(f"{c.setting}={c.after}" for c in self.changes) or "the job as it is"
+
+
+@dataclass
+class Probe:
+    """What the first run of the job as it is says about its settings."""
+
+    iterations_per_s: float | None
+    ok: bool
+    why: str
+    nd4j: dict = field(default_factory=dict)     # the agent's report at the first fit()
+    gc_share: float | None = None                # GC time / training time
+    explicit_gc_share: float | None = None       # the share of it in collections the job asked for (System.gc())
+    heap_max: int | None = None
+    run_dir: str | None = None
+    time_split: dict | None = None               # where the training time went (pyd4j.profile.timesplit)
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+Runner = Callable[[Setup, str], "Measured"]
+
+
+@dataclass
+class Measured:
+    iterations_per_s: float | None
+    ok: bool
+    why: str
+    timeline: Timeline | None = None
+    run_dir: str | None = None
+
+
+def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None) -> Runner:
+    """Runs the job once per call under the agent with a setup, each run in its own directory."""
+    counter = [0]
+    java = JobCommand.parse(job).java
+
+    def run(setup: Setup, side: str) -> Measured:
+        counter[0] += 1
+        run_dir = out_dir / f"run-{counter[0]:03d}-{side}"
+        opts = setup.jvm_options()
+        if setup.drop_memory_flags() and java is not None:
+            kept = [f for f in java.memory_flags() if not f.startswith(("-Xmx", "-Xms"))]
+            opts = kept + opts
+        result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
+                             drop_memory_flags=setup.drop_memory_flags(), timeout_s=timeout_s,
+                             env_changes=setup.env())
+        t = result.timeline
+        ips = t.iterations_per_second()
+        if result.stopped_by == "timeout" and ips:
+            return Measured(ips, True, "stopped at the timeout", t, str(run_dir))
+        if not result.ok:
+            return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else ""),
+                            t, str(run_dir))
+        if not ips:
+            return Measured(None, False, "no training iteration measured", t, str(run_dir))
+        return Measured(ips, True, "", t, str(run_dir))
+    return run
+
+
+def probe_of(m: Measured) -> Probe:
+    """The probe's evidence from its timeline."""
+    p = Probe(m.iterations_per_s, m.ok, m.why, run_dir=m.run_dir)
+    t = m.timeline
+    if t is None:
+        return p
+    for note in t.notes:
+        if isinstance(note.get("nd4j"), dict):
+            p.nd4j = note["nd4j"]
+            break
+    _, gc_ms = t.gc_totals()
+    marks = sorted([(s["t"], s["iterations"]) for s in t.samples if s.get("iterations")]
+                   + [(e["t"], e["n"]) for e in t.iter_events])
+    if marks and marks[-1][0] > marks[0][0]:
+        inside = [(s["t"], g) for s, g in zip(t.samples, gc_ms) if marks[0][0] <= s["t"] <= marks[-1][0]]
+        if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+            p.gc_share = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+        explicit = sum(e.get("duration_ms", 0) for e in t.gc_events
+                       if e.get("cause") == "System.gc()" and marks[0][0] <= e.get("t", 0) <= marks[-1][0])
+        p.explicit_gc_share = explicit / (marks[-1][0] - marks[0][0])
+    p.heap_max = t.limits().get("heap_max")
+    p.time_split = time_split(t)
+    return p
+
+
+# -- what to try ----------------------------------------------------------------------------------
+
+def cores() -> int:
+    """CPUs this process may run on (affinity and cgroup cpusets included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int | None = None) -> list[Change]:
+    """The changes worth a run, cheapest and most often wrong first, each with the evidence."""
+    out: list[Change] = []
+    threads = probe.nd4j.get("max_threads")
+    set_vars = {v: env[v] for v in THREAD_VARIABLES if v in env}
+    current = threads if isinstance(threads, int) and threads > 0 else None
+    if current is None and "OMP_NUM_THREADS" in set_vars and set_vars["OMP_NUM_THREADS"].strip().isdigit():
+        current = int(set_vars["OMP_NUM_THREADS"])
+    before = ", ".join(f"{v}={x}" for v, x in set_vars.items()) or "unset"
+    # all cores, and half of them (one per physical core where each has two hardware threads; on a
+    # busy machine fewer threads than cores often wins, OpenMP threads spin while they wait)
+    for n in sorted({n_cores, max(1, n_cores // 2)}, reverse=True):
+        # unset is a setting of its own: OpenBLAS and ND4J then each pick their count
+        if n == current and "OMP_NUM_THREADS" in set_vars and all(x.strip() == str(n) for x in set_vars.values()):
+            continue
+        env_change = tuple((v, str(n)) for v in ("OMP_NUM_THREADS", *[v for v in set_vars if v != "OMP_NUM_THREADS"]))
+        why = (f"ND4J ran {current} threads on {n_cores} cores" if current else f"{before} on {n_cores} cores")
+        out.append(Change(f"threads={n}", before, ", ".join(f"{v}={x}" for v, x in env_change), why, env=env_change,
+                          paste=" ".join(f"export {v}={x}" for v, x in env_change)))
+    # OpenMP threads that wait spin on their core; on a machine busy with other work (or with more
+    # threads than cores) that spinning takes the time the job needs. PASSIVE makes them sleep.
+    if (current or n_cores) > 1 and env.get("OMP_WAIT_POLICY", "").strip().upper() != "PASSIVE":
+        out.append(Change("omp_wait_policy", env.get("OMP_WAIT_POLICY", "unset (OpenMP threads spin while they wait)"),
+                          "OMP_WAIT_POLICY=PASSIVE", f"{current or 'several'} OpenMP threads on {n_cores} cores",
+                          env=(("OMP_WAIT_POLICY", "PASSIVE"),), paste="export OMP_WAIT_POLICY=PASSIVE"))
+    if probe.nd4j.get("periodic_gc") is True:
+        window = probe.nd4j.get("gc_window_ms")
+        out.append(Change("nd4j.periodic_gc", f"on, window {window} ms", "off",
+                          f"the job turned ND4J's periodic GC on: a System.gc() every {window} ms",
+                          agent=("nd4j_periodic_gc=false",),
+                          paste="Nd4j.getMemoryManager().togglePeriodicGc(false);  // or the agent option nd4j_periodic_gc=false"))
+    if probe.nd4j.get("training_workspace_mode") == "NONE":
+        out.append(Change("workspace_mode", "NONE", "ENABLED",
+                          "the network's configuration turns DL4J's training workspaces off (each iteration allocates anew)",
+                          agent=("workspace_mode=ENABLED",),
+                          paste=".trainingWorkspaceMode(WorkspaceMode.ENABLED)  // on the NeuralNetConfiguration.Builder; "
+                                "or the agent option workspace_mode=ENABLED"))
+    if probe.explicit_gc_share is not None and probe.explicit_gc_share > GC_SHARE:
+        # The job's System.gc() calls become no-ops; ND4J's CPU arrays are still freed after the
+        # ordinary collections (its deallocators follow reference queues, not System.gc()).
+        out.append(Change("explicit_gc", "System.gc() honoured", "-XX:+DisableExplicitGC",
+                          f"collections the job asked for (System.gc()) took {probe.explicit_gc_share:.0%} of the training time",
+                          jvm=("-XX:+DisableExplicitGC",), paste="-XX:+DisableExplicitGC"))
+    if probe.gc_share is not None and probe.gc_share - (probe.explicit_gc_share or 0) > GC_SHARE and probe.heap_max:
+        bigger = probe.heap_max * 4
+        if ram_bytes:
+            bigger = min(bigger, ram_bytes // 2)
+        if bigger > probe.heap_max * 1.2:
+            mib = bigger // (1 << 20)
+            out.append(Change("heap", f"max heap {probe.heap_max // (1 << 20)} MiB", f"-Xmx{mib}m",
+                              f"garbage collection took {probe.gc_share:.0%} of the training time",
+                              jvm=(f"-Xmx{mib}m",), replaces_memory_flags=True, paste=f"-Xmx{mib}m"))
+    return out
+
+
+# -- the tune -------------------------------------------------------------------------------------
+
+def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callable[[], float]:
+    def run() -> float:
+        m = runner(setup, side)
+        record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
+                       "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+        if not m.ok or not m.iterations_per_s:
+            raise ab.RunFailed(m.why or "no speed measured")
+        return m.iterations_per_s
+    return run
+
+
+def greedy(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison]
+           ) -> tuple[Setup, list[dict], list[dict], ab.Comparison | None]:
+    """Screen each candidate against the job as it is, then combine the faster ones best first,
+    each kept only if it is faster again on top of those kept. Returns the kept setup, the kept
+    changes (with the comparison that proved each), every trial and the comparison that proved
+    the first kept change against the job as it is."""
+    base = Setup()
+    trials: list[dict] = []
+    proved: list[tuple[Change, ab.Comparison]] = []
+    for change in cands:
+        c = compare(base, base.plus(change))
+        trials.append({"setting": change.setting, "after": change.after, "on_top_of": base.label(), **c.to_dict()})
+        if c.verdict == "faster":
+            proved.append((change, c))
+    proved.sort(key=lambda pc: -(pc[1].estimate or 0))
+    kept = Setup()
+    kept_rows: list[dict] = []
+    against_base = proved[0][1] if proved else None
+    for i, (change, first) in enumerate(proved):
+        c = first if i == 0 else compare(kept, kept.plus(change))
+        if i > 0:
+            trials.append({"setting": change.setting, "after": change.after, "on_top_of": kept.label(), **c.to_dict()})
+        if c.verdict == "faster":
+            kept = kept.plus(change)
+            kept_rows.append(_row(change, c))
+    return kept, kept_rows, trials, against_base
+
+
+def _row(change: Change, c: ab.Comparison) -> dict:
+    return {"setting": change.setting, "before": change.before, "after": change.after, "ratio": c.to_dict()["ratio"],
+            "interval": c.to_dict()["interval"], "reason": f"{change.why}; {c.reason}", "paste": change.paste,
+            "environment": dict(change.env), "jvm_options": list(change.jvm), "agent_options": list(change.agent),
+            "replaces_memory_flags": change.replaces_memory_flags}
+
+
+def change_of(row: dict) -> Change:
+    """The Change a row of `speed.changes` describes (to run the job with it again)."""
+    return Change(row["setting"], row["before"], row["after"], row.get("reason", ""),
+                  env=tuple(row.get("environment", {}).items()), jvm=tuple(row.get("jvm_options", [])),
+                  agent=tuple(row.get("agent_options", [])), replaces_memory_flags=row.get("replaces_memory_flags", False))
+
+
+def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
+               timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
+               runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
+               ram_bytes: int | None = None, only: set[str] | None = None) -> dict:
+    """Probe the job, try the candidates, combine what is proved; the `speed` document. `only`:
+    try only these kinds of setting (threads, nd4j.periodic_gc, workspace_mode, explicit_gc, heap)."""
+    started = time.monotonic()
+    command = JobCommand.parse(job)
+    out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
+    out.mkdir(parents=True, exist_ok=True)
+    runner = runner or job_runner(job, out, interval_ms, timeout_s)
+    env = dict(os.environ if env is None else env)
+    n_cores = n_cores or cores()
+    if ram_bytes is None:
+        import psutil  # noqa: PLC0415
+
+        from pyd4j.memory.machine import cgroup_limit_bytes  # noqa: PLC0415
+
+        ram_bytes = min(x for x in (cgroup_limit_bytes(), psutil.virtual_memory().total) if x)
+    runs: list[dict] = []
+    first = runner(Setup(), "probe")
+    runs.append({"side": "probe", "setup": Setup().label(), "iterations_per_s": first.iterations_per_s,
+                 "ok": first.ok, "why": first.why, "run_dir": first.run_dir})
+    probe = probe_of(first)
+    doc: dict = {"command": list(job), "out": str(out), "cores": n_cores,
+                 "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
+                           "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
+                           "heap_max": probe.heap_max, "run_dir": probe.run_dir}}
+    if not probe.ok or not probe.iterations_per_s:
+        doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started)
+        doc["error"] = (f"the job as it is did not train ({probe.why}); tune --speed needs a job that runs DL4J "
+                        f"training iterations (fit()) and exits cleanly")
+        doc["exit_code"] = EXIT_NOTHING
+        return doc
+    cands = candidates(probe, env, n_cores, ram_bytes)
+    if only is not None:
+        cands = [c for c in cands if c.setting.split("=")[0] in only]
+
+    def compare(a: Setup, b: Setup) -> ab.Comparison:
+        return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
+
+    if not cands:
+        doc["speed"] = _speed_doc(None, [], [], "no verified change", runs, started,
+                                  note="nothing in the probe run points at a setting pyd4j can change")
+        doc["exit_code"] = EXIT_NO_CHANGE
+        return doc
+    try:
+        kept, rows, trials, final = greedy(cands, compare)
+        if len(kept.changes) > 1:
+            final = compare(Setup(), kept)
+            trials.append({"setting": "all kept", "after": kept.label(), "on_top_of": Setup().label(), **final.to_dict()})
+            if final.verdict != "faster":
+                kept, rows = Setup(), []
+    except ab.RunFailed as err:
+        doc["speed"] = _speed_doc(None, [], [], "no verified change", runs, started,
+                                  note=f"the job as it is failed during the comparison ({err.why}); no change can be verified")
+        doc["exit_code"] = EXIT_NO_CHANGE
+        return doc
+    verdict = "verified" if kept.changes else "no verified change"
+    doc["speed"] = _speed_doc(final if kept.changes else None, rows, trials, verdict, runs, started, kept=kept)
+    doc["exit_code"] = EXIT_VERIFIED if kept.changes else EXIT_NO_CHANGE
+    return doc
+
+
+def _speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str, runs: list[dict],
+               started: float, kept: Setup | None = None, note: str | None = None) -> dict:
+    paste = {"environment": {}, "jvm_options": [], "code": []}
+    for c in (kept.changes if kept else ()):
+        paste["environment"].update({k: v for k, v in c.env})
+        paste["jvm_options"] += list(c.jvm)
+        if c.agent:
+            paste["code"].append(c.paste)
+    fd = final.to_dict() if final else None
+    return {"verdict": verdict, "ratio": fd["ratio"] if fd else None, "interval": fd["interval"] if fd else None,
+            "changes": rows, "tried": trials, "paste": paste, "runs": len(runs),
+            "extra_runs": max(0, len(runs) - 1), "run_log": runs, "wall_s": round(time.monotonic() - started, 1),
+            "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
+            "note": note}
+
+
+def print_speed(doc: dict) -> None:
+    """The human table of a speed tune: each trial, then the kept changes and what to paste."""
+    from pyd4j.output import print_table  # noqa: PLC0415
+
+    s = doc["speed"]
+
+    def interval(row: dict) -> str:
+        iv = row.get("interval")
+        return "-" if not iv else f"{iv[0]:.3f}-{iv[1]:.3f}" if iv[1] is not None else f"{iv[0]:.3f}-inf"
+
+    probe = doc.get("probe") or {}
+    print(f"job as it is: {probe.get('iterations_per_s') or 0:.3g} iterations/s on {doc.get('cores')} cores"
+          + (f"; ND4J: {probe['nd4j']}" if probe.get("nd4j") else ""))
+    if probe.get("time_split"):
+        from pyd4j.profile.timesplit import describe  # noqa: PLC0415
+
+        print(describe(probe["time_split"]))
+    if s["tried"]:
+        print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
+                    ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],
+                    [[t["setting"], t["after"], t["on_top_of"], t["verdict"],
+                      "-" if t["ratio"] is None else f"{t['ratio']:.3f}", interval(t), t["runs"]] for t in s["tried"]])
+    if s["verdict"] == "verified":
+        print(f"verified: {s['ratio']:.3f}x iterations/s (95% interval {interval(s)}) with:")
+        for c in s["changes"]:
+            print(f"  {c['setting']}: {c['before']} -> {c['after']}  ({c['reason']})")
+        p = s["paste"]
+        if p["environment"]:
+            print("environment:  " + " ".join(f"{k}={v}" for k, v in p["environment"].items()))
+        if p["jvm_options"]:
+            print("JVM options:  " + " ".join(p["jvm_options"]))
+        for line in p["code"]:
+            print("code:         " + line)
+    else:
+        print(f"{s['verdict']}" + (f": {s['note']}" if s.get("note") else
+                                   ": no change was proved faster by the A/B; nothing is recommended"))
+    if doc.get("error"):
+        print(f"error: {doc['error']}")
+    print(f"cost: {s['extra_runs']} runs after the first, {s['wall_s']:.0f} s; runs in {doc['out']}")

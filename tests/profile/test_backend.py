@@ -1,0 +1,56 @@
+"""pyd4j backend: which builds it measures, the input it feeds, and (real JVMs) that each
+measurement ran the build it names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pyd4j.jvm.classpath import classpath
+from pyd4j.profile.backend import CLASSIFIERS, _NATIVE_JAR, find_jar, input_shape, needs, nd4j_version
+
+
+def test_input_shapes_match_dl4j_layouts():
+    assert input_shape({"type": "feedForward", "size": 784}, 32) == [32, 784]
+    assert input_shape({"type": "convolutionalFlat", "height": 28, "width": 28, "channels": 1}, 16) == [16, 784]
+    # DL4J convolutional input is NCHW
+    assert input_shape({"type": "convolutional", "height": 32, "width": 24, "channels": 3}, 8) == [8, 3, 32, 24]
+    assert input_shape({"type": "recurrent", "size": 10, "timeSeriesLength": 50}, 4) == [4, 10, 50]
+
+
+def test_builds_need_their_cpu_flags():
+    assert needs("linux-x86_64") == set()
+    assert needs("linux-x86_64-avx2") == {"avx2", "fma"}
+    assert "avx512f" in needs("linux-x86_64-avx512")
+
+
+def test_native_jar_names():
+    assert _NATIVE_JAR.match("nd4j-native-1.0.0-M2.1-linux-x86_64-avx512.jar").group("classifier") == "linux-x86_64-avx512"
+    assert _NATIVE_JAR.match("nd4j-native-1.0.0-M2.1-linux-x86_64.jar").group("classifier") == "linux-x86_64"
+    # the Java part and the presets are not builds
+    assert _NATIVE_JAR.match("nd4j-native-1.0.0-M2.1.jar") is None
+    assert _NATIVE_JAR.match("nd4j-native-api-1.0.0-M2.1.jar") is None
+    assert _NATIVE_JAR.match("nd4j-native-preset-1.0.0-M2.1-linux-x86_64.jar") is None
+
+
+@pytest.mark.jvm
+@pytest.mark.slow
+def test_backend_measures_each_available_build_on_lenet():
+    cp = classpath()
+    available = [c for c in CLASSIFIERS if find_jar(c, nd4j_version(cp), cp)]
+    out = subprocess.run([sys.executable, "-m", "pyd4j.cli", "backend", "--model", "lenet", "--batch", "8",
+                          "--seconds", "1", "--rounds", "1", "--json"], capture_output=True, text=True, timeout=600)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0, out.stderr
+    measured = {r["build"] for r in doc["ranking"]}
+    skipped = {s["build"] for s in doc["skipped"]}
+    assert measured | skipped | set(doc["failed"]) == set(CLASSIFIERS)
+    assert not doc["failed"]
+    # every build whose jar is here and whose CPU flags this machine has was measured
+    assert measured == {c for c in available if c not in skipped}
+    assert doc["fastest"] == doc["ranking"][0]["build"]
+    assert f"<classifier>{doc['fastest']}</classifier>" in doc["maven"]
+    assert doc["input_shape"] == [8, 784]

@@ -1,0 +1,115 @@
+"""pyd4j tune --speed's own logic (pyd4j.profile.speed): which changes it tries from a probe's
+evidence, and the greedy combination, with a fake job whose speed is a known function of the setup
+(fakes isolate our logic; the real job is tests/profile/test_speed_job.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyd4j.profile import ab
+from pyd4j.profile.speed import Change, Measured, Probe, Setup, candidates, greedy, tune_speed
+
+
+def _probe(**nd4j) -> Probe:
+    return Probe(10.0, True, "", nd4j={"periodic_gc": False, "max_threads": 2, "cores": 2,
+                                       "training_workspace_mode": "ENABLED", **nd4j}, gc_share=0.0, explicit_gc_share=0.0)
+
+
+def test_candidates_from_evidence():
+    # OMP_NUM_THREADS set to the cores and nothing else pointing anywhere: only half the cores is tried
+    assert [c.setting for c in candidates(_probe(), {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "passive"}, 2)] \
+        == ["threads=1"]
+    # unset: both counts are tried (unset lets ND4J and OpenBLAS each choose), and sleeping OpenMP threads
+    assert [c.setting for c in candidates(_probe(), {}, 2)] == ["threads=2", "threads=1", "omp_wait_policy"]
+    oversub = candidates(_probe(max_threads=8), {"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}, 4)
+    assert [c.setting for c in oversub] == ["threads=4", "threads=2", "omp_wait_policy"]
+    assert dict(oversub[2].env) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert dict(oversub[0].env) == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
+    p = _probe(periodic_gc=True, gc_window_ms=5, training_workspace_mode="NONE", max_threads=1)
+    p.gc_share, p.explicit_gc_share, p.heap_max = 0.33, 0.3, 64 << 20
+    got = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1, ram_bytes=8 << 30)}
+    # GC time is nearly all System.gc(): the heap is not tried (3% left, under the 5% threshold)
+    assert set(got) == {"nd4j.periodic_gc", "workspace_mode", "explicit_gc"}
+    assert got["nd4j.periodic_gc"].agent == ("nd4j_periodic_gc=false",)
+    p.explicit_gc_share = 0.0
+    heap = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1, ram_bytes=8 << 30)}["heap"]
+    assert heap.jvm == ("-Xmx256m",) and heap.replaces_memory_flags
+
+
+def test_setup_launch_form():
+    s = Setup().plus(Change("threads=1", "unset", "OMP_NUM_THREADS=1", "", env=(("OMP_NUM_THREADS", "1"),)))
+    s = s.plus(Change("workspace_mode", "NONE", "ENABLED", "", agent=("workspace_mode=ENABLED",)))
+    assert s.env() == {"OMP_NUM_THREADS": "1"}
+    assert s.jvm_options() == ["-Dpyd4j.agent=live=0,sites=0,workspace_mode=ENABLED"]
+    assert not s.drop_memory_flags()
+
+
+# A fake job: speed = 10 x the product of the factors of the changes in the setup, with a small
+# deterministic jitter (the same sequence for every setup) so that the A/B sees spread; "boom" breaks the job.
+FACTORS = {"threads=1": 3.0, "explicit_gc": 1.5, "neutral": 1.0, "worse": 0.7}
+
+
+def _fake_compare(log):
+    jitters: dict[str, object] = {}
+
+    def speed(setup: Setup) -> float:
+        jitter = jitters.setdefault(setup.label(), iter([1.0, 1.01, 0.99, 1.005, 0.995, 1.002, 0.998, 1.003] * 20))
+        v = 10.0
+        for c in setup.changes:
+            if c.setting == "boom":
+                raise ab.RunFailed("exit code 1")
+            v *= FACTORS[c.setting]
+        return v * next(jitter)
+
+    def compare(a: Setup, b: Setup) -> ab.Comparison:
+        log.append((a.label(), b.label()))
+        return ab.compare(lambda: speed(a), lambda: speed(b), min_runs=4, max_runs=6)
+    return compare
+
+
+def _change(name):
+    return Change(name, "x", name, "fake")
+
+
+def test_fake_greedy_keeps_proved_changes_best_first_each_verified_in_combination():
+    log = []
+    kept, rows, trials, first = greedy([_change(n) for n in ("neutral", "explicit_gc", "worse", "threads=1", "boom")],
+                                       _fake_compare(log))
+    assert [c.setting for c in kept.changes] == ["threads=1", "explicit_gc"]  # best first
+    verdicts = {t["setting"]: t["verdict"] for t in trials if t["on_top_of"] == "the job as it is"}
+    assert verdicts == {"neutral": "same", "explicit_gc": "faster", "worse": "slower", "threads=1": "faster",
+                        "boom": "broken"}
+    # the second kept change was compared again on top of the first
+    assert ("threads=1=threads=1", "threads=1=threads=1 + explicit_gc=explicit_gc") in log
+    assert rows[0]["ratio"] == pytest.approx(3.0, rel=0.02) and rows[1]["ratio"] == pytest.approx(1.5, rel=0.02)
+    assert first.verdict == "faster"
+
+
+def test_fake_greedy_with_nothing_proved_keeps_nothing():
+    kept, rows, trials, first = greedy([_change("neutral"), _change("worse")], _fake_compare([]))
+    assert kept.changes == () and rows == [] and first is None
+
+
+def test_fake_job_tune_speed_document_and_exit_codes(tmp_path):
+    """tune_speed end to end on a fake runner: threads unset is slow, OMP_NUM_THREADS=1 three times faster."""
+    def runner(setup: Setup, side: str) -> Measured:
+        env = setup.env()
+        v = 30.0 if env.get("OMP_NUM_THREADS") == "1" else 10.0
+        return Measured(v * (1 + 0.001 * len(side)), True, "")
+
+    job = ["java", "-cp", "x.jar", "Main"]
+    doc = tune_speed(job, tmp_path / "t", runner=runner, env={}, n_cores=2, ram_bytes=8 << 30)
+    s = doc["speed"]
+    assert doc["exit_code"] == 0 and s["verdict"] == "verified"
+    assert [c["setting"] for c in s["changes"]] == ["threads=1"]
+    assert s["paste"]["environment"] == {"OMP_NUM_THREADS": "1"}
+    assert s["ratio"] == pytest.approx(3.0, rel=0.01) and s["interval"][0] > 1
+    assert s["extra_runs"] == s["runs"] - 1
+
+    same = tune_speed(job, tmp_path / "u", runner=lambda setup, side: Measured(10.0, True, ""), env={}, n_cores=2,
+                      ram_bytes=8 << 30)
+    assert same["exit_code"] == 3 and same["speed"]["verdict"] == "no verified change" and same["speed"]["changes"] == []
+
+    dead = tune_speed(job, tmp_path / "v", runner=lambda setup, side: Measured(None, False, "exit code 1"), env={},
+                      n_cores=2, ram_bytes=8 << 30)
+    assert dead["exit_code"] == 1 and "did not train" in dead["error"]
