@@ -24,7 +24,7 @@ setup: $(VENV) $(JAR) $(NATIVE_LIB)
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -c constraints.txt -e ".[dev,spark]"
+	.venv/bin/pip install -q -c constraints.txt -e ".[dev,spark,serve]"
 	touch $@
 
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
