@@ -76,8 +76,10 @@ def _input_shape(spec: dict[str, Any]) -> tuple[int, ...]:
 class ServedModel:
     """A DL4J MultiLayerNetwork or ComputationGraph from a ModelSerializer zip or a configuration JSON."""
 
-    def __init__(self, name: str, path: str | Path, spill_dir: Path, input_spec: str | None = None) -> None:
+    def __init__(self, name: str, path: str | Path, spill_dir: Path, input_spec: str | None = None,
+                 restore_from: str = "disk") -> None:
         self.name = name
+        self.restore_from = restore_from  # "zip": reload a zip model from its file instead (a baseline)
         self.path = Path(path)
         self.spill_path = spill_dir / f"{name}.params"
         self.input_spec = input_spec
@@ -91,6 +93,7 @@ class ServedModel:
         self.load_seconds = 0.0
         self.last_restore_seconds: float | None = None
         self.params_dtype: np.dtype | None = None
+        self._params: Any = None  # the parameter array restore() made (the network holds a view of it)
 
     # ------------------------------------------------------------------ load
 
@@ -223,7 +226,8 @@ class ServedModel:
 
         import pyd4j.nd as nd  # noqa: PLC0415
 
-        if not self.spill_path.exists():  # inference never changes the parameters: written once, on the first eviction
+        # inference never changes the parameters: the file is written once, at the first eviction
+        if self.restore_from != "zip" and not self.spill_path.exists():
             view = nd.to_numpy(self.net.params())
             mm = np.memmap(self.spill_path, dtype=view.dtype, mode="w+", shape=view.shape)
             mm[...] = view
@@ -237,10 +241,12 @@ class ServedModel:
     def _release(self) -> None:
         """Free the network's parameter (and gradient) buffers now and drop it. What DL4J's close() does
         without its System.gc(), which takes a full collection (0.2-0.4 s) per eviction."""
-        for arr in (self.net.params(), self.net.getGradientsViewArray()):
-            if arr is not None and arr.closeable():
+        # after init(params, false) the network's params() is a view of the array restore() made,
+        # and a view cannot be closed: that array is closed instead
+        for arr in (self.net.params(), self._params, self.net.getGradientsViewArray()):
+            if arr is not None and not arr.wasClosed() and arr.closeable():
                 arr.close()
-        self.net = None
+        self.net = self._params = None
 
     def restore(self) -> float:
         """The network again, from its configuration and the disk tier; returns the seconds it took."""
@@ -250,6 +256,10 @@ class ServedModel:
         import pyd4j.nd as nd  # noqa: PLC0415
 
         t0 = time.perf_counter()
+        if self.restore_from == "zip" and self.source == "zip":
+            self.net = self._from_zip()
+            self.last_restore_seconds = time.perf_counter() - t0
+            return self.last_restore_seconds
         mm = np.memmap(self.spill_path, dtype=self.params_dtype, mode="r")
         params = Nd4j.createUninitialized(DataType.valueOf(nd.nd4j_dtype(self.params_dtype)), 1, int(mm.size))
         target = nd.to_numpy(params)
@@ -257,7 +267,7 @@ class ServedModel:
         del target, mm
         net = self._build(self.conf_json)
         net.init(params, False)
-        self.net = net
+        self.net, self._params = net, params
         self.last_restore_seconds = time.perf_counter() - t0
         return self.last_restore_seconds
 

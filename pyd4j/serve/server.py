@@ -49,7 +49,10 @@ class ModelServer:
     def __init__(self, models: dict[str, str | Path] | list[str], budget: int | str | None = None, *,
                  host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32, max_wait_ms: float = 2.0,
                  queue_size: int = 64, timeout_s: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
-                 spill_dir: str | Path | None = None, inputs: dict[str, str] | None = None) -> None:
+                 spill_dir: str | Path | None = None, inputs: dict[str, str] | None = None,
+                 restore_from: str = "disk") -> None:
+        """restore_from="zip" reloads an evicted zip model from its file instead of the disk tier: the
+        load-on-demand baseline benchmarks/serving.py compares against."""
         from pyd4j.units import parse_bytes  # noqa: PLC0415
 
         pairs = [parse_model_arg(m) for m in models] if isinstance(models, list) else \
@@ -74,6 +77,9 @@ class ModelServer:
         self.max_batch, self.max_wait_s, self.queue_size = max_batch, max_wait_ms / 1000.0, queue_size
         self.timeout_s, self.max_body = timeout_s, max_body_bytes
         self.inputs = inputs or {}
+        if restore_from not in ("disk", "zip"):
+            raise InputError(f"restore_from {restore_from!r}: use 'disk' (the disk tier) or 'zip'")
+        self.restore_from = restore_from
         self._spill_parent = spill_dir
         self.spill_dir: Path | None = None
         self.metrics = Metrics()
@@ -93,7 +99,7 @@ class ModelServer:
         start_jvm()
         self.spill_dir = Path(tempfile.mkdtemp(prefix="pyd4j-serve-", dir=self._spill_parent))
         for name, path in self.pairs:
-            model = ServedModel(name, path, self.spill_dir, self.inputs.get(name))
+            model = ServedModel(name, path, self.spill_dir, self.inputs.get(name), self.restore_from)
             w = ModelWorker(model, self.budget, self.metrics, self.max_batch, self.max_wait_s, self.queue_size)
             self.workers[name] = w
             w.start()

@@ -242,3 +242,25 @@ def test_fake_full_queue_answers_429_with_retry_after(server, monkeypatch):
     good = {"name": "input", "shape": [1, 784], "datatype": "FP32", "data": [0.0] * 784}
     status, headers, body = _post(server, "/v2/models/mlp/infer", json.dumps({"inputs": [good]}).encode())
     assert status == 429 and headers.get("retry-after") == "1" and "queue" in body["error"]
+
+
+def test_eviction_releases_parameters_and_workspaces_at_once(models, jvm, tmp_path):
+    """Loaded and restored networks alike: eviction closes the parameter buffer (no wait for Java's
+    GC) and leaves this thread no workspaces; outputs after restore are bit-identical."""
+    from org.nd4j.linalg.factory import Nd4j
+
+    from pyd4j.serve.model import ServedModel
+
+    m = ServedModel("lenet", models["dir"] / "lenet.json", tmp_path)
+    m.load(4)
+    x = [np.random.default_rng(4).random((2, 784), dtype=np.float32)]
+    want = _output(models["lenet"], x[0])
+    for _ in range(2):  # once as loaded, once as restored (params() is then a view of restore's array)
+        np.testing.assert_array_equal(m.infer(x)[0], want)
+        params = m.net.params()
+        m.evict()
+        assert params.wasClosed() and not m.resident
+        assert Nd4j.getWorkspaceManager().getAllWorkspacesForCurrentThread().size() == 0
+        assert m.restore() > 0
+    np.testing.assert_array_equal(m.infer(x)[0], want)
+    m.close()
