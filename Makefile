@@ -75,7 +75,7 @@ wheel: $(JAR)
 	@ls dist/*.whl
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training serving
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 
