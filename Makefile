@@ -24,7 +24,7 @@ setup: $(VENV) $(JAR) $(NATIVE_LIB)
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -c constraints.txt -e ".[dev,spark]"
+	.venv/bin/pip install -q -c constraints.txt -e ".[dev,spark,serve]"
 	touch $@
 
 # The nd4j-native classifier (avx2/avx512) is chosen for this CPU by pyd4j itself.
@@ -74,7 +74,7 @@ wheel: $(JAR)
 	@ls dist/*.whl
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage speed_tuning
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage speed_tuning serving
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 

@@ -1,0 +1,115 @@
+"""`pyd4j serve`: several DL4J models under a memory budget, over the Open Inference Protocol v2."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from pyd4j import inputs
+from pyd4j.output import emit_json, fail, human_bytes, print_table
+
+PORT = inputs.Whole(0, 65535, example="--port 8000", why="a TCP port; 0 picks a free one")
+MAX_BODY = inputs.ByteSize(example="64m")
+
+
+def _status_rows(status: dict) -> list[list[str]]:
+    rows = []
+    for name, m in status["models"].items():
+        fp = m.get("footprint") or {}
+        rows.append([name, m["state"], m.get("memory_state", "-"), m.get("source") or "-",
+                     human_bytes(fp.get("total_bytes")) if fp else "-",
+                     human_bytes(fp.get("estimate_bytes")) if fp else "-", m.get("error") or ""])
+    return rows
+
+
+def judge_soak(result: dict) -> dict:
+    """The profiler's leak verdicts (pyd4j.profile.diagnose.judge) on a soak's memory samples: server
+    RSS, live heap and JavaCPP's count after full collections against requests served. The first
+    round is warm-up (JIT, workspaces learning their sizes) and is left out, as the profiler does."""
+    from dataclasses import asdict  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from pyd4j.profile.diagnose import LEAK_MIN_GROWTH, LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP, judge  # noqa: PLC0415
+
+    used = result["samples"][2:]
+    x = np.array([s["requests"] for s in used], dtype=float)
+
+    def col(key: str) -> np.ndarray:
+        return np.array([s[key] for s in used], dtype=float)
+
+    verdicts = [judge(x, col("rss"), "iteration", "server RSS after full collections", LEAK_MIN_GROWTH),
+                judge(x, col("heap_live"), "iteration", "live heap", LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP),
+                judge(x, col("javacpp_total"), "iteration", "JavaCPP Pointers kept (totalBytes)", LEAK_MIN_GROWTH)]
+    statuses = [v.status for v in verdicts]
+    return dict(result, verdicts=[{"status": v.status, "label": v.label, "reason": v.reason,
+                                   "trend": asdict(v.trend) if v.trend else None} for v in verdicts],
+                leak="leak" in statuses,
+                verdict="leak" if "leak" in statuses else ("no-leak" if set(statuses) == {"no-leak"} else "not-enough-data"))
+
+
+@click.command("serve")
+@click.option("--model", "models", multiple=True, required=True, metavar="NAME=PATH",
+              help="A model to serve: a DL4J ModelSerializer zip, or a configuration JSON (with its .input.json "
+                   "beside it) initialised at random. Repeat for several.")
+@click.option("--input", "input_specs", multiple=True, metavar="NAME=SPEC",
+              help="Input type of a model whose file does not tell it, e.g. mlp=ff:784 or net=cnn:32x32x3.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", type=PORT, default=8000, show_default=True, help="TCP port (0: a free one).")
+@click.option("--budget", type=inputs.SIZE, default=None,
+              help="Memory the resident models may hold together (e.g. 512m); idle models beyond it go to disk.")
+@click.option("--max-batch", type=inputs.BATCH, default=32, show_default=True,
+              help="Largest batch one output() call runs (dynamic batching) and the largest a request may send.")
+@click.option("--max-wait-ms", type=inputs.Real(0, 60_000, example="--max-wait-ms 2"), default=2.0, show_default=True,
+              help="Longest a request waits for others to batch with.")
+@click.option("--queue-size", type=inputs.COUNT, default=64, show_default=True,
+              help="Requests a model may queue; beyond it the server answers 429 with Retry-After.")
+@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=30.0, show_default=True,
+              help="Seconds a request may take before the server answers 504.")
+@click.option("--max-body", type=MAX_BODY, default="64m", show_default=True,
+              help="Largest request body; larger ones get 413.")
+@click.option("--soak", type=inputs.COUNT, default=None, metavar="N",
+              help="Do not serve: send N requests per model over HTTP, then print the leak verdict on the server's memory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the model status (or the soak result) as JSON.")
+def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, port: int, budget: int | None,
+            max_batch: int, max_wait_ms: float, queue_size: int, timeout_s: float, max_body: int,
+            soak: int | None, as_json: bool) -> None:
+    """Serve DL4J models over the Open Inference Protocol v2 (KServe/Triton clients), under a memory budget."""
+    from pyd4j.serve import ModelServer  # noqa: PLC0415
+    from pyd4j.serve.model import parse_model_arg  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the soak's client: one line per request otherwise
+    specs = dict(parse_model_arg(s) for s in input_specs)
+    server = ModelServer(list(models), budget, host=host, port=0 if soak else port, max_batch=max_batch,
+                         max_wait_ms=max_wait_ms, queue_size=queue_size, timeout_s=timeout_s, max_body_bytes=max_body,
+                         inputs={k: str(v) for k, v in specs.items()})
+    server.load()
+    status = server.status()
+    failed = [m["error"] for m in status["models"].values() if m["state"] != "ready"]
+    if len(failed) == len(status["models"]):
+        server.stop()
+        fail("no model loaded: " + "; ".join(failed), as_json=as_json, code=2)
+    if soak:
+        from pyd4j.serve.soak import soak as run_soak  # noqa: PLC0415
+
+        server.start()
+        try:
+            result = judge_soak(run_soak(server, soak))
+        finally:
+            server.stop()
+        result["status"] = status
+        if as_json:
+            emit_json(result)
+        else:
+            print_table(f"Soak: {result['requests']} requests in {result['seconds']} s, {result['failed']} failed",
+                        ["memory", "verdict", "why"], [[v["label"], v["status"], v["reason"]] for v in result["verdicts"]])
+        sys.exit(1 if result["leak"] or result["failed"] else 0)
+    if as_json:
+        emit_json(status)
+    else:
+        print_table(f"pyd4j serve on {host}:{port}, budget {human_bytes(budget) if budget else 'none'}",
+                    ["model", "state", "memory", "source", "resident", "estimate", "error"], _status_rows(status))
+    server.serve_forever()

@@ -1,0 +1,176 @@
+"""The memory budget: which models are resident, and which idle one to evict (least recently used).
+
+Pure Python (threads only). A model is counted against the budget from the moment it starts
+loading or restoring until its eviction has finished, so the resident sum never passes the budget
+on account of a restore. Eviction itself runs on the victim's own worker thread (DL4J's workspaces
+are per thread): `Budget` only asks for it through the `request_eviction` callback and waits.
+
+States: loading -> resident <-> evicting -> evicted -> restoring -> resident; failed.
+Idle models are evicted first; a busy one chosen as a victim finishes its batch and is evicted
+before its next. Models waiting for room are served first come first served. A busy model never
+waits on the budget (it is resident already), so waiting for room cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+class OverBudgetError(Exception):
+    """A model larger than the whole budget."""
+
+
+@dataclass
+class Entry:
+    name: str
+    footprint: int
+    state: str = "loading"
+    busy: bool = False
+    last_used: float = 0.0
+    evictions: int = 0
+    restores: int = 0
+
+
+class Budget:
+    """Resident-bytes accounting under `limit` bytes (None: no limit, nothing is ever evicted)."""
+
+    def __init__(self, limit: int | None, request_eviction: Callable[[str], None]) -> None:
+        self.limit = limit
+        self._request_eviction = request_eviction
+        self._cond = threading.Condition()
+        self._entries: dict[str, Entry] = {}
+        self._waiters: deque[str] = deque()
+        self.peak_resident = 0
+
+    # ----------------------------------------------------------------- queries
+
+    def resident_bytes(self) -> int:
+        with self._cond:
+            return self._committed()
+
+    def entry(self, name: str) -> Entry:
+        with self._cond:
+            e = self._entries[name]
+            return Entry(**vars(e))
+
+    def _committed(self) -> int:
+        return sum(e.footprint for e in self._entries.values() if e.state in ("loading", "resident", "evicting", "restoring"))
+
+    def _note_peak(self) -> None:
+        self.peak_resident = max(self.peak_resident, self._committed())
+
+    # ----------------------------------------------------------------- load
+
+    def begin_load(self, name: str, reserve: int, timeout: float | None = None) -> None:
+        """Count `name` as loading with `reserve` bytes (its estimate) once room is made for it."""
+        with self._cond:
+            if self.limit is not None:
+                reserve = min(reserve, self.limit)
+            self._entries[name] = e = Entry(name, int(reserve), state="evicted")
+            self._wait_for_room(e, timeout)
+            e.state, e.busy = "loading", True
+            self._note_peak()
+
+    def loaded(self, name: str, footprint: int) -> None:
+        """The measured footprint replaces the reservation; others are evicted if it needs more room.
+        OverBudgetError when the model alone is larger than the budget (it is dropped)."""
+        with self._cond:
+            e = self._entries[name]
+            if self.limit is not None and footprint > self.limit:
+                del self._entries[name]
+                self._cond.notify_all()
+                raise OverBudgetError(footprint)
+            e.footprint, e.state, e.busy, e.last_used = int(footprint), "resident", False, time.monotonic()
+            self._make_room(need=0, keep=name)
+            self._note_peak()
+            self._cond.notify_all()
+
+    def failed(self, name: str) -> None:
+        with self._cond:
+            self._entries.pop(name, None)
+            self._cond.notify_all()
+
+    # ----------------------------------------------------------------- running
+
+    def begin(self, name: str, timeout: float | None = None) -> str:
+        """Before a batch: 'run' (resident, now busy), 'restore' (room made, now counted: restore it,
+        then call restored()), or 'evict' (an eviction of this model was asked for: do it, call
+        evicted(), and begin again)."""
+        with self._cond:
+            e = self._entries[name]
+            if e.state == "evicting":
+                return "evict"
+            if e.state == "resident":
+                e.busy, e.last_used = True, time.monotonic()
+                return "run"
+            self._wait_for_room(e, timeout)
+            e.state, e.busy, e.last_used = "restoring", True, time.monotonic()
+            self._note_peak()
+            return "restore"
+
+    def restored(self, name: str) -> None:
+        with self._cond:
+            e = self._entries[name]
+            e.state = "resident"
+            e.restores += 1
+
+    def end(self, name: str) -> None:
+        """After a batch: the model is idle (a victim candidate) again."""
+        with self._cond:
+            e = self._entries[name]
+            e.busy, e.last_used = False, time.monotonic()
+            self._cond.notify_all()
+
+    def evicted(self, name: str) -> None:
+        with self._cond:
+            e = self._entries[name]
+            e.state = "evicted"
+            e.evictions += 1
+            self._cond.notify_all()
+
+    # ----------------------------------------------------------------- room
+
+    def _wait_for_room(self, e: Entry, timeout: float | None) -> None:
+        """Wait until `e` fits, first come first served: a model waiting for room is not overtaken
+        by one that asked after it (else a busy pair could starve a third)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.limit is not None and e.footprint > self.limit:
+            raise OverBudgetError(e.footprint)
+        if self.limit is None:
+            return
+        self._waiters.append(e.name)
+        try:
+            while True:
+                if self._waiters[0] == e.name:
+                    if self._committed() + e.footprint <= self.limit:
+                        return
+                    self._make_room(need=e.footprint, keep=e.name)
+                    if self._committed() + e.footprint <= self.limit:
+                        return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"no room for {e.name!r} ({e.footprint} bytes) within the budget of "
+                                       f"{self.limit} bytes")
+                self._cond.wait(timeout=0.5 if left is None else min(0.5, left))
+        finally:
+            self._waiters.remove(e.name)
+            self._cond.notify_all()
+
+    def _make_room(self, need: int, keep: str) -> None:
+        """Ask for evictions until what stays fits with `need`: idle models first, least recently used
+        first; a busy model is evicted after its current batch."""
+        if self.limit is None:
+            return
+        staying = sum(x.footprint for x in self._entries.values() if x.state in ("loading", "resident", "restoring"))
+        candidates = sorted((x for x in self._entries.values() if x.state == "resident" and x.name != keep),
+                            key=lambda x: (x.busy, x.last_used))
+        for victim in candidates:
+            if staying + need <= self.limit:
+                break
+            victim.state = "evicting"
+            staying -= victim.footprint
+            self._request_eviction(victim.name)

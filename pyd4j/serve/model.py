@@ -1,0 +1,281 @@
+"""One served DL4J network: load, measure, infer, evict to the disk tier, restore.
+
+Every method that touches Java runs on the model's own worker thread (pyd4j.serve.worker): DL4J
+keeps a network's inference workspaces per thread, so the thread that ran the model is the one
+that can destroy them when the model is evicted.
+
+Eviction on ND4J's CPU backend: the flattened parameters (`net.params()`, which every layer's
+weights are views of) are written to a memory-mapped file, its parameter buffer is closed
+(released at once, not when Java's GC gets to it) and the network dropped, and the thread's
+workspaces are destroyed. Only the configuration JSON stays in memory. Restore builds the network
+from the configuration and copies the file into a fresh ND4J-owned parameter buffer; outputs are
+bit-identical before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pyd4j.inputs import InputError
+from pyd4j.serve.protocol import TensorSpec, datatype_of
+
+
+class ModelLoadError(InputError):
+    """A model pyd4j cannot serve (unreadable file, unknown input type, larger than the budget)."""
+
+
+@dataclass
+class Footprint:
+    """What a model holds while resident, measured at load at its largest batch, and pyd4j's estimate beside it."""
+
+    max_batch: int
+    params_bytes: int       # the flattened parameter buffer
+    workspace_bytes: int    # DL4J's inference workspaces after an output() at max_batch
+    io_bytes: int           # input and output arrays of one max_batch request
+    estimate_bytes: int     # pyd4j.memory.estimate (mode infer, no data pipeline) at max_batch
+
+    @property
+    def total_bytes(self) -> int:
+        return self.params_bytes + self.workspace_bytes + self.io_bytes
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(asdict(self), total_bytes=self.total_bytes)
+
+
+def parse_model_arg(text: str) -> tuple[str, Path]:
+    """'NAME=PATH' -> (name, path); InputError names the fix."""
+    name, sep, path = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not path:
+        raise InputError(f"--model {text!r}: write NAME=PATH, e.g. --model mlp=examples/networks/mlp.json "
+                         f"(a ModelSerializer zip or a configuration JSON)")
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise InputError(f"--model {text!r}: the name {name!r} may hold only letters, digits, '-', '_' and '.' "
+                         f"(it becomes part of the URL /v2/models/NAME)")
+    return name, Path(path)
+
+
+def _input_shape(spec: dict[str, Any]) -> tuple[int, ...]:
+    t = spec["type"]
+    if t == "feedForward":
+        return (-1, int(spec["size"]))
+    if t == "convolutionalFlat":
+        return (-1, int(spec["height"]) * int(spec["width"]) * int(spec["channels"]))
+    if t == "convolutional":  # DL4J's default layout, NCHW
+        return (-1, int(spec["channels"]), int(spec["height"]), int(spec["width"]))
+    return (-1, int(spec["size"]), int(spec["timeSeriesLength"]))  # recurrent, NCW
+
+
+class ServedModel:
+    """A DL4J MultiLayerNetwork or ComputationGraph from a ModelSerializer zip or a configuration JSON."""
+
+    def __init__(self, name: str, path: str | Path, spill_dir: Path, input_spec: str | None = None,
+                 restore_from: str = "disk") -> None:
+        self.name = name
+        self.restore_from = restore_from  # "zip": reload a zip model from its file instead (a baseline)
+        self.path = Path(path)
+        self.spill_path = spill_dir / f"{name}.params"
+        self.input_spec = input_spec
+        self.net: Any = None
+        self.kind = ""
+        self.source = ""
+        self.conf_json = ""
+        self.inputs: list[TensorSpec] = []
+        self.outputs: list[TensorSpec] = []
+        self.footprint: Footprint | None = None
+        self.load_seconds = 0.0
+        self.last_restore_seconds: float | None = None
+        self.params_dtype: np.dtype | None = None
+        self._params: Any = None  # the parameter array restore() made (the network holds a view of it)
+
+    # ------------------------------------------------------------------ load
+
+    def load(self, max_batch: int) -> Footprint:
+        """Read the model, learn its tensors, run it once at max_batch and measure what it holds."""
+        from pyd4j.jvm import java_errors  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        if not self.path.is_file():
+            raise ModelLoadError(f"model {self.name!r}: {str(self.path)!r} is not a file; give a ModelSerializer zip "
+                                 f"or a DL4J configuration JSON")
+        with java_errors():
+            if zipfile.is_zipfile(self.path):
+                self.source = "zip"
+                self.net = self._from_zip()
+            else:
+                self.source = "json"
+                self.net = self._from_json()
+            self.conf_json = str(self._conf().toJson())
+            import pyd4j.nd as nd  # noqa: PLC0415
+
+            self.params_dtype = nd.to_numpy(self.net.params()).dtype
+            specs = self._input_types()
+            names = self._input_names()
+            if len(names) != len(specs):
+                raise ModelLoadError(f"model {self.name!r} has {len(names)} inputs {names} but {len(specs)} input types")
+            dt = datatype_of(self.params_dtype)
+            self.inputs = [TensorSpec(n, dt, _input_shape(s)) for n, s in zip(names, specs)]
+            one = self.infer([np.zeros((1, *s.shape[1:]), self.params_dtype) for s in self.inputs])
+            self.outputs = [TensorSpec(n, datatype_of(a.dtype), (-1, *a.shape[1:])) for n, a in zip(self._output_names(), one)]
+            self.footprint = self._measure(max_batch, specs)
+        self.load_seconds = time.perf_counter() - t0
+        return self.footprint
+
+    def _from_zip(self):
+        from org.deeplearning4j.util import ModelSerializer  # noqa: PLC0415
+
+        with zipfile.ZipFile(self.path) as z:
+            if "configuration.json" not in z.namelist():
+                raise ModelLoadError(f"model {self.name!r}: {str(self.path)!r} is a zip without configuration.json, "
+                                     f"not one ModelSerializer.writeModel wrote")
+            doc = json.loads(z.read("configuration.json"))
+        self.kind = "ComputationGraph" if "vertices" in doc else "MultiLayerNetwork"
+        restore = ModelSerializer.restoreComputationGraph if self.kind == "ComputationGraph" \
+            else ModelSerializer.restoreMultiLayerNetwork
+        return restore(str(self.path), False)
+
+    def _from_json(self):
+        from pyd4j.memory.estimate import read_config_file  # noqa: PLC0415
+
+        try:
+            text, self.kind = read_config_file(self.path)
+        except InputError as err:
+            raise ModelLoadError(f"model {self.name!r}: {err}") from None
+        net = self._build(text)
+        net.init()  # random parameters from the configuration's seed
+        return net
+
+    def _build(self, text: str):
+        from org.deeplearning4j.nn.conf import ComputationGraphConfiguration, MultiLayerConfiguration  # noqa: PLC0415
+        from org.deeplearning4j.nn.graph import ComputationGraph  # noqa: PLC0415
+        from org.deeplearning4j.nn.multilayer import MultiLayerNetwork  # noqa: PLC0415
+
+        if self.kind == "ComputationGraph":
+            return ComputationGraph(ComputationGraphConfiguration.fromJson(text))
+        return MultiLayerNetwork(MultiLayerConfiguration.fromJson(text))
+
+    def _conf(self):
+        return self.net.getConfiguration() if self.kind == "ComputationGraph" else self.net.getLayerWiseConfigurations()
+
+    def _input_names(self) -> list[str]:
+        return [str(n) for n in self._conf().getNetworkInputs()] if self.kind == "ComputationGraph" else ["input"]
+
+    def _output_names(self) -> list[str]:
+        return [str(n) for n in self._conf().getNetworkOutputs()] if self.kind == "ComputationGraph" else ["output"]
+
+    def _input_types(self) -> list[dict[str, Any]]:
+        from pyd4j.memory import estimate as est  # noqa: PLC0415
+
+        spec: Any = self.input_spec
+        if spec is None and self.source == "zip":
+            for side in (est.sidecar_path(self.path), self.path.with_suffix(".input.json")):
+                if side.is_file():
+                    spec = est.read_sidecar(side)
+                    break
+        try:
+            return est.load(self.net if self.source == "zip" else self.path, spec).inputs
+        except InputError as err:
+            raise ModelLoadError(f"model {self.name!r}: {err}") from None
+
+    def _measure(self, max_batch: int, specs: list[dict[str, Any]]) -> Footprint:
+        from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
+
+        from pyd4j.memory import estimate as est  # noqa: PLC0415
+
+        x = [np.zeros((max_batch, *s.shape[1:]), self.params_dtype) for s in self.inputs]
+        y = self.infer(x)
+        ws = sum(int(w.getCurrentSize()) for w in Nd4j.getWorkspaceManager().getAllWorkspacesForCurrentThread())
+        params = int(self.net.params().length()) * self.params_dtype.itemsize
+        io = sum(a.nbytes for a in x) + sum(a.nbytes for a in y)
+        e = est.estimate(self.net, max_batch, dtype=self.params_dtype.name, mode="infer", input=specs)
+        estimate_bytes = e.offheap_bytes - e.term_bytes("prefetch_buffers")  # a server has no data pipeline
+        return Footprint(max_batch, params, ws, io, estimate_bytes)
+
+    # ------------------------------------------------------------------ run
+
+    def infer(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """net.output() on the given inputs (batch first), as numpy copies; the outputs' ND4J memory is
+        released at once rather than at Java's next collection."""
+        import pyd4j.nd as nd  # noqa: PLC0415
+
+        xs = [nd.from_numpy(np.ascontiguousarray(a, dtype=self.params_dtype)) for a in arrays]
+        if self.kind == "ComputationGraph":
+            outs = list(self.net.output(*xs))
+        else:
+            outs = [self.net.output(xs[0])]
+        result = [nd.to_numpy(o, copy=True) for o in outs]
+        for o in outs:
+            if o.closeable():
+                o.close()
+        return result
+
+    @property
+    def resident(self) -> bool:
+        return self.net is not None
+
+    def evict(self) -> None:
+        """Parameters to the disk tier, network closed, this thread's workspaces destroyed."""
+        from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
+
+        import pyd4j.nd as nd  # noqa: PLC0415
+
+        # inference never changes the parameters: the file is written once, at the first eviction
+        if self.restore_from != "zip" and not self.spill_path.exists():
+            view = nd.to_numpy(self.net.params())
+            mm = np.memmap(self.spill_path, dtype=view.dtype, mode="w+", shape=view.shape)
+            mm[...] = view
+            mm.flush()
+            del mm, view
+        self._release()
+        manager = Nd4j.getWorkspaceManager()  # one by one: destroyAllWorkspacesForCurrentThread() adds a System.gc()
+        for ws in list(manager.getAllWorkspacesForCurrentThread()):
+            manager.destroyWorkspace(ws)
+
+    def _release(self) -> None:
+        """Free the network's parameter (and gradient) buffers now and drop it. What DL4J's close() does
+        without its System.gc(), which takes a full collection (0.2-0.4 s) per eviction."""
+        # after init(params, false) the network's params() is a view of the array restore() made,
+        # and a view cannot be closed: that array is closed instead
+        for arr in (self.net.params(), self._params, self.net.getGradientsViewArray()):
+            if arr is not None and not arr.wasClosed() and arr.closeable():
+                arr.close()
+        self.net = self._params = None
+
+    def restore(self) -> float:
+        """The network again, from its configuration and the disk tier; returns the seconds it took."""
+        from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415
+        from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
+
+        import pyd4j.nd as nd  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        if self.restore_from == "zip" and self.source == "zip":
+            self.net = self._from_zip()
+            self.last_restore_seconds = time.perf_counter() - t0
+            return self.last_restore_seconds
+        mm = np.memmap(self.spill_path, dtype=self.params_dtype, mode="r")
+        params = Nd4j.createUninitialized(DataType.valueOf(nd.nd4j_dtype(self.params_dtype)), 1, int(mm.size))
+        target = nd.to_numpy(params)
+        np.copyto(target, mm.reshape(target.shape))
+        del target, mm
+        net = self._build(self.conf_json)
+        net.init(params, False)
+        self.net, self._params = net, params
+        self.last_restore_seconds = time.perf_counter() - t0
+        return self.last_restore_seconds
+
+    def close(self) -> None:
+        """Release the network (shutdown); the disk tier file goes with the server's spill directory."""
+        if self.net is not None:
+            self._release()
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "source": self.source, "path": str(self.path),
+                "inputs": [s.to_dict() for s in self.inputs], "outputs": [s.to_dict() for s in self.outputs]}
