@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from pyd4j import inputs
+from pyd4j.commands import _params as params
 
 _NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 
@@ -16,11 +16,11 @@ _NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 @click.command("backend")
 @click.option("--model", required=True, help="DL4J configuration JSON (MultiLayerNetwork or ComputationGraph), or "
               "the name of one in examples/networks (lenet, deep_cnn_bn, resnet_graph, ...)")
-@click.option("--batch", type=inputs.BATCH, required=True, help="minibatch size to train with")
+@click.option("--batch", type=params.BATCH, required=True, help="minibatch size to train with")
 @click.option("--input", "input_spec", default=None,
               help="input type when no NAME.input.json sidecar exists: ff:784, cnn:32x32x3 (HxWxC), cnnflat:28x28x1, rnn:32x50")
-@click.option("--seconds", type=inputs.SECONDS, default=5.0, show_default=True, help="training seconds per measurement")
-@click.option("--rounds", type=inputs.Whole(1, 50, example="--rounds 4"), default=4, show_default=True,
+@click.option("--seconds", type=params.SECONDS, default=5.0, show_default=True, help="training seconds per measurement")
+@click.option("--rounds", type=params.Whole(1, 50, example="--rounds 4"), default=4, show_default=True,
               help="measurements per build, alternated (4 or more lets the 95%% interval decide)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 def command(model, batch, input_spec, seconds, rounds, as_json) -> None:

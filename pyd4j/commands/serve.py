@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from pyd4j import inputs
+from pyd4j.commands import _params as params
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
-PORT = inputs.Whole(0, 65535, example="--port 8000", why="a TCP port; 0 picks a free one")
-MAX_BODY = inputs.ByteSize(example="64m")
+PORT = params.Whole(0, 65535, example="--port 8000", why="a TCP port; 0 picks a free one")
+MAX_BODY = params.ByteSize(example="64m")
 
 
 def _status_rows(status: dict) -> list[list[str]]:
@@ -58,19 +58,19 @@ def judge_soak(result: dict) -> dict:
               help="Input type of a model whose file does not tell it, e.g. mlp=ff:784 or net=cnn:32x32x3.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", type=PORT, default=8000, show_default=True, help="TCP port (0: a free one).")
-@click.option("--budget", type=inputs.SIZE, default=None,
+@click.option("--budget", type=params.SIZE, default=None,
               help="Memory the resident models may hold together (e.g. 512m); idle models beyond it go to disk.")
-@click.option("--max-batch", type=inputs.BATCH, default=32, show_default=True,
+@click.option("--max-batch", type=params.BATCH, default=32, show_default=True,
               help="Largest batch one output() call runs (dynamic batching) and the largest a request may send.")
-@click.option("--max-wait-ms", type=inputs.Real(0, 60_000, example="--max-wait-ms 2"), default=2.0, show_default=True,
+@click.option("--max-wait-ms", type=params.Real(0, 60_000, example="--max-wait-ms 2"), default=2.0, show_default=True,
               help="Longest a request waits for others to batch with.")
-@click.option("--queue-size", type=inputs.COUNT, default=64, show_default=True,
+@click.option("--queue-size", type=params.COUNT, default=64, show_default=True,
               help="Requests a model may queue; beyond it the server answers 429 with Retry-After.")
-@click.option("--timeout", "timeout_s", type=inputs.SECONDS, default=30.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=params.SECONDS, default=30.0, show_default=True,
               help="Seconds a request may take before the server answers 504.")
 @click.option("--max-body", type=MAX_BODY, default="64m", show_default=True,
               help="Largest request body; larger ones get 413.")
-@click.option("--soak", type=inputs.COUNT, default=None, metavar="N",
+@click.option("--soak", type=params.COUNT, default=None, metavar="N",
               help="Do not serve: send N requests per model over HTTP, then print the leak verdict on the server's memory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the model status (or the soak result) as JSON.")
 def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, port: int, budget: int | None,
