@@ -132,22 +132,18 @@ public final class PlannedTrainer implements AutoCloseable {
 
     // ---------------------------------------------------------------- public entry points
 
-    /** Train {@code net} for one epoch of {@code data} under the plan in {@code planFile}. */
+    /** Train {@code net} for one epoch of {@code data} under the plan in {@code planFile}. Throws,
+     *  before any training, {@link PlanRefusedException} when the plan cannot run on this network
+     *  and an IOException for a plan file that cannot be read: never a quiet unplanned fit(). */
     public static TrainStats fit(MultiLayerNetwork net, DataSetIterator data, String planFile) throws IOException {
         return fit(net, data, planFile, 1, null);
     }
 
-    /** Train for {@code epochs} epochs; {@code tier} holds offloaded activations (needed when the plan offloads). */
+    /** Train for {@code epochs} epochs; {@code tier} holds offloaded activations (null: the
+     *  backend's tier when the plan offloads, made and closed here). */
     public static TrainStats fit(MultiLayerNetwork net, DataSetIterator data, String planFile, int epochs,
                                  OffloadTier tier) throws IOException {
-        PlanFile plan = PlanFile.read(planFile);
-        OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
-        try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
-            net.fit(data, epochs);
-            return t.stats();
-        } finally {
-            if (own != null) own.close();
-        }
+        return fit(net, planFile, tier, () -> net.fit(data, epochs));
     }
 
     public static TrainStats fit(ComputationGraph net, DataSetIterator data, String planFile) throws IOException {
@@ -156,22 +152,26 @@ public final class PlannedTrainer implements AutoCloseable {
 
     public static TrainStats fit(ComputationGraph net, DataSetIterator data, String planFile, int epochs,
                                  OffloadTier tier) throws IOException {
-        PlanFile plan = PlanFile.read(planFile);
-        OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
-        try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
-            net.fit(data, epochs);
-            return t.stats();
-        } finally {
-            if (own != null) own.close();
-        }
+        return fit(net, planFile, tier, () -> net.fit(data, epochs));
+    }
+
+    /** A graph with several inputs or output layers trains on MultiDataSets. */
+    public static TrainStats fit(ComputationGraph net, MultiDataSetIterator data, String planFile) throws IOException {
+        return fit(net, data, planFile, 1, null);
     }
 
     public static TrainStats fit(ComputationGraph net, MultiDataSetIterator data, String planFile, int epochs,
                                  OffloadTier tier) throws IOException {
+        return fit(net, planFile, tier, () -> net.fit(data, epochs));
+    }
+
+    /** The one planned fit: read the plan, attach it (with the backend's tier when it offloads and
+     *  none is given), run DL4J's own {@code training} loop, detach, close what was made here. */
+    private static TrainStats fit(Model net, String planFile, OffloadTier tier, Runnable training) throws IOException {
         PlanFile plan = PlanFile.read(planFile);
         OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
         try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
-            net.fit(data, epochs);
+            training.run();
             return t.stats();
         } finally {
             if (own != null) own.close();
@@ -420,9 +420,9 @@ public final class PlannedTrainer implements AutoCloseable {
         stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
     }
 
-    private IllegalStateException planError(String why) {
+    private BadPlanException planError(String why) {
         String rec = at < plan.records.size() ? " record " + at + " (" + describe(plan.records.get(at)) + ")" : "";
-        return new IllegalStateException("plan " + plan.source + rec + ": " + why);
+        return new BadPlanException("plan " + plan.source + rec + ": " + why);
     }
 
     private String describe(PlanFile.Record r) {
