@@ -109,6 +109,7 @@ class Measured:
     why: str
     timeline: Timeline | None = None
     run_dir: str | None = None
+    no_progress: bool = False     # finished cleanly, too few iterations to measure a speed
 
 
 def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None) -> Runner:
@@ -134,7 +135,8 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else ""),
                             t, str(run_dir))
         if not ips:
-            return Measured(None, False, "no training iteration measured", t, str(run_dir))
+            return Measured(None, False, "trained too few iterations to measure a speed", t, str(run_dir),
+                            no_progress=t.iterations() > 0)
         return Measured(ips, True, "", t, str(run_dir))
     return run
 
@@ -236,6 +238,8 @@ def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callab
         m = runner(setup, side)
         record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
                        "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+        if m.ok and m.no_progress:
+            raise ab.NoProgress(m.why)
         if not m.ok or not m.iterations_per_s:
             raise ab.RunFailed(m.why or "no speed measured")
         return m.iterations_per_s
