@@ -234,10 +234,15 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
 # -- the tune -------------------------------------------------------------------------------------
 
 def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callable[[], float]:
+    """One run of one side as the A/B wants it; a run of the job as it is that finished cleanly but
+    too slowly to measure (a stall on a busy machine) is run once more before the comparison gives up."""
     def run() -> float:
-        m = runner(setup, side)
-        record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
-                       "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+        for _ in range(2 if side == "before" else 1):
+            m = runner(setup, side)
+            record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
+                           "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+            if not (m.ok and m.no_progress):
+                break
         if m.ok and m.no_progress:
             raise ab.NoProgress(m.why)
         if not m.ok or not m.iterations_per_s:
