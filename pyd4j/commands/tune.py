@@ -30,7 +30,7 @@ from pyd4j import inputs
 @click.option("--max-runs", type=inputs.Whole(4, 50, example="--max-runs 8",
                                              why="4 runs a side are the fewest with which a 95% interval can exclude 1"),
               default=8, show_default=True,
-              help="with --speed: the most runs per side of each A/B (it stops earlier once its 95%% interval excludes 1)")
+              help="with --speed: the most runs per side of each A/B (it stops earlier once its 95% interval excludes 1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, as_json, job, plan_policy=None,
@@ -57,7 +57,8 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
          first iteration for a reason other than memory (a wrong class path or main class)
       2  bad arguments
       3  not verified: the re-run finished but shows a problem (a leak, GC pressure,
-         a limit within 10%, no training iteration)
+         a limit within 10%, no training iteration); with --speed: no verified change (no change
+         was proved faster by the A/B; nothing is recommended)
       4  re-run failed: the re-run with the recommended flags failed (out of memory or a
          crash), even after one new recommendation read from its error
     """
