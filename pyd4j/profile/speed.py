@@ -135,8 +135,9 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else ""),
                             t, str(run_dir))
         if not ips:
-            return Measured(None, False, "trained too few iterations to measure a speed", t, str(run_dir),
-                            no_progress=t.iterations() > 0)
+            # exited cleanly: too slow to measure in the job's run (a fixed-time job), not broken
+            return Measured(None, False, f"trained {t.iterations()} iteration(s), too few to measure a speed", t,
+                            str(run_dir), no_progress=True)
         return Measured(ips, True, "", t, str(run_dir))
     return run
 
