@@ -21,7 +21,7 @@ _NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
               help="input type when no NAME.input.json sidecar exists: ff:784, cnn:32x32x3 (HxWxC), cnnflat:28x28x1, rnn:32x50")
 @click.option("--seconds", type=params.SECONDS, default=5.0, show_default=True, help="training seconds per measurement")
 @click.option("--rounds", type=params.Whole(1, 50, example="--rounds 4"), default=4, show_default=True,
-              help="measurements per build, alternated (4 or more lets the 95%% interval decide)")
+              help="measurements per build, alternated (4 or more lets the 95% interval decide)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
     """Train the network on every nd4j-native build this CPU can run and this machine has (generic,

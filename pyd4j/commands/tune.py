@@ -31,7 +31,7 @@ from pyd4j.schemas import TUNE_SCHEMA
 @click.option("--max-runs", type=params.Whole(4, 50, example="--max-runs 8",
                                              why="4 runs a side are the fewest with which a 95% interval can exclude 1"),
               default=8, show_default=True,
-              help="with --speed: the most runs per side of each A/B (it stops earlier once its 95%% interval excludes 1)")
+              help="with --speed: the most runs per side of each A/B (it stops earlier once its 95% interval excludes 1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, as_json, job, plan_policy=None,
@@ -60,7 +60,9 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
       3  not verified: the re-run finished but a run shows a problem (a leak in either
          run, GC pressure, a limit within 5%, no training iteration, or too little
          measured to rule a leak out), or with --plan: the plan was not applied (the
-         reason is printed; the job was ended rather than trained unplanned)
+         reason is printed; the job was ended rather than trained unplanned); with
+         --speed: no verified change (no change was proved faster by the A/B; nothing
+         is recommended)
       4  re-run failed: the re-run with the recommended flags failed (out of memory or a
          crash), after new recommendations read from its errors: 3 re-runs at most
     """

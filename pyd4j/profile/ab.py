@@ -152,6 +152,11 @@ class RunFailed(Exception):
         self.why = why
 
 
+class NoProgress(RunFailed):
+    """A run finished cleanly but trained too few iterations to measure a speed: on a job that
+    trains for a fixed time, the side is too slow to measure, not broken."""
+
+
 def compare(run_before: Callable[[], float], run_after: Callable[[], float], min_runs: int = MIN_RUNS,
             max_runs: int = MAX_RUNS, confidence: float = CONFIDENCE, same_band: float = SAME_BAND,
             before_runs: list[float] | None = None) -> Comparison:
@@ -169,6 +174,9 @@ def compare(run_before: Callable[[], float], run_after: Callable[[], float], min
         if len(after) < len(before) or len(before) >= max_runs:
             try:
                 after.append(run_after())
+            except NoProgress as err:
+                return Comparison(before, after, verdict="slower", reason=f"the job with this change {err.why}",
+                                  failed=[err.why])
             except RunFailed as err:
                 return Comparison(before, after, verdict="broken", reason=f"the job with this change failed: {err.why}",
                                   failed=[err.why])

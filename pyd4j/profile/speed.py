@@ -109,6 +109,7 @@ class Measured:
     why: str
     timeline: Timeline | None = None
     run_dir: str | None = None
+    no_progress: bool = False     # finished cleanly, too few iterations to measure a speed
 
 
 def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None) -> Runner:
@@ -134,7 +135,9 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else ""),
                             t, str(run_dir))
         if not ips:
-            return Measured(None, False, "no training iteration measured", t, str(run_dir))
+            # exited cleanly: too slow to measure in the job's run (a fixed-time job), not broken
+            return Measured(None, False, f"trained {t.iterations()} iteration(s), too few to measure a speed", t,
+                            str(run_dir), no_progress=True)
         return Measured(ips, True, "", t, str(run_dir))
     return run
 
@@ -232,10 +235,17 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
 # -- the tune -------------------------------------------------------------------------------------
 
 def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callable[[], float]:
+    """One run of one side as the A/B wants it; a run of the job as it is that finished cleanly but
+    too slowly to measure (a stall on a busy machine) is run once more before the comparison gives up."""
     def run() -> float:
-        m = runner(setup, side)
-        record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
-                       "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+        for _ in range(2 if side == "before" else 1):
+            m = runner(setup, side)
+            record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
+                           "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+            if not (m.ok and m.no_progress):
+                break
+        if m.ok and m.no_progress:
+            raise ab.NoProgress(m.why)
         if not m.ok or not m.iterations_per_s:
             raise ab.RunFailed(m.why or "no speed measured")
         return m.iterations_per_s

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from pyd4j.profile.ab import ABError, RunFailed, _critical_rank, _u_distribution, compare, judge, ratio_interval
+from pyd4j.profile.ab import ABError, NoProgress, RunFailed, _critical_rank, _u_distribution, compare, judge, ratio_interval
 
 
 @pytest.mark.parametrize("n,m", [(3, 3), (4, 4), (5, 4), (6, 6), (8, 8)])
@@ -116,3 +116,10 @@ def test_fake_reuses_before_runs_and_catches_up_first():
     c = compare(lambda: order.append("b") or b(), lambda: order.append("a") or a(),
                 before_runs=[10, 10.2, 9.8, 10.1])
     assert order == ["a"] * 4 and c.verdict == "faster"
+
+
+def test_fake_change_too_slow_to_measure_is_slower_not_broken():
+    def after():
+        raise NoProgress("trained too few iterations to measure a speed")
+    c = compare(_fake_runner([10, 10]), after)
+    assert c.verdict == "slower" and "too few iterations" in c.reason

@@ -36,11 +36,12 @@ def test_tune_speed_finds_the_jobs_system_gc_calls(tmp_path, monkeypatch):
     # a full collection after each iteration shows as System.gc() time, and the change that undoes it is tried
     assert probe["explicit_gc_share"] > 0.05
     s = doc["speed"]
-    assert [t["setting"] for t in s["tried"]] == ["explicit_gc"]
+    assert [t["setting"] for t in s["tried"]] == ["explicit_gc"], s.get("note")
     trial = s["tried"][0]
     assert trial["verdict"] in ("faster", "slower", "same", "undecided")
     assert len(trial["before_iterations_per_s"]) >= 4 and len(trial["after_iterations_per_s"]) >= 4
-    assert s["extra_runs"] == len(trial["before_iterations_per_s"]) + len(trial["after_iterations_per_s"])
+    # every run after the first is counted (a stalled run of the job as it is is run once more)
+    assert s["extra_runs"] >= len(trial["before_iterations_per_s"]) + len(trial["after_iterations_per_s"])
     if trial["verdict"] == "faster":
         assert doc["exit_code"] == 0 and s["verdict"] == "verified"
         assert [c["setting"] for c in s["changes"]] == ["explicit_gc"]

@@ -1,0 +1,66 @@
+"""`pyd4j backend` on lenet, deep_cnn_bn and resnet_graph (examples/networks): every nd4j-native
+build this CPU can run and this machine has, measured in child JVMs with rounds alternated; the
+ranking with its spread, then a second, fresh measurement to see whether the chosen build is the
+fastest again. Writes benchmarks/results/backends.json (with the machine's load average: it may be
+shared).
+
+    .venv/bin/python benchmarks/backends.py [--batch 16] [--seconds 4] [--rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from pyd4j.memory.estimate import read_config_file, read_sidecar, sidecar_path
+from pyd4j.profile.backend import compare_builds, input_shape
+
+ROOT = Path(__file__).resolve().parent
+NETWORKS = ROOT.parent / "examples" / "networks"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="lenet,deep_cnn_bn,resnet_graph")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "backends.json")
+    args = ap.parse_args()
+    started = time.time()
+    load_start = os.getloadavg()
+    results = []
+    for name in args.models.split(","):
+        path = NETWORKS / f"{name}.json"
+        _, kind = read_config_file(path)
+        shape = input_shape(read_sidecar(sidecar_path(path))[0], args.batch)
+        first = compare_builds(path, kind, shape, seconds=args.seconds, rounds=args.rounds)
+        again = compare_builds(path, kind, shape, seconds=args.seconds, rounds=args.rounds)
+        row = {"model": name, "kind": kind, "input_shape": shape, "first": first, "remeasure": again,
+               "chosen": first.get("fastest"), "fastest_again": first.get("fastest") == again.get("fastest"),
+               "load_average_1m_end": round(os.getloadavg()[0], 2)}
+        results.append(row)
+        print(name, [(r["build"], r["median_iterations_per_s"], r["spread"]) for r in first["ranking"]],
+              "again:", [(r["build"], r["median_iterations_per_s"]) for r in again["ranking"]], flush=True)
+        _write(args, results, started, load_start)
+
+
+def _write(args, results, started, load_start) -> None:
+    doc = {"benchmark": "backends", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
+           "load_average_at_start": [round(x, 2) for x in load_start],
+           "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+           "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
+           "settings": {"batch": args.batch, "seconds": args.seconds, "rounds": args.rounds},
+           "summary": {"models": len(results), "fastest_again": sum(r["fastest_again"] for r in results),
+                       "proved_faster_than_next": sum(bool(r["first"].get("proved")) for r in results)},
+           "models": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
