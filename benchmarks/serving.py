@@ -15,7 +15,8 @@ run in the order resident, budget, zip, zip, budget, resident (`--rounds 2`), fi
 Also: restore from the disk tier vs ModelSerializer restore from the zip per model (interleaved,
 in-process); the server's latency over calling output() in-process at batch 1 and 32
 (interleaved, sequential); the RSS an eviction gives back on a larger MLP; and a soak
-(`--soak N` requests per model through the budgeted server) with the profiler's leak verdict.
+(`--soak N` requests per model through the budgeted server, and through one with no budget) with
+the profiler's leak verdict; `--soak-only` reruns just the soaks into an existing result.
 Bounded: `--max-seconds` per run of the mix.
 """
 
@@ -235,6 +236,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=300.0, help="bound on one run of the mix")
     parser.add_argument("--repeats", type=int, default=7, help="repeats of the in-process comparisons")
     parser.add_argument("--soak", type=int, default=1250, help="soak requests per model (0: no soak)")
+    parser.add_argument("--soak-only", action="store_true",
+                        help="run only the soaks (budget and no budget) and replace them in an existing --out")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serving.json"))
     args = parser.parse_args()
 
@@ -248,6 +251,15 @@ def main() -> None:
     d = Path(tempfile.mkdtemp(prefix="pyd4j-bench-models-"))
     models = write_models(d)
 
+    if args.soak_only:
+        doc = json.loads(Path(args.out).read_text())
+        doc["soak"] = soak_run(models, doc["budget_bytes"], args.soak, args)
+        doc["soak_no_budget"] = soak_run(models, None, args.soak, args)
+        doc["settings"]["soak"] = args.soak
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        for key in ("soak", "soak_no_budget"):
+            print(key, json.dumps({k: doc[key][k] for k in ("requests", "failed", "verdict", "seconds", "rss_mib", "heap_live_mib")}))
+        return
     restore = restore_vs_zip(models, args.repeats)
     footprints = {n: r["footprint_bytes"] for n, r in restore.items()}
     budget = max(int(sum(footprints.values()) / args.ratio), max(footprints.values()))
@@ -283,6 +295,7 @@ def main() -> None:
     overhead = server_overhead(models, "mlp1024", args.repeats * 3)
     frees = eviction_frees()
     soak = soak_run(models, budget, args.soak, args) if args.soak else None
+    soak_no_budget = soak_run(models, None, args.soak, args) if args.soak else None
     doc = {
         "benchmark": "serving", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                             "load_avg_at_end": os.getloadavg()},
@@ -293,6 +306,7 @@ def main() -> None:
         "failed_requests": sum(r["failed"] for r in runs),
         "mix": summary, "comparison": comparison, "runs": runs,
         "server_overhead": overhead, "eviction_frees": frees, "soak": soak,
+        "soak_no_budget": soak_no_budget,
         "seconds": round(time.perf_counter() - t_start, 1),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

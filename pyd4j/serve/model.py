@@ -14,6 +14,7 @@ bit-identical before and after.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import time
 import zipfile
@@ -47,6 +48,25 @@ class Footprint:
 
     def to_dict(self) -> dict[str, int]:
         return dict(asdict(self), total_bytes=self.total_bytes)
+
+
+def _return_free_memory() -> None:
+    """Hand the memory just freed back to the system (glibc's malloc_trim). libnd4j allocates with
+    malloc; after evictions and restores of different sizes the freed blocks stay in malloc's arenas
+    (one per thread) and RSS grows: measured 313 -> 392 MiB over 300 evict/restore cycles of two
+    small models, 220 -> 236 MiB with this. A no-op where the C library is not glibc."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
 
 
 def parse_model_arg(text: str) -> tuple[str, Path]:
@@ -237,6 +257,7 @@ class ServedModel:
         manager = Nd4j.getWorkspaceManager()  # one by one: destroyAllWorkspacesForCurrentThread() adds a System.gc()
         for ws in list(manager.getAllWorkspacesForCurrentThread()):
             manager.destroyWorkspace(ws)
+        _return_free_memory()
 
     def _release(self) -> None:
         """Free the network's parameter (and gradient) buffers now and drop it. What DL4J's close() does

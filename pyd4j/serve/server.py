@@ -154,6 +154,8 @@ class ModelServer:
         log.warning("serving %d model(s) on %s", sum(w.state == "ready" for w in self.workers.values()), self.url)
         try:
             self._uvicorn.run(sockets=[self._socket])
+        except KeyboardInterrupt:  # uvicorn shuts down on SIGINT, then raises it again once its handler is gone
+            pass
         finally:
             self.stop()
 
