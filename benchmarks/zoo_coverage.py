@@ -1,7 +1,8 @@
 """Planned training on every model of DL4J's zoo (deeplearning4j-zoo 1.0.0-M2.1).
 
     .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2]
-        [--timeout 900] [--peak-timeout 300] [--peak-batch 16] [--no-peak] [--out benchmarks/results/zoo_coverage.json]
+        [--timeout 900] [--peak-timeout 300] [--peak-batch 16] [--no-peak] [--resume] [--table-only]
+        [--out benchmarks/results/zoo_coverage.json]
 
 For each model, in child JVMs (one OpenMP thread):
 1. built by DL4J's code (`org.pyd4j.fixtures.ZooNets`) at the smallest square input at which it
@@ -225,15 +226,25 @@ def main() -> None:
     ap.add_argument("--peak-batch", type=int, default=16, help="batch of the peak-measuring runs")
     ap.add_argument("--no-peak", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_coverage.json"))
+    ap.add_argument("--resume", action="store_true", help="keep the models already in --out, run the others")
+    ap.add_argument("--table-only", action="store_true", help="summarize --out (e.g. of an interrupted run)")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
+    if args.table_only:   # an interrupted run: summarize what it wrote
+        finish(json.loads(Path(args.out).read_text()), models, Path(args.out))
+        return
     doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
                     "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
                     "cpus": os.cpu_count(), "dl4j": "1.0.0-M2.1"},
            "models": {}}
+    if args.resume and Path(args.out).exists():
+        doc["models"] = json.loads(Path(args.out).read_text()).get("models", {})
+        doc["meta"]["resumed"] = sorted(doc["models"])
     with tempfile.TemporaryDirectory(prefix="pyd4j-zoo-") as tmp:
         folder = Path(tmp)
         for model in models:
+            if model in doc["models"]:
+                continue
             m = build(model, args.batch, folder, args.timeout)
             if m["built"]:
                 verdict, files = plan(model, args.batch, folder)
@@ -248,13 +259,21 @@ def main() -> None:
             doc["models"][model] = m
             print(model, json.dumps({k: v for k, v in m.items() if k not in ("plans",)})[:400], flush=True)
             Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    finish(doc, models, Path(args.out))
+
+
+def finish(doc: dict, models: list[str], out: Path) -> None:
+    """Add the summary (models not run are listed as such), write the JSON, print the table."""
     built = [m for m in doc["models"].values() if m.get("built")]
     accepted = [m for m in built if m.get("planned") and m.get("checked")]
-    doc["summary"] = {"models": len(doc["models"]), "built": len(built), "accepted": len(accepted),
-                      "exact": sum(1 for m in accepted if m.get("exact")),
+    doc["summary"] = {"models": len(models), "run": len(doc["models"]), "built": len(built),
+                      "accepted": len(accepted), "exact": sum(1 for m in accepted if m.get("exact")),
                       "refused": {n: m.get("reason") for n, m in doc["models"].items()
-                                  if m.get("built") and not (m.get("planned") and m.get("checked"))}}
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+                                  if m.get("built") and not (m.get("planned") and m.get("checked"))},
+                      "not_built": {n: m.get("error") or m.get("skipped") for n, m in doc["models"].items()
+                                    if not m.get("built")},
+                      "not_run": [m for m in models if m not in doc["models"]]}
+    out.write_text(json.dumps(doc, indent=1) + "\n")
     print(table(doc))
     print(json.dumps(doc["summary"], indent=1))
 

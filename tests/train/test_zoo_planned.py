@@ -24,11 +24,12 @@ from tests.train.conftest import FIXTURES_JAR
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
 BATCH = 2
-# layers each one brings that the planner once refused or crashed on: ActivationLayer softmax,
-# global average pooling (SqueezeNet, Darknet19), Upsampling2D (UNet), SeparableConvolution2D
-# (Xception), LRN's n written as 5.0 and average-free max pooling (AlexNet), ZeroPaddingLayer and
-# AVG SubsamplingLayer (ResNet50)
-MODELS = ("SqueezeNet", "Darknet19", "UNet", "Xception", "AlexNet", "ResNet50")
+# layers each one brings that the planner once refused: ActivationLayer softmax and global average
+# pooling (SqueezeNet, Darknet19), Upsampling2D (UNet), SeparableConvolution2D (Xception), LRN's n
+# written as 5.0 (AlexNet); ResNet50 (ZeroPaddingLayer, AVG SubsamplingLayer) is in the benchmark
+# (minutes at its smallest input), average pooling in test_planned_gradients (resnet_graph)
+MODELS = ("SqueezeNet", "Darknet19", "UNet", "Xception", "AlexNet")
+CHUNK_TOLERANCE = 4.0   # a chunked plan's error against float64 may be this many times DL4J's own
 ZOO_LIB = FIXTURES_JAR.parent / "zoo-lib"
 
 
@@ -73,7 +74,7 @@ def test_zoo_network_trains_planned_exactly(zoo: Path, model: str, tmp_path: Pat
         plan, result = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
         path = tmp_path / f"{model}.{policy}.json"
         files[str(write_plan(path, plan, result, network_kind(doc), model))] = policy
-    run = subprocess.run(["java", "-Xmx3g", "-cp", java_classpath(), "org.pyd4j.fixtures.PlannedCheck",
+    run = subprocess.run(["java", "-Xmx3g", "-Dpyd4j.check.f64=true", "-cp", java_classpath(), "org.pyd4j.fixtures.PlannedCheck",
                           str(zoo / f"{model}.json"), str(zoo / f"{model}.input.json"), str(BATCH), "0", *files],
                          capture_output=True, text=True, timeout=1200, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
@@ -83,8 +84,11 @@ def test_zoo_network_trains_planned_exactly(zoo: Path, model: str, tmp_path: Pat
         assert r["variables"] == r["planned_variables"] > 0, policy
         assert r["stats"]["left_to_gc"] >= 0 and r["stats"]["rebuilds"] == 0, policy
         if policy == "smallest" and r["stats"]["chunked_steps"]:
-            # convolutions in batch slices: the same sums in another order, within float32 rounding
-            assert r["max_relative"] <= 1e-5, (policy, r["worst_variable"], r["max_relative"])
+            # convolutions in batch slices: the same sums in another order. Against the same iteration
+            # in float64, each variable's error is of the size of DL4J's own float32 error (a relative
+            # difference to DL4J's result means nothing where a gradient is ~0, e.g. a bias before BN)
+            for name, (_, _, err_dl4j, err_planned, scale) in r["gradient_by_variable"].items():
+                assert err_planned <= CHUNK_TOLERANCE * max(err_dl4j, 1e-6 * scale), (name, err_planned, err_dl4j)
             assert abs(r["score"] - r["score_ref"]) <= 1e-6 * abs(r["score_ref"]), policy
         else:   # unchunked: DL4J's ops in DL4J's order, the same bits
             assert r["bitwise"], (policy, r["worst_variable"], r["max_relative"])
