@@ -110,6 +110,8 @@ CLI += [
      "deepest this search builds"),
     ("a search past its limit", (*P, "--model", "{mlp}", "--max-batch", "--budget", HUGE_BUDGET), {}, "65536"),
     ("a search past its limit", (*P, "--model", "alexnet", "--max-batch", "--budget", HUGE_BUDGET), {}, "65536"),
+    ("a network past what is planned", (*P, "--model", "resnet200000"), {}, "resnet200000"),
+    ("a network past what is planned", (*P, "--model", "resnet" + "9" * 40), {}, "past the 100000"),
     ("--backend cupy without CuPy", (*P, "--model", "resnet50", "--batch", "1", "--image", "32", "--execute",
                                      "--backend", "cupy"), {}, "CuPy"),
     ("--backend cupy without CuPy", (*P, "--model", "alexnet", "--execute", "--backend", "cupy", "--policy",
