@@ -221,14 +221,20 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     return {name: model.model_json_schema(by_alias=True) for name, model in MODELS.items()}
 
 
-def check(kind: str, doc: Any, where: str, fix: str) -> Any:
-    """`doc` validated as a `kind` document ("plan", "timeline", "profile", "tune"); SchemaError
-    names `where`, what is wrong and `fix`. A document of another schema version is refused with
-    the version this pyd4j reads."""
+def check_version(kind: str, doc: Any, where: str, fix: str) -> None:
+    """Refuses a `kind` document that says it is of another schema version than this pyd4j reads
+    (one without "schema" is of the version before it was written, read as the current one)."""
     want = VERSIONS[kind]
     if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or doc["schema"] != want):
         raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {kind} schema {want}: "
                           f"{fix}")
+
+
+def check(kind: str, doc: Any, where: str, fix: str) -> Any:
+    """`doc` validated as a `kind` document ("plan", "timeline", "profile", "tune"); SchemaError
+    names `where`, what is wrong and `fix`. A document of another schema version is refused with
+    the version this pyd4j reads."""
+    check_version(kind, doc, where, fix)
     try:
         if kind == "timeline":
             return TimelineRecord.model_validate({"record": doc}).record
@@ -246,4 +252,4 @@ def _short(value: Any) -> str:
 
 
 __all__ = ["MODELS", "PlanDocument", "ProfileDocument", "SchemaError", "TimelineRecord", "TuneDocument",
-           "check", "json_schemas"]
+           "check", "check_version", "json_schemas"]
