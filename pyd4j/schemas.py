@@ -140,7 +140,7 @@ class TimelineStart(_Strict):
 
     type: Literal["start"]
     t: Time
-    schema_: Literal[1] = Field(TIMELINE_SCHEMA, alias="schema")
+    schema_: Annotated[int, Field(ge=TIMELINE_SCHEMA, le=TIMELINE_SCHEMA)] = Field(TIMELINE_SCHEMA, alias="schema")
     pid: int | None = None
     heap_max: Amount | None = None
 
@@ -192,7 +192,7 @@ class TimelineRecord(BaseModel):
 class ProfileDocument(_Strict):
     """What `pyd4j profile --json` and `pyd4j report --json` print (pyd4j.profile.report.summary)."""
 
-    schema_: Literal[1] = Field(PROFILE_SCHEMA, alias="schema")
+    schema_: Annotated[int, Field(ge=PROFILE_SCHEMA, le=PROFILE_SCHEMA)] = Field(PROFILE_SCHEMA, alias="schema")
     run_dir: str
     job: str
     exit_code: int | None
@@ -206,8 +206,8 @@ class ProfileDocument(_Strict):
 class TuneDocument(_Strict):
     """What `pyd4j tune --json` prints (pyd4j.profile.tune)."""
 
-    schema_: Literal[1] = Field(TUNE_SCHEMA, alias="schema")
-    exit_code: int
+    schema_: Annotated[int, Field(ge=TUNE_SCHEMA, le=TUNE_SCHEMA)] = Field(TUNE_SCHEMA, alias="schema")
+    exit_code: int | None = None
     recommended: list[str] | None = None
 
 
