@@ -23,6 +23,7 @@ JAVA_LONG_MAX = 2**63 - 1         # byte sizes end up in Java longs (-Xmx, JavaC
 MAX_TEXT_BYTES = 64 * 1024**2     # a DL4J configuration, sidecar or timeline line is far smaller
 MAX_JSON_DEPTH = 64               # DL4J configurations nest about 6 deep
 MAX_INTERVAL_MS = 3_600_000       # the agent samples at least once an hour
+MAX_RESNET_DEPTH = 100_000        # the deepest ResNet planned: ~333,000 layers, a few GB of graph
 
 
 class InputError(ValueError):

@@ -140,7 +140,7 @@ class TimelineStart(_Strict):
 
     type: Literal["start"]
     t: Time
-    schema_: Literal[1] = Field(TIMELINE_SCHEMA, alias="schema")
+    schema_: Annotated[int, Field(ge=TIMELINE_SCHEMA, le=TIMELINE_SCHEMA)] = Field(TIMELINE_SCHEMA, alias="schema")
     pid: int | None = None
     heap_max: Amount | None = None
 
@@ -192,7 +192,7 @@ class TimelineRecord(BaseModel):
 class ProfileDocument(_Strict):
     """What `pyd4j profile --json` and `pyd4j report --json` print (pyd4j.profile.report.summary)."""
 
-    schema_: Literal[1] = Field(PROFILE_SCHEMA, alias="schema")
+    schema_: Annotated[int, Field(ge=PROFILE_SCHEMA, le=PROFILE_SCHEMA)] = Field(PROFILE_SCHEMA, alias="schema")
     run_dir: str
     job: str
     exit_code: int | None
@@ -206,8 +206,8 @@ class ProfileDocument(_Strict):
 class TuneDocument(_Strict):
     """What `pyd4j tune --json` prints (pyd4j.profile.tune)."""
 
-    schema_: Literal[1] = Field(TUNE_SCHEMA, alias="schema")
-    exit_code: int
+    schema_: Annotated[int, Field(ge=TUNE_SCHEMA, le=TUNE_SCHEMA)] = Field(TUNE_SCHEMA, alias="schema")
+    exit_code: int | None = None
     recommended: list[str] | None = None
 
 
@@ -221,14 +221,20 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     return {name: model.model_json_schema(by_alias=True) for name, model in MODELS.items()}
 
 
-def check(kind: str, doc: Any, where: str, fix: str) -> Any:
-    """`doc` validated as a `kind` document ("plan", "timeline", "profile", "tune"); SchemaError
-    names `where`, what is wrong and `fix`. A document of another schema version is refused with
-    the version this pyd4j reads."""
+def check_version(kind: str, doc: Any, where: str, fix: str) -> None:
+    """Refuses a `kind` document that says it is of another schema version than this pyd4j reads
+    (one without "schema" is of the version before it was written, read as the current one)."""
     want = VERSIONS[kind]
     if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or doc["schema"] != want):
         raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {kind} schema {want}: "
                           f"{fix}")
+
+
+def check(kind: str, doc: Any, where: str, fix: str) -> Any:
+    """`doc` validated as a `kind` document ("plan", "timeline", "profile", "tune"); SchemaError
+    names `where`, what is wrong and `fix`. A document of another schema version is refused with
+    the version this pyd4j reads."""
+    check_version(kind, doc, where, fix)
     try:
         if kind == "timeline":
             return TimelineRecord.model_validate({"record": doc}).record
@@ -246,4 +252,4 @@ def _short(value: Any) -> str:
 
 
 __all__ = ["MODELS", "PlanDocument", "ProfileDocument", "SchemaError", "TimelineRecord", "TuneDocument",
-           "check", "json_schemas"]
+           "check", "check_version", "json_schemas"]

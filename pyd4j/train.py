@@ -269,6 +269,12 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
         return None
     if isinstance(tier, str) and tier not in TIER_CHOICES:
         raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
+    from pyd4j.sched.policies import POLICIES  # noqa: PLC0415
+    from pyd4j.sched.training_plan import IN_MEMORY  # noqa: PLC0415
+
+    if policy is not None and policy not in (*POLICIES, IN_MEMORY):
+        raise ValueError(f"policy={policy!r}; use one of {[*POLICIES, IN_MEMORY]}, or None to pick the fastest "
+                         "plan that fits the budget")
     import jpype  # noqa: PLC0415
 
     if not isinstance(tier, str) and not isinstance(tier, jpype.JClass("org.pyd4j.train.OffloadTier")):

@@ -157,4 +157,17 @@ def test_java_reader_gives_the_python_verdict(jvm, good_plan):
             assert "plan test.json" in java, (name, java)
         if (py is None) != (java is None):
             disagree.append((name, py, java))
+        if (name, path, value) in BAD:
+            RESULTS[f"plan file (Java reader): {name}"] = java is not None
     assert not disagree, disagree
+
+
+def test_a_tune_document_of_another_schema_is_refused_by_report(tmp_path):
+    """report on one of tune's runs reads tune.json next to it: another version is refused, named."""
+    (tmp_path / "before").mkdir()
+    (tmp_path / "before" / "timeline.jsonl").write_text(json.dumps({"type": "sample", "t": 2, "rss": 5}) + "\n")
+    (tmp_path / "tune.json").write_text(json.dumps({"schema": 7, "exit_code": 0, "before": {"run_dir": "x"}}))
+    p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "report", "--json", str(tmp_path / "before")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "tune schema 7" in p.stdout and "reads tune schema 1" in p.stdout

@@ -57,3 +57,17 @@ def test_wheel_profiles_reports_and_tunes_a_job(installed, tmp_path):
     assert tuned["after"]["exit_code"] == 0 and tuned["after"]["iterations"] == 6, tuned
     assert any(a.startswith("-Xmx") for a in tuned["recommended"])
     assert all(a in tuned["after"]["jvm_memory_flags"] for a in tuned["recommended"] if a.startswith("-Xm"))
+
+
+def test_wheel_imports_every_module_and_runs_the_leak_check(installed, tmp_path):
+    """Every module of the installed wheel imports with only the declared dependencies, and the
+    leak check's trend (scipy) judges a steadily rising series as rising."""
+    bin_dir, env = installed
+    code = ("import importlib, pkgutil, numpy as np, pyd4j\n"
+            "mods = [m.name for m in pkgutil.walk_packages(pyd4j.__path__, 'pyd4j.')]\n"
+            "for m in mods: importlib.import_module(m)\n"
+            "from pyd4j.profile.diagnose import fit_trend\n"
+            "x = np.arange(60.0); t = fit_trend(x, 1000.0 + 50.0 * x, 'iteration')\n"
+            "print(len(mods), t.slope, t.p_value)")
+    count, slope, p_value = run([str(bin_dir / "python"), "-c", code], tmp_path, env).stdout.split()
+    assert int(count) > 60 and float(slope) == 50.0 and float(p_value) < 1e-6

@@ -5,6 +5,7 @@ and the fix, before a JVM starts, a job runs or a directory is made."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 

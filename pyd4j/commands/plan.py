@@ -19,7 +19,7 @@ from pyd4j.sched.plan import gc_paused
 @click.option("--network", "network_json", hidden=True,
               type=params.InputFile("network configuration", fix="give a DL4J configuration JSON written by conf.toJson()"),
               help="a DL4J configuration JSON (the same as --model FILE.json)")
-@click.option("--depth", type=params.Whole(1, 100_000, example="--depth 152"), help="ResNet depth N for --model resnet")
+@click.option("--depth", type=params.Whole(1, inputs.MAX_RESNET_DEPTH, example="--depth 152"), help="ResNet depth N for --model resnet")
 @click.option("--batch", default=32, show_default=True, type=params.BATCH)
 @click.option("--image", type=params.Whole(1, 65_536, example="--image 224"),
               help="input height/width (default: the network's, 227; inception_v4 299)")

@@ -24,7 +24,7 @@ import numpy as np
 from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import Finding, diagnose, gc_share, leak_verdicts
 from pyd4j.profile.jvms import role_text, short_name
-from pyd4j.schemas import PROFILE_SCHEMA
+from pyd4j.schemas import PROFILE_SCHEMA, check
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.timesplit import describe as describe_split, time_split
@@ -488,6 +488,7 @@ def find_tune_doc(run_dir: Path) -> tuple[dict, str] | None:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    check("tune", doc, f"tune document {path}", "tune the job again with this pyd4j, or remove the file")
     moved = not Path(doc.get("out_dir") or "").resolve() == run_dir.parent.resolve()
     for side in ("after", "before"):
         recorded = (doc.get(side) or {}).get("run_dir")

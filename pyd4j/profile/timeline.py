@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pyd4j.schemas import check
+from pyd4j.schemas import check_version
 from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
 
 TIMELINE = "timeline.jsonl"
@@ -216,7 +216,8 @@ class Timeline:
                 elif kind == "split":
                     splits.append(event)
                 elif kind == "start" and not start:
-                    check("timeline", event, f"timeline {path}", "profile the job again with this pyd4j")
+                    # the version is checked; the values, as every line's, leniently (a torn run reads back)
+                    check_version("timeline", event, f"timeline {path}", "profile the job again with this pyd4j")
                     start = event
                 elif kind == "end":
                     end = event

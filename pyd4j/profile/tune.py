@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from pyd4j.schemas import TUNE_SCHEMA
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
 from pyd4j.output import human_bytes
 from pyd4j.profile.command import MEMORY_FLAG_PREFIXES, JobCommand
@@ -276,7 +277,7 @@ def save_tune_doc(out: Path, doc: dict) -> None:
     """tune.json next to the runs, so each run's report (now or later) shows the before/after."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / TUNE_DOC).write_text(json.dumps(doc, indent=2, default=str))
+        (out / TUNE_DOC).write_text(json.dumps({"schema": TUNE_SCHEMA, **doc}, indent=2, default=str))
     except OSError:
         pass  # the document is still printed; only the reports' before/after section is lost
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pyd4j.inputs import MAX_RESNET_DEPTH
 from pyd4j.sched.graph import Graph, GraphError
 
 _RESNET_STAGES = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
@@ -242,6 +243,9 @@ def build(model: str, batch: int = 32, image: int | None = None, depth: int | No
     if key == "resnet":
         return resnet(depth, layout=layout, **kw)
     if key.startswith("resnet") and key[6:].isdigit():
+        if len(key[6:]) > 6 or int(key[6:]) > MAX_RESNET_DEPTH:
+            raise GraphError(f"model {model!r}: ResNet depth {key[6:][:12]} is past the {MAX_RESNET_DEPTH} this plans "
+                             f"(about {MAX_RESNET_DEPTH * 10 // 3} layers); give a smaller depth")
         return resnet(int(key[6:]), layout=layout, **kw)
     names = {name.replace("_", ""): fn for name, fn in ZOO.items()}
     if key in names:
