@@ -43,7 +43,7 @@ import javax.management.ObjectName;
 final class LiveSet implements Runnable {
     static final double DEFAULT_PAUSE_SHARE = 0.005;
     /** Pause share allowed while a verdict still needs points (see the class comment). */
-    static final double NEED_PAUSE_SHARE = 0.1;
+    static final double NEED_PAUSE_SHARE = 0.2;
     static final int NEEDED_POINTS = 6;
     static final int RECENT_SAMPLES = 20;
     static final int SUSPECT_MIN_MIB = 8;
