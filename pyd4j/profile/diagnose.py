@@ -485,6 +485,12 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
       at most what is held, so if what is held never rose `needed` bytes over the first point after
       warm-up, across LEAK_MIN_ITERATIONS or more, kept memory did not either."""
     verdict = judge(x, y, unit, label, min_growth, min_relative)
+    times = [p["t"] for p, value in zip(points, y) if not np.isnan(value)]
+    if verdict.status == "leak" and times and (max(times) - min(times)) / 1000.0 < LEAK_MIN_SECONDS:
+        # a rise shorter than that is a cache filling or a workspace learning its size as often as a leak
+        return LeakVerdict("not-enough-data", label, None,
+                           f"kept memory rose over {(max(times) - min(times)) / 1000.0:.0f} s of training; a leak "
+                           f"verdict needs the rise to last {LEAK_MIN_SECONDS} s")
     ex, ey = envelope(t, what, unit)
     if verdict.status == "leak" and ex.size:
         trend = verdict.trend
