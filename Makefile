@@ -45,7 +45,7 @@ demo: setup
 	$(PY) examples/quickstart.py
 	@# The main job: tune the Maven-built LeNet example (profile, flags from measured peaks, verify).
 	rm -rf examples/target/demo-tune
-	.venv/bin/pyd4j tune --out examples/target/demo-tune -- java -cp "examples/target/pyd4j-examples.jar:java/target/lib/*" org.pyd4j.examples.TrainLeNetSynthetic 20 16 2
+	.venv/bin/pyd4j tune --out examples/target/demo-tune -- java -cp "examples/target/pyd4j-examples.jar:java/target/lib/*" org.pyd4j.examples.TrainLeNetSynthetic 100 16 2
 
 test: setup cuda-check
 	ctest --test-dir native/build --output-on-failure -j2

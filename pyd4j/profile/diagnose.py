@@ -46,6 +46,7 @@ LEAK_LATE_SHARE = 0.5         # a leak still rises over the later half of the ru
 ENVELOPE_SAMPLES = 20         # samples per window of the off-heap envelope (2 s at the default 100 ms)
 ENVELOPE_GCS = 3              # young collections per window of the heap envelope
 GC_SHARE_WARN = 0.10
+MEASURING_GC_CAUSES = ("Diagnostic Command", "Heap Inspection Initiated GC")
 GC_WINDOW_S = 5.0
 GC_WINDOW_WARN = 0.30
 SPILL_MIN_SAMPLES = 3
@@ -516,6 +517,12 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
       at most what is held, so if what is held never rose `needed` bytes over the first point after
       warm-up, across LEAK_MIN_ITERATIONS or more, kept memory did not either."""
     verdict = judge(x, y, unit, label, min_growth, min_relative)
+    times = [p["t"] for p, value in zip(points, y) if not np.isnan(value)]
+    if verdict.status == "leak" and times and (max(times) - min(times)) / 1000.0 < LEAK_MIN_SECONDS:
+        # a rise shorter than that is a cache filling or a workspace learning its size as often as a leak
+        return LeakVerdict("not-enough-data", label, None,
+                           f"kept memory rose over {(max(times) - min(times)) / 1000.0:.0f} s of training; a leak "
+                           f"verdict needs the rise to last {LEAK_MIN_SECONDS} s")
     ex, ey = envelope(t, what, unit)
     if verdict.status == "leak" and ex.size:
         trend = verdict.trend
@@ -764,6 +771,15 @@ def gc_share(t: Timeline) -> tuple[float, float]:
         return 0.0, 0.0
     times = t.times()
     _, millis = t.gc_totals()
+    # full collections made to measure the live set (the agent's inspections, jcmd's) are not the job's pressure
+    # (when the collector's counters include each: the collection's end)
+    measuring = [(g["t"] + (g.get("duration_ms") or 0), g.get("duration_ms") or 0) for g in t.gc_events
+                 if g.get("cause") in MEASURING_GC_CAUSES]
+    if measuring:
+        at = (np.array([m[0] for m in measuring], dtype=float) - t.t0) / 1000.0
+        spent = np.cumsum([m[1] for m in measuring], dtype=float)
+        idx = np.searchsorted(at, times, side="right")
+        millis = millis - np.where(idx > 0, spent[np.maximum(idx - 1, 0)], 0.0)
     wall = times[-1] - times[0]
     overall = (millis[-1] - millis[0]) / 1000.0 / wall if wall > 0 else 0.0
     worst = 0.0

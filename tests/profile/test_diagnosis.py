@@ -153,3 +153,26 @@ def test_reasons_in_seconds_say_s_not_ss():
     assert "over 27 s after" in verdict.reason and " ss" not in verdict.reason
     by_iteration = judge(x, np.array([1.0, 2.0, 3.0]), "iteration", "live heap", 8 << 20)
     assert "over 27 iterations after" in by_iteration.reason
+
+
+def test_gc_pressure_leaves_out_the_collections_made_to_measure_the_live_set(tmp_path):
+    """Made-up timeline (our own logic only): 20 s, 4 s of it in full collections the agent's inspections
+    (or jcmd) caused and 0.5 s in the job's own young collections: 2.5% of the run is the job's, not 22%."""
+    from pyd4j.profile.diagnose import gc_share
+    from pyd4j.profile.timeline import Timeline
+
+    t0 = 1_000_000
+    own = [{"type": "gc", "t": t0 + 2000 * k, "duration_ms": 500, "kind": "full",
+            "cause": "Diagnostic Command" if k % 2 else "Heap Inspection Initiated GC"} for k in range(1, 9)]
+    young = [{"type": "gc", "t": t0 + 2000 * k + 500, "duration_ms": 50, "kind": "young", "cause": "G1 Evacuation Pause"}
+             for k in range(10)]
+    events = sorted(own + young, key=lambda g: g["t"])
+    samples = []
+    for i in range(201):
+        now = t0 + 100 * i
+        done = [g for g in events if g["t"] + g["duration_ms"] <= now]
+        samples.append({"type": "sample", "t": now, "gc": {"all": [len(done), sum(g["duration_ms"] for g in done)]}})
+    t = Timeline(tmp_path, {"t": t0}, samples, events, [], [], [], None)
+    overall, worst = gc_share(t)
+    assert overall == pytest.approx(0.5 / 20, abs=0.01)
+    assert worst < 0.1

@@ -34,8 +34,8 @@ def tunes(tmp_path_factory):
     live = "-Dpyd4j.agent=live=1,live_share=0.2"
     cases = {
         # long enough for the leak verdicts (about 6 live points at defaults): a tune verifies nothing less
-        "java-arrays": ["--", *corpus_command("java-arrays", seconds=40)],
-        "compat": ["--repeat", "3", "--", *compat_command(seconds=35)],
+        "java-arrays": ["--", *corpus_command("java-arrays", seconds=60)],
+        "compat": ["--repeat", "3", "--", *compat_command(seconds=45)],
         # at the agent's default settings: the leak must be found without asking for more live points
         "leak": ["--", *corpus_command("leak-list", seconds=45)],
         "heap-oom": ["--", *fixture_command("heap", 400, "-Xmx96m")],

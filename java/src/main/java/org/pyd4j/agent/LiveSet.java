@@ -43,7 +43,7 @@ import javax.management.ObjectName;
 final class LiveSet implements Runnable {
     static final double DEFAULT_PAUSE_SHARE = 0.005;
     /** Pause share allowed while a verdict still needs points (see the class comment). */
-    static final double NEED_PAUSE_SHARE = 0.1;
+    static final double NEED_PAUSE_SHARE = 0.2;
     static final int NEEDED_POINTS = 6;
     static final int RECENT_SAMPLES = 20;
     static final int SUSPECT_MIN_MIB = 8;
@@ -72,8 +72,13 @@ final class LiveSet implements Runnable {
     private String pendingTrigger;
     private long pendingT;
     private long pendingHeap;
-    /** Full collections the agent's own inspections started, not yet seen by the GC listener. */
-    private int expectedOwnGcs;
+    /** When the agent's own GC.run and GC.class_histogram calls ran (epoch ms; "to" is MAX while running). */
+    private long gcRunFrom = -1, gcRunTo = -1, histogramFrom = -1, histogramTo = -1;
+    private static final long CLOCK_SLACK_MS = 20;
+
+    private static boolean within(long startMs, long from, long to) {
+        return from >= 0 && startMs >= from - CLOCK_SLACK_MS && startMs <= to + CLOCK_SLACK_MS;
+    }
     /** Heap usage after the collection of the agent's last inspection (what the collector reports). */
     private long inspectionHeapAfter = -1;
     /**
@@ -170,11 +175,11 @@ final class LiveSet implements Runnable {
      * From the GC listener: a collection of the whole heap ended, with {@code heapAfter} bytes left.
      * Returns false for the agent's own inspection (which it measures itself).
      */
-    boolean onFullCollection(String trigger, String cause, long t, long heapAfter) {
+    boolean onFullCollection(String trigger, String cause, long startMs, long t, long heapAfter) {
         synchronized (lock) {
-            boolean inspection = "Heap Inspection Initiated GC".equals(cause);
-            if ((inspection || "Diagnostic Command".equals(cause)) && expectedOwnGcs > 0) {
-                expectedOwnGcs--;
+            // the agent's own by when it started (notifications come late, and jcmd's have the same causes)
+            boolean inspection = "Heap Inspection Initiated GC".equals(cause) && within(startMs, histogramFrom, histogramTo);
+            if (inspection || ("Diagnostic Command".equals(cause) && within(startMs, gcRunFrom, gcRunTo))) {
                 if (inspection) inspectionHeapAfter = heapAfter;
                 return false;
             }
@@ -249,17 +254,35 @@ final class LiveSet implements Runnable {
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
         ObjectName name = new ObjectName("com.sun.management:type=DiagnosticCommand");
         synchronized (lock) {
-            expectedOwnGcs += 2;
             inspectionHeapAfter = -1;
+            gcRunFrom = System.currentTimeMillis();
+            gcRunTo = Long.MAX_VALUE;
         }
         long start = System.nanoTime();
-        server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
+        try {
+            server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
+        } finally {
+            synchronized (lock) {
+                gcRunTo = System.currentTimeMillis();
+            }
+        }
         long pause = System.nanoTime() - start;
         boolean drained = drain();
         long t = System.currentTimeMillis();
+        synchronized (lock) {
+            histogramFrom = t;
+            histogramTo = Long.MAX_VALUE;
+        }
         start = System.nanoTime();
-        String text = (String) server.invoke(name, "gcClassHistogram", new Object[]{new String[0]},
-                new String[]{String[].class.getName()});
+        String text;
+        try {
+            text = (String) server.invoke(name, "gcClassHistogram", new Object[]{new String[0]},
+                    new String[]{String[].class.getName()});
+        } finally {
+            synchronized (lock) {
+                histogramTo = System.currentTimeMillis();
+            }
+        }
         pause += System.nanoTime() - start;
         Histogram h = Histogram.parse(text, TOP_CLASSES);
         bookkeeping = h.deallocationBookkeeping();

@@ -317,7 +317,7 @@ final class Sampler implements Runnable {
                 sink.line(j.close());
                 LiveSet live = liveSet;
                 if (live != null && (kind.equals("full") || kind.equals("cycle"))) {
-                    live.onFullCollection(kind.equals("full") ? "full-gc" : "gc-cycle", cause, t + duration, heapAfter);
+                    live.onFullCollection(kind.equals("full") ? "full-gc" : "gc-cycle", cause, t, t + duration, heapAfter);
                 } else if (live != null) {
                     live.observeYoung(heapAfter);
                 }
