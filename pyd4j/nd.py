@@ -52,54 +52,21 @@ from typing import Any, Literal
 import numpy as np
 
 import pyd4j.jvm
-
-# numpy dtype -> ND4J DataType name. Both sides store these identically (little-endian x86/ARM);
-# ND4J's BFLOAT16 and UTF8 have no numpy twin, numpy's complex/object/str/datetime none in ND4J.
-SUPPORTED_DTYPES: dict[np.dtype, str] = {
-    np.dtype(np.float16): "HALF",
-    np.dtype(np.float32): "FLOAT",
-    np.dtype(np.float64): "DOUBLE",
-    np.dtype(np.int8): "BYTE",
-    np.dtype(np.int16): "SHORT",
-    np.dtype(np.int32): "INT",
-    np.dtype(np.int64): "LONG",
-    np.dtype(np.uint8): "UBYTE",
-    np.dtype(np.uint16): "UINT16",
-    np.dtype(np.uint32): "UINT32",
-    np.dtype(np.uint64): "UINT64",
-    np.dtype(np.bool_): "BOOL",
-}
-_NUMPY_OF: dict[str, np.dtype] = {name: dt for dt, name in SUPPORTED_DTYPES.items()}
+from pyd4j.dtypes import (  # noqa: F401  (re-exported: nd is where users look for them)
+    SUPPORTED_DTYPES,
+    UnsupportedDtypeError,
+    nd4j_dtype,
+    supported_dtypes,
+)
+from pyd4j.dtypes import numpy_dtype as _numpy_dtype
 
 _MAX_BYTEBUFFER = (1 << 31) - 1  # a java.nio.ByteBuffer's capacity is an int
 
 Copy = Literal[True, False] | None
 
 
-class UnsupportedDtypeError(TypeError):
-    """A dtype with no counterpart on the other side."""
-
-
 class CopyRequiredError(ValueError):
     """The array cannot be shared without a copy, and the caller did not allow one."""
-
-
-def supported_dtypes() -> list[str]:
-    """numpy names of the dtypes that cross without conversion."""
-    return [dt.name for dt in SUPPORTED_DTYPES]
-
-
-def nd4j_dtype(dtype: np.dtype | type | str) -> str:
-    """The ND4J DataType name for a numpy dtype; UnsupportedDtypeError names the supported ones."""
-    dt = np.dtype(dtype)
-    native = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
-    name = SUPPORTED_DTYPES.get(native) if native.fields is None else None
-    if name is None:
-        raise UnsupportedDtypeError(
-            f"numpy dtype {dt.str!r} ({dt}) has no ND4J counterpart; supported: "
-            f"{', '.join(supported_dtypes())}. Convert first, e.g. a.astype(np.float32)"
-        )
-    return name
 
 
 def _java():
@@ -257,16 +224,6 @@ def _describe(x) -> tuple[int, str, bool, bool, tuple[int, ...], tuple[int, ...]
         d = [int(v) for v in j["Buffers"].describe(x)]
     rank = d[4]
     return d[0], j["names"][d[1]], bool(d[2]), bool(d[3]), tuple(d[5:5 + rank]), tuple(d[5 + rank:5 + 2 * rank])
-
-
-def _numpy_dtype(name: str) -> np.dtype:
-    dt = _NUMPY_OF.get(name)
-    if dt is None:
-        raise UnsupportedDtypeError(
-            f"ND4J data type {name} has no numpy counterpart; supported: {', '.join(_NUMPY_OF)}. "
-            f"Cast first, e.g. x.castTo(DataType.FLOAT)"
-        )
-    return dt
 
 
 def _view(x, facts: tuple | None = None) -> np.ndarray:

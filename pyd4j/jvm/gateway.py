@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from pyd4j.dtypes import nd4j_dtype, numpy_dtype
 from pyd4j.jvm.classpath import ClasspathError
 from pyd4j.jvm.core import java_command
 from pyd4j.jvm.options import JvmOptionError, JvmOptions
@@ -185,8 +186,6 @@ class Gateway:
         the child copies it into a new ND4J-owned array. C- and F-contiguous arrays go as they
         are; other layouts are made C-contiguous first (one more copy).
         """
-        from pyd4j.nd import nd4j_dtype  # noqa: PLC0415
-
         self._check_open()
         a = np.asarray(a)
         dtype = nd4j_dtype(a.dtype)
@@ -208,12 +207,10 @@ class Gateway:
     def get(self, x, out: np.ndarray | None = None) -> np.ndarray:
         """Bring the child's INDArray `x` into a new numpy array (same order if x is dense), or
         into `out` (a C-contiguous array of x's dtype and shape; saves allocating fresh pages)."""
-        from pyd4j.nd import _numpy_dtype  # noqa: PLC0415
-
         self._check_open()
         dense = self.entry.dense(x)
         header = str(self.entry.header(dense)).split(",")
-        dtype = _numpy_dtype(header[0])
+        dtype = numpy_dtype(header[0])
         nbytes, order, shape = int(header[1]), header[2].upper(), tuple(int(d) for d in header[3:])
         if out is None:
             out = np.empty(shape, dtype=dtype, order=order)
