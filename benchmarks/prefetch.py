@@ -67,7 +67,7 @@ def main() -> None:
 
     import pyd4j.jvm
     from pyd4j.data import NumpyBatches
-    from pyd4j.data.tune import tune_prefetch
+    from pyd4j.prefetch_tuning import tune_prefetch
     from pyd4j.nd import from_numpy
     from pyd4j.train import fit
 

@@ -158,7 +158,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     iterable (called every epoch), a one-shot generator (epochs=1 only), or a PrefetchIterator.
     Batches: (features, labels[, features_mask, labels_mask]) numpy arrays, a dict, or a DataSet;
     lists of arrays per slot for multi-input/-output graphs.
-    prefetch: async queue depth (DL4J's own fit() fixes 2); pyd4j.data.tune.tune_prefetch measures it.
+    prefetch: async queue depth (DL4J's own fit() fixes 2); pyd4j.prefetch_tuning.tune_prefetch measures it.
     memory: None (DL4J's own fit()) or "superneurons" (planned training; see the module docstring),
     with `budget` (bytes or "1500m") for the plan's peak, `policy` to force one planner policy, and
     `tier` ("auto", "disk", "pinned", "none" or an org.pyd4j.train.OffloadTier) for plans that

@@ -135,7 +135,7 @@ def command(model: str, data: str | None, shape: str | None, batch: int, depths:
 
     import pyd4j.jvm  # noqa: PLC0415
     from pyd4j.data import NumpyBatches  # noqa: PLC0415
-    from pyd4j.data.tune import tune_prefetch  # noqa: PLC0415
+    from pyd4j.prefetch_tuning import tune_prefetch  # noqa: PLC0415
 
     try:
         depth_list = [int(d) for d in depths.split(",") if d.strip()]

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pyd4j.data import NumpyBatches
-from pyd4j.data.tune import tune_prefetch
+from pyd4j.prefetch_tuning import tune_prefetch
 
 pytestmark = pytest.mark.jvm
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,6 +12,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from pyd4j.train import fit
+
 DEFAULT_DEPTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
@@ -65,8 +67,6 @@ def tune_prefetch(net, source: Any, depths: Sequence[int] = DEFAULT_DEPTHS, epoc
     drifting over time does not favour one depth; each depth's figure is the median of its runs.
     The net keeps training during the measurement: pass a copy if its weights matter.
     """
-    from pyd4j.train import fit  # noqa: PLC0415
-
     depths = sorted(set(int(d) for d in depths))
     if not depths or depths[0] < 1:
         raise ValueError(f"depths={list(depths)} must be ints >= 1")
