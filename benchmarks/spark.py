@@ -21,7 +21,7 @@ container (plus the worker daemon's allowance), JavaCPP's maxphysicalbytes is th
 memoryOverhead is what is left of it over the heap (the heap stays at Spark's minimum, which the worker
 must still offer). It must fail, and pyd4j must diagnose it as that executor's memory, both from the
 workers' logs and executor stderr (pyd4j.memory.container) and from the driver's log alone, as `pyd4j
-profile` does (pyd4j.spark.executors).
+profile` does (pyd4j.profile.spark_executors).
 
 Tune: `pyd4j tune -- spark-submit ...` on the 2-worker cluster, the job at Spark's default executor
 settings (1 GiB heap, no JavaCPP limits): the recommendation from the worst executor, the re-run, and the
@@ -57,7 +57,7 @@ from pyd4j.memory.estimate import HEAP_GC_FACTOR, Estimate, estimate  # noqa: E4
 from pyd4j.memory.flags import SparkFlags, SparkShape, spark_flags  # noqa: E402
 from pyd4j.profile.timeline import Timeline  # noqa: E402
 from pyd4j.spark.cluster import LocalCluster  # noqa: E402
-from pyd4j.spark.executors import classify, driver_log_lines, exit_code  # noqa: E402
+from pyd4j.profile.spark_executors import classify, driver_log_lines, exit_code  # noqa: E402
 from pyd4j.spark.job import MAIN_CLASS, job_classpath_conf, run_example, with_agent  # noqa: E402
 
 MiB = 1024**2
@@ -245,7 +245,7 @@ def run_tune(examples: int, full: SparkFlags) -> dict:
     """`pyd4j tune -- spark-submit ...` on the 2-worker cluster, from Spark's default executor settings."""
     from pyd4j.profile.tune import tune_job  # noqa: PLC0415
     from pyd4j.spark.install import spark_script, write_properties  # noqa: PLC0415
-    from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+    from pyd4j.profile.spark_tuning import before_after_rows  # noqa: PLC0415
 
     _, name, workers, cores, batch, _ = SHAPES[0]
     with tempfile.TemporaryDirectory(prefix="pyd4j-spark-tune-") as tmp:

@@ -180,7 +180,7 @@ def _finish(doc: dict, as_json: bool) -> None:
         row("findings", lambda s: ", ".join(s["findings"]) or "none"),
     ])
     if (doc.get("before") or {}).get("spark"):
-        from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+        from pyd4j.profile.spark_tuning import before_after_rows  # noqa: PLC0415
 
         headers, rows = before_after_rows(doc)
         print_table("per executor (the worst one sizes them all)", headers, rows)

@@ -162,11 +162,11 @@ class JobCommand:
         really got).
 
         spark-submit's executors are started by the cluster, not by this command, so the agent reaches
-        them through `spark.executor.extraJavaOptions` (pyd4j.spark.submit), where `spark_conf`
+        them through `spark.executor.extraJavaOptions` (pyd4j.profile.spark_submit), where `spark_conf`
         (pyd4j tune's Spark settings) goes too."""
         env = dict(os.environ if env is None else env)
         if self.kind == "spark-submit":
-            from pyd4j.spark.submit import SparkSubmit  # noqa: PLC0415
+            from pyd4j.profile.spark_submit import SparkSubmit  # noqa: PLC0415
 
             submit = SparkSubmit.parse(self.argv)
             conf = dict(spark_conf or {})

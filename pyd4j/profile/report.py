@@ -470,7 +470,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
 def _spark_executors(lanes: list[Timeline], t: Timeline) -> list[dict] | None:
     """How each Spark executor of the run ended (None when the run is no Spark application); each
     executor lane gets its own exit status, so its findings speak of that executor."""
-    from pyd4j.spark.executors import mark_exit_codes, outcomes  # noqa: PLC0415
+    from pyd4j.profile.spark_executors import mark_exit_codes, outcomes  # noqa: PLC0415
 
     if not any(lane.jvm is not None and lane.jvm.spark for lane in lanes):
         return None
@@ -612,7 +612,7 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
     notes = "".join(f"<li>{e(n)}</li>" for n in doc.get("notes") or [])
     per_executor = ""
     if b.get("spark"):
-        from pyd4j.spark.tuning import before_after_rows  # noqa: PLC0415
+        from pyd4j.profile.spark_tuning import before_after_rows  # noqa: PLC0415
 
         headers, executor_rows = before_after_rows(doc)
         per_executor = ("<h3>Per executor</h3><p>The worst executor's measured peaks size every executor's "

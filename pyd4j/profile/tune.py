@@ -213,8 +213,8 @@ def _side(run: JobRun, spark: bool = False) -> dict:
 def _spark_side(run: JobRun, findings: list[Finding], args: list[str]) -> dict:
     """A spark-submit run's side: the driver's and every executor's findings, iterations of all of them
     (executors train; the driver of a cluster run only averages), and one row per executor."""
-    from pyd4j.spark.executors import mark_exit_codes, outcomes  # noqa: PLC0415
-    from pyd4j.spark.tuning import spark_side  # noqa: PLC0415
+    from pyd4j.profile.spark_executors import mark_exit_codes, outcomes  # noqa: PLC0415
+    from pyd4j.profile.spark_tuning import spark_side  # noqa: PLC0415
 
     mark_exit_codes(run.lanes, outcomes(run.run_dir, run.lanes))
     workers = [lane for lane in run.lanes if lane.jvm is not None and lane.jvm.role == "job"]
@@ -527,12 +527,12 @@ def _conclude(doc: dict, out: Path, first: dict, attempts: list[dict], repeat: i
 
 def _tune_spark(argv: list[str], out: Path, doc: dict, before: JobRun, first: dict, run, headroom: float,
                 verify: bool, repeat: int) -> dict:
-    """tune for spark-submit: Spark settings from the worst executor's measured peaks (pyd4j.spark.tuning),
+    """tune for spark-submit: Spark settings from the worst executor's measured peaks (pyd4j.profile.spark_tuning),
     given to the re-run as --conf; verified when the re-run ends well, no executor lost memory, and every
     executor (the driver in local mode) got the recommended heap and JavaCPP limit. When an executor of the
     re-run runs out of memory, the settings are recommended again from the worst executor of both runs
     and the job re-run once more."""
-    from pyd4j.spark.tuning import recommend, settings_held  # noqa: PLC0415
+    from pyd4j.profile.spark_tuning import recommend, settings_held  # noqa: PLC0415
 
     def recommended(conf: dict, sf, why: dict) -> dict:
         return dict(recommended=[f"{k}={v}" for k, v in conf.items()], spark_conf=conf, reasons=why.pop("reasons"),

@@ -8,8 +8,8 @@ import shlex
 
 from pyd4j.profile.command import JobCommand
 from pyd4j.profile.jvms import spark_part
-from pyd4j.spark.executors import classify, driver_log_lines
-from pyd4j.spark.submit import SparkSubmit
+from pyd4j.profile.spark_executors import classify, driver_log_lines
+from pyd4j.profile.spark_submit import SparkSubmit
 
 APP = ["app.jar", "--conf", "net.json", "--epochs", "1"]   # the job's own --conf is an app argument
 

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from pyd4j.memory.flags import DEFAULT_HEADROOM, SparkFlags, SparkShape, spark_measured_estimate, spark_measured_flags
-from pyd4j.spark.executors import driver_lane, executor_lanes, outcomes
-from pyd4j.spark.submit import SparkSubmit
+from pyd4j.profile.spark_executors import driver_lane, executor_lanes, outcomes
+from pyd4j.profile.spark_submit import SparkSubmit
 
 if TYPE_CHECKING:
     from pyd4j.profile.launch import JobRun

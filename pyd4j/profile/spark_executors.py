@@ -1,6 +1,6 @@
 """The executors of a profiled Spark application: their lanes, how each ended, what each needed.
 
-Each executor JVM writes its own timeline (pyd4j.spark.submit ships the agent to it); who is who comes
+Each executor JVM writes its own timeline (pyd4j.profile.spark_submit ships the agent to it); who is who comes
 from pyd4j.profile.jvms (driver, executor <id>, cores). How an executor ended is not in its own
 timeline when it was killed (no end line), so it is read from the driver's log, where Spark says
 why it lost an executor: `Executor app-.../1 removed: Command exited with code 137` (standalone),
