@@ -15,7 +15,7 @@ from pyd4j.jvm.classpath import HELPER_JAR, JAVA_TARGET
 
 ROOT = Path(__file__).resolve().parents[1]
 # import name -> distribution name, where they differ
-DISTRIBUTION = {"jpype": "jpype1", "yaml": "PyYAML", "cupy": "cupy-cuda13x"}
+DISTRIBUTION = {"jpype": "jpype1", "yaml": "PyYAML", "cupy": "cupy-cuda13x", "prometheus_client": "prometheus-client"}
 NOT_PYTHON = {"org"}  # `from org.deeplearning4j import ...`: Java packages through JPype's import hook
 
 

@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.jvm]
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
+def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 900,
+        codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
     p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, (argv, p.stdout[-2000:], p.stderr[-4000:])
+    assert p.returncode in codes, (argv, p.stdout[-2000:], p.stderr[-4000:])
     return p
 
 
@@ -53,8 +54,12 @@ def test_wheel_profiles_reports_and_tunes_a_job(installed, tmp_path):
     rep = json.loads(run([str(bin_dir / "pyd4j"), "report", "--json", "--out", "rep", "run"], tmp_path, env).stdout)
     assert (tmp_path / rep["files"]["html"]).stat().st_size > 0 and (tmp_path / "rep" / "memory.png").stat().st_size > 0
 
-    tuned = json.loads(run([str(bin_dir / "pyd4j"), "tune", "--json", "--out", "tune", "--", *job], tmp_path, env).stdout)
+    # a 6-iteration job is too short to rule a leak out: tune recommends, re-runs, and says "not
+    # verified" (exit 3) for that reason alone, never "verified"
+    tuned = json.loads(run([str(bin_dir / "pyd4j"), "tune", "--json", "--out", "tune", "--", *job], tmp_path, env,
+                           codes=(0, 3)).stdout)
     assert tuned["after"]["exit_code"] == 0 and tuned["after"]["iterations"] == 6, tuned
+    assert tuned["outcome"] == "verified" or "not-enough-data" in tuned["after"]["findings"], tuned
     assert any(a.startswith("-Xmx") for a in tuned["recommended"])
     assert all(a in tuned["after"]["jvm_memory_flags"] for a in tuned["recommended"] if a.startswith("-Xm"))
 
@@ -64,7 +69,8 @@ def test_wheel_imports_every_module_and_runs_the_leak_check(installed, tmp_path)
     leak check's trend (scipy) judges a steadily rising series as rising."""
     bin_dir, env = installed
     code = ("import importlib, pkgutil, numpy as np, pyd4j\n"
-            "mods = [m.name for m in pkgutil.walk_packages(pyd4j.__path__, 'pyd4j.')]\n"
+            "mods = [m.name for m in pkgutil.walk_packages(pyd4j.__path__, 'pyd4j.')\n"
+            "        if not m.name.startswith('pyd4j.serve')]  # the serve extra's HTTP side is not installed here\n"
             "for m in mods: importlib.import_module(m)\n"
             "from pyd4j.profile.diagnose import fit_trend\n"
             "x = np.arange(60.0); t = fit_trend(x, 1000.0 + 50.0 * x, 'iteration')\n"

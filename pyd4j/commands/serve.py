@@ -77,8 +77,12 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
             max_batch: int, max_wait_ms: float, queue_size: int, timeout_s: float, max_body: int,
             soak: int | None, as_json: bool) -> None:
     """Serve DL4J models over the Open Inference Protocol v2 (KServe/Triton clients), under a memory budget."""
-    from pyd4j.serve import ModelServer  # noqa: PLC0415
-    from pyd4j.serve.model import parse_model_arg  # noqa: PLC0415
+    try:
+        from pyd4j.serve import ModelServer  # noqa: PLC0415
+        from pyd4j.serve.model import parse_model_arg  # noqa: PLC0415
+    except ModuleNotFoundError as err:   # the HTTP side comes with the `serve` extra
+        fail(f"pyd4j serve needs {err.name!r}, which is not installed: install the serve extra "
+             "(pip install 'pyd4j[serve]')", as_json, code=2)
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the soak's client: one line per request otherwise

@@ -177,8 +177,9 @@ def healthy_run(runs_root):
 
 @pytest.fixture(scope="session")
 def leak_run(runs_root):
-    # 1 MiB kept per iteration; live-set points every second (up to 20% of the run) so the short run has enough
-    return _run(runs_root, "leak", fixture_command("leak", 300, "-Xmx256m", "-Dpyd4j.agent=live=1,live_share=0.2",
+    # 1 MiB kept per iteration; live-set points every second (up to 20% of the run); 650 iterations of
+    # 40 ms or more: a leak verdict needs a rise that lasts 20 s of training
+    return _run(runs_root, "leak", fixture_command("leak", 650, "-Xmx256m", "-Dpyd4j.agent=live=1,live_share=0.2",
                                                    sleep_ms=40), transport="socket")
 
 

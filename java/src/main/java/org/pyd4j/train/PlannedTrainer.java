@@ -248,7 +248,7 @@ public final class PlannedTrainer implements AutoCloseable {
             }
             if (conf instanceof org.deeplearning4j.nn.conf.layers.FeedForwardLayer && n.shape.length >= 2) {
                 long nOut = ((org.deeplearning4j.nn.conf.layers.FeedForwardLayer) conf).getNOut();
-                if (nOut != n.shape[1]) {
+                if (nOut > 0 && nOut != n.shape[1]) {   // layers without sizes of their own (dropout, loss layers) write nOut 0
                     out.add("the plan " + plan.source + " gives " + n + " " + n.shape[1] + " outputs; this network's has "
                             + nOut + ": the plan is of another network; write the plan from this network's configuration");
                 }
