@@ -47,9 +47,16 @@ def test_wheel_profiles_reports_and_tunes_a_job(installed, tmp_path):
 
     job_cp = os.pathsep.join([examples_jar(), *classpath()[1:]])  # the job's own classpath (ND4J, DL4J)
     job = ["java", "-cp", job_cp, "org.pyd4j.examples.TrainLeNetSynthetic", "6", "16", "1"]
-    doc = json.loads(run([str(bin_dir / "pyd4j"), "profile", "--json", "--out", "run", "--", *job], tmp_path, env).stdout)
-    assert doc["exit_code"] == 0 and doc["samples"] > 0 and doc["iterations"] == 6, doc
+    long_job = ["java", "-cp", job_cp, "org.pyd4j.examples.TrainLeNetSynthetic", "60", "16", "1"]
+    doc = json.loads(run([str(bin_dir / "pyd4j"), "profile", "--json", "--out", "run", "--", *long_job], tmp_path,
+                         env).stdout)
+    assert doc["exit_code"] == 0 and doc["samples"] > 0 and doc["iterations"] == 60, doc
     assert doc["peaks"]["rss"] and doc["peaks"]["heap_used"]
+    # the leak check (scipy's trend tests) judges the 60-iteration run from the wheel alone
+    code = ("import sys; from pyd4j.profile.timeline import Timeline; from pyd4j.profile.diagnose import leak_verdicts\n"
+            "v = leak_verdicts(Timeline.load(sys.argv[1])); print(' '.join(x.status for x in v))")
+    statuses = run([str(bin_dir / "python"), "-c", code, str(tmp_path / "run")], tmp_path, env).stdout.split()
+    assert statuses and set(statuses) <= {"leak", "no-leak", "not-enough-data"} and "leak" not in statuses, statuses
 
     rep = json.loads(run([str(bin_dir / "pyd4j"), "report", "--json", "--out", "rep", "run"], tmp_path, env).stdout)
     assert (tmp_path / rep["files"]["html"]).stat().st_size > 0 and (tmp_path / "rep" / "memory.png").stat().st_size > 0
