@@ -39,6 +39,8 @@ def main() -> None:
         shape = input_shape(read_sidecar(sidecar_path(path))[0], args.batch)
         first = compare_builds(path, kind, shape, seconds=args.seconds, rounds=args.rounds)
         again = compare_builds(path, kind, shape, seconds=args.seconds, rounds=args.rounds)
+        for doc in (first, again):   # results name the network by its place in the repository
+            doc["model"] = str(path.relative_to(NETWORKS.parent.parent))
         row = {"model": name, "kind": kind, "input_shape": shape, "first": first, "remeasure": again,
                "chosen": first.get("fastest"), "fastest_again": first.get("fastest") == again.get("fastest"),
                "load_average_1m_end": round(os.getloadavg()[0], 2)}
