@@ -99,6 +99,31 @@ def test_memory_plot_of_a_long_main_class_keeps_its_title_and_legend_inside_and_
     plt.close(fig)
 
 
+def test_a_limit_label_in_the_right_margin_is_whole_inside_the_saved_picture(tmp_path):
+    """Read from the PNG itself: the rightmost pixels in the label's colour (the label is the rightmost
+    thing drawn in it; its line and the heap-used curve end at the axes) stop a margin short of the
+    picture's right edge, and the label is as wide in the picture as matplotlib laid it out."""
+    write_lane(tmp_path, 5, heap_max=150 * MIB)     # -Xmx = JavaCPP maxbytes 150 MiB, labelled right of the axes
+    write_meta(tmp_path)
+    path = report.plot_memory(Timeline.load(tmp_path), tmp_path / "m.png")
+    pixels = (report._plt().imread(path)[..., :3] * 255).astype(int)
+    colour = np.array([0x1F, 0x3B, 0x73])            # _COLORS["heap_used"]: -Xmx's line and label
+    columns = np.nonzero((np.abs(pixels - colour).sum(axis=2) < 60).any(axis=0))[0]
+    assert columns.size
+    dpi = 110
+    margin_px = pixels.shape[1] - 1 - columns.max()
+    assert margin_px >= 0.1 * dpi, f"the label ends {margin_px} px from the picture's right edge"
+    # the label's width in the picture is the laid-out width of its text: nothing of it was cut
+    plt = report._plt()
+    fig, ax = plt.subplots(figsize=(4, 2), dpi=dpi)
+    text = ax.text(0, 0, "-Xmx = JavaCPP maxbytes 150 MiB", fontsize=8)
+    fig.canvas.draw()
+    width_px = text.get_window_extent().width
+    plt.close(fig)
+    right_of_axes = columns[columns > columns.max() - width_px - 5]
+    assert right_of_axes.max() - right_of_axes.min() == pytest.approx(width_px, abs=4)
+
+
 def test_workspaces_of_kibibytes_are_shown_in_kib_with_the_legend_beside(tmp_path):
     write_lane(tmp_path, 5, ws_kib=48)
     write_meta(tmp_path)
