@@ -1,14 +1,16 @@
-"""Live heap as the profiler reports it against `jcmd GC.class_histogram`, on the corpus LSTM job
-(tests/fixtures/java CorpusJob lstm: LSTM 8 -> 32 -> 4 classes, 20 steps, batch 16, fresh random
-sequences), with the agent's defaults.
+"""Live heap as the profiler reports it against `jcmd GC.class_histogram`, across the corpus of
+benchmarks/leak_corpus.py (healthy and leaking CorpusJob jobs: MLP, CNN, LSTM, two-input graph, a
+cache that levels off, kept network outputs, a cache that never hits, a Java-heap leak), with the
+agent's defaults.
 
-After `--seconds` of training, right after the agent's next inspection: `jcmd GC.class_histogram` at once (a single full-GC histogram, what a
-user would run), then `jcmd GC.run` and, once the agent's next live point says ND4J's deallocators
-are done, two more histograms a few seconds apart. Compared with the last live heap the agent
-measured before any jcmd, the live heap it reports (peak), and the old measure (heap left after
-young collections). Writes benchmarks/results/live_heap.json.
+On each running job, `--histograms` times `--every` seconds apart (the first after `--seconds`):
+`jcmd <pid> GC.class_histogram` (a full collection, then the histogram: what a user would run), then
+the agent's live point of that very collection (a full-GC point after jcmd was asked) compared with
+jcmd's Total. Also per job: the live heap the run reports (the largest point measured over the whole
+run) and the old measure (the largest heap left after young collections). Target: every point
+within 2% of jcmd. Writes benchmarks/results/live_heap.json.
 
-    .venv/bin/python benchmarks/live_heap.py [--seconds 90]
+    .venv/bin/python benchmarks/live_heap.py [--seconds 30] [--histograms 2] [--every 15] [--parallel 3]
 """
 
 from __future__ import annotations
@@ -21,101 +23,91 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyd4j.jvm import classpath, find_java
-from pyd4j.jvm.classpath import PROJECT_ROOT
+from leak_corpus import corpus, run_pool
+
+from pyd4j.jvm import find_java
 from pyd4j.profile import profile_job
 from pyd4j.profile.histogram import read_histogram
 from pyd4j.profile.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parent
-FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
+JOBS = {"mlp": "healthy", "cnn": "healthy", "lstm": "healthy", "graph": "healthy", "plateau": "healthy",
+        "leak-list": "leaking", "leak-cache": "leaking", "leak-heap": "leaking"}
+TARGET = 0.02
 
 
-def histogram(pid: int) -> tuple[int, int]:
-    """(Total, deallocation bookkeeping) of `jcmd <pid> GC.class_histogram`."""
+def histogram_now(run_dir: Path, pid: int, deadline_s: float = 120) -> dict:
+    """jcmd's histogram of the running job, and the agent's live point of that same full collection."""
+    asked = time.time() * 1000
     out = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True,
                          timeout=300).stdout
-    return read_histogram(out)
-
-
-def drained_after(run_dir: Path, since_ms: float, deadline_s: float = 300) -> None:
+    total, bookkeeping = read_histogram(out)
     end = time.monotonic() + deadline_s
-    while not any(p["t"] >= since_ms and p.get("offheap_drained") for p in Timeline.load(run_dir).live_points):
+    while True:
+        points = [p for p in Timeline.load(run_dir).live_points if p["t"] >= asked and p.get("trigger") == "full-gc"]
+        if points:
+            break
         if time.monotonic() > end:
-            raise TimeoutError("no drained live point after a jcmd collection")
-        time.sleep(1)
+            return {"jcmd_total": total, "agent": None, "error": None, "note": "no live point for jcmd's collection"}
+        time.sleep(0.5)
+    point = min(points, key=lambda p: p["t"])
+    t = Timeline.load(run_dir)
+    near = [{k: e.get(k) for k in ("type", "t", "trigger", "cause", "kind", "duration_ms", "heap_after", "heap_live")}
+            for e in [*t.gc_events, *t.live_points] if asked - 3000 <= e["t"] <= point["t"] + 1000]
+    return {"around": sorted(near, key=lambda e: e["t"]), "asked": asked, "jcmd_total": total, "jcmd_bookkeeping": bookkeeping, "agent": point["heap_live"],
+            "agent_bookkeeping": point.get("heap_bookkeeping"), "error": abs(point["heap_live"] - total) / total,
+            "seconds_after_ask": round((point["t"] - asked) / 1000, 2)}
+
+
+def measure(job: str, root: Path, seconds: float, histograms: int, every: float) -> dict:
+    run_dir, stop = root / job, root / f"{job}.stop"
+    started = time.monotonic()
+    taken: list[dict] = []
+
+    def on_sample(sample: dict) -> None:
+        if stop.exists() or time.monotonic() - started < seconds + every * len(taken):
+            return
+        taken.append(histogram_now(run_dir, sample["pid"]))
+        if len(taken) >= histograms:
+            stop.touch()
+
+    run = profile_job([*corpus(job, 0), str(stop)], run_dir, on_sample=on_sample, timeout_s=seconds + every * histograms + 900)
+    t = run.timeline
+    errors = [h["error"] for h in taken if h["error"] is not None]
+    return {"name": job, "group": JOBS[job], "exit": run.returncode, "iterations": t.iterations(),
+            "live_points": len(t.live_points), "histograms": taken,
+            "worst_error": max(errors) if len(errors) == len(taken) and errors else None,
+            "reported_live_heap_peak": t.live_heap_peak(), "heap_after_young_gc_peak": t.heap_after_gc_peak()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=90)
+    parser.add_argument("--seconds", type=float, default=30, help="training before the first histogram")
+    parser.add_argument("--histograms", type=int, default=2, help="jcmd histograms per job")
+    parser.add_argument("--every", type=float, default=15, help="seconds between them")
+    parser.add_argument("--parallel", type=int, default=3, help="jobs at once")
+    parser.add_argument("--only", default="", help="comma-separated job names")
     args = parser.parse_args()
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
-    refs: dict = {}
+    os.environ["OMP_NUM_THREADS"] = "1"
+    jobs = [j for j in JOBS if not args.only or j in args.only.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir, stop = Path(tmp) / "run", Path(tmp) / "stop"
-        started = time.monotonic()
-
-        def on_sample(sample: dict) -> None:
-            if "t" in refs or time.monotonic() - started < args.seconds:
-                return
-            # right after the agent's next inspection, so both measure the same moment of the run
-            ready = refs.setdefault("ready", time.time() * 1000)
-            timeline = Timeline.load(run_dir)
-            if not any(p["t"] >= ready and p.get("heap_drained") for p in timeline.live_points):
-                return
-            pid = timeline.start["pid"]
-            refs["t"] = time.time() * 1000
-            refs["single"] = histogram(pid)
-            since = time.time() * 1000
-            subprocess.run(["jcmd", str(pid), "GC.run"], check=True, capture_output=True, timeout=300)
-            refs["after_deallocators"] = []
-            for _ in range(2):
-                drained_after(run_dir, since)
-                since = time.time() * 1000
-                refs["after_deallocators"].append(histogram(pid))
-            stop.touch()
-
-        env_threads = os.environ.get("OMP_NUM_THREADS")
-        os.environ["OMP_NUM_THREADS"] = "1"
-        try:
-            run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.CorpusJob", "lstm", "0", "0", "1", str(stop)],
-                              run_dir, on_sample=on_sample, timeout_s=args.seconds + 900)
-        finally:
-            if env_threads is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = env_threads
-        t = run.timeline.until(refs["t"])
-    ours = max((p for p in t.live_points if p.get("heap_drained")), key=lambda p: p["t"])
-    reference = min(total for total, _ in refs["after_deallocators"])
-    objects_reference = min(total - kept for total, kept in refs["after_deallocators"])
-    ours_objects = ours["heap_live"] - ours.get("heap_bookkeeping", 0)
-
-    def error(value: float | None) -> float | None:
-        return abs(value - reference) / reference if value else None
-
-    result = {
-        "benchmark": "live_heap", "job": "org.pyd4j.fixtures.CorpusJob lstm", "seconds": args.seconds,
-        "iterations": t.iterations(), "live_points": len(t.live_points),
-        "jcmd_histogram_single": refs["single"][0], "jcmd_histogram_single_bookkeeping": refs["single"][1],
-        "jcmd_histograms_after_deallocators": [total for total, _ in refs["after_deallocators"]],
-        "jcmd_bookkeeping_after_deallocators": [kept for _, kept in refs["after_deallocators"]],
-        "reference_bytes": reference,
-        # the job's own objects: without ND4J's/JavaCPP's deallocation bookkeeping (pyd4j.profile.histogram)
-        "job_objects": ours_objects, "job_objects_reference": objects_reference,
-        "job_objects_error": abs(ours_objects - objects_reference) / objects_reference,
-        "last_live_heap": ours["heap_live"], "last_live_heap_error": error(ours["heap_live"]),
-        "reported_live_heap_peak": t.live_heap_peak(), "reported_live_heap_peak_error": error(t.live_heap_peak()),
-        "heap_after_young_gc_peak": t.heap_after_gc_peak(), "heap_after_young_gc_error": error(t.heap_after_gc_peak()),
-        "single_histogram_error": error(refs["single"][0]),
-        "load_avg_1m": os.getloadavg()[0], "java": find_java().version, "cpus": os.cpu_count(),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    out = ROOT / "results" / "live_heap.json"
+        rows = run_pool([{"name": j} for j in jobs],
+                        lambda c: measure(c["name"], Path(tmp), args.seconds, args.histograms, args.every), args.parallel)
+    points = [h for r in rows for h in r.get("histograms", [])]
+    measured = [h["error"] for h in points if h.get("error") is not None]
+    summary = {"jobs": len(rows), "histograms": len(points), "matched": len(measured),
+               "worst_error": max(measured) if measured else None,
+               "within_target": sum(1 for e in measured if e <= TARGET), "target": TARGET,
+               "meets_target": bool(measured) and len(measured) == len(points) and max(measured) <= TARGET}
+    result = {"benchmark": "live_heap", "method": "agent's live point of jcmd's own full collection vs jcmd's Total",
+              "seconds": args.seconds, "every": args.every, "omp_threads": 1, "parallel": args.parallel,
+              "jobs": rows, "summary": summary, "load_avg_1m": os.getloadavg()[0], "java": find_java().version,
+              "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    out = ROOT / "results" / ("live_heap.partial.json" if args.only else "live_heap.json")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    print(json.dumps(summary, indent=2))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

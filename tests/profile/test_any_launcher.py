@@ -98,6 +98,10 @@ def test_maven_exec_java_profiles_the_job_inside_mavens_jvm(tmp_path):
     assert t.jvm.launcher == "maven" and t.jvm.role == "job" and t.jvm.main_class == MAIN and t.name == MAIN
     assert t.iterations() == 30                                    # the hooks reach classes Maven loads
     assert any(s.get("javacpp_total") is not None for s in t.samples)
+    # Maven ends its JVM itself after exec:java's thread: the timeline still ends with the end record,
+    # and its last sample and the end record count the last iteration
+    assert t.end is not None and t.end["reason"] == "exit" and t.end["iterations"] == 30
+    assert t.samples[-1]["iterations"] == 30
 
 
 def test_maven_exec_exec_is_the_launcher_and_its_child_jvm_the_job(tmp_path):
