@@ -11,7 +11,7 @@ Speed is what the job itself measures around its fit() calls (JOB_PEAKS line), s
 start-up do not count. Each pair runs back to back, so its ratio cancels slow drifts in machine load;
 the spread of those ratios is the noise. Writes benchmarks/results/agent_overhead.json.
 
-    .venv/bin/python benchmarks/agent_overhead.py [--pairs 6] [--iterations 300] [--batch 32]
+    .venv/bin/python benchmarks/agent_overhead.py [--pairs 6] [--iterations 300] [--batch 32] [--out NAME.json]
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=300)  # long enough for JIT warm-up and several inspections
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--interval", type=int, default=100)
+    parser.add_argument("--out", default="agent_overhead.json", help="file name under benchmarks/results")
     args = parser.parse_args()
     runs = []
     for i in range(args.pairs):
@@ -108,7 +109,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "java": find_java().version},
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    out = ROOT / "results" / "agent_overhead.json"
+    out = ROOT / "results" / args.out
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"agent/baseline iterations/s = {result['ratio']:.3f} ({result['slowdown_percent']:+.1f}% slowdown; "
