@@ -101,13 +101,9 @@ final class LiveSet implements Runnable {
     /** Off-heap bytes held (libnd4j + JavaCPP) and collector heap usage at the last point; -1 before it. */
     private long lastKept = -1;
     private long lastHeapAfter = -1;
-    /** Off-heap bytes held at the most recent samples (a ring), and heap after the latest young collections. */
-    private final long[] recent = new long[RECENT_SAMPLES];
-    private int recentCount;
-    private int recentNext;
-    private final long[] recentYoung = new long[3];
-    private int youngCount;
-    private int youngNext;
+    /** Off-heap bytes held at the most recent samples, and heap after the latest young collections. */
+    private final RisingFloor recentHeld = new RisingFloor(RECENT_SAMPLES, 10);
+    private final RisingFloor recentYoung = new RisingFloor(3, 4);
     /** Why the next inspection is due early ("needed", "offheap-rise", "heap-rise"), or null. */
     private String suspicion;
 
@@ -138,26 +134,47 @@ final class LiveSet implements Runnable {
     /** From the sampler, every sample: off-heap bytes held now (libnd4j buffers + JavaCPP bytes + workspaces). */
     void observeHeld(long held) {
         synchronized (lock) {
-            recent[recentNext] = held;
-            recentNext = (recentNext + 1) % recent.length;
-            recentCount = Math.min(recentCount + 1, recent.length);
-            if (recentCount < recent.length || lastKept < 0 || suspicion != null) return;
-            long low = Long.MAX_VALUE;
-            for (long v : recent) low = Math.min(low, v);
-            if (low - lastKept >= Math.max((long) SUSPECT_MIN_MIB << 20, lastKept / 10)) suspicion = "offheap-rise";
+            if (recentHeld.add(held, lastKept) && suspicion == null) suspicion = "offheap-rise";
         }
     }
 
     /** From the GC listener: a young (or mixed) collection left {@code heapAfter} bytes of heap in use. */
     void observeYoung(long heapAfter) {
         synchronized (lock) {
-            recentYoung[youngNext] = heapAfter;
-            youngNext = (youngNext + 1) % recentYoung.length;
-            youngCount = Math.min(youngCount + 1, recentYoung.length);
-            if (youngCount < recentYoung.length || lastHeapAfter < 0 || suspicion != null) return;
+            if (recentYoung.add(heapAfter, lastHeapAfter) && suspicion == null) suspicion = "heap-rise";
+        }
+    }
+
+    /**
+     * The last few readings of memory that garbage only adds to: their lowest value bounds from above what
+     * the job keeps, so it rising over the last point's value means the job may be keeping more.
+     */
+    static final class RisingFloor {
+        private final long[] ring;
+        private final long shareOfLast;
+        private int count;
+        private int next;
+
+        /** A rise counts when it is at least SUSPECT_MIN_MIB MiB and {@code 1/shareOfLast} of the last point's value. */
+        RisingFloor(int readings, long shareOfLast) {
+            this.ring = new long[readings];
+            this.shareOfLast = shareOfLast;
+        }
+
+        /** Records a reading; true when the last readings fill the ring and their lowest rose that much over {@code last} (-1: no point yet). */
+        boolean add(long value, long last) {
+            ring[next] = value;
+            next = (next + 1) % ring.length;
+            count = Math.min(count + 1, ring.length);
+            if (count < ring.length || last < 0) return false;
             long low = Long.MAX_VALUE;
-            for (long v : recentYoung) low = Math.min(low, v);
-            if (low - lastHeapAfter >= Math.max((long) SUSPECT_MIN_MIB << 20, lastHeapAfter / 4)) suspicion = "heap-rise";
+            for (long v : ring) low = Math.min(low, v);
+            return low - last >= Math.max((long) SUSPECT_MIN_MIB << 20, last / shareOfLast);
+        }
+
+        /** Forgets the readings: after a new point only readings taken since then count. */
+        void clear() {
+            count = 0;
         }
     }
 
@@ -376,8 +393,8 @@ final class LiveSet implements Runnable {
             if (iterations >= 1 && iterations > lastPointIterations) trainingPoints++;
             lastPointIterations = iterations;
             suspicion = null;
-            recentCount = 0;
-            youngCount = 0;
+            recentHeld.clear();
+            recentYoung.clear();
         }
         if (classes != null) j.raw("classes", classes);
         sink.line(j.close());
