@@ -23,7 +23,7 @@ def _run(tmp_path, name, agent):
         pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
     cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
     extra = [f"-Dpyd4j.agent={agent}"] if agent else []
-    run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=20", "epochs=3"],
+    run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=10", "epochs=3"],
                       tmp_path / name, extra_jvm_options=extra, env_changes={"OMP_NUM_THREADS": "1"})
     assert run.ok, run.returncode
     out = (tmp_path / name / "stdout.log").read_text()
@@ -37,17 +37,17 @@ def test_agent_wraps_an_iterator_fit_does_not_prefetch(tmp_path):
     # without the option fit() calls next() on the training thread; with it, ND4J's prefetch thread does
     assert plain_out["next_threads"] == "main"
     assert wrapped_out["next_threads"] != "main" and "main" not in wrapped_out["next_threads"].split(",")
-    # the job trained the same: 3 epochs of 8 batches, the same batches in the same order (same score, one thread)
-    assert plain_out["iterations"] == wrapped_out["iterations"] == "24"
+    # the job trained the same: 3 epochs of 32 batches, the same batches in the same order (same score, one thread)
+    assert plain_out["iterations"] == wrapped_out["iterations"] == "96"
     assert float(plain_out["score"]) == pytest.approx(float(wrapped_out["score"]), rel=1e-5)
     # the agent said what it found and what it did
     note = {t: next(n["iterator"] for n in tl.notes if "iterator" in n) for t, tl in (("plain", plain), ("wrapped", wrapped))}
     assert note["plain"]["class"] == "org.pyd4j.fixtures.SpeedJob$SlowIterator"
     assert note["plain"]["async_supported"] is False and note["plain"]["prefetch"] == -1
     assert note["wrapped"]["prefetch"] == 3 and "AsyncDataSetIterator" in note["wrapped"]["action"]
-    # the probe of the plain run sees the data wait (20 ms sleeps in next()) and proposes the wrap
+    # the probe of the plain run sees the data wait (10 ms sleeps in next()) and proposes the wrap
     probe = probe_of(Measured(plain.iterations_per_second(), True, "", plain))
-    assert probe.time_split["ms_per_iteration"]["data"] >= 18
+    assert probe.time_split["ms_per_iteration"]["data"] >= 9
     assert probe.iterator["async_supported"] is False
     proposed = {c.setting: c for c in candidates(probe, {"OMP_NUM_THREADS": "1"}, 1)}
     assert proposed["prefetch"].agent[0].startswith("prefetch=")

@@ -1,8 +1,11 @@
 package org.pyd4j.agent;
 
+import java.lang.ref.WeakReference;
 import java.lang.reflect.Method;
+import java.util.Collections;
 import java.util.Map;
 import java.util.Set;
+import java.util.WeakHashMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -27,6 +30,10 @@ final class SpeedSettings {
     static final int MAX_PREFETCH = 64;
     private static final AtomicBoolean reported = new AtomicBoolean();
     private static final Set<String> iteratorsReported = ConcurrentHashMap.newKeySet();
+    /** The prefetcher made for each of the job's iterators, reused at its next fit() (the next epoch), as
+     *  a user who wraps it once would: one prefetch thread at a time, reset by fit() between epochs.
+     *  Weak both ways: the prefetcher holds the iterator, so it must not be held strongly here. */
+    private static final Map<Object, WeakReference<Object>> wrappers = Collections.synchronizedMap(new WeakHashMap<>());
 
     private SpeedSettings() {
     }
@@ -73,7 +80,8 @@ final class SpeedSettings {
      * the iterator is wrapped in ND4J's AsyncDataSetIterator / AsyncMultiDataSetIterator (queue N, with a
      * workspace, as fit() itself does), whatever it answers: fit() then sees an iterator that is already
      * async (its asyncSupported() is false) and does not wrap it again; the prefetch thread ends when the
-     * iterator runs out, and fit() resets it for the next epoch. An iterator that is already one of these
+     * iterator runs out, and at the next fit() with the same iterator the same prefetcher is handed over
+     * and fit() resets it (which resets the iterator) for the next epoch. An iterator that is already one of these
      * prefetchers is left as it is. Once per iterator class, a note says what the iterator is, whether fit()
      * prefetches it itself, and what the agent did.
      */
@@ -99,7 +107,12 @@ final class SpeedSettings {
             } else if (depth == null) {
                 done = async ? "fit() prefetches it (queue of 2)" : "fit() calls its next() on the training thread (no prefetch)";
             } else {
-                out = prefetcher.getConstructor(Class.forName(api, false, loader), int.class, boolean.class).newInstance(it, depth, true);
+                WeakReference<Object> earlier = wrappers.get(it);
+                out = earlier != null ? earlier.get() : null;
+                if (out == null) {
+                    out = prefetcher.getConstructor(Class.forName(api, false, loader), int.class, boolean.class).newInstance(it, depth, true);
+                    wrappers.put(it, new WeakReference<>(out));
+                }
                 done = "wrapped by the agent in " + prefetcher.getSimpleName() + " (queue of " + depth + ")";
             }
         } catch (Throwable e) {
