@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from pyd4j.profile import ab
 from pyd4j.profile.command import JobCommand
@@ -117,8 +117,11 @@ class Measured:
     no_progress: bool = False     # finished cleanly, too few iterations to measure a speed
 
 
-def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None) -> Runner:
-    """Runs the job once per call under the agent with a setup, each run in its own directory."""
+def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None,
+               base_jvm: Sequence[str] = ()) -> Runner:
+    """Runs the job once per call under the agent with a setup, each run in its own directory.
+    `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
+    of every A/B; a setup's own -Xmx follows them and so wins."""
     counter = [0]
     java = JobCommand.parse(job).java
 
@@ -126,12 +129,14 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
         counter[0] += 1
         run_dir = out_dir / f"run-{counter[0]:03d}-{side}"
         opts = setup.jvm_options()
-        if setup.drop_memory_flags() and java is not None:
+        drop = setup.drop_memory_flags()
+        if base_jvm:
+            opts, drop = [*base_jvm, *opts], True
+        elif drop and java is not None:
             kept = [f for f in java.memory_flags() if not f.startswith(("-Xmx", "-Xms"))]
             opts = kept + opts
         result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
-                             drop_memory_flags=setup.drop_memory_flags(), timeout_s=timeout_s,
-                             env_changes=setup.env())
+                             drop_memory_flags=drop, timeout_s=timeout_s, env_changes=setup.env())
         t = result.timeline
         ips = t.iterations_per_second()
         if result.stopped_by == "timeout" and ips:
@@ -355,15 +360,16 @@ def change_of(row: dict) -> Change:
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
-               ram_bytes: int | None = None, only: set[str] | None = None) -> dict:
-    """Probe the job, try the candidates, combine what is proved; the `speed` document. `only`:
+               ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = ()) -> dict:
+    """Probe the job, try the candidates, combine what is proved; the `speed` document. `base_jvm`:
+    memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's). `only`:
     try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
     explicit_gc, heap)."""
     started = time.monotonic()
     command = JobCommand.parse(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
     out.mkdir(parents=True, exist_ok=True)
-    runner = runner or job_runner(job, out, interval_ms, timeout_s)
+    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm)
     env = dict(os.environ if env is None else env)
     n_cores = n_cores or cores()
     if ram_bytes is None:
@@ -377,7 +383,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     runs.append({"side": "probe", "setup": Setup().label(), "iterations_per_s": first.iterations_per_s,
                  "ok": first.ok, "why": first.why, "run_dir": first.run_dir})
     probe = probe_of(first)
-    doc: dict = {"command": list(job), "out": str(out), "cores": n_cores,
+    doc: dict = {"command": list(job), "out": str(out), "cores": n_cores, "base_jvm_options": list(base_jvm),
                  "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
                            "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
                            "heap_max": probe.heap_max, "iterator": probe.iterator or None, "run_dir": probe.run_dir}}
