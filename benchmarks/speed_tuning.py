@@ -177,7 +177,7 @@ def main() -> None:
     _write(args.out, results, started, load_start, args, well)
 
 
-def _write(path: Path, results: list[dict], started: float, load_start, args, well: dict) -> None:
+def _write(path: Path, results: list[dict], started: float, load_start, args, threads: dict) -> None:
     bad = [r for r in results if r["kind"] == "bad"]
     well = [r for r in results if r["kind"] == "well"]
     speedups = [r["ratio"] if r["verdict"] == "verified" else 1.0 for r in bad]
@@ -198,7 +198,7 @@ def _write(path: Path, results: list[dict], started: float, load_start, args, we
            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
            "cpu_priority": args.cpu_priority,
            "settings": {"seconds": args.seconds, "max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
-           "well_set_threads": well,
+           "well_set_threads": threads,
            "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
            "summary": summary, "jobs": results}
     path.parent.mkdir(parents=True, exist_ok=True)
