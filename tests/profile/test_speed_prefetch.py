@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from pyd4j.jvm.classpath import classpath
+from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
 from pyd4j.profile.launch import profile_job
 from pyd4j.profile.speed import Measured, candidates, probe_of
 from tests.profile.conftest import FIXTURES_JAR
@@ -51,3 +51,20 @@ def test_agent_wraps_an_iterator_fit_does_not_prefetch(tmp_path):
     assert probe.iterator["async_supported"] is False
     proposed = {c.setting: c for c in candidates(probe, {"OMP_NUM_THREADS": "1"}, 1)}
     assert proposed["prefetch"].agent[0].startswith("prefetch=")
+
+
+def test_agent_reads_asyncsupported_of_a_non_public_iterator_class(tmp_path):
+    # TrainSynthetic (the examples jar) trains a ComputationGraph through fit(MultiDataSetIterator) on its
+    # own nested, non-public iterator class whose asyncSupported() is true: DL4J's fit() prefetches it
+    from pyd4j.jvm import examples_jar
+
+    cp = os.pathsep.join([examples_jar(), *classpath()[1:]])
+    net = PROJECT_ROOT / "examples" / "networks" / "resnet_graph.json"
+    run = profile_job(["java", "-cp", cp, "org.pyd4j.examples.TrainSynthetic", str(net), "2", "2"], tmp_path / "graph",
+                      extra_jvm_options=["-Dpyd4j.agent=prefetch=3"], env_changes={"OMP_NUM_THREADS": "1"})
+    assert run.ok, run.returncode
+    note = next(n["iterator"] for n in run.timeline.notes if "iterator" in n)
+    assert note["class"] == "org.pyd4j.examples.TrainSynthetic$RandomMultiIterator"
+    assert note["async_supported"] is True
+    # asked for (prefetch=3), the agent wraps it in the graph's prefetcher; fit() then does not wrap it again
+    assert note["prefetch"] == 3 and "AsyncMultiDataSetIterator" in note["action"]

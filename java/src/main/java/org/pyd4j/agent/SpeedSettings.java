@@ -92,14 +92,11 @@ final class SpeedSettings {
         Integer depth = prefetchDepth;
         boolean async = false;
         try {
-            async = (Boolean) it.getClass().getMethod("asyncSupported").invoke(it);
-        } catch (Throwable ignored) {
-            // not an ND4J iterator we know: reported as not async
-        }
-        try {
             ClassLoader loader = model.getClass().getClassLoader();
             boolean multi = Class.forName("org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator", false, loader).isInstance(it);
             String api = multi ? "org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator" : "org.nd4j.linalg.dataset.api.iterator.DataSetIterator";
+            // through the interface: the job's iterator class is often not public (a nested class)
+            async = (Boolean) Class.forName(api, false, loader).getMethod("asyncSupported").invoke(it);
             Class<?> prefetcher = Class.forName(multi ? "org.nd4j.linalg.dataset.AsyncMultiDataSetIterator"
                     : "org.nd4j.linalg.dataset.AsyncDataSetIterator", true, loader);
             if (prefetcher.isInstance(it)) {
@@ -116,7 +113,8 @@ final class SpeedSettings {
                 done = "wrapped by the agent in " + prefetcher.getSimpleName() + " (queue of " + depth + ")";
             }
         } catch (Throwable e) {
-            done = "could not wrap it (" + (e.getCause() != null ? e.getCause() : e) + "): fit() goes on with it as it is";
+            done = "could not " + (depth == null ? "read" : "wrap") + " it (" + (e.getCause() != null ? e.getCause() : e)
+                    + "): fit() goes on with it as it is";
             out = it;
         }
         String name = it.getClass().getName();
