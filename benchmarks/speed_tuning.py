@@ -1,6 +1,7 @@
 """`pyd4j tune --speed` on a corpus of DL4J jobs (tests/fixtures/java SpeedJob: MLP 784-256-128-10
 batch 64, LeNet-style CNN batch 16, LSTM 8-32-4 over 10 steps batch 16), each either carrying one
-bad setting or well set, all ratios measured in this run on this machine (its load average is
+bad setting or well set (the OMP_NUM_THREADS that trains the network fastest, measured at the start
+of the run), all ratios measured in this run on this machine (its load average is
 recorded: the machine may be shared).
 
 Per job: the verdict, the changes kept with their ratio and 95% interval, the runs the tune took
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -29,22 +32,54 @@ from pyd4j.profile.speed import Setup, change_of, job_runner, tune_speed
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
-ONE = {"OMP_NUM_THREADS": "1"}   # measured on this 2-core machine under load: the best thread count
+WELL = "well"   # the environment measured best for the network at the start of the run (see well_set_threads)
 
-# name, kind, network, job options, JVM options, environment (None: removed), settings that undo the bad one
+# name, kind, network, job options, JVM options, environment (None: removed; WELL: the measured best),
+# settings that undo the bad one. The bad settings of the first seven hurt most on a loaded machine
+# (threads, GC); the rest do not depend on load: a data loader slower than compute that fit() does not
+# prefetch (a sleep in next(): no CPU), workspaces off, more OpenMP threads than cores.
 CORPUS = [
     ("mlp-threads-unset", "bad", "mlp", [], [], {"OMP_NUM_THREADS": None}, {"threads=2", "threads=1"}),
     ("cnn-threads-unset", "bad", "cnn", [], [], {"OMP_NUM_THREADS": None}, {"threads=2", "threads=1"}),
     ("lstm-threads-oversubscribed", "bad", "lstm", [], [], {"OMP_NUM_THREADS": "8"}, {"threads=2", "threads=1"}),
-    ("mlp-system-gc", "bad", "mlp", ["system-gc=1"], [], ONE, {"explicit_gc"}),
-    ("lstm-system-gc", "bad", "lstm", ["system-gc=1"], [], ONE, {"explicit_gc"}),
-    ("mlp-small-heap", "bad", "mlp", ["heap-cache=48"], ["-Xmx64m"], ONE, {"heap"}),
-    ("cnn-small-heap", "bad", "cnn", ["heap-cache=48"], ["-Xmx64m"], ONE, {"heap"}),
-    ("mlp-well-set", "well", "mlp", [], [], ONE, set()),
-    ("cnn-well-set", "well", "cnn", [], [], ONE, set()),
-    ("lstm-well-set", "well", "lstm", [], [], ONE, set()),
-    ("mlp-heap-cache-well-set", "well", "mlp", ["heap-cache=48"], [], ONE, set()),
+    ("mlp-system-gc", "bad", "mlp", ["system-gc=1"], [], WELL, {"explicit_gc"}),
+    ("lstm-system-gc", "bad", "lstm", ["system-gc=1"], [], WELL, {"explicit_gc"}),
+    ("mlp-small-heap", "bad", "mlp", ["heap-cache=48"], ["-Xmx64m"], WELL, {"heap"}),
+    ("cnn-small-heap", "bad", "cnn", ["heap-cache=48"], ["-Xmx64m"], WELL, {"heap"}),
+    ("mlp-slow-data", "bad", "mlp", ["slow-data=8"], [], WELL, {"prefetch"}),
+    ("cnn-slow-data", "bad", "cnn", ["slow-data=30"], [], WELL, {"prefetch"}),
+    ("mlp-workspaces-none", "bad", "mlp", ["workspaces=none"], [], WELL, {"workspace_mode"}),
+    ("cnn-workspaces-none", "bad", "cnn", ["workspaces=none"], [], WELL, {"workspace_mode"}),
+    ("mlp-threads-oversubscribed", "bad", "mlp", [], [], {"OMP_NUM_THREADS": "8"}, {"threads=2", "threads=1"}),
+    ("cnn-threads-oversubscribed", "bad", "cnn", [], [], {"OMP_NUM_THREADS": "8"}, {"threads=2", "threads=1"}),
+    ("mlp-well-set", "well", "mlp", [], [], WELL, set()),
+    ("cnn-well-set", "well", "cnn", [], [], WELL, set()),
+    ("lstm-well-set", "well", "lstm", [], [], WELL, set()),
+    ("mlp-heap-cache-well-set", "well", "mlp", ["heap-cache=48"], [], WELL, set()),
+    ("mlp-fast-iterator-well-set", "well", "mlp", ["slow-data=0"], [], WELL, set()),
 ]
+
+
+def well_set_threads(nets: set[str], seconds: int, rounds: int) -> dict:
+    """OMP_NUM_THREADS that trains each network fastest on this machine now: 1 and all cores (and half
+    of them where that is another count), `rounds` alternated runs each, the job alone (no agent),
+    iterations in `seconds`; the median decides. Measured, not assumed: which count wins depends on the
+    machine and what else runs on it."""
+    n = os.cpu_count() or 1
+    counts = sorted({1, n, max(1, n // 2)})
+    out: dict = {}
+    for net in sorted(nets):
+        its: dict[int, list[int]] = {c: [] for c in counts}
+        for _ in range(rounds):
+            for c in counts:
+                env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+                env["OMP_NUM_THREADS"] = str(c)
+                p = subprocess.run(command(net, seconds, [], []), env=env, capture_output=True, text=True, timeout=300)
+                m = re.search(r"iterations=(\d+)", p.stdout)
+                its[c].append(int(m.group(1)) if m else 0)
+        best = max(counts, key=lambda c: statistics.median(its[c]))
+        out[net] = {"best": best, "iterations": {str(c): v for c, v in its.items()}, "seconds": seconds}
+    return out
 
 
 def command(net: str, seconds: int, options: list[str], jvm: list[str]) -> list[str]:
@@ -88,6 +123,8 @@ def main() -> None:
     ap.add_argument("--max-runs", type=int, default=6, help="most runs a side per A/B")
     ap.add_argument("--recheck-runs", type=int, default=4, help="runs a side of the fresh A/B of a claim")
     ap.add_argument("--jobs", default="", help="comma-separated job names (default: all)")
+    ap.add_argument("--calibration-rounds", type=int, default=3, help="alternated runs a thread count to find the well-set one")
+    ap.add_argument("--cpu-priority", action="store_true", help="record that the run was given CPU priority over other work")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "speed_tuning.json")
     args = ap.parse_args()
     if not FIXTURES_JAR.exists():
@@ -97,9 +134,12 @@ def main() -> None:
     started = time.time()
     load_start = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="speed-tuning-"))
-    for name, kind, net, options, jvm, env, undo in CORPUS:
-        if wanted and name not in wanted:
-            continue
+    corpus = [c for c in CORPUS if not wanted or c[0] in wanted]
+    well = well_set_threads({c[2] for c in corpus if c[5] == WELL}, args.seconds, args.calibration_rounds)
+    print("well-set threads:", {net: w["best"] for net, w in well.items()}, flush=True)
+    for name, kind, net, options, jvm, env, undo in corpus:
+        if env == WELL:
+            env = {"OMP_NUM_THREADS": str(well[net]["best"])}
         job = command(net, args.seconds, options, jvm)
         saved = dict(os.environ)
         load_before = os.getloadavg()
@@ -133,11 +173,11 @@ def main() -> None:
         print(f"{name:30s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
               f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
               f"recheck {row.get('recheck', {}).get('ratio')}", flush=True)
-        _write(args.out, results, started, load_start, args)
-    _write(args.out, results, started, load_start, args)
+        _write(args.out, results, started, load_start, args, well)
+    _write(args.out, results, started, load_start, args, well)
 
 
-def _write(path: Path, results: list[dict], started: float, load_start, args) -> None:
+def _write(path: Path, results: list[dict], started: float, load_start, args, threads: dict) -> None:
     bad = [r for r in results if r["kind"] == "bad"]
     well = [r for r in results if r["kind"] == "well"]
     speedups = [r["ratio"] if r["verdict"] == "verified" else 1.0 for r in bad]
@@ -156,7 +196,9 @@ def _write(path: Path, results: list[dict], started: float, load_start, args) ->
            "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
            "load_average_at_start": [round(x, 2) for x in load_start],
            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+           "cpu_priority": args.cpu_priority,
            "settings": {"seconds": args.seconds, "max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
+           "well_set_threads": threads,
            "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
            "summary": summary, "jobs": results}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,10 +32,13 @@ from pyd4j.schemas import TUNE_SCHEMA
                                              why="4 runs a side are the fewest with which a 95% interval can exclude 1"),
               default=8, show_default=True,
               help="with --speed: the most runs per side of each A/B (it stops earlier once its 95% interval excludes 1)")
+@click.option("--memory", "and_memory", is_flag=True,
+              help="with --speed: the memory tune first (its flags verified by a re-run), then the speed tune with "
+              "those flags on every run of its A/Bs; one document with both")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
 def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, as_json, job, plan_policy=None,
-            speed=False, max_runs=8) -> None:
+            speed=False, max_runs=8, and_memory=False) -> None:
     """Run the job, compute -Xmx / MaxDirectMemorySize / JavaCPP limits from what it used, run it
     again with them and print before/after.
 
@@ -45,6 +48,7 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
     pyd4j tune --repeat 3 -- java -cp job.jar com.acme.Train
     pyd4j tune --plan superneurons -- java -cp job.jar com.acme.Train
     pyd4j tune --speed -- java -cp job.jar com.acme.Train
+    pyd4j tune --speed --memory -- java -cp job.jar com.acme.Train
 
     The job is any command that starts JVMs (java, a shell command, mvn, gradle, spark-submit);
     the recommended flags reach its JVMs through JAVA_TOOL_OPTIONS (on the command line for a
@@ -62,7 +66,8 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
          measured to rule a leak out), or with --plan: the plan was not applied (the
          reason is printed; the job was ended rather than trained unplanned); with
          --speed: no verified change (no change was proved faster by the A/B; nothing
-         is recommended)
+         is recommended); with --speed --memory: the memory tune's code when it did
+         not verify its flags (the speed tune is then not run), else the speed tune's
       4  re-run failed: the re-run with the recommended flags failed (out of memory or a
          crash), after new recommendations read from its errors: 3 re-runs at most
     """
@@ -77,13 +82,25 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
         params.job_command(job)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
+    if and_memory and not speed:
+        raise click.UsageError("--memory goes with --speed (the memory tune and then the speed tune); "
+                               "`pyd4j tune` without --speed is the memory tune alone")
     if speed:
         given = [o for o, v in (("--plan", plan_policy), ("--no-verify", no_verify), ("--repeat", repeat != 1),
-                                ("--total", total)) if v]
+                                ("--total", total and not and_memory)) if v]
         if given:
             raise click.UsageError(f"{', '.join(given)} belong to the memory tune; --speed runs its own A/B "
-                                   f"(--max-runs): run `pyd4j tune` without --speed for memory flags")
-        _speed(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json)
+                                   f"(--max-runs): run `pyd4j tune` without --speed for memory flags"
+                                   + ("" if and_memory else ", or add --memory for --total"))
+        from pyd4j.profile.command import JobCommand  # noqa: PLC0415
+
+        if and_memory and JobCommand.parse(list(job)).kind == "spark-submit":
+            raise click.UsageError("--speed --memory does not take a spark-submit job: the memory tune of a Spark job "
+                                   "recommends Spark settings (spark.executor.memory, ...), not JVM flags the speed "
+                                   "runs can carry; run `pyd4j tune` and `pyd4j tune --speed` one after the other")
+        memory_doc = _memory_first(list(job), out_dir, interval_ms, total, headroom, timeout_s, as_json) \
+            if and_memory else None
+        _speed(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json, memory_doc)
     with stop_on_signals():
         try:
             doc = tune_job(list(job), out_dir, interval_ms=interval_ms, total=total, headroom=headroom,
@@ -108,24 +125,73 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
     sys.exit(doc["exit_code"])
 
 
-def _speed(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: int, as_json: bool) -> None:
-    """`tune --speed`: the A/B-verified speed settings (pyd4j.profile.speed); exits with its code."""
+def _memory_first(job: list[str], out_dir, interval_ms: int, total, headroom: float, timeout_s,
+                  as_json: bool) -> dict:
+    """`tune --speed --memory`, first half: the memory tune (in OUT/memory); when it does not verify its
+    flags, its result is the answer and the speed tune is not run (exit with its code)."""
+    from pyd4j.memory.flags import BudgetError  # noqa: PLC0415
+    from pyd4j.output import fail  # noqa: PLC0415
+    from pyd4j.profile.signals import Stopped, stop_on_signals  # noqa: PLC0415
+    from pyd4j.profile.tune import EXIT_ERROR, JobFailedError, tune_job  # noqa: PLC0415
+
+    with stop_on_signals():
+        try:
+            doc = tune_job(job, Path(out_dir) / "memory" if out_dir else None, interval_ms=interval_ms, total=total,
+                           headroom=headroom, timeout_s=timeout_s)
+        except BudgetError as err:
+            raise click.ClickException(str(err)) from None
+        except JobFailedError as err:
+            fail(str(err), as_json, code=EXIT_ERROR, **err.doc)
+        except Stopped as err:
+            click.echo(f"stopped ({err.name}) during the memory tune: the job and everything it started were ended; "
+                       f"the speed tune was not run", err=True)
+            sys.exit(err.exit_code)
+    if doc["exit_code"] != 0:
+        doc["speed"] = None
+        doc.setdefault("notes", []).append("the speed tune was not run: the memory tune did not verify its flags, "
+                                           "and speed changes are measured on top of them")
+        _finish(doc, as_json)
+        if not as_json:
+            click.echo("speed: not tuned (the memory tune did not verify its flags)")
+        sys.exit(doc["exit_code"])
+    return doc
+
+
+def _speed(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: int, as_json: bool,
+           memory_doc: dict | None = None) -> None:
+    """`tune --speed`: the A/B-verified speed settings (pyd4j.profile.speed); exits with its code. With
+    the memory tune's document, every run carries its recommended flags and one document holds both."""
     from pyd4j.output import emit_json  # noqa: PLC0415
     from pyd4j.profile.launch import check_run_dir  # noqa: PLC0415
     from pyd4j.profile.signals import stop_on_signals  # noqa: PLC0415
     from pyd4j.profile.speed import print_speed, tune_speed  # noqa: PLC0415
 
-    if out_dir is not None:
-        check_run_dir(Path(out_dir))
+    speed_dir = out_dir if out_dir is None or memory_doc is None else Path(out_dir) / "speed"
+    if speed_dir is not None:
+        check_run_dir(Path(speed_dir))
     from pyd4j.profile.signals import Stopped  # noqa: PLC0415
 
+    base = memory_doc["recommended"] if memory_doc else []
     with stop_on_signals():
         try:
-            doc = tune_speed(job, out_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs)
+            doc = tune_speed(job, speed_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs,
+                             base_jvm=base)
         except Stopped as err:
             click.echo(f"stopped ({err.name}): the job and everything it started were ended; no change is "
                        f"recommended from an unfinished comparison", err=True)
             sys.exit(err.exit_code)
+    if memory_doc is not None:
+        for key in ("probe", "base_jvm_options", "error"):
+            if key in doc:
+                memory_doc.setdefault("speed_tune", {})[key] = doc[key]
+        memory_doc["speed_tune"]["out"] = doc["out"]
+        memory_doc["speed"] = doc["speed"]
+        memory_doc["memory_exit_code"] = memory_doc["exit_code"]
+        memory_doc["exit_code"] = doc["exit_code"]
+        _finish(memory_doc, as_json)
+        if not as_json:
+            print_speed(doc)
+        sys.exit(doc["exit_code"])
     if as_json:
         emit_json(doc)
     else:

@@ -4,7 +4,8 @@ does not see, keep only what a noise-aware A/B (pyd4j.profile.ab) proves faster.
 One run of the job as it is (the probe) says what to try, cheapest and most often wrong first:
 OpenMP/BLAS threads against the cores (ND4J's own count, reported by the agent), ND4J's periodic
 GC (the agent reports the job's setting at its first fit() and can turn it off at every fit()),
-the heap where GC time shows. Each candidate is compared with the job as it is; the ones proved
+the heap where GC time shows, DL4J's workspaces where the network turns them off, an async prefetcher around the
+iterator fit() receives where the time split shows the training thread waiting for data. Each candidate is compared with the job as it is; the ones proved
 faster are combined greedily, best first, each verified again on top of those already kept, and
 the final combination is compared with the job as it is once more when it holds more than one
 change. A change that breaks the job is reported and dropped. Nothing is kept on a guess: no
@@ -13,11 +14,12 @@ verified change is the answer (exit 3) when none is proved.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from pyd4j.profile import ab
 from pyd4j.profile.command import JobCommand
@@ -29,6 +31,8 @@ EXIT_VERIFIED = 0
 EXIT_NOTHING = 1        # the probe run trained nothing: nothing to measure
 EXIT_NO_CHANGE = 3      # no verified change
 GC_SHARE = 0.05         # GC time over this share of the training time makes the heap a candidate
+DATA_SHARE = 0.10      # data wait over this share of the training thread's time makes prefetch a candidate
+MAX_PREFETCH = 8        # batches held by the prefetch queue at most
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # Every run, both sides: no live-set inspections (full collections) and no allocation sites, which
 # cost time the job would not spend without pyd4j.
@@ -95,6 +99,7 @@ class Probe:
     heap_max: int | None = None
     run_dir: str | None = None
     time_split: dict | None = None               # where the training time went (pyd4j.profile.timesplit)
+    iterator: dict = field(default_factory=dict)  # the agent's note on the iterator fit() received
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -112,8 +117,11 @@ class Measured:
     no_progress: bool = False     # finished cleanly, too few iterations to measure a speed
 
 
-def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None) -> Runner:
-    """Runs the job once per call under the agent with a setup, each run in its own directory."""
+def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None,
+               base_jvm: Sequence[str] = ()) -> Runner:
+    """Runs the job once per call under the agent with a setup, each run in its own directory.
+    `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
+    of every A/B; a setup's own -Xmx follows them and so wins."""
     counter = [0]
     java = JobCommand.parse(job).java
 
@@ -121,12 +129,14 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
         counter[0] += 1
         run_dir = out_dir / f"run-{counter[0]:03d}-{side}"
         opts = setup.jvm_options()
-        if setup.drop_memory_flags() and java is not None:
+        drop = setup.drop_memory_flags()
+        if base_jvm:
+            opts, drop = [*base_jvm, *opts], True
+        elif drop and java is not None:
             kept = [f for f in java.memory_flags() if not f.startswith(("-Xmx", "-Xms"))]
             opts = kept + opts
         result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
-                             drop_memory_flags=setup.drop_memory_flags(), timeout_s=timeout_s,
-                             env_changes=setup.env())
+                             drop_memory_flags=drop, timeout_s=timeout_s, env_changes=setup.env())
         t = result.timeline
         ips = t.iterations_per_second()
         if result.stopped_by == "timeout" and ips:
@@ -148,10 +158,8 @@ def probe_of(m: Measured) -> Probe:
     t = m.timeline
     if t is None:
         return p
-    for note in t.notes:
-        if isinstance(note.get("nd4j"), dict):
-            p.nd4j = note["nd4j"]
-            break
+    p.nd4j = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), {})
+    p.iterator = next((n["iterator"] for n in t.notes if isinstance(n.get("iterator"), dict)), {})
     _, gc_ms = t.gc_totals()
     marks = sorted([(s["t"], s["iterations"]) for s in t.samples if s.get("iterations")]
                    + [(e["t"], e["n"]) for e in t.iter_events])
@@ -168,6 +176,58 @@ def probe_of(m: Measured) -> Probe:
 
 
 # -- what to try ----------------------------------------------------------------------------------
+
+def prefetch_depth(data_ms: float, compute_ms: float) -> int:
+    """Batches for the prefetch queue, from the data wait and the compute time per iteration.
+
+    One loader thread fills the queue: it hides the data wait completely when a batch takes no longer
+    to make than to train (data <= compute), and then two batches (one being trained, one ready, DL4J's
+    own depth) suffice for a steady loader. The measured data time is a mean; loaders are uneven
+    (a file boundary, a decode, a GC on the loader thread), and a batch made early is held for the
+    slow ones: the queue gets one more batch for every compute time the loader needs per batch,
+    1 + ceil(data / compute), so a loader about as slow as the compute is not starved by one slow
+    batch. When data > compute no depth makes the loader faster (the job then runs at the loader's
+    speed, still (data + compute) / data times faster than without overlap); the depth is capped at
+    MAX_PREFETCH batches, memory the queue holds."""
+    if compute_ms <= 0:
+        return MAX_PREFETCH
+    return max(2, min(MAX_PREFETCH, 1 + math.ceil(data_ms / compute_ms)))
+
+
+def _prefetch(probe: Probe) -> tuple[Change | None, str | None]:
+    """The prefetch candidate where the training thread waits for data; else None and why not
+    (None, None when the data wait is not a real share)."""
+    split = probe.time_split or {}
+    share = (split.get("share") or {}).get("data", 0.0)
+    per = split.get("ms_per_iteration") or {}
+    if share < DATA_SHARE or not probe.iterator:
+        return None, None
+    data = per.get("data", 0.0)
+    compute = sum(per.get(k, 0.0) for k in ("forward", "backward", "updater", "outside"))
+    it = probe.iterator
+    if it.get("prefetch", -1) > 0 or str(it.get("action", "")).startswith("already"):
+        return None, (f"the data wait is {share:.0%} of the training thread's time although {it.get('class')} is "
+                      f"already prefetched ({it.get('action')}): its loader is slower per batch than the "
+                      f"training step; a queue does not make one loader thread faster")
+    depth = prefetch_depth(data, compute)
+    bound = (data + compute) / max(data, compute) if max(data, compute) > 0 else 1.0
+    if it.get("async_supported"):
+        if depth <= 2:
+            return None, (f"the data wait is {share:.0%} of the training thread's time, but fit() already prefetches "
+                          f"{it.get('class')} (asyncSupported() true) with a queue of 2, the depth the measured "
+                          f"times call for: its next() is slower than the training step ({data:.1f} vs {compute:.1f} ms)")
+        before = "fit()'s own prefetch, queue of 2 (asyncSupported() true)"
+        why = (f"the training thread waits for data {share:.0%} of its time ({data:.1f} ms a batch vs "
+               f"{compute:.1f} ms of compute) although fit() prefetches 2 batches: a deeper queue for an uneven loader")
+    else:
+        before = "none: asyncSupported() false, fit() calls next() on the training thread"
+        why = (f"the training thread waits for data {share:.0%} of its time ({data:.1f} ms a batch vs {compute:.1f} ms "
+               f"of compute) and fit() does not prefetch {it.get('class')} (asyncSupported() false); "
+               f"overlapping them can be up to {bound:.2f}x faster")
+    return Change("prefetch", before, f"async prefetch, queue of {depth}", why, agent=(f"prefetch={depth}",),
+                  paste=f"net.fit(new AsyncDataSetIterator(iterator, {depth}, true));  // or the agent option "
+                        f"prefetch={depth}; AsyncMultiDataSetIterator for a MultiDataSetIterator"), None
+
 
 def cores() -> int:
     """CPUs this process may run on (affinity and cgroup cpusets included)."""
@@ -214,6 +274,9 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
                           agent=("workspace_mode=ENABLED",),
                           paste=".trainingWorkspaceMode(WorkspaceMode.ENABLED)  // on the NeuralNetConfiguration.Builder; "
                                 "or the agent option workspace_mode=ENABLED"))
+    prefetch, _ = _prefetch(probe)
+    if prefetch is not None:
+        out.append(prefetch)
     if probe.explicit_gc_share is not None and probe.explicit_gc_share > GC_SHARE:
         # The job's System.gc() calls become no-ops; ND4J's CPU arrays are still freed after the
         # ordinary collections (its deallocators follow reference queues, not System.gc()).
@@ -297,14 +360,16 @@ def change_of(row: dict) -> Change:
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
-               ram_bytes: int | None = None, only: set[str] | None = None) -> dict:
-    """Probe the job, try the candidates, combine what is proved; the `speed` document. `only`:
-    try only these kinds of setting (threads, nd4j.periodic_gc, workspace_mode, explicit_gc, heap)."""
+               ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = ()) -> dict:
+    """Probe the job, try the candidates, combine what is proved; the `speed` document. `base_jvm`:
+    memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's). `only`:
+    try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
+    explicit_gc, heap)."""
     started = time.monotonic()
     command = JobCommand.parse(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
     out.mkdir(parents=True, exist_ok=True)
-    runner = runner or job_runner(job, out, interval_ms, timeout_s)
+    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm)
     env = dict(os.environ if env is None else env)
     n_cores = n_cores or cores()
     if ram_bytes is None:
@@ -318,10 +383,13 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     runs.append({"side": "probe", "setup": Setup().label(), "iterations_per_s": first.iterations_per_s,
                  "ok": first.ok, "why": first.why, "run_dir": first.run_dir})
     probe = probe_of(first)
-    doc: dict = {"command": list(job), "out": str(out), "cores": n_cores,
+    doc: dict = {"command": list(job), "out": str(out), "cores": n_cores, "base_jvm_options": list(base_jvm),
                  "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
                            "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
-                           "heap_max": probe.heap_max, "run_dir": probe.run_dir}}
+                           "heap_max": probe.heap_max, "iterator": probe.iterator or None, "run_dir": probe.run_dir}}
+    _, prefetch_note = _prefetch(probe)
+    if prefetch_note:
+        doc["probe"]["prefetch_not_tried"] = prefetch_note
     if not probe.ok or not probe.iterations_per_s:
         doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started)
         doc["error"] = (f"the job as it is did not train ({probe.why}); tune --speed needs a job that runs DL4J "
@@ -391,6 +459,8 @@ def print_speed(doc: dict) -> None:
         from pyd4j.profile.timesplit import describe  # noqa: PLC0415
 
         print(describe(probe["time_split"]))
+    if probe.get("prefetch_not_tried"):
+        print(f"prefetch not tried: {probe['prefetch_not_tried']}")
     if s["tried"]:
         print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
                     ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],

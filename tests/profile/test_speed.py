@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pyd4j.profile import ab
-from pyd4j.profile.speed import Change, Measured, Probe, Setup, candidates, greedy, tune_speed
+from pyd4j.profile.speed import Change, Measured, Probe, Setup, _prefetch, candidates, greedy, prefetch_depth, tune_speed
 
 
 def _probe(**nd4j) -> Probe:
@@ -34,6 +34,43 @@ def test_candidates_from_evidence():
     p.explicit_gc_share = 0.0
     heap = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1, ram_bytes=8 << 30)}["heap"]
     assert heap.jvm == ("-Xmx256m",) and heap.replaces_memory_flags
+
+
+def _split(data: float, compute: float) -> dict:
+    total = data + compute
+    return {"share": {"data": data / total}, "ms_per_iteration": {"data": data, "forward": compute / 2, "backward": compute / 2,
+                                                                  "updater": 0.0, "outside": 0.0}}
+
+
+def test_prefetch_depth_worked_examples():
+    # data <= compute: DL4J's own two batches; slower loaders get 1 + ceil(data / compute), at most 8
+    assert [prefetch_depth(d, 30.0) for d in (3.0, 30.0, 31.0, 60.0, 75.0, 1000.0)] == [2, 2, 3, 3, 4, 8]
+    assert prefetch_depth(5.0, 0.0) == 8
+
+
+def test_prefetch_candidate_only_where_data_wait_shows_and_fit_does_not_prefetch():
+    p = _probe(max_threads=1)
+    p.iterator = {"class": "my.Loader", "async_supported": False, "prefetch": -1, "action": "fit() calls its next()"}
+    p.time_split = _split(30.0, 40.0)
+    got = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1)}
+    assert got["prefetch"].agent == ("prefetch=2",) and "asyncSupported() false" in got["prefetch"].before
+    assert "1.75x" in got["prefetch"].why          # (30 + 40) / 40: the most overlap can give
+    p.time_split = _split(2.0, 40.0)              # 5% data wait: nothing to hide
+    assert "prefetch" not in {c.setting for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1)}
+    assert _prefetch(p) == (None, None)
+    # fit() already prefetches it (queue of 2) and the times call for no deeper queue: said, not tried
+    p.time_split = _split(30.0, 40.0)
+    p.iterator = {"class": "my.Loader", "async_supported": True, "prefetch": -1, "action": "fit() prefetches it (queue of 2)"}
+    change, why = _prefetch(p)
+    assert change is None and "already prefetches" in why
+    # ... a loader slower than the step behind fit()'s queue of 2: a deeper queue is tried
+    p.time_split = _split(90.0, 40.0)
+    change, _ = _prefetch(p)
+    assert change.agent == ("prefetch=4",)
+    # the agent wrapped it already (the job was started with prefetch=): nothing more to try
+    p.iterator = {"class": "my.Loader", "async_supported": False, "prefetch": 4, "action": "wrapped by the agent"}
+    change, why = _prefetch(p)
+    assert change is None and "already prefetched" in why
 
 
 def test_setup_launch_form():

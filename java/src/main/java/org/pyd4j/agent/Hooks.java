@@ -180,6 +180,16 @@ public final class Hooks {
         }
     }
 
+    /** Entry of MultiLayerNetwork.fit(DataSetIterator) / ComputationGraph.fit(MultiDataSetIterator): the
+     *  iterator fit() goes on with ({@link SpeedSettings#iterator}); never throws into the job. */
+    public static Object iterator(Object model, Object iterator) {
+        try {
+            return SpeedSettings.iterator(model, iterator);
+        } catch (Throwable e) {
+            return iterator;
+        }
+    }
+
     /** Call org.pyd4j.train.AgentRoute (in this jar, compiled against DL4J) by reflection: the agent
      *  itself needs no DL4J, and a job without it just stays unrouted. */
     private static String callRoute(String method, Object model, String... more) throws Exception {

@@ -16,9 +16,11 @@ import org.objectweb.asm.Type;
  *   <li>end of JavaCPP {@code Pointer.<clinit>}: JavaCPP is ready, its counters may be read;</li>
  *   <li>entry of {@code Nd4jWorkspace.init()}: a workspace exists (workspaces are thread-local in ND4J,
  *       so a sampler thread cannot list them otherwise);</li>
- *   <li>entry of every {@code fit} of MultiLayerNetwork / ComputationGraph: attach the iteration listener;</li>
+ *   <li>entry of every {@code fit} of MultiLayerNetwork / ComputationGraph: attach the iteration listener;
+ *       then, in MultiLayerNetwork.fit(DataSetIterator) and ComputationGraph.fit(MultiDataSetIterator), hand
+ *       the iterator argument to {@link SpeedSettings#iterator} (prefetch=N) and go on with what it returns;</li>
  *   <li>entry of their {@code computeGradientAndScore()} and around their calls of the iterator's
- *       {@code next()}: where each iteration's time goes ({@link TimeSplit});</li>
+ *       {@code next()} and {@code hasNext()}: where each iteration's time goes ({@link TimeSplit});</li>
  *   <li>the allocation paths ({@link Allocations}): return of {@code OpaqueDataBuffer.allocateDataBuffer}
  *       (a libnd4j buffer), entry of {@code OpaqueDataBuffer.closeBuffer}/{@code setPrimaryBuffer} and
  *       {@code CpuDeallocator.deallocate} (its memory freed or replaced), and where JavaCPP's
@@ -137,11 +139,14 @@ final class Instrumenter implements ClassFileTransformer {
             if (owner.equals(WORKSPACE) && name.equals("init") && desc.equals("()V") && !isStatic) hook = "workspace";
             if ((owner.equals(MLN) || owner.equals(GRAPH)) && name.equals("fit") && !isStatic) hook = "model";
             if (hook == null) return mv;
-            return atEntry(mv, () -> mv.visitVarInsn(Opcodes.ALOAD, 0), hook);
+            MethodVisitor entry = atEntry(mv, () -> mv.visitVarInsn(Opcodes.ALOAD, 0), hook);
+            String iteratorType = owner.equals(MLN) ? DATASET_ITERATOR : MULTI_DATASET_ITERATOR;
+            if (hook.equals("model") && desc.equals("(L" + iteratorType + ";)V")) return iteratorArgument(entry, iteratorType);
+            return entry;
         }
 
         /** TimeSplit: its forwardStart() at the entry of computeGradientAndScore(), dataStart()/dataEnd()
-         *  around every call of a DataSetIterator's or MultiDataSetIterator's next(). */
+         *  around every call of a DataSetIterator's or MultiDataSetIterator's next() and hasNext(). */
         private static MethodVisitor timeSplit(MethodVisitor mv, boolean forward) {
             return new MethodVisitor(Opcodes.ASM9, mv) {
                 @Override
@@ -152,11 +157,28 @@ final class Instrumenter implements ClassFileTransformer {
 
                 @Override
                 public void visitMethodInsn(int opcode, String callee, String method, String mdesc, boolean itf) {
-                    boolean next = opcode == Opcodes.INVOKEINTERFACE && method.equals("next") && mdesc.equals("()Ljava/lang/Object;")
+                    // next(), and hasNext(): an async prefetcher waits for its queue in hasNext()
+                    boolean next = opcode == Opcodes.INVOKEINTERFACE
+                            && (method.equals("next") && mdesc.equals("()Ljava/lang/Object;") || method.equals("hasNext") && mdesc.equals("()Z"))
                             && (callee.equals(DATASET_ITERATOR) || callee.equals(MULTI_DATASET_ITERATOR));
                     if (next) super.visitMethodInsn(Opcodes.INVOKESTATIC, SPLIT, "dataStart", "()V", false);
                     super.visitMethodInsn(opcode, callee, method, mdesc, itf);
                     if (next) super.visitMethodInsn(Opcodes.INVOKESTATIC, SPLIT, "dataEnd", "()V", false);
+                }
+            };
+        }
+
+        /** At method entry (after the model hook): argument 1 = (type) Hooks.iterator(this, argument 1). */
+        private static MethodVisitor iteratorArgument(MethodVisitor mv, String type) {
+            return new MethodVisitor(Opcodes.ASM9, mv) {
+                @Override
+                public void visitCode() {
+                    super.visitCode();
+                    super.visitVarInsn(Opcodes.ALOAD, 0);
+                    super.visitVarInsn(Opcodes.ALOAD, 1);
+                    super.visitMethodInsn(Opcodes.INVOKESTATIC, HOOKS, "iterator", "(Ljava/lang/Object;Ljava/lang/Object;)Ljava/lang/Object;", false);
+                    super.visitTypeInsn(Opcodes.CHECKCAST, type);
+                    super.visitVarInsn(Opcodes.ASTORE, 1);
                 }
             };
         }

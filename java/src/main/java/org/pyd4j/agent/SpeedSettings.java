@@ -1,7 +1,12 @@
 package org.pyd4j.agent;
 
+import java.lang.ref.WeakReference;
 import java.lang.reflect.Method;
+import java.util.Collections;
 import java.util.Map;
+import java.util.Set;
+import java.util.WeakHashMap;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -11,7 +16,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * ({@code nd4j_gc_window=ms}), and the network's training workspace mode ({@code workspace_mode=ENABLED|NONE},
  * on its configuration, which DL4J reads at each fit); once, before applying anything, it reports what
  * the job had set (periodic GC, window, ND4J threads, cores, the first network's training workspace
- * mode) as a {@code note} line with an {@code nd4j} object. On the CPU backend of 1.0.0-M2.1 periodic
+ * mode) as a {@code note} line with an {@code nd4j} object. {@code prefetch=N} wraps the iterator fit()
+ * receives in ND4J's async prefetcher ({@link #iterator}). On the CPU backend of 1.0.0-M2.1 periodic
  * GC is off whatever the job asks ({@code CpuMemoryManager.isPeriodicGcActive()} returns false).
  * ND4J is reached by reflection on the model's class loader: the agent itself needs no ND4J.
  */
@@ -19,7 +25,15 @@ final class SpeedSettings {
     static volatile Boolean periodicGc;
     static volatile Integer gcWindowMs;
     static volatile String workspaceMode;
+    /** prefetch=N: wrap the iterator fit() receives in ND4J's async prefetcher with a queue of N batches. */
+    static volatile Integer prefetchDepth;
+    static final int MAX_PREFETCH = 64;
     private static final AtomicBoolean reported = new AtomicBoolean();
+    private static final Set<String> iteratorsReported = ConcurrentHashMap.newKeySet();
+    /** The prefetcher made for each of the job's iterators, reused at its next fit() (the next epoch), as
+     *  a user who wraps it once would: one prefetch thread at a time, reset by fit() between epochs.
+     *  Weak both ways: the prefetcher holds the iterator, so it must not be held strongly here. */
+    private static final Map<Object, WeakReference<Object>> wrappers = Collections.synchronizedMap(new WeakHashMap<>());
 
     private SpeedSettings() {
     }
@@ -43,6 +57,75 @@ final class SpeedSettings {
                 throw new IllegalArgumentException("workspace_mode=" + mode + "; use ENABLED or NONE");
             workspaceMode = mode;
         }
+        String prefetch = opts.get("prefetch");
+        if (prefetch != null) {
+            int depth;
+            try {
+                depth = Integer.parseInt(prefetch);
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException("prefetch=" + prefetch + " is not a number of batches; use 1 to " + MAX_PREFETCH);
+            }
+            if (depth < 1 || depth > MAX_PREFETCH)
+                throw new IllegalArgumentException("prefetch=" + depth + " batches; use 1 to " + MAX_PREFETCH);
+            prefetchDepth = depth;
+        }
+    }
+
+    /**
+     * Called on entry of MultiLayerNetwork.fit(DataSetIterator) and ComputationGraph.fit(MultiDataSetIterator)
+     * (the calls every other iterator fit() ends in) with the iterator it received; returns the iterator
+     * fit() goes on with. DL4J's fit() prefetches (a queue of 2, on a thread of its own) only iterators whose
+     * {@code asyncSupported()} is true; many users' iterators answer false (their own classes, or loaders
+     * that are not thread-safe), and then fit() calls their next() on the training thread. With prefetch=N
+     * the iterator is wrapped in ND4J's AsyncDataSetIterator / AsyncMultiDataSetIterator (queue N, with a
+     * workspace, as fit() itself does), whatever it answers: fit() then sees an iterator that is already
+     * async (its asyncSupported() is false) and does not wrap it again; the prefetch thread ends when the
+     * iterator runs out, and at the next fit() with the same iterator the same prefetcher is handed over
+     * and fit() resets it (which resets the iterator) for the next epoch. An iterator that is already one of these
+     * prefetchers is left as it is. Once per iterator class, a note says what the iterator is, whether fit()
+     * prefetches it itself, and what the agent did.
+     */
+    static Object iterator(Object model, Object it) {
+        if (it == null) return null;
+        Object out = it;
+        String done;
+        Integer depth = prefetchDepth;
+        boolean async = false;
+        try {
+            ClassLoader loader = model.getClass().getClassLoader();
+            boolean multi = Class.forName("org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator", false, loader).isInstance(it);
+            String api = multi ? "org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator" : "org.nd4j.linalg.dataset.api.iterator.DataSetIterator";
+            // through the interface: the job's iterator class is often not public (a nested class)
+            async = (Boolean) Class.forName(api, false, loader).getMethod("asyncSupported").invoke(it);
+            Class<?> prefetcher = Class.forName(multi ? "org.nd4j.linalg.dataset.AsyncMultiDataSetIterator"
+                    : "org.nd4j.linalg.dataset.AsyncDataSetIterator", true, loader);
+            if (prefetcher.isInstance(it)) {
+                done = "already an async prefetcher: left as it is";
+            } else if (depth == null) {
+                done = async ? "fit() prefetches it (queue of 2)" : "fit() calls its next() on the training thread (no prefetch)";
+            } else {
+                WeakReference<Object> earlier = wrappers.get(it);
+                out = earlier != null ? earlier.get() : null;
+                if (out == null) {
+                    out = prefetcher.getConstructor(Class.forName(api, false, loader), int.class, boolean.class).newInstance(it, depth, true);
+                    wrappers.put(it, new WeakReference<>(out));
+                }
+                done = "wrapped by the agent in " + prefetcher.getSimpleName() + " (queue of " + depth + ")";
+            }
+        } catch (Throwable e) {
+            done = "could not " + (depth == null ? "read" : "wrap") + " it (" + (e.getCause() != null ? e.getCause() : e)
+                    + "): fit() goes on with it as it is";
+            out = it;
+        }
+        String name = it.getClass().getName();
+        Sink s = Hooks.sink;
+        if (s != null && iteratorsReported.add(name)) {
+            s.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
+                    .put("text", "fit() iterator " + name + ": asyncSupported() " + async + "; " + done)
+                    .raw("iterator", new Json().put("class", name).put("async_supported", async)
+                            .put("prefetch", out != it ? depth : -1).put("action", done).close()).close());
+        }
+        return out;
     }
 
     /** Called on entry of every fit(): report once, then apply what was asked. */

@@ -3,8 +3,8 @@ package org.pyd4j.agent;
 /**
  * Where each training iteration's time goes, on the training thread, with no code change:
  * <ul>
- *   <li>{@code data}: inside the iterator's {@code next()} as DL4J's own fit(iterator) calls it
- *       (an async prefetcher that runs dry blocks here);</li>
+ *   <li>{@code data}: inside the iterator's {@code next()} and {@code hasNext()} as DL4J's own
+ *       fit(iterator) calls them (an async prefetcher that runs dry blocks in hasNext());</li>
  *   <li>{@code outside}: from the end of one iteration to the start of the next forward pass,
  *       less {@code data}: the job's own loop between its fit(DataSet) calls (making batches) and
  *       DL4J's per-iteration setup;</li>
