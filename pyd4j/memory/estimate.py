@@ -44,10 +44,6 @@ _DTYPE_ALIASES = {
     "bfloat16": "bfloat16", "bf16": "bfloat16",
 }
 
-# The batch the planner's graph is built at for the fit() terms: they are per sample and fixed, so
-# `Estimate.at_batch()` gives the same as a new estimate at any batch.
-FIT_REFERENCE_BATCH = 64
-
 # AsyncDataSetIterator queue DL4J's fit() uses when it wraps an async-capable iterator.
 DL4J_FIT_PREFETCH_QUEUE = 2
 
@@ -635,9 +631,9 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
 
 def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report) -> list[Term]:
     """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem)."""
-    from pyd4j.sched.fitmem import FitWorkspaces, UnknownUpdater, fit_terms  # noqa: PLC0415
+    from pyd4j.sched.fitmem import REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms  # noqa: PLC0415
 
-    graph = _graph(loaded, in_types, FIT_REFERENCE_BATCH, report)   # terms per sample: any batch gives the same
+    graph = _graph(loaded, in_types, REFERENCE_BATCH, report)   # terms per sample: any batch gives the same
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
                        epsilons=limits["WS_LAYER_ACT_X_CONFIG"])
     try:

@@ -32,6 +32,10 @@ from dataclasses import dataclass
 
 from pyd4j.sched.graph import Graph, LayerType
 
+# The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
+# batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
+REFERENCE_BATCH = 64
+
 # Per-parameter state of DL4J's updaters (IUpdater.stateSize(n) / n, checked against DL4J).
 UPDATER_STATE = {"Adam": 2, "AdaMax": 2, "Nadam": 2, "AdaBelief": 2, "AMSGrad": 3, "AdaDelta": 2,
                  "AdaGrad": 1, "RmsProp": 1, "Nesterovs": 1, "Sgd": 0, "NoOp": 0}
