@@ -652,8 +652,13 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report):
     from pyd4j.sched.graph import GraphError  # noqa: PLC0415
 
     shapes = [_graph_shape(s) for s in loaded.inputs]
+    doc = loaded.doc
+    if doc.get("backpropType") == "TruncatedBPTT":   # fit() holds one segment of tbpttFwdLength steps at a time
+        steps = int(doc.get("tbpttFwdLength") or 0)
+        doc = dict(doc, backpropType="Standard")
+        shapes = [(s[0], min(s[1], steps)) if len(s) == 2 and steps > 0 else s for s in shapes]
     try:
-        return graph_from_dl4j_json(loaded.doc, batch, shapes if loaded.kind == "ComputationGraph" else shapes[0],
+        return graph_from_dl4j_json(doc, batch, shapes if loaded.kind == "ComputationGraph" else shapes[0],
                                     profile="dl4j", info=_dl4j_info(loaded, in_types, batch, report))
     except GraphError as err:
         raise EstimateError(f"{loaded.name}: pyd4j's per-layer memory model cannot read this network ({err}); "
