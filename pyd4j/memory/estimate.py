@@ -108,7 +108,8 @@ class Estimate:
     """DL4J's NetworkMemoryReport, term by term: a cross-check printed beside the terms, never summed."""
 
     def at_batch(self, batch: int) -> "Estimate":
-        """The same network at another minibatch (every term is linear in the batch)."""
+        """The same network at another minibatch (every term is linear in the batch; `workspace_learning`
+        is exact at the estimated batch, an upper bound at larger ones)."""
         check_batch(batch)
         return replace(self, batch=int(batch))
 
@@ -384,11 +385,12 @@ def _check_layers(doc: dict[str, Any], kind: str, where: str) -> None:
             raise EstimateError(f"{where}: {label} has no layer object; write the configuration with conf.toJson()")
         for key in ("nin", "nout", "nIn", "nOut"):
             value = layer.get(key)
+            # 0: DL4J writes it for a size it infers (a dropout vertex's nIn); a negative size is refused
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 < value <= JAVA_INT_MAX):
+                                      or not 0 <= value <= JAVA_INT_MAX):
                 name = layer.get("layerName") or label
                 raise EstimateError(f"{where}: {label} ({name}) has {key} = {value!r}; a layer's size must be a whole "
-                                    f"number from 1 to {JAVA_INT_MAX}: fix the network configuration")
+                                    f"number from 0 (inferred by DL4J) to {JAVA_INT_MAX}: fix the network configuration")
 
 
 def read_config_file(path: str | Path) -> tuple[str, str]:
