@@ -44,6 +44,10 @@ _DTYPE_ALIASES = {
     "bfloat16": "bfloat16", "bf16": "bfloat16",
 }
 
+# The prefetch thread of ND4J's AsyncDataSetIterator / AsyncMultiDataSetIterator copies batches into a
+# workspace of at least this size (WorkspaceConfiguration minSize 10485760, read with javap).
+PREFETCH_WORKSPACE_MIN_BYTES = 10 * MiB
+
 # AsyncDataSetIterator queue DL4J's fit() uses when it wraps an async-capable iterator.
 DL4J_FIT_PREFETCH_QUEUE = 2
 
@@ -597,9 +601,11 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
     dsize = DTYPE_BYTES[dtype]
     sample_elems = sum(_input_elements(s) for s in loaded.inputs) + _label_elements(loaded, in_types)
     buffers = prefetch_queue + 2 if prefetch_queue else 1
-    terms.append(Term("prefetch_buffers", "offheap", "estimate", 0, sample_elems * dsize * buffers,
+    terms.append(Term("prefetch_buffers", "offheap", "estimate", PREFETCH_WORKSPACE_MIN_BYTES if prefetch_queue else 0,
+                      sample_elems * dsize * buffers,
                       f"minibatches alive in the data pipeline: AsyncDataSetIterator queue {prefetch_queue} "
-                      f"+ one being filled + one in use = {buffers} x (features + labels)"))
+                      f"+ one being filled + one in use = {buffers} x (features + labels)"
+                      + (f", in its prefetch workspace of at least {PREFETCH_WORKSPACE_MIN_BYTES // MiB} MiB" if prefetch_queue else "")))
 
     n_layers = int(_layer_count(loaded))
     n_params = int(report_bytes(("PARAMETERS",), 1) // 4)
