@@ -243,7 +243,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     if network_json:   # the same model `pyd4j estimate` and `flags` give DL4J's own fit()
         from pyd4j.sched.fitmem import REFERENCE_BATCH, fit_terms
 
-        fit = fit_terms(build(REFERENCE_BATCH).with_profile("dl4j"), learning=g.with_profile("dl4j"))
+        fit = fit_terms(build(REFERENCE_BATCH).with_profile("dl4j"))
         doc["dl4j_fit"] = {"bytes": sum(t.bytes_at(batch) for t in fit),
                            "terms": {t.name: t.bytes_at(batch) for t in fit},
                            "note": "DL4J's own fit() without a plan (pyd4j.sched.fitmem; the data pipeline not included)"}

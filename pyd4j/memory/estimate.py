@@ -642,11 +642,10 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
     from pyd4j.sched.fitmem import REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms  # noqa: PLC0415
 
     graph = _graph(loaded, in_types, REFERENCE_BATCH, report)   # terms per sample: any batch gives the same
-    learning = _graph(loaded, in_types, batch, report)   # what the workspaces' learning leaves is not linear in the batch
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
                        epsilons=limits["WS_LAYER_ACT_X_CONFIG"])
     try:
-        parts = fit_terms(graph, ws, learning)
+        parts = fit_terms(graph, ws)
     except UnknownUpdater as err:
         raise EstimateError(f"{loaded.name}: {err}") from None
     scale = DTYPE_BYTES[dtype] / graph.layers[0].itemsize   # the graph is in the configuration's data type

@@ -20,11 +20,7 @@ iterations (benchmarks/memory_model.py):
   an ActivationLayer's backward step holds two input-sized arrays there (a copy and the result);
 - workspace learning: the working-memory and epsilon workspaces learn their size OVER_TIME with
   spill policy REALLOCATE, so while they learn, a step's arrays are allocated outside them and
-  freed to the C allocator. glibc keeps what it allocated from its heap resident, but allocations
-  larger than its largest mmap threshold (32 MiB on 64-bit) are mapped and returned on free: the
-  term is the largest step's arrays below that size, plus the epsilons below it. It is not linear
-  in the batch (arrays cross the threshold as the batch grows): `fit_terms` takes it from a graph
-  at the batch asked for (`learning`), as a per-sample figure exact at that batch.
+  freed to the C allocator, which keeps them resident: once the working memory and the epsilons.
 
 Each term is `fixed + per_sample * batch`; the caller adds the data pipeline (features and labels
 of the minibatches in flight), which the graph does not know.
@@ -32,15 +28,9 @@ of the minibatches in flight), which the graph does not know.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from pyd4j.sched.deps import im2col_bytes
 from pyd4j.sched.graph import Graph, LayerType
-
-# glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: a freed allocation larger than this was mapped and goes back
-# to the system; smaller ones stay in malloc's heap, resident.
-MMAP_THRESHOLD_MAX = 32 * 1024**2
 
 # The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
 # batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
@@ -144,38 +134,8 @@ def epsilon_bytes(graph: Graph) -> int:
     return peak
 
 
-def _step_arrays(graph: Graph, layer, size) -> list[int]:
-    """The arrays a step's working memory is made of (each multiple of a size term is one array)."""
-    out = [layer.out_bytes] * math.ceil(size.y)
-    for _ in range(math.ceil(size.x)):
-        out += [graph.layers[j].out_bytes for j in dict.fromkeys(layer.inputs)]
-    if size.im2col:
-        out += [im2col_bytes(graph, layer)] * math.ceil(size.im2col)
-    return out
-
-
-def learning_bytes(graph: Graph) -> int:
-    """What the learning iteration leaves with glibc at the graph's batch: the largest step's
-    working-memory arrays below the mmap threshold, plus the epsilons below it."""
-    prof = graph.profile
-    best = 0
-    for layer in graph.layers:
-        measured = layer.attrs.get("measured")
-        if measured:
-            steps = [[int(measured.get("ws_forward", 0))], [int(measured.get("ws_backward", 0))]]
-        else:
-            e = prof.of(layer)
-            steps = [_step_arrays(graph, layer, st.workspace) for st in (e.forward, e.backward) if st is not None]
-        for arrays in steps:
-            best = max(best, sum(a for a in arrays if a < MMAP_THRESHOLD_MAX))
-    biggest = max((l.out_bytes for l in graph.layers if l.type is not LayerType.DATA), default=0)
-    eps = epsilon_bytes(graph) if 2 * biggest < MMAP_THRESHOLD_MAX else 0
-    return best + eps
-
-
-def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces(), learning: Graph | None = None) -> tuple[FitTerm, ...]:
-    """What DL4J's fit() holds for `graph` (built at any batch; the terms are per sample and fixed),
-    the workspace-learning term from `learning` (the same network at the batch asked for; default `graph`)."""
+def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTerm, ...]:
+    """What DL4J's fit() holds for `graph` (built at any batch; the terms are per sample and fixed)."""
     b = graph.batch
     item = graph.layers[0].itemsize if graph.layers else 4
     params = sum(layer.param_bytes for layer in graph.layers)
@@ -203,10 +163,9 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces(), learning: Graph
                 f"im2col, recomputed pre-activation, ...), +{ws.working_memory:g} over-allocation"),
         FitTerm("epsilons", 0, per(eps * (1 + ws.epsilons)),
                 f"epsilon workspaces: the largest gradients held at once, +{ws.epsilons:g} over-allocation"),
-        FitTerm("workspace_learning", 0, int(round(learning_bytes(learning or graph) / (learning or graph).batch)),
-                f"working memory and epsilons allocated outside their workspaces while those learn their size "
-                f"(learning OVER_TIME, spill REALLOCATE), freed to glibc, which keeps the arrays under its "
-                f"{MMAP_THRESHOLD_MAX // 1024**2} MiB mmap threshold (at batch {(learning or graph).batch})"),
+        FitTerm("workspace_learning", 0, per(working + eps),
+                "working memory and epsilons allocated outside their workspaces while those learn their size "
+                "(learning OVER_TIME, spill REALLOCATE), freed to the C allocator, which keeps them"),
     )
 
 
