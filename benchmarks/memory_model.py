@@ -58,7 +58,12 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to build a zoo model")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory_model.json"))
+    ap.add_argument("--repredict", action="store_true", help="recompute the predictions of the example networks' rows "
+                    "in --out with the current model, keeping what was measured (the measurement does not depend on it)")
     args = ap.parse_args()
+    if args.repredict:
+        repredict(Path(args.out))
+        return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     doc = {"benchmark": "memory_model", "meta": {"iterations": args.iterations, "omp_threads": 1, "target": TARGET,
                                                  "machine": platform.platform(), "cpus": os.cpu_count(),
@@ -109,6 +114,23 @@ def main() -> None:
                 continue
             run(name, folder / f"{name}.json", ZOO[name], folder, f"deeplearning4j-zoo {built['size']}x{built['size']}")
     print(json.dumps(doc.get("summary"), indent=1))
+
+
+def repredict(out: Path) -> None:
+    doc = json.loads(out.read_text())
+    for row in doc["runs"]:
+        if row.get("source") == "examples/networks" and row.get("measured_bytes"):
+            row.update(predict(ROOT / "examples" / "networks" / f"{row['network']}.json", row["batch"]))
+            row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
+            print(f"{row['network']:14s} b={row['batch']:4d} predicted {row['predicted_bytes'] / MiB:8.1f} MiB "
+                  f"measured {row['measured_bytes'] / MiB:8.1f} MiB ratio {row['ratio']}", flush=True)
+    ok = [r for r in doc["runs"] if r.get("ratio")]
+    doc["summary"].update(within_15pct=sum(1 for r in ok if abs(r["ratio"] - 1) <= TARGET),
+                          worst_ratio=max((r["ratio"] for r in ok), key=lambda x: abs(x - 1), default=None),
+                          misses={f"{r['network']}@{r['batch']}": r["ratio"] for r in ok if abs(r["ratio"] - 1) > TARGET})
+    doc["meta"]["repredicted"] = "predictions recomputed with the final model after the measurements"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc["summary"], indent=1))
 
 
 if __name__ == "__main__":

@@ -112,8 +112,7 @@ class Estimate:
     """DL4J's NetworkMemoryReport, term by term: a cross-check printed beside the terms, never summed."""
 
     def at_batch(self, batch: int) -> "Estimate":
-        """The same network at another minibatch (every term is linear in the batch; `workspace_learning`
-        is exact at the estimated batch, an upper bound at larger ones)."""
+        """The same network at another minibatch (every term is linear in the batch)."""
         check_batch(batch)
         return replace(self, batch=int(batch))
 
