@@ -1,6 +1,8 @@
 """Do pyd4j's generated JVM flags hold real DL4J training runs inside their container limit, and how close is the estimate?
 
-For each example network (examples/networks) at two minibatch sizes: estimate, generate flags,
+For each example network (examples/networks) at minibatches 32, 256 and 2048 (`pyd4j flags --verify`'s
+run, the batches the machine can hold: a batch whose generated container limit exceeds
+`--max-container` is recorded as skipped, with that limit): estimate, generate flags,
 train a fixed number of iterations in a child JVM started with exactly those flags
 (org.pyd4j.examples.TrainSynthetic; -XX:+AlwaysPreTouch added so the whole heap is resident from the
 start, the worst case for RSS) inside a fresh memory cgroup limited to the generated container limit
@@ -9,7 +11,7 @@ start, the worst case for RSS) inside a fresh memory cgroup limited to the gener
   off-heap error   predicted ND4J off-heap / measured - 1, where measured = peak of
                    (RSS - committed heap - committed non-heap) minus the same after a batch-1 warm-up
   need             max(peak RSS (VmHWM), the cgroup's peak charged memory)
-  budget ratio     generated container limit / need                               (target <= 1.5)
+  budget ratio     generated container limit / need                               (target <= 1.3)
   OOMs             runs that failed under the generated flags and container limit (target 0)
 
 Negative control: each network at its larger batch in a container at half the generated limit, with
@@ -40,8 +42,9 @@ from pyd4j.memory.estimate import Estimate, estimate  # noqa: E402
 from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 
 NETWORKS = ROOT / "examples" / "networks"
-RUNS = [("mlp", (256, 1024)), ("lenet", (64, 256)), ("deep_cnn_bn", (32, 128)), ("lstm", (32, 128)),
-        ("resnet_graph", (16, 64))]
+BATCHES = (32, 256, 2048)
+RUNS = [("mlp", BATCHES), ("lenet", BATCHES), ("deep_cnn_bn", BATCHES), ("lstm", BATCHES), ("resnet_graph", BATCHES)]
+TARGET_RATIO = 1.3
 MiB = 1024**2
 
 
@@ -83,17 +86,31 @@ def need_of(r: dict) -> int | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--networks", default=",".join(n for n, _ in RUNS))
+    parser.add_argument("--max-container", default="8g", help="skip runs whose generated container limit is larger")
+    parser.add_argument("--max-seconds", type=float, default=900, help="kill a run after this many seconds")
+    parser.add_argument("--no-control", action="store_true", help="leave out the negative control")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "flags_accuracy.json"))
     parser.add_argument("--control-only", action="store_true", help="rerun only the negative control, keep the runs in --out")
     args = parser.parse_args()
+    from pyd4j.units import parse_bytes
+
+    max_container = parse_bytes(args.max_container, "--max-container")
+    chosen = [r for r in RUNS if r[0] in args.networks.split(",")]
     rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
-    for network, batches in ([] if args.control_only else RUNS):
+    for network, batches in ([] if args.control_only else chosen):
         base = estimate(NETWORKS / f"{network}.json", 1)
         for batch in batches:
             est = base.at_batch(batch)
             fs = flags(est, refuse=False)
-            r = train(fs, network, batch, args.iterations, fs.container_bytes)
+            if fs.container_bytes > max_container:
+                rows.append({"network": network, "batch": batch, "status": "skipped",
+                             "skipped": f"generated container limit {fs.container_bytes / MiB:.0f} MiB > --max-container "
+                                        f"{max_container / MiB:.0f} MiB", "generated_container_bytes": fs.container_bytes})
+                print(f"{network:13s} b={batch:5d} skipped: {rows[-1]['skipped']}", flush=True)
+                continue
+            r = train(fs, network, batch, args.iterations, fs.container_bytes, timeout=args.max_seconds)
             measured_offheap = r.get("peak_native_bytes", 0) - r.get("baseline_native_bytes", 0)
             need = need_of(r)
             row = {
@@ -112,18 +129,20 @@ def main() -> None:
                 "cgroup_oom_kills": r.get("cgroup_oom_kills"),
                 "measured_peak_javacpp_total_bytes": r.get("peak_javacpp_total_bytes"),
                 "measured_peak_javacpp_physical_bytes": r.get("peak_physical_bytes"),
-                "breakdown": est.breakdown(), "train_seconds": r.get("seconds"), "raw": r,
+                "breakdown": est.breakdown(), "dl4j_report_offheap_bytes": sum(t.bytes_at(batch) for t in est.report_terms),
+                "train_seconds": r.get("seconds"), "raw": r,
             }
             rows.append(row)
             print(f"{network:13s} b={batch:5d} {r['status']:6s} off-heap pred {est.offheap_bytes / MiB:8.1f} MiB "
                   f"meas {measured_offheap / MiB:8.1f} MiB err {row['offheap_error']}  limit {fs.container_bytes / MiB:.0f} "
                   f"MiB need {(need or 0) / MiB:.0f} MiB ratio {row['budget_ratio']}  {r['diagnosis'][:80]}", flush=True)
+            Path(args.out + ".partial").write_text(json.dumps({"benchmark": "flags_accuracy", "runs": rows}, indent=2) + "\n")
 
     # negative control: each network at its larger batch, container at half the generated limit and flags
     # generated from half the estimate. It must fail, and the failure must be diagnosed as memory exhaustion.
     controls = []
-    for network, batches in RUNS:
-        batch = batches[-1]
+    for network, batches in ([] if args.no_control else chosen):
+        batch = max(x["batch"] for x in rows if x["network"] == network and x["status"] != "skipped")
         est = estimate(NETWORKS / f"{network}.json", batch)
         full = flags(est, refuse=False)
         half = flags(scaled(est, 0.5), refuse=False)
@@ -144,13 +163,15 @@ def main() -> None:
                 variants.append(("generated flags", full))
 
     ok = [x for x in rows if x["status"] == "ok"]
+    ran = [x for x in rows if x["status"] != "skipped"]
     errors = [abs(x["offheap_error"]) for x in ok if x["offheap_error"] is not None]
     ratios = [x["budget_ratio"] for x in ok if x["budget_ratio"]]
     summary = {
-        "runs": len(rows), "ooms_under_generated_flags_and_container_limit": sum(1 for x in rows if x["status"] != "ok"),
+        "runs": len(ran), "skipped": {f"{x['network']}@{x['batch']}": x["skipped"] for x in rows if x["status"] == "skipped"},
+        "ooms_under_generated_flags_and_container_limit": sum(1 for x in ran if x["status"] != "ok"),
         "offheap_within_20pct": sum(1 for e in errors if e <= 0.20), "max_abs_offheap_error": max(errors, default=None),
         "median_abs_offheap_error": sorted(errors)[len(errors) // 2] if errors else None,
-        "budget_within_1_5x_need": sum(1 for x in ratios if x <= 1.5),
+        "budget_within_1_3x_need": sum(1 for x in ratios if x <= TARGET_RATIO),
         "max_budget_ratio": max(ratios, default=None), "min_budget_ratio": min(ratios, default=None),
         "negative_controls": len(controls),
         "negative_controls_failed": sum(1 for c in controls if c["status"] != "ok"),
@@ -160,6 +181,7 @@ def main() -> None:
     doc = {"benchmark": "flags_accuracy", "summary": summary, "runs": rows, "negative_control": controls}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    Path(args.out + ".partial").unlink(missing_ok=True)
     print(json.dumps(summary, indent=2))
 
 

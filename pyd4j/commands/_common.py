@@ -39,3 +39,11 @@ def print_estimate(est) -> None:
                  f"JVM native {human_bytes(est.native_bytes)}"))
     print_table(f"{est.model} ({est.model_kind}), batch {est.batch}, {est.dtype}, {est.mode}",
                 ["term", "bytes", "region", "source", "why"], rows)
+    if est.report_terms:   # DL4J's own NetworkMemoryReport: the cross-check column, not summed
+        report = {t.name: t.bytes_at(est.batch) for t in est.report_terms}
+        model = est.breakdown()
+        print_table("cross-check: DL4J's NetworkMemoryReport (not used: it leaves out workspace over-allocation and "
+                    "learning, preprocessors, prefetch buffers)", ["term", "DL4J report", "pyd4j"],
+                    [(name, human_bytes(b), human_bytes(model[name]) if name in model else "-") for name, b in report.items()]
+                    + [("total", human_bytes(sum(report.values())),
+                        human_bytes(est.offheap_bytes - model.get("prefetch_buffers", 0)))])

@@ -240,6 +240,13 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                          **extra[p]}
                      for p, r in results.items()},
     }
+    if network_json:   # the same model `pyd4j estimate` and `flags` give DL4J's own fit()
+        from pyd4j.sched.fitmem import REFERENCE_BATCH, fit_terms
+
+        fit = fit_terms(build(REFERENCE_BATCH).with_profile("dl4j"))
+        doc["dl4j_fit"] = {"bytes": sum(t.bytes_at(batch) for t in fit),
+                           "terms": {t.name: t.bytes_at(batch) for t in fit},
+                           "note": "DL4J's own fit() without a plan (pyd4j.sched.fitmem; the data pipeline not included)"}
     if plot:
         _plot(plot, g.name, timelines, bound.lower_bound_bytes, cap)
         doc["plot"] = plot
@@ -263,6 +270,9 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
           f"{r.time_s * 1e3:.0f} ms", f"{r.overhead:+.0%}",
           f"{extra[p]['at_min_peak']['overhead']:+.0%}", "yes" if r.peak_bytes <= cap else "no")
          for p, r in mins.items()])
+    if "dl4j_fit" in doc:
+        click.echo(f"DL4J's own fit() (no plan) holds {human_bytes(doc['dl4j_fit']['bytes'])} off the heap at batch "
+                   f"{batch}: the figure `pyd4j estimate` and `pyd4j flags` use (the data pipeline besides).")
     print_table(
         f"Time-optimised under a budget of {human_bytes(cap)}: tensors stay cached on the "
         "device; only what the budget forces moves or is recomputed",

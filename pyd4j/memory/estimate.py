@@ -1,12 +1,15 @@
-"""What a DL4J network needs in memory: DL4J's own memory report, corrected for what it omits.
+"""What a DL4J network needs in memory: the planner's per-layer model of DL4J's fit(), DL4J's report beside it.
 
 `estimate(model, batch, dtype, mode)` reads a MultiLayerConfiguration or ComputationGraphConfiguration
-(a DL4J JSON file, its text, or a live Java object) in the in-process JVM, asks DL4J for its
-NetworkMemoryReport, and adds the terms DL4J leaves out: input preprocessors, workspace
-over-allocation (read from the workspace configurations DL4J really uses), AsyncDataSetIterator
-prefetch buffers, the JVM's own heap, and the JVM's native overhead. Every term says where its
-number comes from: `dl4j-report` (DL4J's report), `measured` (read from the running JVM or
-machine), or `estimate` (pyd4j's model, stated in `why`).
+(a DL4J JSON file, its text, or a live Java object) in the in-process JVM. Training, its off-heap
+terms are the one DL4J memory model `pyd4j.sched.fitmem` (the graph `pyd4j plan` plans, with the
+per-layer working memory measured with ND4J; parameters, gradients, updater state by updater
+type, the workspaces fit() trains in with their over-allocation read from DL4J's network class,
+and what their learning leaves with the C allocator), plus AsyncDataSetIterator prefetch buffers;
+DL4J's own NetworkMemoryReport is kept beside them as a cross-check (`report_terms`, not summed).
+Inference keeps DL4J's report corrected for what it omits. Then the JVM's own heap and native
+overhead. Every term says where its number comes from: `dl4j-report` (DL4J's report), `measured`
+(read from the running JVM or machine), or `estimate` (pyd4j's model, stated in `why`).
 
 Every term is linear in the minibatch (`fixed + per_sample * batch`), so `Estimate.at_batch()`
 re-evaluates without the JVM; `pyd4j.memory.flags` and the batch advisor rely on that.
@@ -41,11 +44,9 @@ _DTYPE_ALIASES = {
     "bfloat16": "bfloat16", "bf16": "bfloat16",
 }
 
-# ND4J 1.0.0-M2.1's CPU backend, during fit(), holds about twice the per-example memory DL4J's
-# report gives (backprop im2col/col2im buffers, epsilons outside the report's accounting,
-# workspace spills, allocator retention). Fitted on benchmarks/flags_accuracy.py (five networks,
-# two batches each: measured/reported per-example ratio 1.8-2.2 for MLP/CNN/graph, 1.1-2.8 for LSTM).
-TRAIN_BACKEND_FACTOR = 2.0
+# The prefetch thread of ND4J's AsyncDataSetIterator / AsyncMultiDataSetIterator copies batches into a
+# workspace of at least this size (WorkspaceConfiguration minSize 10485760, read with javap).
+PREFETCH_WORKSPACE_MIN_BYTES = 10 * MiB
 
 # AsyncDataSetIterator queue DL4J's fit() uses when it wraps an async-capable iterator.
 DL4J_FIT_PREFETCH_QUEUE = 2
@@ -107,6 +108,8 @@ class Estimate:
     prefetch_queue: int
     cpu_count: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
+    report_terms: tuple[Term, ...] = field(default_factory=tuple)
+    """DL4J's NetworkMemoryReport, term by term: a cross-check printed beside the terms, never summed."""
 
     def at_batch(self, batch: int) -> "Estimate":
         """The same network at another minibatch (every term is linear in the batch)."""
@@ -151,6 +154,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["terms"] = [dict(asdict(t), bytes=t.bytes_at(self.batch)) for t in self.terms]
+        d["report_terms"] = [dict(asdict(t), bytes=t.bytes_at(self.batch)) for t in self.report_terms]
         d.update(offheap_bytes=self.offheap_bytes, heap_bytes=self.heap_bytes,
                  native_bytes=self.native_bytes, total_bytes=self.total_bytes, breakdown=self.breakdown())
         return d
@@ -158,9 +162,11 @@ class Estimate:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Estimate":
         terms = tuple(Term(**{k: v for k, v in t.items() if k != "bytes"}) for t in d["terms"])
+        report = tuple(Term(**{k: v for k, v in t.items() if k != "bytes"}) for t in d.get("report_terms", ()))
         keys = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in d.items() if k in keys}
-        values.update(terms=terms, inputs=tuple(d.get("inputs", ())), notes=tuple(d.get("notes", ())))
+        values.update(terms=terms, inputs=tuple(d.get("inputs", ())), notes=tuple(d.get("notes", ())),
+                      report_terms=report)
         return cls(**values)
 
 
@@ -334,6 +340,7 @@ class _Loaded:
     kind: str
     conf: Any
     inputs: list[dict[str, Any]]
+    doc: dict[str, Any] = field(default_factory=dict)   # the configuration JSON, for the planner's graph
 
 
 def _read_json_file(path: Path) -> tuple[str, dict[str, Any]]:
@@ -381,11 +388,12 @@ def _check_layers(doc: dict[str, Any], kind: str, where: str) -> None:
             raise EstimateError(f"{where}: {label} has no layer object; write the configuration with conf.toJson()")
         for key in ("nin", "nout", "nIn", "nOut"):
             value = layer.get(key)
+            # 0: DL4J writes it for a size it infers (a dropout vertex's nIn); a negative size is refused
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 < value <= JAVA_INT_MAX):
+                                      or not 0 <= value <= JAVA_INT_MAX):
                 name = layer.get("layerName") or label
                 raise EstimateError(f"{where}: {label} ({name}) has {key} = {value!r}; a layer's size must be a whole "
-                                    f"number from 1 to {JAVA_INT_MAX}: fix the network configuration")
+                                    f"number from 0 (inferred by DL4J) to {JAVA_INT_MAX}: fix the network configuration")
 
 
 def read_config_file(path: str | Path) -> tuple[str, str]:
@@ -487,7 +495,7 @@ def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa
         )
     if text is not None:
         conf = _from_json(text, kind, where)
-    return _Loaded(name=name, kind=kind, conf=conf, inputs=inputs)
+    return _Loaded(name=name, kind=kind, conf=conf, inputs=inputs, doc=doc)
 
 
 def _conf_of_java_object(obj: Any):
@@ -572,46 +580,31 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
     def report_bytes(types: tuple[str, ...], mb: int) -> int:
         return sum(int(report.getMemoryBytes(getattr(MemoryType, t), mb, use, CacheMode.NONE, DataType.FLOAT)) for t in types)
 
-    terms: list[Term] = []
+    report_terms: list[Term] = []
     for name, types, when in _REPORT_TERMS:
         if when == "train" and mode != "train":
             continue
         one, two = report_bytes(types, 1), report_bytes(types, 2)
         per = (two - one) * scale
         fixed = one * scale - per
-        terms.append(Term(name, "offheap", "dl4j-report", int(round(fixed)), int(round(per)),
-                          f"DL4J NetworkMemoryReport {'+'.join(types)}" + (f", scaled to {dtype}" if scale != 1 else "")))
-
-    dsize = DTYPE_BYTES[dtype]
-    # Preprocessors: DL4J's report leaves them out. Each reshaping preprocessor outputs a copy
-    # of its input (and, training, an epsilon of the same size going back).
-    pre_elems = _preprocessor_elements(loaded)
-    if pre_elems:
-        factor = 2 if mode == "train" else 1
-        terms.append(Term("preprocessors", "offheap", "estimate", 0, pre_elems * dsize * factor,
-                          f"input preprocessors' outputs{' and epsilons' if factor == 2 else ''}, missing from DL4J's report"))
+        report_terms.append(Term(name, "offheap", "dl4j-report", int(round(fixed)), int(round(per)),
+                                 f"DL4J NetworkMemoryReport {'+'.join(types)}" + (f", scaled to {dtype}" if scale != 1 else "")))
 
     limits = _workspace_limits(loaded)
     ws_limit = max(limits.values())
-    act_fixed = sum(t.fixed_bytes for t in terms if t.name in ("activations", "activation_gradients", "working_memory", "preprocessors"))
-    act_per = sum(t.per_sample_bytes for t in terms if t.name in ("activations", "activation_gradients", "working_memory", "preprocessors"))
-    terms.append(Term("workspace_overallocation", "offheap", "measured",
-                      int(act_fixed * ws_limit), int(round(act_per * ws_limit)),
-                      f"workspaces hold activations, epsilons and working memory and over-allocate by their "
-                      f"overallocationLimit, read from DL4J's {loaded.kind} ({', '.join(f'{k}={v:g}' for k, v in limits.items())})"))
-
     if mode == "train":
-        per = sum(t.per_sample_bytes for t in terms if t.region == "offheap")
-        terms.append(Term("backend_overhead", "offheap", "estimate", 0, int(round(per * (TRAIN_BACKEND_FACTOR - 1))),
-                          f"ND4J M2.1 CPU backend holds ~{TRAIN_BACKEND_FACTOR:g}x DL4J's per-example bytes during fit() "
-                          f"(backprop buffers, workspace spills, allocator retention); factor fitted by "
-                          f"benchmarks/flags_accuracy.py"))
+        terms, cross = _fit_terms(loaded, in_types, batch, dtype, limits, report), report_terms
+    else:
+        terms, cross = _inference_terms(loaded, report_terms, dtype, limits), []
 
+    dsize = DTYPE_BYTES[dtype]
     sample_elems = sum(_input_elements(s) for s in loaded.inputs) + _label_elements(loaded, in_types)
     buffers = prefetch_queue + 2 if prefetch_queue else 1
-    terms.append(Term("prefetch_buffers", "offheap", "estimate", 0, sample_elems * dsize * buffers,
+    terms.append(Term("prefetch_buffers", "offheap", "estimate", PREFETCH_WORKSPACE_MIN_BYTES if prefetch_queue else 0,
+                      sample_elems * dsize * buffers,
                       f"minibatches alive in the data pipeline: AsyncDataSetIterator queue {prefetch_queue} "
-                      f"+ one being filled + one in use = {buffers} x (features + labels)"))
+                      f"+ one being filled + one in use = {buffers} x (features + labels)"
+                      + (f", in its prefetch workspace of at least {PREFETCH_WORKSPACE_MIN_BYTES // MiB} MiB" if prefetch_queue else "")))
 
     n_layers = int(_layer_count(loaded))
     n_params = int(report_bytes(("PARAMETERS",), 1) // 4)
@@ -632,13 +625,112 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
                       f"G1 {GC_BASE_BYTES // MiB} MiB + {GC_OVERHEAD_FRACTION:.0%} of heap + libnd4j/oneDNN/OpenBLAS "
                       f"{NATIVE_LIBRARIES_BYTES // MiB} MiB + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs"))
     notes = (
-        "DL4J's report gives working memory as the largest layer's (not the sum): only one layer works at a time.",
+        ("training terms are pyd4j's model of DL4J's fit() (pyd4j.sched.fitmem, the graph `pyd4j plan` plans); "
+         "DL4J's NetworkMemoryReport is the cross-check beside them" if mode == "train" else
+         "DL4J's report gives working memory as the largest layer's (not the sum): only one layer works at a time."),
         "dl4j-report terms are DL4J's NetworkMemoryReport; measured = read from the running JVM; estimate = pyd4j's model.",
     )
     return Estimate(model=loaded.name, model_kind=loaded.kind, batch=batch, dtype=dtype, mode=mode,
                     inputs=tuple(str(t) for t in in_types), parameter_count=n_params, layer_count=n_layers,
                     terms=tuple(terms), workspace_overallocation=ws_limit, prefetch_queue=prefetch_queue,
-                    cpu_count=cpus, notes=notes)
+                    cpu_count=cpus, notes=notes, report_terms=tuple(cross))
+
+
+def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report) -> list[Term]:
+    """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem)."""
+    from pyd4j.sched.fitmem import REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms  # noqa: PLC0415
+
+    graph = _graph(loaded, in_types, REFERENCE_BATCH, report)   # terms per sample: any batch gives the same
+    ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
+                       epsilons=limits["WS_LAYER_ACT_X_CONFIG"])
+    try:
+        parts = fit_terms(graph, ws)
+    except UnknownUpdater as err:
+        raise EstimateError(f"{loaded.name}: {err}") from None
+    scale = DTYPE_BYTES[dtype] / graph.layers[0].itemsize   # the graph is in the configuration's data type
+    return [Term(t.name, "offheap", "estimate", int(round(t.fixed_bytes * scale)), int(round(t.per_sample_bytes * scale)),
+                 f"{t.why} (pyd4j.sched.fitmem)") for t in parts]
+
+
+def _graph(loaded: _Loaded, in_types: list, batch: int, report):
+    """The planner's DL4J graph of the network at `batch`; shapes and parameter counts of the layers
+    the planner has no rule for come from DL4J's own shape inference."""
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415
+    from pyd4j.sched.graph import GraphError  # noqa: PLC0415
+
+    shapes = [_graph_shape(s) for s in loaded.inputs]
+    doc = loaded.doc
+    if doc.get("backpropType") == "TruncatedBPTT":   # fit() holds one segment of tbpttFwdLength steps at a time
+        steps = int(doc.get("tbpttFwdLength") or 0)
+        doc = dict(doc, backpropType="Standard")
+        shapes = [(s[0], min(s[1], steps)) if len(s) == 2 and steps > 0 else s for s in shapes]
+    try:
+        return graph_from_dl4j_json(doc, batch, shapes if loaded.kind == "ComputationGraph" else shapes[0],
+                                    profile="dl4j", info=_dl4j_info(loaded, in_types, batch, report))
+    except GraphError as err:
+        raise EstimateError(f"{loaded.name}: pyd4j's per-layer memory model cannot read this network ({err}); "
+                            f"`pyd4j estimate --mode infer` gives DL4J's own report") from None
+
+
+def _graph_shape(spec: dict[str, Any]) -> tuple[int, ...]:
+    t = spec["type"]
+    if t in ("convolutional", "convolutionalFlat"):
+        return (int(spec["channels"]), int(spec["height"]), int(spec["width"]))
+    if t == "recurrent":
+        return (int(spec["size"]), int(spec["timeSeriesLength"]))
+    return (int(spec["size"]),)
+
+
+def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report) -> dict[str, dict[str, Any]]:
+    """Per layer or vertex name: DL4J's per-sample output shape and parameter count, and the
+    working memory DL4J's own report gives it at `batch` -- the figures the planner uses for the
+    layers it has no rule or measurement of (its OPAQUE nodes)."""
+    from org.deeplearning4j.nn.conf import CacheMode  # noqa: PLC0415
+    from org.deeplearning4j.nn.conf.memory import MemoryType, MemoryUseMode  # noqa: PLC0415
+    from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415
+
+    reports = report.getLayerAndVertexReports()
+
+    def working(name: str) -> dict[str, int]:
+        r = reports.get(name)
+        if r is None:
+            return {}
+        b = sum(int(r.getMemoryBytes(t, batch, MemoryUseMode.TRAINING, CacheMode.NONE, DataType.FLOAT))
+                for t in (MemoryType.WORKING_MEMORY_FIXED, MemoryType.WORKING_MEMORY_VARIABLE))
+        return {"measured": {"ws_forward": b, "ws_backward": b, "saved": 0}} if b else {}
+
+    conf = loaded.conf
+    info: dict[str, dict[str, Any]] = {}
+    if loaded.kind == "ComputationGraph":
+        types = conf.getLayerActivationTypes(*in_types)
+        for name in conf.getVertices().keySet():
+            info[str(name)] = {"shape": [int(d) for d in types.get(name).getShape(False)],
+                               "params": int(conf.getVertices().get(name).numParams(True)), **working(name)}
+        return info
+    types = conf.getLayerActivationTypes(in_types[0])
+    for i in range(int(conf.getConfs().size())):
+        layer_conf = conf.getConf(i)
+        layer = layer_conf.getLayer()
+        name = str(layer.getLayerName()) if layer.getLayerName() is not None else f"layer{i}"
+        info[name] = {"shape": [int(d) for d in types.get(i).getShape(False)],
+                      "params": int(layer.initializer().numParams(layer_conf)), **working(name)}
+    return info
+
+
+def _inference_terms(loaded: _Loaded, report: list[Term], dtype: str, limits: dict[str, float]) -> list[Term]:
+    """Inference: DL4J's report, its input preprocessors and its workspaces' over-allocation."""
+    terms = list(report)
+    pre_elems = _preprocessor_elements(loaded)
+    if pre_elems:
+        terms.append(Term("preprocessors", "offheap", "estimate", 0, pre_elems * DTYPE_BYTES[dtype],
+                          "input preprocessors' outputs, missing from DL4J's report"))
+    ws_limit = max(limits.values())
+    act_fixed = sum(t.fixed_bytes for t in terms if t.name in ("activations", "working_memory", "preprocessors"))
+    act_per = sum(t.per_sample_bytes for t in terms if t.name in ("activations", "working_memory", "preprocessors"))
+    terms.append(Term("workspace_overallocation", "offheap", "measured", int(act_fixed * ws_limit), int(round(act_per * ws_limit)),
+                      f"workspaces hold activations and working memory and over-allocate by their overallocationLimit, "
+                      f"read from DL4J's {loaded.kind} ({', '.join(f'{k}={v:g}' for k, v in limits.items())})"))
+    return terms
 
 
 def jvm_native_bytes(heap_bytes: int, cpus: int) -> int:

@@ -247,6 +247,9 @@ class _Builder:
         p = _retain(layer)
         if p is not None:
             attrs["idropout"] = p
+        for key, field in (("updater", "iupdater"), ("bias_updater", "biasUpdater")):
+            if isinstance(layer.get(field), dict) and layer[field].get("@class"):
+                attrs[key] = _simple(layer[field]["@class"])   # what fit()'s updater keeps (pyd4j.sched.fitmem)
         if preprocessor is not None:
             attrs["preprocessor"] = _simple(preprocessor["@class"])
         xs = g.shape(x)

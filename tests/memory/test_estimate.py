@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.memory.estimate import EstimateError, estimate, jvm_native_bytes, parse_input_spec
+from pyd4j.memory.estimate import Estimate, EstimateError, estimate, jvm_native_bytes, parse_input_spec
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818
@@ -17,22 +17,38 @@ MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818
 
 @pytest.mark.jvm
 def test_mlp_terms_against_hand_counts(jvm):
-    e = estimate(NETWORKS / "mlp.json", 32)
-    b = e.breakdown()
+    """784-512-256-10, Adam, batch 32: every fit() term counted by hand (pyd4j.sched.fitmem's model)."""
+    b = 32
+    e = estimate(NETWORKS / "mlp.json", b)
+    t = e.breakdown()
     assert e.parameter_count == MLP_PARAMS
-    assert b["parameters"] == MLP_PARAMS * 4
-    assert b["gradients"] == MLP_PARAMS * 4
-    assert b["updater_state"] == 2 * MLP_PARAMS * 4  # Adam: m and v
-    assert b["activations"] == (512 + 256 + 10) * 32 * 4
-    assert b["prefetch_buffers"] == (784 + 10) * 4 * 4 * 32  # (queue 2 + 2) x (features + labels)
-    assert e.term_bytes("backend_overhead") > 0
-    sources = {t.name: t.source for t in e.terms}
-    assert sources["parameters"] == "dl4j-report" and sources["workspace_overallocation"] == "measured"
-    assert sources["java_heap"] == "estimate"
+    assert t["parameters"] == MLP_PARAMS * 4
+    assert t["gradients"] == MLP_PARAMS * 4
+    assert t["updater_state"] == 2 * MLP_PARAMS * 4  # Adam: m and v
+    # WS_ALL_LAYERS_ACT: the three layers' outputs, +5% (DL4J's overallocationLimit)
+    assert t["activations"] == round((512 + 256 + 10) * 4 * 1.05) * b
+    # WS_LAYER_WORKING_MEM: the largest step, the first dense layer's backward (4 pre-activation-sized buffers), +2%
+    assert t["working_memory"] == round(4 * 512 * 4 * 1.02) * b
+    # epsilon workspaces: even layers' largest (layer 0's: the input's 784) + odd layers' (layer 1's: 512), +2%
+    assert t["epsilons"] == round((784 + 512) * 4 * 1.02) * b
+    # what their learning leaves with the C allocator: the working memory and the epsilons once
+    assert t["workspace_learning"] == (4 * 512 + 784 + 512) * 4 * b
+    # (queue 2 + 2) x (features + labels), in the prefetch thread's workspace of at least 10 MiB
+    assert t["prefetch_buffers"] == 10 * 1024**2 + (784 + 10) * 4 * 4 * b
+    assert "backend_overhead" not in t and "preprocessors" not in t
+    assert e.offheap_bytes == sum(v for k, v in t.items() if k not in ("java_heap", "jvm_native"))
+    # DL4J's own report: a cross-check beside the model, not summed; it agrees on parameters and updater state
+    report = {r.name: r.bytes_at(b) for r in e.report_terms}
+    assert report["parameters"] == t["parameters"] and report["updater_state"] == t["updater_state"]
+    assert {r.source for r in e.report_terms} == {"dl4j-report"}
+    sources = {x.name: x.source for x in e.terms}
+    assert sources["parameters"] == "estimate" and sources["java_heap"] == "estimate"
     # heap: (32 MiB base + 1 MiB x 3 layers) x 2 for the collector = 70 MiB, above the 64 MiB floor
-    assert b["java_heap"] == 70 * 1024**2
-    assert b["jvm_native"] == jvm_native_bytes(70 * 1024**2, e.cpu_count)
+    assert t["java_heap"] == 70 * 1024**2
+    assert t["jvm_native"] == jvm_native_bytes(70 * 1024**2, e.cpu_count)
     assert e.total_bytes == e.offheap_bytes + e.heap_bytes + e.native_bytes
+    back = Estimate.from_dict(e.to_dict())
+    assert back == e
 
 
 @pytest.mark.jvm
@@ -42,6 +58,7 @@ def test_linear_in_batch_and_dtype(jvm):
     assert e32.at_batch(64).breakdown() == e64.breakdown()
     half = estimate(NETWORKS / "lenet.json", 32, dtype="bf16")
     assert half.term_bytes("parameters") * 2 == e32.term_bytes("parameters")
+    assert half.term_bytes("activations") * 2 == e32.term_bytes("activations")
     infer = estimate(NETWORKS / "lenet.json", 32, mode="infer")
     lstm = estimate(NETWORKS / "lstm.json", 32)  # 3 layers, 50 steps: 32 + 3 + 64 KiB x 50 x 3 = 44.375 MiB, x 2
     assert lstm.term_bytes("java_heap") == int(44.375 * 2 * 1024**2)
@@ -49,10 +66,15 @@ def test_linear_in_batch_and_dtype(jvm):
 
 
 @pytest.mark.jvm
-def test_lenet_preprocessor_term(jvm):
-    # FeedForwardToCnn before layer 0 (784 elements) and CnnToFeedForward before the dense (4x4x50 = 800)
+def test_lenet_preprocessors_are_views(jvm):
+    # FeedForwardToCnn before layer 0 and CnnToFeedForward before the dense layer reshape without copying
+    # (tests/train/test_layer_facts.py): training holds only the layers' own outputs; inference keeps
+    # DL4J's report plus the preprocessors' outputs (784 + 800 per example)
     e = estimate(NETWORKS / "lenet.json", 10)
-    assert e.term_bytes("preprocessors") == (784 + 800) * 10 * 4 * 2
+    outputs = 20 * 24 * 24 + 20 * 12 * 12 + 50 * 8 * 8 + 50 * 4 * 4 + 500 + 10
+    assert e.term_bytes("activations") == round(outputs * 4 * 1.05) * 10
+    assert "preprocessors" not in e.breakdown()
+    assert estimate(NETWORKS / "lenet.json", 10, mode="infer").term_bytes("preprocessors") == (784 + 800) * 10 * 4
 
 
 @pytest.mark.jvm

@@ -1,0 +1,137 @@
+"""How close is pyd4j's one DL4J memory model (pyd4j.sched.fitmem, what `pyd4j estimate` says) to DL4J's own fit()?
+
+    .venv/bin/python benchmarks/memory_model.py [--networks mlp,lenet,...] [--zoo LeNet,AlexNet,...]
+        [--iterations 3] [--out benchmarks/results/memory_model.json]
+
+For each network -- the example networks (examples/networks) and models of DL4J's zoo built by
+DL4J's code at the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder) -- at two
+small batches: the peak of DL4J's unchanged `fit()` above the idle JVM (the job of
+benchmarks/planned_training.py and zoo_coverage.py: TrainSynthetic warms up at batch 1, then
+samples its RSS every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread), and
+`pyd4j estimate`'s off-heap prediction at the same batch: the fit() terms of `pyd4j.sched.fitmem`
+plus the data pipeline. Reports, per run, predicted / measured and the model's terms, DL4J's
+NetworkMemoryReport total beside it (the cross-check, not used), and the worst ratio. Target:
+within +-15%. Each run's row is written as soon as it is measured (an interrupted run keeps them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+EXAMPLES = {"mlp": (64, 256), "lenet": (16, 64), "deep_cnn_bn": (8, 32), "resnet_graph": (8, 16),
+            "lstm": (8, 32), "policy_value": (16, 64), "two_input": (16, 64)}
+ZOO = {"LeNet": (4, 16), "SqueezeNet": (2, 4), "AlexNet": (2, 4), "VGG16": (2, 4), "UNet": (1, 2), "ResNet50": (1, 2)}
+TARGET = 0.15
+MiB = 1024**2
+
+
+def measure(name: str, batch: int, iterations: int, folder: Path) -> int:
+    import benchmarks.planned_training as pt
+
+    pt.NETWORKS = folder
+    return int(pt.run(name, batch, iterations, None, folder)["peak_above_idle_bytes"])
+
+
+def predict(config: Path, batch: int) -> dict:
+    from pyd4j.memory.estimate import estimate
+
+    e = estimate(config, batch)
+    fit = {t.name: t.bytes_at(batch) for t in e.terms if t.region == "offheap"}
+    return {"predicted_bytes": e.offheap_bytes, "terms": fit,
+            "dl4j_report_bytes": sum(t.bytes_at(batch) for t in e.report_terms)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--networks", default=",".join(EXAMPLES))
+    ap.add_argument("--zoo", default=",".join(ZOO))
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds to build a zoo model")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory_model.json"))
+    ap.add_argument("--repredict", action="store_true", help="recompute the predictions of the example networks' rows "
+                    "in --out with the current model, keeping what was measured (the measurement does not depend on it)")
+    args = ap.parse_args()
+    if args.repredict:
+        repredict(Path(args.out))
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    doc = {"benchmark": "memory_model", "meta": {"iterations": args.iterations, "omp_threads": 1, "target": TARGET,
+                                                 "machine": platform.platform(), "cpus": os.cpu_count(),
+                                                 "load_avg_1m_at_start": os.getloadavg()[0]},
+           "runs": []}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(row: dict) -> None:
+        doc["runs"].append(row)
+        ok = [r for r in doc["runs"] if r.get("ratio")]
+        doc["summary"] = {"runs": len(doc["runs"]), "measured": len(ok),
+                          "within_15pct": sum(1 for r in ok if abs(r["ratio"] - 1) <= TARGET),
+                          "worst_ratio": max((r["ratio"] for r in ok), key=lambda x: abs(x - 1), default=None),
+                          "misses": {f"{r['network']}@{r['batch']}": r["ratio"] for r in ok if abs(r["ratio"] - 1) > TARGET},
+                          "load_avg_1m_at_end": os.getloadavg()[0]}
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"{row['network']:14s} b={row['batch']:4d} predicted {row.get('predicted_bytes', 0) / MiB:8.1f} MiB "
+              f"measured {row.get('measured_bytes', 0) / MiB:8.1f} MiB ratio {row.get('ratio')} "
+              f"{row.get('error', '')[:200]}", flush=True)
+
+    def run(name: str, config: Path, batches: tuple[int, ...], folder: Path, source: str) -> None:
+        for batch in batches:
+            row: dict = {"network": name, "source": source, "batch": batch}
+            try:
+                row.update(predict(config, batch))
+                t = time.monotonic()
+                row["measured_bytes"] = measure(name, batch, args.iterations, folder)
+                row["seconds"] = round(time.monotonic() - t, 1)
+                row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
+                row["dl4j_report_over_measured"] = round(row["dl4j_report_bytes"] / row["measured_bytes"], 3)
+            except Exception as err:  # noqa: BLE001 - recorded; the benchmark goes on
+                row["error"] = f"{type(err).__name__}: {err}"[:800]
+            record(row)
+
+    for name in [n for n in args.networks.split(",") if n]:
+        run(name, ROOT / "examples" / "networks" / f"{name}.json", EXAMPLES[name], ROOT / "examples" / "networks",
+            "examples/networks")
+    import benchmarks.zoo_coverage as zc
+
+    with tempfile.TemporaryDirectory(prefix="pyd4j-memory-model-") as tmp:
+        folder = Path(tmp)
+        for name in [n for n in args.zoo.split(",") if n]:
+            built = zc.build(name, ZOO[name][0], folder, args.timeout)
+            if not built["built"]:
+                record({"network": name, "source": "deeplearning4j-zoo", "batch": 0,
+                        "error": built.get("skipped") or built.get("error", "not built")})
+                continue
+            run(name, folder / f"{name}.json", ZOO[name], folder, f"deeplearning4j-zoo {built['size']}x{built['size']}")
+    print(json.dumps(doc.get("summary"), indent=1))
+
+
+def repredict(out: Path) -> None:
+    doc = json.loads(out.read_text())
+    for row in doc["runs"]:
+        if row.get("source") == "examples/networks" and row.get("measured_bytes"):
+            row.update(predict(ROOT / "examples" / "networks" / f"{row['network']}.json", row["batch"]))
+            row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
+            print(f"{row['network']:14s} b={row['batch']:4d} predicted {row['predicted_bytes'] / MiB:8.1f} MiB "
+                  f"measured {row['measured_bytes'] / MiB:8.1f} MiB ratio {row['ratio']}", flush=True)
+    ok = [r for r in doc["runs"] if r.get("ratio")]
+    doc["summary"].update(within_15pct=sum(1 for r in ok if abs(r["ratio"] - 1) <= TARGET),
+                          worst_ratio=max((r["ratio"] for r in ok), key=lambda x: abs(x - 1), default=None),
+                          misses={f"{r['network']}@{r['batch']}": r["ratio"] for r in ok if abs(r["ratio"] - 1) > TARGET})
+    doc["meta"]["repredicted"] = "predictions recomputed with the final model after the measurements"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

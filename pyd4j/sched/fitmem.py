@@ -1,0 +1,174 @@
+"""The memory DL4J's own `fit()` holds, from the planner's per-layer model: the one DL4J memory model.
+
+`pyd4j estimate`, `flags`, `batch` and the Spark sizing take their off-heap figures from here, and
+`pyd4j plan` reports the same figure for DL4J's `fit()` next to its plans, so the two never
+disagree about a network. Everything per layer comes from the DL4J graph (`pyd4j.sched.dl4j_json`)
+and its dependency profile (`deps.json`, profile `dl4j`: each step's working memory, measured with
+ND4J and pinned by the layer-facts tests). What `fit()` of DL4J 1.0.0-M2.1 keeps, read from its
+`MultiLayerNetwork` / `ComputationGraph` and checked with ND4J's workspace sizes after a few
+iterations (benchmarks/memory_model.py):
+
+- parameters, their gradients (one flattened view each) and the updater's state: per layer, the
+  updater's `stateSize` per parameter (Adam 2, Nesterovs 1, Sgd 0, ...; a separate bias updater for
+  biases; batch normalization's global mean and variance have none);
+- `WS_ALL_LAYERS_ACT`: every layer's output of the forward pass (input preprocessors are views:
+  nothing more), learned in the first iteration, over-allocated by its `overallocationLimit` (0.05);
+- `WS_LAYER_WORKING_MEM`: one layer step's working memory at a time (im2col and its gradient, the
+  recomputed pre-activation, ...), learned over time: the largest step's, over-allocated by 0.02;
+- the epsilon workspaces (`WS_LAYER_ACT_1/2` of a MultiLayerNetwork, alternating between even and
+  odd layers; a ComputationGraph's pool `WS_LAYER_ACT_n`): the largest epsilon of each, 0.02 over;
+  an ActivationLayer's backward step holds two input-sized arrays there (a copy and the result);
+- workspace learning: the working-memory and epsilon workspaces learn their size OVER_TIME with
+  spill policy REALLOCATE, so while they learn, a step's arrays are allocated outside them and
+  freed to the C allocator, which keeps them resident: once the working memory and the epsilons.
+
+Each term is `fixed + per_sample * batch`; the caller adds the data pipeline (features and labels
+of the minibatches in flight), which the graph does not know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyd4j.sched.graph import Graph, LayerType
+
+# The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
+# batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
+REFERENCE_BATCH = 64
+
+# Per-parameter state of DL4J's updaters (IUpdater.stateSize(n) / n, checked against DL4J).
+UPDATER_STATE = {"Adam": 2, "AdaMax": 2, "Nadam": 2, "AdaBelief": 2, "AMSGrad": 3, "AdaDelta": 2,
+                 "AdaGrad": 1, "RmsProp": 1, "Nesterovs": 1, "Sgd": 0, "NoOp": 0}
+
+
+@dataclass(frozen=True)
+class FitWorkspaces:
+    """The `overallocationLimit` of the workspaces DL4J's fit() trains in (defaults: M2.1's
+    MultiLayerNetwork and ComputationGraph; `pyd4j.memory.estimate` reads them from DL4J)."""
+
+    activations: float = 0.05      # WS_ALL_LAYERS_ACT_CONFIG (learning FIRST_LOOP)
+    working_memory: float = 0.02   # WS_LAYER_WORKING_MEM_CONFIG (learning OVER_TIME, spill REALLOCATE)
+    epsilons: float = 0.02         # WS_LAYER_ACT_X_CONFIG (learning OVER_TIME, spill REALLOCATE)
+
+
+@dataclass(frozen=True)
+class FitTerm:
+    """One part of what fit() holds: bytes = fixed + per_sample * batch."""
+
+    name: str
+    fixed_bytes: int
+    per_sample_bytes: int
+    why: str
+
+    def bytes_at(self, batch: int) -> int:
+        return int(self.fixed_bytes + self.per_sample_bytes * batch)
+
+
+class UnknownUpdater(ValueError):
+    """A layer trains with an updater whose state size the model does not know."""
+
+
+def updater_state_elements(graph: Graph) -> int:
+    """Elements of the updater's state: per layer, the state per parameter of its updater (a
+    separate bias updater for biases); batch normalization's global mean and variance have none."""
+    total = 0
+    for layer in graph.layers:
+        if not layer.param_shapes:
+            continue
+        per = _state_per_param(layer.attrs.get("updater"), layer.name)
+        if layer.type is LayerType.BN:   # gamma, beta train; mean, variance are running statistics
+            total += per * layer.param_elems // 2
+            continue
+        bias = layer.attrs.get("bias_updater")
+        shapes = layer.param_shapes
+        if bias and layer.attrs.get("bias") and len(shapes) >= 2:
+            b = 1
+            for d in shapes[1]:
+                b *= d
+            total += per * (layer.param_elems - b) + _state_per_param(bias, layer.name) * b
+        else:
+            total += per * layer.param_elems
+    return total
+
+
+def _state_per_param(updater: str | None, where: str) -> int:
+    if updater is None:
+        return UPDATER_STATE["Sgd"]
+    if updater not in UPDATER_STATE:
+        raise UnknownUpdater(f"layer {where!r} trains with updater {updater!r}, whose state size pyd4j does not know "
+                             f"(known: {', '.join(sorted(UPDATER_STATE))})")
+    return UPDATER_STATE[updater]
+
+
+def _epsilon(graph: Graph, i: int) -> int:
+    """Bytes layer i's backward step puts in the epsilon workspace: its inputs' gradients (an
+    ActivationLayer: two input-sized arrays)."""
+    layer = graph.layers[i]
+    x = sum(graph.layers[j].out_bytes for j in dict.fromkeys(layer.inputs))
+    if layer.type is LayerType.ACT and layer.attrs.get("variant") != "fused":
+        return 2 * x
+    return x
+
+
+def epsilon_bytes(graph: Graph) -> int:
+    """What the epsilon workspaces learn. A MultiLayerNetwork alternates two: even layers' epsilons
+    in one, odd layers' in the other, each as large as its largest. A ComputationGraph keeps each
+    vertex's epsilon until the vertex it feeds has run its backward step: the most held at once."""
+    layers = [l for l in graph.layers if l.type is not LayerType.DATA]
+    if all("layer" in l.attrs.get("dl4j", {}) for l in layers):
+        even = max((_epsilon(graph, l.id) for l in layers if l.attrs["dl4j"]["layer"] % 2 == 0), default=0)
+        odd = max((_epsilon(graph, l.id) for l in layers if l.attrs["dl4j"]["layer"] % 2 == 1), default=0)
+        return even + odd
+    # reverse pass: the gradient of j is born at its first consumer's backward step, dies after j's own
+    live: dict[int, int] = {}
+    peak = 0
+    for layer in reversed(graph.layers):
+        if layer.type is LayerType.DATA:
+            continue
+        live.pop(layer.id, None)
+        for j in dict.fromkeys(layer.inputs):
+            if graph.layers[j].type is not LayerType.DATA:
+                live.setdefault(j, graph.layers[j].out_bytes)
+        extra = _epsilon(graph, layer.id) - sum(graph.layers[j].out_bytes for j in dict.fromkeys(layer.inputs))
+        peak = max(peak, sum(live.values()) + extra)
+    return peak
+
+
+def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTerm, ...]:
+    """What DL4J's fit() holds for `graph` (built at any batch; the terms are per sample and fixed)."""
+    b = graph.batch
+    item = graph.layers[0].itemsize if graph.layers else 4
+    params = sum(layer.param_bytes for layer in graph.layers)
+    state = updater_state_elements(graph) * item
+    acts = sum(layer.out_bytes for layer in graph.layers if layer.type is not LayerType.DATA)
+    d = graph.deps
+    fwd, bwd, _ = d.step_ws if d.step_ws[0] else (d.ws_fwd, d.ws_bwd, d.ws_rc)
+    working = max([*fwd, *bwd, 0])
+    arg = max(range(len(graph.layers)), key=lambda i: max(fwd[i], bwd[i])) if graph.layers else 0
+    eps = epsilon_bytes(graph)
+
+    def per(x: float) -> int:
+        return int(round(x / b))
+
+    updaters = sorted({str(layer.attrs.get("updater")) for layer in graph.layers if layer.param_shapes})
+    return (
+        FitTerm("parameters", params, 0, "the network's parameters (one flattened array)"),
+        FitTerm("gradients", params, 0, "their gradients (one flattened view, as large as the parameters)"),
+        FitTerm("updater_state", state, 0, f"the updater's state per parameter ({', '.join(updaters) or 'none'}; "
+                f"batch normalization's running mean and variance have none)"),
+        FitTerm("activations", 0, per(acts * (1 + ws.activations)),
+                f"WS_ALL_LAYERS_ACT: every layer's output, kept for backprop, +{ws.activations:g} over-allocation"),
+        FitTerm("working_memory", 0, per(working * (1 + ws.working_memory)),
+                f"WS_LAYER_WORKING_MEM: the largest step's working memory ({graph.layers[arg].name if graph.layers else '-'}: "
+                f"im2col, recomputed pre-activation, ...), +{ws.working_memory:g} over-allocation"),
+        FitTerm("epsilons", 0, per(eps * (1 + ws.epsilons)),
+                f"epsilon workspaces: the largest gradients held at once, +{ws.epsilons:g} over-allocation"),
+        FitTerm("workspace_learning", 0, per(working + eps),
+                "working memory and epsilons allocated outside their workspaces while those learn their size "
+                "(learning OVER_TIME, spill REALLOCATE), freed to the C allocator, which keeps them"),
+    )
+
+
+def fit_bytes(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> int:
+    """What DL4J's fit() holds at the graph's batch (without the data pipeline)."""
+    return sum(t.bytes_at(graph.batch) for t in fit_terms(graph, ws))

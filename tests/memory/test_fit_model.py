@@ -1,0 +1,97 @@
+"""The one DL4J memory model (pyd4j.sched.fitmem) against real DL4J: its updater table against DL4J's
+own stateSize, its updater state against a live network's state array, its workspaces against the
+sizes DL4J's fit() learns, and `pyd4j plan` and `pyd4j estimate` giving one figure for fit()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pyd4j.memory.estimate import estimate
+from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+from pyd4j.sched.fitmem import UPDATER_STATE, fit_terms, updater_state_elements
+
+NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
+FIT_ONLY = ("parameters", "gradients", "updater_state", "activations", "working_memory", "epsilons", "workspace_learning")
+
+
+def _graph(name: str, batch: int):
+    from pyd4j.commands.plan import _input_shape
+
+    path = NETWORKS / f"{name}.json"
+    return graph_from_dl4j_json(json.loads(path.read_text()), batch, _input_shape(str(path)))
+
+
+def _network(name: str):
+    from org.deeplearning4j.nn.conf import ComputationGraphConfiguration, MultiLayerConfiguration
+    from org.deeplearning4j.nn.graph import ComputationGraph
+    from org.deeplearning4j.nn.multilayer import MultiLayerNetwork
+
+    text = (NETWORKS / f"{name}.json").read_text()
+    if '"vertices"' in text:
+        net = ComputationGraph(ComputationGraphConfiguration.fromJson(text))
+    else:
+        net = MultiLayerNetwork(MultiLayerConfiguration.fromJson(text))
+    net.init()
+    return net
+
+
+@pytest.mark.jvm
+def test_updater_table_is_dl4js_state_size(jvm):
+    import jpype
+
+    for name, per in UPDATER_STATE.items():
+        updater = jpype.JClass(f"org.nd4j.linalg.learning.config.{name}")()
+        assert int(updater.stateSize(1000)) == per * 1000, name
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("name", ["deep_cnn_bn", "resnet_graph", "lenet"])
+def test_updater_state_is_the_live_networks(jvm, name):
+    # batch normalization's running mean and variance have no state: deep_cnn_bn's is 2 x (params - 896)
+    state = _network(name).getUpdater().getStateViewArray()
+    assert updater_state_elements(_graph(name, 8)) == int(state.length())
+
+
+@pytest.mark.jvm
+def test_workspaces_are_what_dl4j_fit_learns(jvm):
+    """lenet at batch 16, three fit() iterations: the workspaces DL4J learned against the model's terms."""
+    import jpype
+    from org.nd4j.linalg.api.buffer import DataType
+    from org.nd4j.linalg.dataset import DataSet
+    from org.nd4j.linalg.factory import Nd4j
+
+    batch = 16
+    net = _network("lenet")
+    shape = jpype.JArray(jpype.JLong)
+    manager = Nd4j.getWorkspaceManager()
+    manager.destroyAllWorkspacesForCurrentThread()
+    try:
+        for _ in range(3):
+            net.fit(DataSet(Nd4j.rand(DataType.FLOAT, shape([batch, 784])), Nd4j.rand(DataType.FLOAT, shape([batch, 10]))))
+        sizes = {str(w.getId()): int(w.getCurrentSize()) for w in manager.getAllWorkspacesForCurrentThread()}
+    finally:
+        manager.destroyAllWorkspacesForCurrentThread()
+    terms = {t.name: t.bytes_at(batch) for t in fit_terms(_graph("lenet", batch))}
+    assert sizes["WS_ALL_LAYERS_ACT"] == pytest.approx(terms["activations"], rel=0.01)
+    assert sizes["WS_LAYER_ACT_1"] + sizes["WS_LAYER_ACT_2"] == pytest.approx(terms["epsilons"], rel=0.02)
+    # the planner's convolution backward (3 patch matrices + 4 outputs, measured with ReLU) is at most 10% above
+    # what DL4J's identity-activated convolution learns here
+    assert sizes["WS_LAYER_WORKING_MEM"] <= terms["working_memory"] <= 1.10 * sizes["WS_LAYER_WORKING_MEM"]
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet_graph"])
+def test_plan_and_estimate_give_one_fit_figure(jvm, name):
+    from pyd4j.commands.plan import command
+
+    r = CliRunner().invoke(command, ["--model", str(NETWORKS / f"{name}.json"), "--batch", "16", "--policy", "baseline",
+                                     "--json"])
+    assert r.exit_code == 0, r.output
+    planned = json.loads(r.output)["dl4j_fit"]
+    e = estimate(NETWORKS / f"{name}.json", 16)
+    assert planned["terms"] == {k: e.term_bytes(k) for k in FIT_ONLY}
+    assert planned["bytes"] == e.offheap_bytes - e.term_bytes("prefetch_buffers")

@@ -1,0 +1,53 @@
+"""pyd4j.sched.fitmem without a JVM: DL4J's fit() memory of small networks counted by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+from pyd4j.sched.fitmem import UnknownUpdater, epsilon_bytes, fit_bytes, fit_terms, updater_state_elements
+
+NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
+MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
+
+
+def _mlp(batch: int = 64, updater: str | None = None):
+    doc = json.loads((NETWORKS / "mlp.json").read_text())
+    if updater:
+        for conf in doc["confs"]:
+            conf["layer"]["iupdater"] = {"@class": f"org.nd4j.linalg.learning.config.{updater}"}
+    return graph_from_dl4j_json(doc, batch)
+
+
+def test_mlp_by_hand():
+    g = _mlp(64)
+    t = {x.name: x for x in fit_terms(g)}
+    assert (t["parameters"].fixed_bytes, t["gradients"].fixed_bytes) == (MLP_PARAMS * 4, MLP_PARAMS * 4)
+    assert t["updater_state"].fixed_bytes == 2 * MLP_PARAMS * 4          # Adam: m and v
+    assert t["activations"].per_sample_bytes == round((512 + 256 + 10) * 4 * 1.05)
+    assert t["working_memory"].per_sample_bytes == round(4 * 512 * 4 * 1.02)
+    assert t["epsilons"].per_sample_bytes == round((784 + 512) * 4 * 1.02)
+    assert t["workspace_learning"].per_sample_bytes == (4 * 512 + 784 + 512) * 4
+    assert fit_bytes(g) == sum(x.bytes_at(64) for x in t.values())
+
+
+@pytest.mark.parametrize(("updater", "per"), [("Sgd", 0), ("Nesterovs", 1), ("AMSGrad", 3)])
+def test_updater_state_follows_the_updater(updater, per):
+    assert updater_state_elements(_mlp(8, updater)) == per * MLP_PARAMS
+
+
+def test_unknown_updater_is_named():
+    with pytest.raises(UnknownUpdater, match="'MyUpdater'"):
+        fit_terms(_mlp(8, "MyUpdater"))
+
+
+def test_graph_epsilons_are_the_most_held_at_once():
+    """two_input at batch 4, backward in reverse order: fc's gradient (512 B) is replaced by merge's (768),
+    merge hands img_fc 512 and meta_fc 256; img_fc's backward leaves img_pool's 4608 with meta_fc's 256;
+    img_pool's leaves img_conv's 18432 with meta_fc's 256 still held -- the most at once."""
+    doc = json.loads((NETWORKS / "two_input.json").read_text())
+    g = graph_from_dl4j_json(doc, 4, [(1, 12, 12), (6,)])
+    assert epsilon_bytes(g) == 4 * 8 * 12 * 12 * 4 + 4 * 16 * 4
