@@ -12,6 +12,7 @@ under the limit by evicting idle models to the disk tier.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import socket
@@ -41,6 +42,21 @@ DEFAULT_MAX_BODY = 64 * 1024**2
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _model_endpoint(ready: bool = True):
+    """A handler of /v2/models/{name}/...: it gets the model's worker; an unknown model or version, or
+    (with `ready`) a model that is not ready, is answered with the error the lookup names."""
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def route(self: "ModelServer", request: Request) -> Response:
+            try:
+                w = self._worker(request, ready=ready)
+            except ProtocolError as err:
+                return _error(err.status, str(err), err.headers)
+            return await handler(self, w)
+        return route
+    return wrap
 
 
 class ModelServer:
@@ -250,11 +266,8 @@ class ModelServer:
         ready = bool(self.workers) and all(w.state == "ready" for w in self.workers.values())
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
-    async def _model_metadata(self, request: Request) -> Response:
-        try:
-            w = self._worker(request)
-        except ProtocolError as err:
-            return _error(err.status, str(err))
+    @_model_endpoint()
+    async def _model_metadata(self, w: ModelWorker) -> Response:
         m = w.model
         e = self.budget.entry(m.name)
         params = {"kind": m.kind, "source": m.source, "memory_state": e.state, "evictions": e.evictions,
@@ -265,20 +278,14 @@ class ModelServer:
                              "inputs": [s.to_dict() for s in m.inputs], "outputs": [s.to_dict() for s in m.outputs],
                              "parameters": params})
 
-    async def _model_ready(self, request: Request) -> Response:
-        try:
-            w = self._worker(request, ready=False)
-        except ProtocolError as err:
-            return _error(err.status, str(err))
+    @_model_endpoint(ready=False)
+    async def _model_ready(self, w: ModelWorker) -> Response:
         ready = w.state == "ready"
         return JSONResponse({"name": w.model.name, "ready": ready, **({} if ready else {"error": w.error or w.state})},
                             status_code=200 if ready else 503)
 
-    async def _model_config(self, request: Request) -> Response:
-        try:
-            w = self._worker(request)
-        except ProtocolError as err:
-            return _error(err.status, str(err))
+    @_model_endpoint()
+    async def _model_config(self, w: ModelWorker) -> Response:
         m = w.model
 
         def dims(s):
