@@ -21,7 +21,7 @@ import numpy as np
 
 from pyd4j.serve.budget import Budget, NoRoomError, OverBudgetError
 from pyd4j.serve.metrics import Metrics
-from pyd4j.serve.model import ModelLoadError, ServedModel
+from pyd4j.serve.model import ServedModel
 
 log = logging.getLogger("pyd4j.serve")
 
