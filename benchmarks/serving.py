@@ -175,6 +175,39 @@ def server_overhead(models: dict[str, Path], name: str, repeats: int) -> dict:
     return out
 
 
+def backend_choice(models: dict[str, Path], name: str, repeats: int) -> dict:
+    """output() on one model through in-process ND4J (JPype, what the server uses) vs the helper jar's
+    out-of-process JVM (Py4J gateway, arrays through its shared-memory arena): numpy in, numpy out,
+    batch 1 and 32, interleaved, medians. The faster one is the server's route."""
+    from pyd4j.jvm.gateway import Gateway
+    from pyd4j.serve.model import ServedModel
+
+    m = ServedModel(name, models[name], Path(tempfile.mkdtemp(prefix="pyd4j-bench-backend-")))
+    m.load(32)
+    out = {}
+    with Gateway(heap_max="1g") as gw:
+        net = gw.jvm.org.deeplearning4j.util.ModelSerializer.restoreMultiLayerNetwork(str(models[name]), False)
+        for batch in (1, 32):
+            x = np.random.default_rng(batch).random((batch, *m.inputs[0].shape[1:]), dtype=np.float32)
+            inproc, child = [], []
+            for i in range(repeats + 3):
+                t0 = time.perf_counter()
+                y_in = m.infer([x])[0]
+                t1 = time.perf_counter()
+                y_gw = gw.get(net.output(gw.put(x)))
+                t2 = time.perf_counter()
+                if i >= 3:
+                    inproc.append(t1 - t0)
+                    child.append(t2 - t1)
+            np.testing.assert_allclose(y_gw, y_in, rtol=1e-5, atol=1e-6)  # the same network both ways
+            a, b = statistics.median(inproc), statistics.median(child)
+            out[f"batch{batch}"] = {"in_process_jpype_ms": round(a * 1000, 3), "gateway_py4j_ms": round(b * 1000, 3),
+                                    "gateway_over_in_process": round(b / a, 2), "repeats": repeats}
+    m.close()
+    faster = {k: "in_process" if v["gateway_over_in_process"] >= 1 else "gateway" for k, v in out.items()}
+    return {"model": name, **out, "faster": faster}
+
+
 def eviction_frees(repeats: int = 3) -> dict:
     """RSS before and after evicting, and after restoring, an MLP 784-4096-4096-10 (~80 MB of parameters)."""
     import psutil
@@ -238,6 +271,10 @@ def main() -> None:
     parser.add_argument("--soak", type=int, default=1250, help="soak requests per model (0: no soak)")
     parser.add_argument("--soak-only", action="store_true",
                         help="run only the soaks (budget and no budget) and replace them in an existing --out")
+    parser.add_argument("--soak-budget-only", action="store_true",
+                        help="with --soak-only: only the soak under the budget (the one with evictions)")
+    parser.add_argument("--backend-only", action="store_true",
+                        help="run only the in-process vs gateway comparison and put it in an existing --out")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serving.json"))
     args = parser.parse_args()
 
@@ -251,13 +288,20 @@ def main() -> None:
     d = Path(tempfile.mkdtemp(prefix="pyd4j-bench-models-"))
     models = write_models(d)
 
+    if args.backend_only:
+        doc = json.loads(Path(args.out).read_text())
+        doc["backend_choice"] = backend_choice(models, "mlp1024", args.repeats * 3)
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc["backend_choice"]))
+        return
     if args.soak_only:
         doc = json.loads(Path(args.out).read_text())
         doc["soak"] = soak_run(models, doc["budget_bytes"], args.soak, args)
-        doc["soak_no_budget"] = soak_run(models, None, args.soak, args)
+        if not args.soak_budget_only:
+            doc["soak_no_budget"] = soak_run(models, None, args.soak, args)
         doc["settings"]["soak"] = args.soak
         Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-        for key in ("soak", "soak_no_budget"):
+        for key in ("soak",) if args.soak_budget_only else ("soak", "soak_no_budget"):
             print(key, json.dumps({k: doc[key][k] for k in ("requests", "failed", "verdict", "seconds", "rss_mib", "heap_live_mib")}))
         return
     restore = restore_vs_zip(models, args.repeats)
@@ -293,6 +337,7 @@ def main() -> None:
                   "budget_throughput_over_zip": round(b["throughput_rps"] / z["throughput_rps"], 2),
                   "median_zip_load_over_disk_restore": round(statistics.median(r["zip_over_disk"] for r in restore.values()), 2)}
     overhead = server_overhead(models, "mlp1024", args.repeats * 3)
+    backends = backend_choice(models, "mlp1024", args.repeats * 3)
     frees = eviction_frees()
     soak = soak_run(models, budget, args.soak, args) if args.soak else None
     soak_no_budget = soak_run(models, None, args.soak, args) if args.soak else None
@@ -305,7 +350,7 @@ def main() -> None:
         "server_errors": sum(r["server_errors"] for r in runs),  # a Java OOM in output() answers 500
         "failed_requests": sum(r["failed"] for r in runs),
         "mix": summary, "comparison": comparison, "runs": runs,
-        "server_overhead": overhead, "eviction_frees": frees, "soak": soak,
+        "server_overhead": overhead, "backend_choice": backends, "eviction_frees": frees, "soak": soak,
         "soak_no_budget": soak_no_budget,
         "seconds": round(time.perf_counter() - t_start, 1),
     }

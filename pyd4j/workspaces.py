@@ -478,11 +478,50 @@ def destroy(name: str) -> None:
     manager = _nd4j().getWorkspaceManager()
     if manager.checkIfWorkspaceExists(name):
         manager.destroyWorkspace(manager.getWorkspaceForCurrentThread(name))
+    forget_collected()
 
 
 def destroy_all() -> None:
     """Free every workspace of this thread."""
     _nd4j().getWorkspaceManager().destroyAllWorkspacesForCurrentThread()
+    forget_collected()
+
+
+def forget_collected() -> int:
+    """Drop ND4J's bookkeeping of workspaces Java has already collected; returns how many entries went.
+
+    ND4J (1.0.0-M2.1) files every CPU workspace in its DeallocatorService's map under one
+    `getUniqueId()` and gives the reference another (each call draws a fresh number), so the
+    removal after the workspace is collected misses: the entry (reference, deallocator, pointer
+    pair, id; about 630 bytes of heap) stays for the life of the JVM. A process that destroys and
+    makes workspaces again and again (a server evicting and restoring models: 3 per restore of a
+    small network) grows by that much each time. An entry whose workspace is collected can go:
+    its deallocator has run, or the reference queue holds the reference until it runs.
+    """
+    import jpype  # noqa: PLC0415
+
+    global _REFERENCE_MAP
+    if _REFERENCE_MAP is None:
+        service = jpype.JClass("org.nd4j.linalg.api.memory.deallocation.DeallocatorService")
+        try:
+            field = service.class_.getDeclaredField("referenceMap")
+            field.setAccessible(True)
+            _REFERENCE_MAP = field
+        except Exception:  # noqa: BLE001  (another ND4J without the map: nothing to forget)
+            _REFERENCE_MAP = False
+    if _REFERENCE_MAP is False:
+        return 0
+    entries = _REFERENCE_MAP.get(_nd4j().getDeallocatorService()).entrySet().iterator()
+    dropped = 0
+    while entries.hasNext():
+        e = entries.next()
+        if str(e.getKey()).startswith("Workspace_") and e.getValue().get() is None:
+            entries.remove()
+            dropped += 1
+    return dropped
+
+
+_REFERENCE_MAP: Any = None
 
 
 @contextlib.contextmanager
@@ -742,7 +781,7 @@ __all__ = [
     "AllocationPolicy", "DebugMode", "GcSettings", "LearningPolicy", "LocationPolicy", "MirroringPolicy",
     "ResetPolicy", "ScopedArray", "SpillPolicy", "Workspace", "WorkspaceConfig", "WorkspaceConfigError",
     "WorkspaceConflictError", "WorkspaceMode", "WorkspaceScopeError", "WorkspaceStats", "check_usable",
-    "current_workspace", "debug_mode", "destroy", "destroy_all", "detach", "gc_settings", "get_debug_mode",
+    "current_workspace", "debug_mode", "destroy", "destroy_all", "detach", "forget_collected", "gc_settings", "get_debug_mode",
     "get_gc", "get_workspace_mode", "leverage", "outside_workspaces", "scope_panic", "scope_problem", "set_debug_mode",
     "set_gc", "set_workspace_mode", "stats", "workspace", "workspace_names",
 ]

@@ -60,6 +60,11 @@ def judge_soak(result: dict) -> dict:
 @click.option("--port", type=PORT, default=8000, show_default=True, help="TCP port (0: a free one).")
 @click.option("--budget", type=params.SIZE, default=None,
               help="Memory the resident models may hold together (e.g. 512m); idle models beyond it go to disk.")
+@click.option("--idle-before-evict", "idle_s", type=params.Real(0, 86_400, example="--idle-before-evict 30"), default=0.0,
+              show_default=True, metavar="SECONDS",
+              help="A model that served a request less than this long ago is not evicted. A request for an evicted "
+                   "model that needs its room waits until a model has been idle that long; past --timeout it gets "
+                   "503 with Retry-After, naming the budget and the models holding it (raise --budget, or lower this).")
 @click.option("--max-batch", type=params.BATCH, default=32, show_default=True,
               help="Largest batch one output() call runs (dynamic batching) and the largest a request may send.")
 @click.option("--max-wait-ms", type=params.Real(0, 60_000, example="--max-wait-ms 2"), default=2.0, show_default=True,
@@ -74,7 +79,7 @@ def judge_soak(result: dict) -> dict:
               help="Do not serve: send N requests per model over HTTP, then print the leak verdict on the server's memory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the model status (or the soak result) as JSON.")
 def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, port: int, budget: int | None,
-            max_batch: int, max_wait_ms: float, queue_size: int, timeout_s: float, max_body: int,
+            idle_s: float, max_batch: int, max_wait_ms: float, queue_size: int, timeout_s: float, max_body: int,
             soak: int | None, as_json: bool) -> None:
     """Serve DL4J models over the Open Inference Protocol v2 (KServe/Triton clients), under a memory budget."""
     try:
@@ -89,7 +94,7 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
     specs = dict(parse_model_arg(s) for s in input_specs)
     server = ModelServer(list(models), budget, host=host, port=0 if soak else port, max_batch=max_batch,
                          max_wait_ms=max_wait_ms, queue_size=queue_size, timeout_s=timeout_s, max_body_bytes=max_body,
-                         inputs={k: str(v) for k, v in specs.items()})
+                         idle_before_evict_s=idle_s, inputs={k: str(v) for k, v in specs.items()})
     server.load()
     status = server.status()
     failed = [m["error"] for m in status["models"].values() if m["state"] != "ready"]

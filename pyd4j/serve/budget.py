@@ -7,12 +7,16 @@ are per thread): `Budget` only asks for it through the `request_eviction` callba
 
 States: loading -> resident <-> evicting -> evicted -> restoring -> resident; failed.
 Idle models are evicted first; a busy one chosen as a victim finishes its batch and is evicted
-before its next. Models waiting for room are served first come first served. A busy model never
+before its next. With an idle time (`idle_s`), a model that served a request less than `idle_s`
+ago is not evicted at all: a model that needs room then waits until one has been idle that long,
+and past its caller's timeout gets NoRoomError, which names the budget, the models holding it and
+when the first of them may go (the server's 503 with Retry-After). Models waiting for room are served first come first served. A busy model never
 waits on the budget (it is resident already), so waiting for room cannot deadlock.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 import time
@@ -24,6 +28,14 @@ class OverBudgetError(Exception):
     """A model larger than the whole budget."""
 
 
+class NoRoomError(Exception):
+    """No room within the timeout: the models holding the budget are inside their idle time."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 @dataclass
 class Entry:
     name: str
@@ -31,6 +43,7 @@ class Entry:
     state: str = "loading"
     busy: bool = False
     last_used: float = 0.0
+    requested: bool = False   # has served a request (a model only loaded is not protected by the idle time)
     evictions: int = 0
     restores: int = 0
 
@@ -38,8 +51,9 @@ class Entry:
 class Budget:
     """Resident-bytes accounting under `limit` bytes (None: no limit, nothing is ever evicted)."""
 
-    def __init__(self, limit: int | None, request_eviction: Callable[[str], None]) -> None:
+    def __init__(self, limit: int | None, request_eviction: Callable[[str], None], idle_s: float = 0.0) -> None:
         self.limit = limit
+        self.idle_s = idle_s
         self._request_eviction = request_eviction
         self._cond = threading.Condition()
         self._entries: dict[str, Entry] = {}
@@ -105,10 +119,10 @@ class Budget:
             if e.state == "evicting":
                 return "evict"
             if e.state == "resident":
-                e.busy, e.last_used = True, time.monotonic()
+                e.busy, e.last_used, e.requested = True, time.monotonic(), True
                 return "run"
             self._wait_for_room(e, timeout)
-            e.state, e.busy, e.last_used = "restoring", True, time.monotonic()
+            e.state, e.busy, e.last_used, e.requested = "restoring", True, time.monotonic(), True
             self._note_peak()
             return "restore"
 
@@ -153,8 +167,7 @@ class Budget:
                         return
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"no room for {e.name!r} ({e.footprint} bytes) within the budget of "
-                                       f"{self.limit} bytes")
+                    raise self._no_room(e)
                 self._cond.wait(timeout=0.5 if left is None else min(0.5, left))
         finally:
             self._waiters.remove(e.name)
@@ -166,11 +179,31 @@ class Budget:
         if self.limit is None:
             return
         staying = sum(x.footprint for x in self._entries.values() if x.state in ("loading", "resident", "restoring"))
-        candidates = sorted((x for x in self._entries.values() if x.state == "resident" and x.name != keep),
-                            key=lambda x: (x.busy, x.last_used))
+        now = time.monotonic()
+        candidates = sorted((x for x in self._entries.values() if x.state == "resident" and x.name != keep
+                             and self._idle_left(x, now) <= 0), key=lambda x: (x.busy, x.last_used))
         for victim in candidates:
             if staying + need <= self.limit:
                 break
             victim.state = "evicting"
             staying -= victim.footprint
             self._request_eviction(victim.name)
+
+    def _idle_left(self, e: Entry, now: float) -> float:
+        """Seconds until `e` may be evicted (0 or less: now)."""
+        if not self.idle_s or not e.requested:
+            return 0.0
+        return e.last_used + self.idle_s - now if not e.busy else self.idle_s
+
+    def _no_room(self, e: Entry) -> NoRoomError:
+        now = time.monotonic()
+        held = sorted((x for x in self._entries.values() if x.state in ("resident", "loading", "restoring")
+                       and x.name != e.name), key=lambda x: self._idle_left(x, now))
+        protected = [x for x in held if self._idle_left(x, now) > 0]
+        wait = math.ceil(max(1.0, min((self._idle_left(x, now) for x in protected), default=1.0)))
+        names = ", ".join(f"{x.name!r} ({x.footprint} bytes, idle for {max(0.0, now - x.last_used):.1f} s)"
+                          for x in (protected or held))
+        why = (f"held by {names}, used within the idle time of {self.idle_s:g} s (--idle-before-evict)"
+               if protected else f"held by {names}")
+        return NoRoomError(f"no room for model {e.name!r} ({e.footprint} bytes) within the budget of {self.limit} "
+                           f"bytes: {why}; retry in {wait} s, or raise --budget", wait)

@@ -12,6 +12,7 @@ under the limit by evicting idle models to the disk tier.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import socket
@@ -28,7 +29,7 @@ from starlette.routing import Route
 
 from pyd4j import __version__
 from pyd4j.inputs import InputError
-from pyd4j.serve.budget import Budget
+from pyd4j.serve.budget import Budget, NoRoomError
 from pyd4j.serve.metrics import Metrics
 from pyd4j.serve.model import ServedModel, parse_model_arg
 from pyd4j.serve.protocol import HEADER_LENGTH, ProtocolError, infer_response, parse_infer_request
@@ -43,6 +44,21 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+def _model_endpoint(ready: bool = True):
+    """A handler of /v2/models/{name}/...: it gets the model's worker; an unknown model or version, or
+    (with `ready`) a model that is not ready, is answered with the error the lookup names."""
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def route(self: "ModelServer", request: Request) -> Response:
+            try:
+                w = self._worker(request, ready=ready)
+            except ProtocolError as err:
+                return _error(err.status, str(err), err.headers)
+            return await handler(self, w)
+        return route
+    return wrap
+
+
 class ModelServer:
     """Serve DL4J models (name -> ModelSerializer zip or configuration JSON) under `budget` bytes."""
 
@@ -50,8 +66,10 @@ class ModelServer:
                  host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32, max_wait_ms: float = 2.0,
                  queue_size: int = 64, timeout_s: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
                  spill_dir: str | Path | None = None, inputs: dict[str, str] | None = None,
-                 restore_from: str = "disk") -> None:
-        """restore_from="zip" reloads an evicted zip model from its file instead of the disk tier: the
+                 restore_from: str = "disk", idle_before_evict_s: float = 0.0) -> None:
+        """idle_before_evict_s: a model that served a request less than this long ago is not evicted; a
+        request for another model that needs its room waits, and past --timeout gets 503 with Retry-After.
+        restore_from="zip" reloads an evicted zip model from its file instead of the disk tier: the
         load-on-demand baseline benchmarks/serving.py compares against."""
         from pyd4j.units import parse_bytes  # noqa: PLC0415
 
@@ -66,6 +84,9 @@ class ModelServer:
         for what, value, low in (("max batch", max_batch, 1), ("queue size", queue_size, 1)):
             if not isinstance(value, int) or value < low:
                 raise InputError(f"{what} {value!r} must be a whole number >= {low}")
+        if not idle_before_evict_s >= 0:
+            raise InputError(f"idle time before eviction {idle_before_evict_s!r} s must be >= 0 (0: evict the least "
+                             f"recently used model at once)")
         if not max_wait_ms >= 0 or not timeout_s > 0 or not max_body_bytes > 0:
             raise InputError(f"max wait {max_wait_ms} ms must be >= 0, timeout {timeout_s} s and max body "
                              f"{max_body_bytes} bytes > 0")
@@ -84,7 +105,8 @@ class ModelServer:
         self.spill_dir: Path | None = None
         self.metrics = Metrics()
         self.metrics.budget_bytes.set(self.limit or 0)
-        self.budget = Budget(self.limit, self._request_eviction)
+        self.idle_before_evict_s = idle_before_evict_s
+        self.budget = Budget(self.limit, self._request_eviction, idle_before_evict_s)
         self.workers: dict[str, ModelWorker] = {}
         self._uvicorn: Any = None
         self._http_thread: threading.Thread | None = None
@@ -250,11 +272,8 @@ class ModelServer:
         ready = bool(self.workers) and all(w.state == "ready" for w in self.workers.values())
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
-    async def _model_metadata(self, request: Request) -> Response:
-        try:
-            w = self._worker(request)
-        except ProtocolError as err:
-            return _error(err.status, str(err))
+    @_model_endpoint()
+    async def _model_metadata(self, w: ModelWorker) -> Response:
         m = w.model
         e = self.budget.entry(m.name)
         params = {"kind": m.kind, "source": m.source, "memory_state": e.state, "evictions": e.evictions,
@@ -265,20 +284,14 @@ class ModelServer:
                              "inputs": [s.to_dict() for s in m.inputs], "outputs": [s.to_dict() for s in m.outputs],
                              "parameters": params})
 
-    async def _model_ready(self, request: Request) -> Response:
-        try:
-            w = self._worker(request, ready=False)
-        except ProtocolError as err:
-            return _error(err.status, str(err))
+    @_model_endpoint(ready=False)
+    async def _model_ready(self, w: ModelWorker) -> Response:
         ready = w.state == "ready"
         return JSONResponse({"name": w.model.name, "ready": ready, **({} if ready else {"error": w.error or w.state})},
                             status_code=200 if ready else 503)
 
-    async def _model_config(self, request: Request) -> Response:
-        try:
-            w = self._worker(request)
-        except ProtocolError as err:
-            return _error(err.status, str(err))
+    @_model_endpoint()
+    async def _model_config(self, w: ModelWorker) -> Response:
         m = w.model
 
         def dims(s):
@@ -331,8 +344,10 @@ class ModelServer:
             except ModelBusyError:
                 raise ProtocolError(429, f"model {name!r} has {self.queue_size} requests queued (--queue-size); retry later",
                                     {"Retry-After": "1"}) from None
-            try:
-                outs = await asyncio.wait_for(fut, self.timeout_s)
+            try:  # the worker answers at the deadline (queue, room); the second more is for a batch still running
+                outs = await asyncio.wait_for(fut, self.timeout_s + 1.0)
+            except NoRoomError as err:
+                raise ProtocolError(503, f"model {name!r}: {err}", {"Retry-After": str(err.retry_after)}) from None
             except (TimeoutError, asyncio.TimeoutError):
                 raise ProtocolError(504, f"model {name!r} did not answer within {self.timeout_s} s (--timeout)") from None
             except Exception as err:  # noqa: BLE001  (the model failed on this batch; the server serves on)

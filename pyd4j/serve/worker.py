@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from pyd4j.serve.budget import Budget, OverBudgetError
+from pyd4j.serve.budget import Budget, NoRoomError, OverBudgetError
 from pyd4j.serve.metrics import Metrics
-from pyd4j.serve.model import ModelLoadError, ServedModel
+from pyd4j.serve.model import ServedModel
 
 log = logging.getLogger("pyd4j.serve")
 
@@ -204,11 +204,16 @@ class ModelWorker(threading.Thread):
 
     def _run(self, batch: list[Pending]) -> None:
         name = self.model.name
-        while True:
-            action = self.budget.begin(name)
-            if action != "evict":
-                break
-            self._evict()
+        try:
+            while True:  # room is waited for until the batch's first deadline (then 503, not a 504 later)
+                action = self.budget.begin(name, timeout=max(0.0, min(p.deadline for p in batch) - time.monotonic()))
+                if action != "evict":
+                    break
+                self._evict()
+        except NoRoomError as err:
+            for p in batch:
+                p.loop.call_soon_threadsafe(_resolve, p.future, None, err)
+            return
         try:
             if action == "restore":
                 seconds = self.model.restore()

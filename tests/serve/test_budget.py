@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from pyd4j.serve.budget import Budget, OverBudgetError
+from pyd4j.serve.budget import Budget, NoRoomError, OverBudgetError
 
 
-def _budget(limit, at_once=False):
+def _budget(limit, at_once=False, idle_s=0.0):
     """A budget whose fake evictor records each request, and with at_once reports the eviction done
     right away (from inside the budget's lock, which is re-entrant, as a worker would later)."""
     asked: list[str] = []
@@ -20,7 +20,7 @@ def _budget(limit, at_once=False):
         if at_once:
             budget.evicted(name)
 
-    budget = Budget(limit, fake_evictor)
+    budget = Budget(limit, fake_evictor, idle_s)
     return budget, asked
 
 
@@ -84,3 +84,26 @@ def test_no_limit_never_evicts():
     for i in range(5):
         _load(budget, str(i), 10**9)
     assert asked == [] and budget.resident_bytes() == 5 * 10**9
+
+
+def test_fake_evictor_idle_time_protects_a_recently_used_model_and_names_it():
+    budget, asked = _budget(50, at_once=True, idle_s=3600)
+    _load(budget, "a", 40)
+    _load(budget, "b", 40)                    # a only loaded, never used: not protected, evicted
+    assert asked == ["a"]
+    assert _run(budget, "b") == "run"         # b used just now: inside its idle time
+    with pytest.raises(NoRoomError) as err:
+        budget.begin("a", timeout=0.2)        # a needs b's room; b may not go for an hour
+    assert asked == ["a"] and budget.entry("b").state == "resident"
+    msg = str(err.value)
+    assert "'a'" in msg and "'b'" in msg and "budget of 50 bytes" in msg and "3600 s" in msg
+    assert 3500 <= err.value.retry_after <= 3600
+
+
+def test_fake_evictor_idle_time_passed_then_evicts():
+    budget, asked = _budget(50, at_once=True, idle_s=0.3)
+    _load(budget, "a", 40)
+    _load(budget, "b", 40)
+    assert _run(budget, "b") == "run"
+    assert budget.begin("a", timeout=30) == "restore"   # waited until b had been idle 0.3 s, then b went
+    assert asked == ["a", "b"] and budget.resident_bytes() == 40

@@ -22,6 +22,7 @@ PYD4J = [sys.executable, "-m", "pyd4j.cli"]
     (["--model", "m=examples/networks/mlp.json", "--model", "m=examples/networks/lenet.json"], ["['m']", "more than once"]),
     (["--model", "m=examples/networks/mlp.json", "--budget", "0"], ["0"]),
     (["--model", "m=examples/networks/mlp.json", "--port", "70000"], ["70000"]),
+    (["--model", "m=examples/networks/mlp.json", "--idle-before-evict", "-5"], ["-5", "--idle-before-evict"]),
 ])
 def test_bad_arguments_exit_2_naming_the_value(args, words):
     out = subprocess.run([*PYD4J, "serve", *args], capture_output=True, text=True, timeout=120)
@@ -91,3 +92,10 @@ def test_soak_verdict_is_the_profilers_judge_on_the_samples():
     assert [v["status"] for v in growing["verdicts"]] == ["leak", "no-leak", "no-leak"]
     short = judge_soak(_samples(4 * 2**20, n=4))
     assert short["verdict"] == "not-enough-data" and not short["leak"]
+
+
+def test_help_says_what_a_request_blocked_by_the_idle_time_gets():
+    out = subprocess.run([*PYD4J, "serve", "--help"], capture_output=True, text=True, timeout=120)
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0
+    assert "--idle-before-evict" in text and "503 with Retry-After" in text and "not evicted" in text
