@@ -64,7 +64,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host",
             emit_plan: str | None = None, optimum: bool = False) -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
-    peak memory and iteration time on a device."""
+    peak memory and iteration time on a device. A DL4J network's layers without a measured model
+    are probed in DL4J (their shapes and working memory), as pyd4j.train.fit probes them."""
     from pyd4j.sched import zoo
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.costmodel import CostModel
