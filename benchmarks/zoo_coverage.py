@@ -142,15 +142,12 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
 def peak_plans(model: str, batch: int, probe_batch: int, folder: Path) -> dict[str, str]:
     """Liveness and smallest plans at the peak-measuring batch; the probe's working memory (measured
     at `probe_batch`) scaled to it (what DL4J's layers allocate grows with the batch)."""
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind, scaled_info
     from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
 
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
-    info = json.loads((folder / f"{model}.info.json").read_text())
-    for v in info.values():
-        if "measured" in v:
-            v["measured"] = {k: int(b * batch / probe_batch) for k, b in v["measured"].items()}
+    info = scaled_info(json.loads((folder / f"{model}.info.json").read_text()), batch / probe_batch)
     g = graph_from_dl4j_json(doc, batch, (inp["channels"], inp["height"], inp["width"]), info=info)
     files = {}
     for policy in ("liveness", "smallest"):

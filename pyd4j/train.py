@@ -326,25 +326,11 @@ def planned_graph(net, doc: dict[str, Any], batch_size: int, shape: tuple[int, .
     """The planner's graph of a live network. Layers and vertices without a measured model (OPAQUE
     nodes) get what DL4J itself says of them: their output shapes (DL4J's shape inference, where
     the planner has no rule) and the working memory and kept bytes of a probe iteration of each
-    (`org.pyd4j.train.LayerProbe`), so that their memory is measured, not guessed."""
-    import jpype  # noqa: PLC0415
+    (`pyd4j.memory.probe`), so that their memory is measured, not guessed."""
+    from pyd4j.memory.probe import of_network  # noqa: PLC0415
+    from pyd4j.sched.dl4j_json import probed_graph  # noqa: PLC0415
 
-    from pyd4j.sched.dl4j_json import UnsupportedLayer, graph_from_dl4j_json  # noqa: PLC0415
-    from pyd4j.sched.graph import LayerType  # noqa: PLC0415
-
-    try:
-        graph = graph_from_dl4j_json(doc, batch_size, shape)
-        if not any(layer.type is LayerType.OPAQUE for layer in graph.layers):
-            return graph
-        inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
-    except UnsupportedLayer:
-        if shape is None:
-            raise
-        inputs = [(batch_size, *shape)]
-    probe = jpype.JClass("org.pyd4j.train.LayerProbe")
-    with java_errors():
-        info = json.loads(str(probe.describe(net, *[jpype.JArray(jpype.JLong)(list(s)) for s in inputs])))
-    return graph_from_dl4j_json(doc, batch_size, shape, info=info)
+    return probed_graph(doc, batch_size, shape, probe=of_network(net))
 
 
 def _make_tier(choice: str, plan_file: Any, trainer_cls: Any) -> Any:

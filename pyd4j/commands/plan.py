@@ -64,7 +64,8 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             plot: str | None, as_json: bool, execute: bool = False, backend: str = "host",
             emit_plan: str | None = None, optimum: bool = False) -> None:
     """Plan training memory (liveness, tensor pool, recomputation, conv workspace) and simulate
-    peak memory and iteration time on a device."""
+    peak memory and iteration time on a device. A DL4J network's layers without a measured model
+    are probed in DL4J (their shapes and working memory), as pyd4j.train.fit probes them."""
     from pyd4j.sched import zoo
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.costmodel import CostModel
@@ -125,13 +126,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             raise click.BadParameter(f"--emit-plan writes one plan; give at most one --policy, got {list(policies)}",
                                      param_hint="--policy")
 
+    probe = _probe(network_json, batch) if network_json else None
+
     def build(b: int):
         if network_json:
-            from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+            from pyd4j.sched.dl4j_json import probed_graph
 
             try:
-                return graph_from_dl4j_json(inputs.read_json(network_json, "network configuration"), batch=b,
-                                            input_shape=_input_shape(network_json), profile=profile)
+                return probed_graph(inputs.read_json(network_json, "network configuration"), b,
+                                    _input_shape(network_json), probe=probe, profile=profile)
             except ValueError as e:  # InputError, GraphError: a malformed file, sidecar or layer
                 raise click.BadParameter(
                     f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
@@ -315,6 +318,30 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                    f"{' (time-optimised under the budget)' if emitted['tensor_cache'] else ''}, predicted peak "
                    f"{human_bytes(emitted['device_peak_bytes'])}; train with it: "
                    f"PlannedTrainer.fit(net, iterator, \"{emitted['path']}\")")
+
+
+def _probe(network_json: str, batch: int):
+    """What DL4J says of the network's opaque steps (`pyd4j.memory.probe`, as pyd4j.train.fit asks it of
+    a live network), probed once at `batch` on the network built from the file and carried to the
+    other batches a search tries (`scaled_info`). A network DL4J cannot build or run is an error
+    naming the file."""
+    from pyd4j.jvm.errors import JavaError
+    from pyd4j.memory.probe import of_configuration
+    from pyd4j.sched.dl4j_json import scaled_info
+
+    run = of_configuration(inputs.read_json(network_json, "network configuration"), network_json)
+    probed: dict = {}
+
+    def probe(shapes: list[tuple[int, ...]]) -> dict:
+        if "info" not in probed:
+            try:
+                probed["info"] = run([(batch, *s[1:]) for s in shapes])
+            except (ValueError, JavaError) as e:   # EstimateError (DL4J cannot read it), or DL4J's own failure
+                raise click.ClickException(f"{network_json}: DL4J's probe iteration of the network at batch {batch} "
+                                           f"failed: {e}") from None
+        return scaled_info(probed["info"], shapes[0][0] / batch)
+
+    return probe
 
 
 def _refuse_conflicts(model: str, network_json: str | None, depth: int | None, image: int | None,

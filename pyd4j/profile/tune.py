@@ -293,7 +293,11 @@ class JobFailedError(RuntimeError):
 
 def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
     """The plan for the network the profiled run trained (the agent describes each network at its
-    first iteration; a job that trains several is planned for the last)."""
+    first iteration; a job that trains several is planned for the last). Its opaque steps are
+    probed as pyd4j.train.fit probes them, on the network built from the described configuration
+    in this process's JVM (`pyd4j.memory.probe`)."""
+    from pyd4j.jvm.errors import JavaError  # noqa: PLC0415
+    from pyd4j.memory.probe import of_configuration  # noqa: PLC0415
     from pyd4j.sched.training_plan import plan_for_job  # noqa: PLC0415
 
     described = [e["network"] for e in run.timeline.network_events if e["type"] == "network" and e.get("network")]
@@ -301,7 +305,12 @@ def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
         raise JobFailedError(f"the job trained no DL4J network the agent could describe (see {run.run_dir}): "
                              "there is nothing to plan", {"out_dir": str(path.parent), "before": _side(run)})
     # the network the job trained last; the agent's trainer has the backend's offload tier
-    return plan_for_job(described[-1], path, policy, offload=True)
+    try:
+        return plan_for_job(described[-1], path, policy, offload=True,
+                            probe=of_configuration(described[-1]["conf"], "the job's network"))
+    except (ValueError, JavaError) as err:   # refused by the planner (naming the layer), or by DL4J's probe
+        raise JobFailedError(f"the job's network cannot be planned: {err}", {"out_dir": str(path.parent),
+                                                                             "before": _side(run)}) from None
 
 
 def _plan_not_applied(run: JobRun) -> str | None:

@@ -20,7 +20,8 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   recomputed; its shape by DL4J's rule here (padding, cropping, upsampling, space-to-depth,
   separable / depthwise / transposed convolutions, recurrent layers on (N, C, T), Bidirectional,
   LastTimeStep, the zoo's vertices) or from DL4J's own shape inference (`info`), its working
-  memory from a probe iteration (`info`); a type with neither raises `UnsupportedLayer` naming it.
+  memory from a probe iteration (`info`; `probed_graph` runs one); a type with neither raises
+  `UnsupportedLayer` naming it.
   Truncated BPTT is refused by name;
 - shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
 - graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pyd4j.inputs import InputError, parse_json
 from pyd4j.sched.graph import Graph, GraphError, LayerType
@@ -227,8 +228,9 @@ def _opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]]
     if kind == "UnstackVertex":
         return (n // int(conf["stackSize"]), *xs[1:]), ()
     raise UnsupportedLayer(f"DL4J {'vertex' if kind.endswith('Vertex') else 'layer'} type {kind} of "
-                           f"{name!r} has no shape rule in the planner: plan the live network with pyd4j.train.fit(memory="
-                           "'superneurons'), which takes its shape from DL4J (org.pyd4j.train.LayerProbe)")
+                           f"{name!r} has no shape rule in the planner: its shape comes from DL4J itself, by a probe "
+                           "iteration (org.pyd4j.train.LayerProbe), which pyd4j.train.fit(memory='superneurons'), "
+                           "`pyd4j plan` and `pyd4j tune --plan` run (probed_graph)")
 
 
 class _Builder:
@@ -387,8 +389,8 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
 
     `info` (layer or vertex name -> {"shape": per-sample output shape, "params": count,
     "measured": {"ws_forward", "ws_backward", "saved"}}) is what DL4J itself says of its OPAQUE
-    nodes: its shape inference and a probe iteration (`org.pyd4j.train.LayerProbe`, run by
-    `pyd4j.train.fit`); layers without a rule here need it.
+    nodes: its shape inference and a probe iteration (`org.pyd4j.train.LayerProbe`; `probed_graph`
+    runs it); layers without a rule here need it.
 
     Anything that is not a DL4J configuration the planner can model raises GraphError (or its
     UnsupportedLayer) naming what is wrong, never a KeyError or TypeError from deep inside."""
@@ -417,6 +419,41 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
         what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
         raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
     return graph.with_profile(profile)
+
+
+# What DL4J itself says of a network at these input shapes (batch first, one per network input):
+# `pyd4j.memory.probe` answers with org.pyd4j.train.LayerProbe's JSON (see graph_from_dl4j_json's `info`).
+Probe = Callable[[list[tuple[int, ...]]], dict[str, dict[str, Any]]]
+
+
+def probed_graph(text: str | dict[str, Any], batch: int = 32,
+                 input_shape: tuple[int, ...] | Sequence[tuple[int, ...]] | None = None,
+                 probe: Probe | None = None, profile: str = "dl4j") -> Graph:
+    """The planner's graph of a DL4J network, with what DL4J itself says where the rules here do not
+    suffice: when the graph has OPAQUE nodes (their working memory is then measured, not guessed) or a
+    layer has no shape rule here, `probe` runs a probe iteration at the planned input shapes and the
+    graph is built again with its answer (`info`). Without a probe, as graph_from_dl4j_json. The one
+    way pyd4j.train.fit (the live network), `pyd4j plan` and the agent route (`training_plan.plan_for_job`:
+    a network built from its configuration) plan a DL4J network, so that they accept the same networks."""
+    try:
+        graph = graph_from_dl4j_json(text, batch, input_shape, profile)
+    except UnsupportedLayer:
+        if probe is None or input_shape is None:
+            raise
+        given = _shapes(input_shape)
+        inputs = [(batch, *s) for s in (given if given and isinstance(given[0], tuple) else (given,))]
+    else:
+        if probe is None or not any(layer.type is LayerType.OPAQUE for layer in graph.layers):
+            return graph
+        inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
+    return graph_from_dl4j_json(text, batch, input_shape, profile, info=probe(inputs))
+
+
+def scaled_info(info: dict[str, dict[str, Any]], factor: float) -> dict[str, dict[str, Any]]:
+    """A probe's answer carried to another batch size: the measured bytes times `factor` (the new batch
+    over the probed one: what DL4J's layers allocate grows with the batch); shapes are per example."""
+    return {name: ({**v, "measured": {k: int(b * factor) for k, b in v["measured"].items()}} if "measured" in v else v)
+            for name, v in info.items()}
 
 
 def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dataclasses import replace
 
@@ -78,6 +78,9 @@ from pyd4j.sched.policies import make_plan
 from pyd4j.sched.pool import pooled_plan
 from pyd4j.sched.recompute import recompute_decisions
 from pyd4j.sched.simulator import InfeasiblePlan, SimResult, simulate
+
+if TYPE_CHECKING:
+    from pyd4j.sched.dl4j_json import Probe
 
 FORMAT = "pyd4j-plan"
 VERSION = 1
@@ -235,11 +238,13 @@ def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = T
 
 
 def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None = None,
-                 budget: int | None = None, offload: bool = False) -> dict[str, Any]:
+                 budget: int | None = None, offload: bool = False, probe: Probe | None = None) -> dict[str, Any]:
     """Plan a job's network from the agent's "network" event (its configuration and the input
     shape of its first batch) and write the plan file; returns what was written. Policy
-    "superneurons": the smallest plan the trainer can run (`offload`: it has an offload tier)."""
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415 - graph -> policy -> plan
+    "superneurons": the smallest plan the trainer can run (`offload`: it has an offload tier).
+    `probe`: what DL4J says of the network's opaque steps (`pyd4j.memory.probe.of_configuration`;
+    see `dl4j_json.probed_graph`), as pyd4j.train.fit asks it of a live network."""
+    from pyd4j.sched.dl4j_json import probed_graph  # noqa: PLC0415 - graph -> policy -> plan
 
     shape = network.get("input_shape")
     if not shape or len(shape) < 2:
@@ -250,7 +255,7 @@ def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None =
         if any(not s or len(s) < 2 for s in shapes):
             raise ValueError(f"the job's first batch lacks an input's shape ({shapes}); planned training needs each")
         given = [tuple(int(d) for d in s[1:]) for s in shapes]
-    graph = graph_from_dl4j_json(network["conf"], int(shape[0]), given)
+    graph = probed_graph(network["conf"], int(shape[0]), given, probe=probe)
     if policy == "superneurons" and budget is None:
         plan, result = smallest_plan(graph, offload=offload)
     else:

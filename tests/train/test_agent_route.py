@@ -18,7 +18,7 @@ from pyd4j.profile import profile_job
 from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.tune import tune_job
 from pyd4j.sched.training_plan import OFFLOADING, TRAINING_POLICIES, plan_for_job
-from tests.train.conftest import NETWORKS
+from tests.train.conftest import FIXTURES_JAR, NETWORKS
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
@@ -133,3 +133,31 @@ def test_tune_with_a_plan_shows_before_and_after(tmp_path: Path) -> None:
     assert doc["after"]["iterations"] == doc["before"]["iterations"]
     # the second run kept the job's own flags: only the plan changed
     assert doc["after"]["jvm_memory_flags"] == doc["before"]["jvm_memory_flags"] == ["-Xmx1g"]
+
+
+def test_tune_with_a_plan_trains_a_two_input_graph_job_under_it(tmp_path: Path) -> None:
+    """`pyd4j tune --plan` on an unchanged job that trains a two-input ComputationGraph with DL4J's own
+    fit(MultiDataSetIterator) (org.pyd4j.fixtures.TwoInputJob: an image branch and a tabular branch
+    merged): the agent describes both inputs, the plan is of that graph, every iteration of the re-run
+    is planned, and the verdict says what the runs showed."""
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])   # the job's own class path: no pyd4j jar
+    argv = ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.TwoInputJob", "8", "6"]
+    doc = tune_job(argv, tmp_path / "tune", plan_policy="liveness", timeout_s=900)
+    # the plan: the job's graph, both inputs at the first batch's shapes
+    written = json.loads(Path(doc["plan"]["path"]).read_text())
+    assert written["network"]["kind"] == "ComputationGraph" and doc["plan"]["nodes"] == 8
+    inputs = {n["name"]: n["shape"] for n in written["nodes"] if n["type"] == "DATA"}
+    assert inputs == {"image": [8, 1, 28, 28], "tabular": [8, 12]}
+    # applied: the agent attached it, and the planned trainer ran every iteration the job trained
+    assert doc["plan"]["applied"] is True and doc["after"]["plan_not_applied"] is None
+    said = [e["result"] for e in doc["plan"]["agent"] if e["type"] == "plan"]
+    assert said and all(s["status"] == "attached" and s["nodes"] == 8 for s in said)
+    stats = [e["stats"] for e in doc["plan"]["agent"] if e["type"] == "plan_stats" and e.get("stats")]
+    assert stats[-1]["iterations"] == 6 == doc["after"]["iterations"] == doc["before"]["iterations"]
+    assert stats[-1]["forwards"] == 6 * 6   # the graph's six layers and vertices, every iteration
+    assert doc["after"]["exit_code"] == 0
+    # the verdict is what the runs showed, and its exit code says it
+    assert doc["outcome"] in ("verified", "not-verified")
+    assert doc["exit_code"] == {"verified": 0, "not-verified": 3}[doc["outcome"]]
+    if doc["outcome"] == "not-verified":   # a short job: it says why, and the plan is not the reason
+        assert doc["not_verified_because"] and not any("plan" in w for w in doc["not_verified_because"])

@@ -82,3 +82,93 @@ def test_a_recurrent_network_trains_planned_exactly_without_masks(jvm) -> None:
         b = np.asarray(net.gradient().gradient().dup().data().asDouble())
         assert a.size == b.size > 0 and np.array_equal(a, b), policy
         assert net.score() == ref.score(), policy
+
+
+def values(a) -> np.ndarray:
+    """An ND4J array's values, exactly (INDArray.equals compares within an epsilon)."""
+    return np.asarray(a.dup().data().asDouble())
+
+
+def sequences(rng: np.random.Generator, lengths: list[int], steps: int = 50) -> tuple[np.ndarray, ...]:
+    """A batch of sequences of different lengths for the lstm network: features (N, 32, T), one-hot
+    labels (N, 10, T), and DL4J's per-time-step masks (N, T): 1 up to each sequence's end, 0 after."""
+    n = len(lengths)
+    x = rng.random((n, 32, steps), dtype=np.float32) - 0.5
+    y = np.zeros((n, 10, steps), dtype=np.float32)
+    y[np.arange(n)[:, None], rng.integers(0, 10, (n, steps)), np.arange(steps)[None, :]] = 1.0
+    mask = (np.arange(steps)[None, :] < np.asarray(lengths)[:, None]).astype(np.float32)
+    x[mask[:, None, :].repeat(32, axis=1) == 0] = 0.0   # padding past the end, as a data loader writes it
+    return x, y, mask, mask.copy()
+
+
+def test_a_recurrent_network_with_masks_of_variable_lengths_trains_planned_exactly(jvm) -> None:
+    """LSTM -> LSTM -> RnnOutputLayer on sequences of different lengths, with DL4J's feature and
+    label masks: one planned iteration gives DL4J's own computeGradientAndScore() bit for bit
+    (gradient and score), and 10 iterations of fit() with the plan installed end with the
+    parameters of DL4J's own fit() on the same batches."""
+    import jpype
+
+    from pyd4j.nd import from_numpy
+    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, plan_document
+    from pyd4j.train import planned_graph
+
+    Nd4j = jpype.JClass("org.nd4j.linalg.factory.Nd4j")
+    DataSet = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+    PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")
+    Trainer = jpype.JClass("org.pyd4j.train.PlannedTrainer")
+    doc = json.loads((NETWORKS / "lstm.json").read_text())
+    rng = np.random.default_rng(3)
+    lengths = [50, 23, 6, 37]
+    x, y, fm, lm = sequences(rng, lengths)
+
+    def put(net, masks: bool = True) -> None:
+        net.setInput(from_numpy(x, copy=True))
+        net.setLabels(from_numpy(y, copy=True))
+        net.setLayerMaskArrays(from_numpy(fm, copy=True) if masks else None, from_numpy(lm, copy=True) if masks else None)
+        Nd4j.getRandom().setSeed(jpype.JLong(7))
+
+    ref = network("lstm")
+    put(ref)
+    ref.computeGradientAndScore()
+    bare = network("lstm")
+    bare.setParams(ref.params().dup())
+    put(bare, masks=False)
+    bare.computeGradientAndScore()
+    assert bare.score() != ref.score()   # the masks changed what DL4J computed: not a test of an unmasked batch
+    expected = values(ref.gradient().gradient())
+
+    net = network("lstm")
+    net.setParams(ref.params().dup())
+    g = planned_graph(net, doc, len(lengths), (32, 50))
+    plans = {}
+    for policy in ("liveness", IN_MEMORY):
+        plan, result = choose_plan(g, policy=policy)
+        plans[policy] = PlanFile.parse(json.dumps(plan_document(plan, result, "MultiLayerNetwork")), "test")
+        with Trainer.attach(net, plans[policy], None) as t:
+            put(net)
+            t.computeGradientAndScore()
+            assert t.stats().iterations == 1
+        got = values(net.gradient().gradient())
+        assert got.size == expected.size > 0 and np.array_equal(got, expected), policy
+        assert net.score() == ref.score(), policy
+
+    # 10 iterations: DL4J's fit() vs fit() under the plan, from the same parameters, on the same batches
+    batches = [sequences(rng, [int(n) for n in rng.integers(1, 51, len(lengths))]) for _ in range(10)]
+
+    def train(net) -> None:
+        Nd4j.getRandom().setSeed(jpype.JLong(11))
+        for bx, by, bfm, blm in batches:
+            net.fit(DataSet(*(from_numpy(a, copy=True) for a in (bx, by, bfm, blm))))
+
+    fitted = network("lstm")
+    start = fitted.params().dup()
+    train(fitted)
+    for policy, plan_file in plans.items():
+        planned = network("lstm")
+        planned.setParams(start.dup())
+        with Trainer.attach(planned, plan_file, None) as t:
+            train(planned)
+            assert t.stats().iterations == 10, policy
+        assert planned.getIterationCount() == fitted.getIterationCount() == 10, policy
+        assert np.array_equal(values(planned.params()), values(fitted.params())), policy   # bit for bit
+        assert not np.array_equal(values(planned.params()), values(start)), policy   # it trained

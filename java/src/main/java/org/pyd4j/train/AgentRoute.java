@@ -1,9 +1,5 @@
 package org.pyd4j.train;
 
-import java.util.Collections;
-import java.util.IdentityHashMap;
-import java.util.Map;
-
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -16,32 +12,31 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
  * tier ({@link PlannedTrainer#defaultTier}). Answers are JSON objects for the agent's timeline.
  */
 public final class AgentRoute {
-    private static final Map<Object, PlannedTrainer> ROUTED = Collections.synchronizedMap(new IdentityHashMap<>());
-
     private AgentRoute() {
     }
 
     /** Install the plan in {@code model} (once per network); never throws: a refusal is answered
-     *  with its reason, and the agent ends the job with it (unless plan_fallback=fit). */
+     *  with its reason, and the agent ends the job with it (unless plan_fallback=fit). Nothing here
+     *  keeps the network alive: a job that drops a network gets its memory back, as without the
+     *  agent (the trainer is found through the network, {@link PlannedTrainer#of}). */
     public static String attach(Object model, String planFile) {
-        if (ROUTED.containsKey(model)) return "{\"status\": \"attached\", \"again\": true}";
+        if (model instanceof Model && PlannedTrainer.of((Model) model) != null) {
+            return "{\"status\": \"attached\", \"again\": true}";
+        }
         try {
             PlanFile plan = PlanFile.read(planFile);
             // an offloading plan gets the backend's tier, kept for the rest of the process
             OffloadTier tier = plan.offloads() ? PlannedTrainer.defaultTier(plan) : null;
-            PlannedTrainer t;
             try {
-                t = PlannedTrainer.attach((Model) model, plan, tier);
+                PlannedTrainer.attach((Model) model, plan, tier);
             } catch (RuntimeException e) {
                 if (tier != null) tier.close();
                 throw e;
             }
             if (tier != null) Runtime.getRuntime().addShutdownHook(new Thread(tier::close, "pyd4j-tier-close"));
-            ROUTED.put(model, t);
             return "{\"status\": \"attached\", \"policy\": \"" + plan.policy + "\", \"nodes\": " + plan.nodes.size()
                     + ", \"predicted_peak_bytes\": " + plan.predictedPeakBytes + "}";
-        } catch (Throwable e) {
-            ROUTED.put(model, null);   // refused once: the agent ends the job, or it trains with fit() as asked
+        } catch (Throwable e) {   // the agent ends the job, or it trains with fit() as asked (once per network)
             String why = String.valueOf(e.getMessage() == null ? e : e.getMessage());
             return "{\"status\": \"refused\", \"reason\": " + quote(why) + "}";
         }
@@ -49,7 +44,7 @@ public final class AgentRoute {
 
     /** What the planned trainer of {@code model} did so far (null JSON when none). */
     public static String stats(Object model) {
-        PlannedTrainer t = ROUTED.get(model);
+        PlannedTrainer t = model instanceof Model ? PlannedTrainer.of((Model) model) : null;
         return t == null ? "null" : t.stats().toJson();
     }
 

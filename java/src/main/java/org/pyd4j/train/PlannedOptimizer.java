@@ -30,6 +30,10 @@ final class PlannedOptimizer extends StochasticGradientDescent {
         this.trainer = trainer;
     }
 
+    PlannedTrainer trainer() {
+        return trainer;
+    }
+
     Collection<TrainingListener> listeners() {
         return trainingListeners;
     }

@@ -277,6 +277,18 @@ public final class PlannedTrainer implements AutoCloseable {
         return t;
     }
 
+    /**
+     * The planned trainer installed in {@code net} (attached and not closed), or null. Found through
+     * the network's own solver, so that nothing outside the network keeps it alive.
+     */
+    public static PlannedTrainer of(Model net) {
+        if (!(net instanceof MultiLayerNetwork) && !(net instanceof ComputationGraph)) return null;
+        Class<?> owner = net instanceof MultiLayerNetwork ? MultiLayerNetwork.class : ComputationGraph.class;
+        Solver s = (Solver) Reflect.get(net, owner, "solver");
+        ConvexOptimizer o = s == null ? null : s.getOptimizer();
+        return o instanceof PlannedOptimizer ? ((PlannedOptimizer) o).trainer() : null;
+    }
+
     /** One planned iteration on the network's current input and labels: sets its gradient and score
      *  exactly as its own {@code computeGradientAndScore()} would. */
     public void computeGradientAndScore() {

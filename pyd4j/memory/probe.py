@@ -1,0 +1,76 @@
+"""What DL4J itself says of a network's layers when a plan is made: each layer's and vertex's output
+shape (DL4J's shape inference, one training-mode forward pass), its parameter count, and for each
+step the planner has no measured model of (an OPAQUE node) the working memory and kept bytes of a
+probe iteration (`org.pyd4j.train.LayerProbe`, on the CPU backend of this process's JVM).
+
+One probe for every way a plan is made: `pyd4j.train.fit` probes the live network it trains
+(`of_network`); `pyd4j plan --model net.json` and the agent route (`pyd4j tune --plan`, a plan for
+a job's network described by the agent) probe a network built from the configuration
+(`of_configuration`). `pyd4j.sched.dl4j_json.probed_graph` decides when a probe is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+from pyd4j.output import stdout_to_stderr
+
+Probe = Callable[[Sequence[tuple[int, ...]]], dict[str, dict[str, Any]]]
+
+
+def describe(net: Any, inputs: Sequence[tuple[int, ...]]) -> dict[str, dict[str, Any]]:
+    """`LayerProbe.describe` of a live MultiLayerNetwork or ComputationGraph on random features of
+    the given shapes (batch first, one per network input); leaves the network and ND4J's random
+    state as they were."""
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.jvm import java_errors  # noqa: PLC0415
+
+    probe = jpype.JClass("org.pyd4j.train.LayerProbe")
+    with java_errors(), stdout_to_stderr():
+        return json.loads(str(probe.describe(net, *[jpype.JArray(jpype.JLong)([int(d) for d in s]) for s in inputs])))
+
+
+def of_network(net: Any) -> Probe:
+    """The probe of a live network (what pyd4j.train.fit plans)."""
+    return lambda inputs: describe(net, inputs)
+
+
+def of_configuration(doc: dict[str, Any], where: str = "the network configuration") -> Probe:
+    """The probe of a network built from its configuration (`conf.toJson()`, parsed) in this process's
+    JVM (started if needed), built when the probe first runs and kept for later calls."""
+    built: list[Any] = []
+
+    def run(inputs: Sequence[tuple[int, ...]]) -> dict[str, dict[str, Any]]:
+        if not built:
+            built.append(network(doc, where))
+        return describe(built[0], inputs)
+
+    return run
+
+
+def network(doc: dict[str, Any], where: str = "the network configuration") -> Any:
+    """A MultiLayerNetwork or ComputationGraph from its configuration, initialized as DL4J's own
+    `init()` does (parameters from the configuration's seed)."""
+    import jpype  # noqa: PLC0415
+
+    from pyd4j.memory.estimate import EstimateError, start_jvm  # noqa: PLC0415
+    from pyd4j.jvm import java_errors, translate  # noqa: PLC0415
+
+    start_jvm()
+    graph = "vertices" in doc
+    conf_cls = jpype.JClass("org.deeplearning4j.nn.conf." + ("ComputationGraphConfiguration" if graph
+                                                               else "MultiLayerConfiguration"))
+    try:
+        with stdout_to_stderr():
+            conf = conf_cls.fromJson(json.dumps(doc))
+    except jpype.JException as exc:
+        raise EstimateError(f"{where}: DL4J cannot read this configuration to probe it: {translate(exc)}; "
+                            "a custom layer's jar goes on PYD4J_CLASSPATH") from None
+    net_cls = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph" if graph
+                           else "org.deeplearning4j.nn.multilayer.MultiLayerNetwork")
+    with java_errors(), stdout_to_stderr():
+        net = net_cls(conf)
+        net.init()
+    return net
