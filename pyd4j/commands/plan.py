@@ -133,12 +133,10 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             from pyd4j.sched.dl4j_json import probed_graph
 
             try:
-                return probed_graph(inputs.read_json(network_json, "network configuration"), b,
+                return probed_graph(_read_network(network_json), b,
                                     _input_shape(network_json), probe=probe, profile=profile)
             except ValueError as e:  # InputError, GraphError: a malformed file, sidecar or layer
-                raise click.BadParameter(
-                    f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
-                    "(examples/networks/ has six), or a zoo network with --model", param_hint="--network") from None
+                raise _bad_network(network_json, e) from None
         try:
             return zoo.build(model, batch=b, image=image, depth=depth,
                              layout=layout).with_profile(profile)
@@ -320,6 +318,16 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                    f"PlannedTrainer.fit(net, iterator, \"{emitted['path']}\")")
 
 
+def _read_network(network_json: str) -> dict:
+    return inputs.read_json(network_json, "network configuration")
+
+
+def _bad_network(network_json: str, e: Exception) -> click.BadParameter:
+    """The one error for a --network file pyd4j cannot read, naming the file, the cause and the fix."""
+    return click.BadParameter(f"{network_json}: {e}; give a DL4J configuration JSON written by conf.toJson() "
+                              "(examples/networks/ has six), or a zoo network with --model", param_hint="--network")
+
+
 def _probe(network_json: str, batch: int):
     """What DL4J says of the network's opaque steps (`pyd4j.memory.probe`, as pyd4j.train.fit asks it of
     a live network), probed once at `batch` on the network built from the file and carried to the
@@ -329,7 +337,10 @@ def _probe(network_json: str, batch: int):
     from pyd4j.memory.probe import of_configuration
     from pyd4j.sched.dl4j_json import scaled_info
 
-    run = of_configuration(inputs.read_json(network_json, "network configuration"), network_json)
+    try:
+        run = of_configuration(_read_network(network_json), network_json)
+    except ValueError as e:   # a file that is not a DL4J configuration: refused before any JVM starts
+        raise _bad_network(network_json, e) from None
     probed: dict = {}
 
     def probe(shapes: list[tuple[int, ...]]) -> dict:
