@@ -16,11 +16,13 @@ AGENT = "-Dpyd4j.agent=live=1,live_share=0.2"
 
 @pytest.fixture(scope="module")
 def limit_runs(runs_root):
-    """MemoryJob keeping a 4 MiB JavaCPP FloatPointer per iteration under maxbytes=400m, and a 2 MiB
-    float[] per iteration under -Xmx512m (a leak verdict needs a rise that lasts 20 s), both until they die."""
+    """MemoryJob keeping a 4 MiB JavaCPP FloatPointer per iteration under maxbytes=800m, and a 2 MiB
+    float[] per iteration under -Xmx512m, both until they die. A leak verdict needs a rise that lasts
+    20 s: each job lives for about a minute (200-250 iterations 300 ms apart), so the verdict can come
+    well before the end whatever the machine's load delays."""
     root = runs_root / "to-limit"
     return run_concurrently({
-        "maxbytes": lambda: profile_job(fixture_command("maxbytes", 100000, "-Xmx256m", "-Dorg.bytedeco.javacpp.maxbytes=400m",
+        "maxbytes": lambda: profile_job(fixture_command("maxbytes", 100000, "-Xmx256m", "-Dorg.bytedeco.javacpp.maxbytes=800m",
                                                         AGENT, sleep_ms=300), root / "maxbytes", timeout_s=600),
         "heap": lambda: profile_job(fixture_command("heap", 100000, "-Xmx512m", AGENT, sleep_ms=300),
                                     root / "heap", timeout_s=600),
