@@ -126,14 +126,15 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             raise click.BadParameter(f"--emit-plan writes one plan; give at most one --policy, got {list(policies)}",
                                      param_hint="--policy")
 
-    probe = _probe(network_json, batch) if network_json else None
+    network_doc = _read_network(network_json) if network_json else None   # read once: a batch search builds many graphs
+    probe = _probe(network_json, network_doc, batch) if network_json else None
 
     def build(b: int):
         if network_json:
             from pyd4j.sched.dl4j_json import probed_graph
 
             try:
-                return probed_graph(_read_network(network_json), b,
+                return probed_graph(network_doc, b,
                                     _input_shape(network_json), probe=probe, profile=profile)
             except ValueError as e:  # InputError, GraphError: a malformed file, sidecar or layer
                 raise _bad_network(network_json, e) from None
@@ -319,7 +320,10 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
 
 
 def _read_network(network_json: str) -> dict:
-    return inputs.read_json(network_json, "network configuration")
+    try:
+        return inputs.read_json(network_json, "network configuration")
+    except ValueError as e:   # not JSON: refused before any JVM starts
+        raise _bad_network(network_json, e) from None
 
 
 def _bad_network(network_json: str, e: Exception) -> click.BadParameter:
@@ -328,7 +332,7 @@ def _bad_network(network_json: str, e: Exception) -> click.BadParameter:
                               "(examples/networks/ has six), or a zoo network with --model", param_hint="--network")
 
 
-def _probe(network_json: str, batch: int):
+def _probe(network_json: str, doc: dict, batch: int):
     """What DL4J says of the network's opaque steps (`pyd4j.memory.probe`, as pyd4j.train.fit asks it of
     a live network), probed once at `batch` on the network built from the file and carried to the
     other batches a search tries (`scaled_info`). A network DL4J cannot build or run is an error
@@ -337,10 +341,7 @@ def _probe(network_json: str, batch: int):
     from pyd4j.memory.probe import of_configuration
     from pyd4j.sched.dl4j_json import scaled_info
 
-    try:
-        run = of_configuration(_read_network(network_json), network_json)
-    except ValueError as e:   # a file that is not a DL4J configuration: refused before any JVM starts
-        raise _bad_network(network_json, e) from None
+    run = of_configuration(doc, network_json)
     probed: dict = {}
 
     def probe(shapes: list[tuple[int, ...]]) -> dict:

@@ -109,10 +109,10 @@ def test_pyd4j_plan_probes_what_pyd4j_train_fit_probes(jvm, tmp_path: Path) -> N
 
 def test_a_search_over_batches_probes_once_and_scales(jvm, tmp_path: Path) -> None:
     """`pyd4j plan --max-batch` plans many batch sizes: the probe runs at --batch, its bytes scaled."""
-    from pyd4j.commands.plan import _probe
+    from pyd4j.commands.plan import _probe, _read_network
 
     path = conv1d_network(tmp_path)
-    probe = _probe(str(path), BATCH)
+    probe = _probe(str(path), _read_network(str(path)), BATCH)
     at4 = probe([(BATCH, FEATURES, STEPS)])
     at8 = probe([(2 * BATCH, FEATURES, STEPS)])
     m4, m8 = at4["layer1"]["measured"], at8["layer1"]["measured"]
