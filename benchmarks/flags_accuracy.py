@@ -20,7 +20,7 @@ flags generated from half the estimate: must fail, and pyd4j must diagnose it as
 A job that survives on half flags (its halved heap was never used) is run again with the generated
 flags in the same half-size container.
 
-Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5]
+Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5] [--batches 32,256] [--networks mlp,...]
 Needs a writable memory cgroup (root, or a delegated cgroup).
 """
 
@@ -88,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--networks", default=",".join(n for n, _ in RUNS))
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help="minibatches to run (a long run, many --iterations, at the small batches)")
     parser.add_argument("--max-container", default="8g", help="skip runs whose generated container limit is larger")
     parser.add_argument("--max-seconds", type=float, default=900, help="kill a run after this many seconds")
     parser.add_argument("--no-control", action="store_true", help="leave out the negative control")
@@ -97,7 +99,8 @@ def main() -> None:
     from pyd4j.units import parse_bytes
 
     max_container = parse_bytes(args.max_container, "--max-container")
-    chosen = [r for r in RUNS if r[0] in args.networks.split(",")]
+    batches_wanted = {int(b) for b in args.batches.split(",") if b}
+    chosen = [(n, tuple(b for b in bs if b in batches_wanted)) for n, bs in RUNS if n in args.networks.split(",")]
     rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
     for network, batches in ([] if args.control_only else chosen):
         base = estimate(NETWORKS / f"{network}.json", 1)

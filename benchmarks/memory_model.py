@@ -1,13 +1,14 @@
 """How close is pyd4j's one DL4J memory model (pyd4j.sched.fitmem, what `pyd4j estimate` says) to DL4J's own fit()?
 
     .venv/bin/python benchmarks/memory_model.py [--networks mlp,lenet,...] [--zoo LeNet,AlexNet,...]
-        [--iterations 3] [--out benchmarks/results/memory_model.json]
+        [--iterations 3] [--long N] [--configs DIR] [--out benchmarks/results/memory_model.json]
 
 For each network -- the example networks (examples/networks) and models of DL4J's zoo built by
 DL4J's code at the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder) -- at two
 small batches: the peak of DL4J's unchanged `fit()` above the idle JVM (the job of
 benchmarks/planned_training.py and zoo_coverage.py: TrainSynthetic warms up at batch 1, then
-samples its RSS every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread), and
+samples its memory every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread: the
+native peak, RSS less the JVM's committed heap and non-heap, with the RSS beside it), and
 `pyd4j estimate`'s off-heap prediction at the same batch: the fit() terms of `pyd4j.sched.fitmem`
 plus the data pipeline. Reports, per run, predicted / measured and the model's terms, DL4J's
 NetworkMemoryReport total beside it (the cross-check, not used), and the worst ratio. Target:
@@ -35,11 +36,16 @@ TARGET = 0.15
 MiB = 1024**2
 
 
-def measure(name: str, batch: int, iterations: int, folder: Path) -> int:
+def measure(name: str, batch: int, iterations: int, folder: Path) -> dict:
+    """fit()'s peak above the idle JVM: native (RSS less the JVM's committed heap and non-heap, which
+    the model's off-heap figure is compared with: JIT code and metaspace grow in a long run and are
+    the JVM's, `pyd4j estimate`'s jvm_native term), the whole RSS, and the workspaces fit() learned."""
     import benchmarks.planned_training as pt
 
     pt.NETWORKS = folder
-    return int(pt.run(name, batch, iterations, None, folder)["peak_above_idle_bytes"])
+    r = pt.run(name, batch, iterations, None, folder)
+    return {"measured_bytes": int(r["native_above_idle_bytes"]), "measured_rss_bytes": int(r["peak_above_idle_bytes"]),
+            "workspaces": r["workspaces"]}
 
 
 def predict(config: Path, batch: int) -> dict:
@@ -56,13 +62,17 @@ def main() -> None:
     ap.add_argument("--networks", default=",".join(EXAMPLES))
     ap.add_argument("--zoo", default=",".join(ZOO))
     ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--long", type=int, default=0, metavar="N",
+                    help="also measure each run's peak over N iterations (same job, same heap): what a long job holds")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to build a zoo model")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory_model.json"))
+    ap.add_argument("--configs", help="keep the built zoo models' configurations in this folder (default: a "
+                    "temporary one), so that --repredict can recompute their rows too")
     ap.add_argument("--repredict", action="store_true", help="recompute the predictions of the example networks' rows "
                     "in --out with the current model, keeping what was measured (the measurement does not depend on it)")
     args = ap.parse_args()
     if args.repredict:
-        repredict(Path(args.out))
+        repredict(Path(args.out), Path(args.configs) if args.configs else None)
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     doc = {"benchmark": "memory_model", "meta": {"iterations": args.iterations, "omp_threads": 1, "target": TARGET,
@@ -74,16 +84,14 @@ def main() -> None:
 
     def record(row: dict) -> None:
         doc["runs"].append(row)
-        ok = [r for r in doc["runs"] if r.get("ratio")]
-        doc["summary"] = {"runs": len(doc["runs"]), "measured": len(ok),
-                          "within_15pct": sum(1 for r in ok if abs(r["ratio"] - 1) <= TARGET),
-                          "worst_ratio": max((r["ratio"] for r in ok), key=lambda x: abs(x - 1), default=None),
-                          "misses": {f"{r['network']}@{r['batch']}": r["ratio"] for r in ok if abs(r["ratio"] - 1) > TARGET},
-                          "load_avg_1m_at_end": os.getloadavg()[0]}
+        doc["summary"] = summary(doc["runs"])
+        doc["summary"]["load_avg_1m_at_end"] = os.getloadavg()[0]
         out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{row['network']:14s} b={row['batch']:4d} predicted {row.get('predicted_bytes', 0) / MiB:8.1f} MiB "
               f"measured {row.get('measured_bytes', 0) / MiB:8.1f} MiB ratio {row.get('ratio')} "
-              f"{row.get('error', '')[:200]}", flush=True)
+              + (f"long ({row['long_iterations']} it) {row['measured_long_bytes'] / MiB:8.1f} MiB ratio {row['ratio_long']} "
+                 if row.get("ratio_long") else "")
+              + f"{row.get('error', '')[:200]}", flush=True)
 
     def run(name: str, config: Path, batches: tuple[int, ...], folder: Path, source: str) -> None:
         for batch in batches:
@@ -91,10 +99,18 @@ def main() -> None:
             try:
                 row.update(predict(config, batch))
                 t = time.monotonic()
-                row["measured_bytes"] = measure(name, batch, args.iterations, folder)
+                row.update(measure(name, batch, args.iterations, folder))
                 row["seconds"] = round(time.monotonic() - t, 1)
                 row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
                 row["dl4j_report_over_measured"] = round(row["dl4j_report_bytes"] / row["measured_bytes"], 3)
+                if args.long:
+                    t = time.monotonic()
+                    row["long_iterations"] = args.long
+                    long = measure(name, batch, args.long, folder)
+                    row["measured_long_bytes"] = long["measured_bytes"]
+                    row["measured_long_rss_bytes"] = long["measured_rss_bytes"]
+                    row["long_seconds"] = round(time.monotonic() - t, 1)
+                    row["ratio_long"] = round(row["predicted_bytes"] / row["measured_long_bytes"], 3)
             except Exception as err:  # noqa: BLE001 - recorded; the benchmark goes on
                 row["error"] = f"{type(err).__name__}: {err}"[:800]
             record(row)
@@ -105,7 +121,8 @@ def main() -> None:
     import benchmarks.zoo_coverage as zc
 
     with tempfile.TemporaryDirectory(prefix="pyd4j-memory-model-") as tmp:
-        folder = Path(tmp)
+        folder = Path(args.configs or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for name in [n for n in args.zoo.split(",") if n]:
             built = zc.build(name, ZOO[name][0], folder, args.timeout)
             if not built["built"]:
@@ -116,18 +133,38 @@ def main() -> None:
     print(json.dumps(doc.get("summary"), indent=1))
 
 
-def repredict(out: Path) -> None:
+def summary(runs: list[dict]) -> dict:
+    """How many runs the model predicts within the target, over the short and (where measured) the long run."""
+    out: dict = {"runs": len(runs)}
+    for key, suffix in (("ratio", ""), ("ratio_long", "_long")):
+        ok = [r for r in runs if r.get(key)]
+        if key == "ratio" or ok:
+            out.update({f"measured{suffix}": len(ok),
+                        f"within_15pct{suffix}": sum(1 for r in ok if abs(r[key] - 1) <= TARGET),
+                        f"worst_ratio{suffix}": max((r[key] for r in ok), key=lambda x: abs(x - 1), default=None),
+                        f"misses{suffix}": {f"{r['network']}@{r['batch']}": r[key] for r in ok if abs(r[key] - 1) > TARGET}})
+    return out
+
+
+def repredict(out: Path, configs: Path | None) -> None:
     doc = json.loads(out.read_text())
     for row in doc["runs"]:
-        if row.get("source") == "examples/networks" and row.get("measured_bytes"):
-            row.update(predict(ROOT / "examples" / "networks" / f"{row['network']}.json", row["batch"]))
-            row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
-            print(f"{row['network']:14s} b={row['batch']:4d} predicted {row['predicted_bytes'] / MiB:8.1f} MiB "
-                  f"measured {row['measured_bytes'] / MiB:8.1f} MiB ratio {row['ratio']}", flush=True)
-    ok = [r for r in doc["runs"] if r.get("ratio")]
-    doc["summary"].update(within_15pct=sum(1 for r in ok if abs(r["ratio"] - 1) <= TARGET),
-                          worst_ratio=max((r["ratio"] for r in ok), key=lambda x: abs(x - 1), default=None),
-                          misses={f"{r['network']}@{r['batch']}": r["ratio"] for r in ok if abs(r["ratio"] - 1) > TARGET})
+        if not row.get("measured_bytes"):
+            continue
+        if row.get("source") == "examples/networks":
+            config = ROOT / "examples" / "networks" / f"{row['network']}.json"
+        elif configs is not None and (configs / f"{row['network']}.json").exists():
+            config = configs / f"{row['network']}.json"
+        else:
+            print(f"{row['network']:14s} b={row['batch']:4d} kept: its configuration is not in --configs", flush=True)
+            continue
+        row.update(predict(config, row["batch"]))
+        row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
+        if row.get("measured_long_bytes"):
+            row["ratio_long"] = round(row["predicted_bytes"] / row["measured_long_bytes"], 3)
+        print(f"{row['network']:14s} b={row['batch']:4d} predicted {row['predicted_bytes'] / MiB:8.1f} MiB "
+              f"measured {row['measured_bytes'] / MiB:8.1f} MiB ratio {row['ratio']}", flush=True)
+    doc["summary"].update(summary(doc["runs"]))
     doc["meta"]["repredicted"] = "predictions recomputed with the final model after the measurements"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc["summary"], indent=1))

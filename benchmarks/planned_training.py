@@ -177,6 +177,9 @@ def run(name: str, batch: int, iterations: int, plan: dict | None, folder: Path,
                            f"{(out.stdout + out.stderr)[-2000:]}")
     r = json.loads(lines[-1])
     doc = {"peak_above_idle_bytes": r["peak_physical_bytes"] - r["baseline_physical_bytes"],
+           # the same less the JVM's own committed heap and non-heap (JIT code, metaspace): ND4J's native memory
+           "native_above_idle_bytes": r["peak_native_bytes"] - r["baseline_native_bytes"],
+           "workspaces": r.get("workspaces", {}),
            "peak_physical_bytes": r["peak_physical_bytes"], "baseline_physical_bytes": r["baseline_physical_bytes"],
            "seconds": r["seconds"], "iterations_per_s": iterations_per_s(timeline, 2)}
     if plan:

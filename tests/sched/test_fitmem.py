@@ -30,7 +30,7 @@ def test_mlp_by_hand():
     assert t["activations"].per_sample_bytes == round((512 + 256 + 10) * 4 * 1.05)
     assert t["working_memory"].per_sample_bytes == round(4 * 512 * 4 * 1.02)
     assert t["epsilons"].per_sample_bytes == round((784 + 512) * 4 * 1.02)
-    assert t["workspace_learning"].per_sample_bytes == (4 * 512 + 784 + 512) * 4
+    assert t["workspace_learning"].per_sample_bytes == (4 * 512 + 784 + 512 + 512 + 256 + 10) * 4
     assert fit_bytes(g) == sum(x.bytes_at(64) for x in t.values())
 
 

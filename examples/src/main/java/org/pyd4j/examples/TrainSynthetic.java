@@ -193,9 +193,22 @@ public final class TrainSynthetic {
                 + ", \"peak_rss_bytes\": " + procStatusKb("VmHWM")
                 + ", \"max_bytes\": " + Pointer.maxBytes()
                 + ", \"max_physical_bytes\": " + Pointer.maxPhysicalBytes()
-                + ", \"heap_max_bytes\": " + Runtime.getRuntime().maxMemory() + "}");
+                + ", \"heap_max_bytes\": " + Runtime.getRuntime().maxMemory()
+                + ", \"workspaces\": " + lastWorkspaces + "}");
         System.out.flush();
         System.exit("ok".equals(status) ? 0 : 3);
+    }
+
+    /** The workspaces of the training thread after the last train(), as JSON: id to size in bytes. */
+    static String lastWorkspaces = "{}";
+
+    /** What fit() learned: each workspace of this thread and its current size (a cross-check of the memory model). */
+    static String workspaceSizes() {
+        StringBuilder b = new StringBuilder("{");
+        for (org.nd4j.linalg.api.memory.MemoryWorkspace w : Nd4j.getWorkspaceManager().getAllWorkspacesForCurrentThread()) {
+            b.append(b.length() > 1 ? ", " : "").append('"').append(esc(w.getId())).append("\": ").append(w.getCurrentSize());
+        }
+        return b.append('}').toString();
     }
 
     static void train(String json, List<InputType> inputs, int batch, int iterations) {
@@ -216,6 +229,7 @@ public final class TrainSynthetic {
                     lShapes[i] = shape(types.get(outs.get(i)), batch);
                 }
                 net.fit(new RandomMultiIterator(fShapes, lShapes, iterations));
+                lastWorkspaces = workspaceSizes();
                 net.close();
             } else {
                 MultiLayerConfiguration conf = MultiLayerConfiguration.fromJson(json);
@@ -223,6 +237,7 @@ public final class TrainSynthetic {
                 MultiLayerNetwork net = new MultiLayerNetwork(conf);
                 net.init();
                 net.fit(new RandomIterator(shape(inputs.get(0), batch), shape(types.get(types.size() - 1), batch), iterations, batch));
+                lastWorkspaces = workspaceSizes();
                 net.close();
             }
         }
