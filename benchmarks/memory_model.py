@@ -77,7 +77,9 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     doc = {"benchmark": "memory_model", "meta": {"iterations": args.iterations, "omp_threads": 1, "target": TARGET,
                                                  "machine": platform.platform(), "cpus": os.cpu_count(),
-                                                 "load_avg_1m_at_start": os.getloadavg()[0]},
+                                                 "load_avg_1m_at_start": os.getloadavg()[0],
+                                                 # PYD4J_BENCH_ENV: e.g. MALLOC_ARENA_MAX=2, what `pyd4j flags` sets
+                                                 "job_environment": json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))},
            "runs": []}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

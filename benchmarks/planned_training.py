@@ -168,7 +168,7 @@ def plan_stats(timeline: Path) -> dict | None:
 
 def run(name: str, batch: int, iterations: int, plan: dict | None, folder: Path,
         extra_env: dict[str, str] | None = None) -> dict:
-    timeline = Path(tempfile.mktemp(suffix=".jsonl", dir=folder))
+    timeline = Path(tempfile.mktemp(suffix=".jsonl"))   # not in `folder`: that may be the examples' own
     cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(extra_env), cwd=folder)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
@@ -286,7 +286,7 @@ def fits_in(name: str, batch: int, iterations: int, container: int, plan: dict |
     from pyd4j.memory.flags import flags
 
     fs = flags(estimate(str(NETWORKS / f"{name}.json"), batch), total=container, refuse=False)
-    timeline = Path(tempfile.mktemp(suffix=".jsonl", dir=folder))
+    timeline = Path(tempfile.mktemp(suffix=".jsonl"))   # not in `folder`: that may be the examples' own
     cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None, flags=fs.args())
     r = run_limited(cmd, container, timeout=3600, env=env(), cwd=str(folder))
     ok = r.ok and '"status": "ok"' in (r.stdout or "")
