@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import sys
 from dataclasses import replace
@@ -60,7 +59,7 @@ def train(fs: FlagSet, network: str, batch: int, iterations: int, limit: int, ti
     cmd = java_command(options_for(fs), "org.pyd4j.examples.TrainSynthetic",
                        [str(NETWORKS / f"{network}.json"), str(batch), str(iterations)], extra_classpath=[examples_jar()])
     with tempfile.TemporaryDirectory() as scratch:  # DL4J writes its OOM crash dumps into the job's cwd
-        c = run_limited(cmd, limit, timeout=timeout, cwd=scratch, env={**os.environ, **fs.env()})
+        c = run_limited(cmd, limit, timeout=timeout, cwd=scratch)
     line = next((l for l in reversed(c.stdout.splitlines()) if l.startswith("{")), None)
     result = json.loads(line) if line else {"status": "killed" if c.oom_killed else "crashed", "error_class": "",
                                             "error": c.stderr[-500:]}

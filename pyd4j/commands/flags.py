@@ -12,8 +12,6 @@ failed job exits 4; a machine without a writable cgroup exits 2 and says why.
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from pyd4j.commands import _params as params
@@ -104,9 +102,7 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
         fail(str(err), as_json)
         return
     try:
-        # the job runs with the environment the flags assume (MALLOC_ARENA_MAX), over the caller's
-        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json,
-                             env={**os.environ, **fs.env()})
+        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json)
     except ContainerError as err:
         fail(str(err), as_json)
         return

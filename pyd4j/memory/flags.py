@@ -62,26 +62,6 @@ class Flag:
 
 
 @dataclass(frozen=True)
-class EnvVar:
-    """An environment variable the job needs beside its JVM flags (the JVM cannot set it for itself)."""
-
-    name: str
-    value: str
-    reason: str
-
-
-# glibc gives every thread that allocates its own malloc arena (up to 8 per core). A DL4J job allocates
-# from its training thread, the data pipeline's prefetch thread and ND4J's deallocator thread, so freed
-# array memory sits in one arena while another grows: over a long fit() RSS rises above what the
-# network holds (measured, benchmarks/flags_accuracy.py: deep_cnn_bn batch 32, 200 iterations, native
-# memory 578 MiB with glibc's default, 444 MiB with two arenas, as over 3 iterations).
-MALLOC_ARENAS = EnvVar("MALLOC_ARENA_MAX", "2",
-                       "glibc's per-thread malloc arenas let a long DL4J job's RSS grow past what the network holds "
-                       "(arrays freed in one thread's arena while another's grows); two arenas keep it at the "
-                       "network's need, which the limits are sized for")
-
-
-@dataclass(frozen=True)
 class FlagSet:
     """Flags for one network at one batch, with the sizes they come from."""
 
@@ -102,7 +82,6 @@ class FlagSet:
     gpu_budget_bytes: int | None = None
     gpu_need_bytes: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    environment: tuple[EnvVar, ...] = (MALLOC_ARENAS,)
 
     @property
     def total_bytes(self) -> int:
@@ -111,10 +90,6 @@ class FlagSet:
 
     def args(self) -> list[str]:
         return [f.arg for f in self.flags]
-
-    def env(self) -> dict[str, str]:
-        """The environment variables the job must run with (they are part of what the limits assume)."""
-        return {e.name: e.value for e in self.environment}
 
     def render(self, fmt: str = "args") -> str:
         """The flags in one of FORMATS."""
@@ -129,8 +104,6 @@ class FlagSet:
         d = asdict(self)
         d["flags"] = self.args()
         d["reasons"] = {f.arg: f.reason for f in self.flags}
-        d["environment"] = self.env()
-        d["environment_reasons"] = {e.name: e.reason for e in self.environment}
         d["total_bytes"] = self.total_bytes
         return d
 
@@ -305,8 +278,6 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     notes = [
         f"container memory limit {human_bytes(s['container'])} = maxphysicalbytes + {human_bytes(s['margin'])} margin: JavaCPP "
         f"notices RSS over maxphysicalbytes only at its next allocation",
-        f"run the job with {MALLOC_ARENAS.name}={MALLOC_ARENAS.value} in its environment (the env, k8s, maven, gradle "
-        f"and spark forms carry it; the args form cannot): {MALLOC_ARENAS.reason}",
     ]
     gpu_need = _gpu_need(est, headroom) if gpu_b is not None else None
     result = FlagSet(model=est.model, batch=est.batch, dtype=est.dtype, mode=est.mode, headroom=headroom,
@@ -354,24 +325,18 @@ def _render_args(fs: FlagSet) -> str:
 
 
 def _render_env(fs: FlagSet) -> str:
-    exports = [f"export {name}={shlex.quote(value)}" for name, value in fs.env().items()]
-    return "\n".join([*exports, f"export JAVA_TOOL_OPTIONS={shlex.quote(' '.join(fs.args()))}"])
+    return f"export JAVA_TOOL_OPTIONS={shlex.quote(' '.join(fs.args()))}"
 
 
 def _render_maven(fs: FlagSet) -> str:
     args = " ".join(fs.args())
     exec_args = "\n".join(f"      <argument>{a}</argument>" for a in fs.args())
-    env_vars = "\n".join(f"      <{name}>{value}</{name}>" for name, value in fs.env().items())
-    env_prefix = " ".join(f"{name}={shlex.quote(value)}" for name, value in fs.env().items())
     return f"""<!-- surefire / failsafe: tests run in a forked JVM with these flags -->
 <plugin>
   <groupId>org.apache.maven.plugins</groupId>
   <artifactId>maven-surefire-plugin</artifactId>
   <configuration>
     <argLine>{args}</argLine>
-    <environmentVariables>
-{env_vars}
-    </environmentVariables>
   </configuration>
 </plugin>
 <!-- exec-maven-plugin, goal exec:exec: a child JVM with these flags -->
@@ -380,9 +345,6 @@ def _render_maven(fs: FlagSet) -> str:
   <artifactId>exec-maven-plugin</artifactId>
   <configuration>
     <executable>java</executable>
-    <environmentVariables>
-{env_vars}
-    </environmentVariables>
     <arguments>
 {exec_args}
       <argument>-classpath</argument>
@@ -391,23 +353,20 @@ def _render_maven(fs: FlagSet) -> str:
     </arguments>
   </configuration>
 </plugin>
-<!-- exec:java runs in Maven's own JVM: {env_prefix} MAVEN_OPTS="{args}" mvn exec:java -->"""
+<!-- exec:java runs in Maven's own JVM: export MAVEN_OPTS="{args}" -->"""
 
 
 def _render_gradle(fs: FlagSet) -> str:
     items = ", ".join(f"'{a}'" for a in fs.args())
-    env = ", ".join(f"'{name}': '{value}'" for name, value in fs.env().items())
     return f"""// build.gradle
 def nd4jJvmArgs = [{items}]
-def nd4jEnv = [{env}]
-tasks.withType(Test).configureEach {{ jvmArgs nd4jJvmArgs; environment nd4jEnv }}
-tasks.withType(JavaExec).configureEach {{ jvmArgs nd4jJvmArgs; environment nd4jEnv }}
+tasks.withType(Test).configureEach {{ jvmArgs nd4jJvmArgs }}
+tasks.withType(JavaExec).configureEach {{ jvmArgs nd4jJvmArgs }}
 // with the application plugin: application {{ applicationDefaultJvmArgs = nd4jJvmArgs }}"""
 
 
 def _render_k8s(fs: FlagSet) -> str:
     mib = _mib_up(fs.container_bytes) // MiB
-    env = "".join(f'  - name: {name}\n    value: "{value}"\n' for name, value in fs.env().items())
     return f"""# container spec: request = limit, so the pod is never squeezed below what ND4J was sized for
 resources:
   requests:
@@ -415,7 +374,7 @@ resources:
   limits:
     memory: "{mib}Mi"
 env:
-{env}  - name: JAVA_TOOL_OPTIONS
+  - name: JAVA_TOOL_OPTIONS
     value: "{' '.join(fs.args())}\""""
 
 
@@ -602,7 +561,6 @@ class SparkFlags:
             ("spark.network.maxRemoteBlockSizeFetchToMem", f"{SPARK_FETCH_TO_MEM // MiB}m",
              f"below -XX:MaxDirectMemorySize={SPARK_MAX_DIRECT // MiB}m, as Spark 3.5 requires of Netty's direct memory "
              f"(its default, 200 MiB, would need a 200 MiB direct pool); larger remote blocks go to disk"),
-            *((f"spark.executorEnv.{e.name}", e.value, e.reason) for e in self.executor.environment),
             ("spark.executorEnv.OMP_NUM_THREADS", str(sh.task_cpus),
              f"each task's ND4J ops use spark.task.cpus={sh.task_cpus} thread(s), so {sh.concurrent_tasks} concurrent "
              f"task(s) do not oversubscribe the executor's {sh.executor_cores} core(s)"),

@@ -40,7 +40,6 @@ def test_hand_worked_executor_settings():
     assert conf["spark.executor.memoryOverhead"] == f"{1553 - 592}m"
     assert conf["spark.executor.cores"] == "2" and conf["spark.cores.max"] == "4"
     assert conf["spark.executorEnv.OMP_NUM_THREADS"] == "1"
-    assert conf["spark.executorEnv.MALLOC_ARENA_MAX"] == "2"   # the executor runs in the environment its limits assume
     assert "spark.task.cpus" not in conf  # one core per task is Spark's default
     # Spark 3.5 refuses an executor whose Netty direct memory (MaxDirectMemorySize) is below this
     assert int(conf["spark.network.maxRemoteBlockSizeFetchToMem"].rstrip("m")) < 64
