@@ -21,13 +21,15 @@ iterations (benchmarks/memory_model.py):
 - workspace learning: the working-memory and epsilon workspaces learn their size OVER_TIME with
   spill policy REALLOCATE, and `WS_ALL_LAYERS_ACT` learns FIRST_LOOP, so while they learn, the
   arrays are allocated outside them and freed to the C allocator, which keeps them resident: once
-  the working memory, the epsilons and the first iteration's activations (measured: with it the
-  model of lenet and resnet_graph comes within 3% of fit()'s peak over 3 iterations, from 5%).
+  the working memory, the epsilons and the first iteration's activations.
 
-What the model leaves out, measured (benchmarks/memory_model.py `--long`): over hundreds of
-iterations fit()'s resident memory keeps rising above this figure on some networks (arrays freed
-only when the garbage collector finds them, and the C allocator's fragmentation); the benchmark
-reports both peaks.
+What the model leaves out (benchmarks/memory_model.py, `--long`): networks with batch normalization
+hold 20-50% more than the model over 3 iterations, and over a hundred iterations fit()'s native
+memory rises further on some networks. The first is memory freed to the C allocator and kept there
+(with glibc's mmap threshold fixed, deep_cnn_bn's peak falls below the model); which allocations feed
+it is not known yet. The second shrank with a smaller young generation on lenet (arrays freed only
+when the collector finds their Java objects). Capping glibc's arenas changes neither
+(benchmarks/malloc_arenas.py).
 
 Each term is `fixed + per_sample * batch`; the caller adds the data pipeline (features and labels
 of the minibatches in flight), which the graph does not know.
