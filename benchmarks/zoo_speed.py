@@ -1,0 +1,83 @@
+"""Speed of planned training against DL4J's own fit() on models of DL4J's zoo, interleaved in one JVM.
+
+    .venv/bin/python benchmarks/zoo_speed.py [--models LeNet,AlexNet,VGG16] [--batch 16] [--iterations 8]
+        [--probe-batch 2] [--configs DIR] [--out benchmarks/results/zoo_speed.json]
+
+Each model is built by DL4J's code at the smallest input it builds at (`benchmarks/zoo_coverage.py`'s
+builder, `org.pyd4j.fixtures.ZooNets`, probed at `--probe-batch`; kept in `--configs` and reused when
+already there), planned at `--batch` under liveness and under the smallest plan (zoo_coverage's
+`peak_plans`), and trained by `org.pyd4j.examples.TrainInterleaved`: two copies of the network (same
+seed, same batches) in one JVM, one with fit(), one under the plan, iterations alternating (fit, planned,
+planned, fit, ...), so load on a shared machine falls on both alike. Reported per plan: the ratio of the
+sums of their iteration times after 2 warm-up iterations each (speed planned / fit()), the median of the
+per-pair ratios and their range. Targets (issue #17): liveness >= 0.95, smallest plan >= 0.75.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {"liveness": 0.95, "smallest": 0.75}
+
+
+def main() -> None:
+    import benchmarks.planned_training as pt
+    import benchmarks.zoo_coverage as zc
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="LeNet,AlexNet,VGG16")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--iterations", type=int, default=8, help="iterations of each side (2 are warm-up)")
+    ap.add_argument("--probe-batch", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds to build a model")
+    ap.add_argument("--configs", help="folder of built models, reused (default: a temporary one)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_speed.json"))
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    doc: dict = {"benchmark": "zoo_speed", "meta": {"batch": args.batch, "iterations": args.iterations, "warmup": 2,
+                                                    "omp_threads": 1, "targets": TARGETS, "machine": platform.platform(),
+                                                    "cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
+                 "models": {}}
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="pyd4j-zoo-speed-") as tmp:
+        folder = Path(args.configs or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        pt.NETWORKS = folder
+        for model in args.models.split(","):
+            row: dict = {}
+            try:
+                if not (folder / f"{model}.info.json").exists():
+                    built = zc.build(model, args.probe_batch, folder, args.timeout)
+                    if not built["built"]:
+                        raise RuntimeError(built.get("skipped") or built.get("error"))
+                files = zc.peak_plans(model, args.batch, args.probe_batch, folder)
+                for policy, path in files.items():
+                    r = pt.interleaved(model, args.batch, args.iterations, {"path": path}, folder)
+                    pairs = [f / p for f, p in zip(r["fit_s"][2:], r["planned_s"][2:])]
+                    row[policy] = {"speed_over_fit": round(r["speed_over_fit"], 3),
+                                   "pairwise_median": round(r["pairwise_median"], 3),
+                                   "pair_range": [round(min(pairs), 3), round(max(pairs), 3)],
+                                   "fit_s": r["fit_s"], "planned_s": r["planned_s"],
+                                   "trainer_overhead_share": r["trainer_overhead_share"],
+                                   "meets_target": r["speed_over_fit"] >= TARGETS[policy]}
+                    print(f"{model} b{args.batch} {policy}: {r['speed_over_fit']:.3f} of fit() "
+                          f"(pairs {row[policy]['pair_range']})", flush=True)
+            except Exception as err:  # noqa: BLE001 - recorded; the benchmark goes on
+                row["error"] = f"{type(err).__name__}: {err}"[:800]
+                print(f"{model}: {row['error']}", flush=True)
+            doc["models"][model] = row
+            doc["meta"]["load_avg_1m_at_end"] = os.getloadavg()[0]
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
