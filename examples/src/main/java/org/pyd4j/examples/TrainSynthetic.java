@@ -211,6 +211,17 @@ public final class TrainSynthetic {
         return b.append('}').toString();
     }
 
+    static boolean allPositive(long[][] shapes) {
+        for (long[] s : shapes) {
+            for (long d : s) {
+                if (d < 1) {
+                    return false;
+                }
+            }
+        }
+        return true;
+    }
+
     static void train(String json, List<InputType> inputs, int batch, int iterations) {
         {
             if (json.contains("\"vertices\"")) {
@@ -227,6 +238,19 @@ public final class TrainSynthetic {
                 long[][] lShapes = new long[outs.size()][];
                 for (int i = 0; i < outs.size(); i++) {
                     lShapes[i] = shape(types.get(outs.get(i)), batch);
+                }
+                if (!allPositive(lShapes)) {
+                    // Some zoo graphs (Darknet19, SqueezeNet) report an output type with a 0 size; the
+                    // network's own output at batch 1 has the right shape
+                    INDArray[] one = new INDArray[in.length];
+                    for (int i = 0; i < in.length; i++) {
+                        one[i] = Nd4j.rand(DataType.FLOAT, shape(in[i], 1));
+                    }
+                    INDArray[] out = net.output(false, one);
+                    for (int i = 0; i < out.length; i++) {
+                        lShapes[i] = out[i].shape().clone();
+                        lShapes[i][0] = batch;
+                    }
                 }
                 net.fit(new RandomMultiIterator(fShapes, lShapes, iterations));
                 lastWorkspaces = workspaceSizes();
