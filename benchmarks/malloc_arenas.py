@@ -1,4 +1,4 @@
-"""What `MALLOC_ARENA_MAX=2` (which `pyd4j flags` puts in the job's environment) changes in a long DL4J fit(): memory and speed.
+"""What `MALLOC_ARENA_MAX=2` (glibc: at most two malloc arenas) changes in a long DL4J fit(): memory and speed.
 
     .venv/bin/python benchmarks/malloc_arenas.py [--runs lenet@32,lstm@32,deep_cnn_bn@8] [--iterations 200]
         [--pairs 3] [--out benchmarks/results/malloc_arenas.json]

@@ -80,7 +80,7 @@ def main() -> None:
     doc = {"benchmark": "memory_model", "meta": {"iterations": args.iterations, "omp_threads": 1, "target": TARGET,
                                                  "machine": platform.platform(), "cpus": os.cpu_count(),
                                                  "load_avg_1m_at_start": os.getloadavg()[0],
-                                                 # PYD4J_BENCH_ENV: e.g. MALLOC_ARENA_MAX=2, what `pyd4j flags` sets
+                                                 # PYD4J_BENCH_ENV: extra environment of the measuring job (e.g. a malloc setting under test)
                                                  "job_environment": json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))},
            "runs": []}
     out = Path(args.out)

@@ -62,7 +62,7 @@ def main() -> None:
                 files = zc.peak_plans(model, args.batch, args.probe_batch, folder)
                 for policy, path in files.items():
                     r = pt.interleaved(model, args.batch, args.iterations, {"path": path}, folder)
-                    pairs = [f / p for f, p in zip(r["fit_s"][2:], r["planned_s"][2:])]
+                    pairs = [f / p for f, p in zip(r["fit_s"][r["warmup"]:], r["planned_s"][r["warmup"]:])]
                     row[policy] = {"speed_over_fit": round(r["speed_over_fit"], 3),
                                    "pairwise_median": round(r["pairwise_median"], 3),
                                    "pair_range": [round(min(pairs), 3), round(max(pairs), 3)],

@@ -599,7 +599,7 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
     limits = _workspace_limits(loaded)
     ws_limit = max(limits.values())
     if mode == "train":
-        terms, cross = _fit_terms(loaded, in_types, batch, dtype, limits, report), report_terms
+        terms, cross = _fit_terms(loaded, in_types, batch, dtype, limits, report, report_gaps), report_terms
     else:
         terms, cross = _inference_terms(loaded, report_terms, dtype, limits), []
 
@@ -643,11 +643,12 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
                     cpu_count=cpus, notes=notes, report_terms=tuple(cross))
 
 
-def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report) -> list[Term]:
+def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report,
+               gaps: list[str]) -> list[Term]:
     """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem)."""
     from pyd4j.sched.fitmem import REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms  # noqa: PLC0415
 
-    graph = _graph(loaded, in_types, REFERENCE_BATCH, report)   # terms per sample: any batch gives the same
+    graph = _graph(loaded, in_types, REFERENCE_BATCH, report, gaps)   # terms per sample: any batch gives the same
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
                        epsilons=limits["WS_LAYER_ACT_X_CONFIG"])
     try:
@@ -659,7 +660,7 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
                  f"{t.why} (pyd4j.sched.fitmem)") for t in parts]
 
 
-def _graph(loaded: _Loaded, in_types: list, batch: int, report):
+def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]):
     """The planner's DL4J graph of the network at `batch`; shapes and parameter counts of the layers
     the planner has no rule for come from DL4J's own shape inference."""
     from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415
@@ -673,7 +674,7 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report):
         shapes = [(s[0], min(s[1], steps)) if len(s) == 2 and steps > 0 else s for s in shapes]
     try:
         return graph_from_dl4j_json(doc, batch, shapes if loaded.kind == "ComputationGraph" else shapes[0],
-                                    profile="dl4j", info=_dl4j_info(loaded, in_types, batch, report))
+                                    profile="dl4j", info=_dl4j_info(loaded, in_types, batch, report, gaps))
     except GraphError as err:
         raise EstimateError(f"{loaded.name}: pyd4j's per-layer memory model cannot read this network ({err}); "
                             f"`pyd4j estimate --mode infer` gives DL4J's own report") from None
@@ -688,7 +689,7 @@ def _graph_shape(spec: dict[str, Any]) -> tuple[int, ...]:
     return (int(spec["size"]),)
 
 
-def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report) -> dict[str, dict[str, Any]]:
+def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]) -> dict[str, dict[str, Any]]:
     """Per layer or vertex name: DL4J's per-sample output shape and parameter count, and the
     working memory DL4J's own report gives it at `batch` -- the figures the planner uses for the
     layers it has no rule or measurement of (its OPAQUE nodes)."""
@@ -705,7 +706,9 @@ def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report) -> dict[str,
         try:
             b = sum(int(r.getMemoryBytes(t, batch, MemoryUseMode.TRAINING, CacheMode.NONE, DataType.FLOAT))
                     for t in (MemoryType.WORKING_MEMORY_FIXED, MemoryType.WORKING_MEMORY_VARIABLE))
-        except Exception:  # noqa: BLE001  (a layer whose report has no training working memory: YOLO2's output)
+        except Exception as exc:  # noqa: BLE001  (a layer whose report has no training working memory: YOLO2's output)
+            gaps.append(f"DL4J's report of {name!r} has no training working memory ({type(exc).__name__}); were the "
+                        f"planner to need it (a layer it has no model of), its default for such a layer is used")
             return {}
         return {"measured": {"ws_forward": b, "ws_backward": b, "saved": 0}} if b else {}
 
