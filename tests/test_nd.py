@@ -183,6 +183,8 @@ def test_round_trips_do_not_grow_memory(jvm, J):
     psutil = pytest.importorskip("psutil")
     import gc
     import time
+    import weakref
+
     import jpype
     process = psutil.Process()
     memory = jpype.JClass("java.lang.management.ManagementFactory").getMemoryMXBean()
@@ -195,15 +197,27 @@ def test_round_trips_do_not_grow_memory(jvm, J):
         whichever test started this shared JVM), which is not a leak of round trips."""
         return int(memory.getHeapMemoryUsage().getCommitted()) + int(memory.getNonHeapMemoryUsage().getCommitted())
 
+    def released_after_gc(deadline_s: float = 60.0) -> None:
+        """Waits until a buffer shared after the batch has been let go by JPype (Java collected its
+        DirectByteBuffer and JPype's reference queue released the numpy array): the event that frees
+        the batch's memory, with a generous deadline for a loaded machine."""
+        sentinel = template.copy()
+        gone = weakref.ref(sentinel)
+        nd.from_numpy(sentinel)
+        del sentinel
+        end = time.monotonic() + deadline_s
+        while gone() is not None:
+            assert time.monotonic() < end, f"a shared numpy buffer was not released within {deadline_s:.0f} s of full GCs"
+            gc.collect()
+            system.gc()
+            time.sleep(0.05)
+
     def outside_heap_after(n: int) -> int:
         for _ in range(n):
             b = nd.to_numpy(nd.from_numpy(template.copy()))
         np.testing.assert_array_equal(b, template)
         del b
-        for _ in range(2):
-            gc.collect()
-            system.gc()
-            time.sleep(0.2)                          # JPype's reference queue releases the buffers
+        released_after_gc()
         return process.memory_info().rss - jvm_committed()
 
     outside_heap_after(batch)                        # warm up JIT, heap and caches
