@@ -47,3 +47,5 @@ def print_estimate(est) -> None:
                     [(name, human_bytes(b), human_bytes(model[name]) if name in model else "-") for name, b in report.items()]
                     + [("total", human_bytes(sum(report.values())),
                         human_bytes(est.offheap_bytes - model.get("prefetch_buffers", 0)))])
+    for note in est.notes:   # what the estimate could not take from DL4J, and what stands in for it
+        click.echo(f"note: {note}")

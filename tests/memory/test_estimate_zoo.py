@@ -46,3 +46,7 @@ def test_estimate_survives_dl4js_incomplete_report(jvm, yolo2: Path) -> None:
     assert len(gap) == 1 and "WORKING_MEMORY" in gap[0] and "NullPointerException" in gap[0]
     assert "working_memory" not in {t["name"] for t in doc["report_terms"]}
     assert "parameters" in {t["name"] for t in doc["report_terms"]}
+    # the table a user reads says it too, below the tables
+    human = CliRunner().invoke(command, ["--model", str(yolo2), "--batch", "2"])
+    assert human.exit_code == 0, human.output
+    assert f"note: {gap[0]}" in human.output
