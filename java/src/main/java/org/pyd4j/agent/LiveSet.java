@@ -72,13 +72,35 @@ final class LiveSet implements Runnable {
     private String pendingTrigger;
     private long pendingT;
     private long pendingHeap;
-    /** When the agent's own GC.run and GC.class_histogram calls ran (epoch ms; "to" is MAX while running). */
-    private long gcRunFrom = -1, gcRunTo = -1, histogramFrom = -1, histogramTo = -1;
-    private static final long CLOCK_SLACK_MS = 20;
+    /**
+     * The agent's own collections are told from the job's and from jcmd's (which have the same causes)
+     * by collection id: when its GC.run or GC.class_histogram call returns, the collection it caused is
+     * the last one of that collector. A full collection with such a cause whose notification comes
+     * while the call runs is held until the call returns and is then filed; one that comes after is
+     * compared with the ids the call left.
+     */
+    private static final String RUN_CAUSE = "Diagnostic Command";
+    private static final String HISTOGRAM_CAUSE = "Heap Inspection Initiated GC";
+    private String runningCause;
+    private final List<Collection> held = new ArrayList<>();
+    private final java.util.Map<String, Long> ownRun = new java.util.HashMap<>();
+    private final java.util.Map<String, Long> ownHistogram = new java.util.HashMap<>();
 
-    private static boolean within(long startMs, long from, long to) {
-        return from >= 0 && startMs >= from - CLOCK_SLACK_MS && startMs <= to + CLOCK_SLACK_MS;
+    /** A collection of the whole heap, as the GC listener saw it. */
+    static final class Collection {
+        final String trigger, cause, collector;
+        final long id, t, heapAfter;
+
+        Collection(String trigger, String cause, String collector, long id, long t, long heapAfter) {
+            this.trigger = trigger;
+            this.cause = cause;
+            this.collector = collector;
+            this.id = id;
+            this.t = t;
+            this.heapAfter = heapAfter;
+        }
     }
+
     /** Heap usage after the collection of the agent's last inspection (what the collector reports). */
     private long inspectionHeapAfter = -1;
     /**
@@ -192,19 +214,49 @@ final class LiveSet implements Runnable {
      * From the GC listener: a collection of the whole heap ended, with {@code heapAfter} bytes left.
      * Returns false for the agent's own inspection (which it measures itself).
      */
-    boolean onFullCollection(String trigger, String cause, long startMs, long t, long heapAfter) {
+    boolean onFullCollection(Collection c) {
         synchronized (lock) {
-            // the agent's own by when it started (notifications come late, and jcmd's have the same causes)
-            boolean inspection = "Heap Inspection Initiated GC".equals(cause) && within(startMs, histogramFrom, histogramTo);
-            if (inspection || ("Diagnostic Command".equals(cause) && within(startMs, gcRunFrom, gcRunTo))) {
-                if (inspection) inspectionHeapAfter = heapAfter;
-                return false;
+            if (c.cause.equals(runningCause)) {
+                held.add(c);  // the agent's call is running: filed when it returns
+                return true;
             }
-            pendingTrigger = trigger;
-            pendingT = t;
-            pendingHeap = heapAfter;
-            lock.notifyAll();
-            return true;
+            return file(c);
+        }
+    }
+
+    /** Files a collection whose cause may be the agent's: its own, or the job's (or jcmd's) live point. Holds {@code lock}. */
+    private boolean file(Collection c) {
+        java.util.Map<String, Long> own = HISTOGRAM_CAUSE.equals(c.cause) ? ownHistogram
+                : RUN_CAUSE.equals(c.cause) ? ownRun : null;
+        if (own != null && Long.valueOf(c.id).equals(own.get(c.collector))) {
+            if (own == ownHistogram) inspectionHeapAfter = c.heapAfter;
+            return false;
+        }
+        pendingTrigger = c.trigger;
+        pendingT = c.t;
+        pendingHeap = c.heapAfter;
+        lock.notifyAll();
+        return true;
+    }
+
+    /** Before the agent's GC.run or GC.class_histogram call. */
+    private void calling(String cause) {
+        synchronized (lock) {
+            runningCause = cause;
+        }
+    }
+
+    /** After it: the collection it caused is each collector's last; the held ones are filed now. */
+    private void called(String cause) {
+        synchronized (lock) {
+            java.util.Map<String, Long> own = HISTOGRAM_CAUSE.equals(cause) ? ownHistogram : ownRun;
+            own.clear();
+            for (java.lang.management.GarbageCollectorMXBean b : ManagementFactory.getGarbageCollectorMXBeans()) {
+                own.put(b.getName(), b.getCollectionCount());
+            }
+            runningCause = null;
+            for (Collection c : held) file(c);
+            held.clear();
         }
     }
 
@@ -272,33 +324,25 @@ final class LiveSet implements Runnable {
         ObjectName name = new ObjectName("com.sun.management:type=DiagnosticCommand");
         synchronized (lock) {
             inspectionHeapAfter = -1;
-            gcRunFrom = System.currentTimeMillis();
-            gcRunTo = Long.MAX_VALUE;
         }
+        calling(RUN_CAUSE);
         long start = System.nanoTime();
         try {
             server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
         } finally {
-            synchronized (lock) {
-                gcRunTo = System.currentTimeMillis();
-            }
+            called(RUN_CAUSE);
         }
         long pause = System.nanoTime() - start;
         boolean drained = drain();
         long t = System.currentTimeMillis();
-        synchronized (lock) {
-            histogramFrom = t;
-            histogramTo = Long.MAX_VALUE;
-        }
+        calling(HISTOGRAM_CAUSE);
         start = System.nanoTime();
         String text;
         try {
             text = (String) server.invoke(name, "gcClassHistogram", new Object[]{new String[0]},
                     new String[]{String[].class.getName()});
         } finally {
-            synchronized (lock) {
-                histogramTo = System.currentTimeMillis();
-            }
+            called(HISTOGRAM_CAUSE);
         }
         pause += System.nanoTime() - start;
         Histogram h = Histogram.parse(text, TOP_CLASSES);

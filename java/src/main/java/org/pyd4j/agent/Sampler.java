@@ -317,7 +317,8 @@ final class Sampler implements Runnable {
                 sink.line(j.close());
                 LiveSet live = liveSet;
                 if (live != null && (kind.equals("full") || kind.equals("cycle"))) {
-                    live.onFullCollection(kind.equals("full") ? "full-gc" : "gc-cycle", cause, t, t + duration, heapAfter);
+                    live.onFullCollection(new LiveSet.Collection(kind.equals("full") ? "full-gc" : "gc-cycle", String.valueOf(cause),
+                            name, (Long) info.get("id"), t + duration, heapAfter));
                 } else if (live != null) {
                     live.observeYoung(heapAfter);
                 }
