@@ -128,11 +128,11 @@ def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
 
 def chunkable(layer: "Layer") -> bool:
     """Whether a CONV step of `layer` may run in batch chunks (a profile's `batch_chunks`
-    algorithms): a plain DL4J ConvolutionLayer reading its input as is -- no input dropout (one
-    mask is drawn for the whole batch) and no input preprocessor."""
+    algorithms): a plain DL4J ConvolutionLayer without input dropout (one mask is drawn for the
+    whole batch). An input preprocessor (a reshape per sample) runs on the whole batch first."""
     dl4j = layer.attrs.get("dl4j", {})
     return (layer.type.value == "CONV" and dl4j.get("class") in ("ConvolutionLayer", "Convolution2D")
-            and layer.attrs.get("idropout") is None and layer.attrs.get("preprocessor") is None)
+            and layer.attrs.get("idropout") is None)
 
 
 def chunk_rows(batch: int, chunks: int) -> int:

@@ -51,9 +51,9 @@ def test_the_dl4j_profile_offers_batch_chunks_and_cudnn_keeps_its_table() -> Non
 def test_which_convolutions_may_be_sliced() -> None:
     lenet = graph("lenet", 8)
     convs = [layer for layer in lenet.layers if layer.type is LayerType.CONV]
-    # the first convolution reshapes the flat input (a preprocessor): whole batch only
-    assert [chunkable(layer) for layer in convs] == [False, True]
-    assert [a for a, _ in default_cost().conv_options(lenet, convs[0].id)] == [0]
+    # the first convolution reshapes the flat input (a preprocessor, run on the whole batch first): sliced too
+    assert [chunkable(layer) for layer in convs] == [True, True]
+    assert [a for a, _ in default_cost().conv_options(lenet, convs[0].id)] == [0, 1, 2, 3]
     doc = json.loads((NETS / "deep_cnn_bn.json").read_text())
     doc["confs"][3]["layer"]["idropout"] = {"@class": "org.deeplearning4j.nn.conf.dropout.Dropout", "p": 0.9}
     g = graph_from_dl4j_json(doc, 8, _input_shape(str(NETS / "deep_cnn_bn.json")))

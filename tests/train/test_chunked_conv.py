@@ -15,8 +15,8 @@ DL4J's own float32 results are. Networks with batch normalization amplify roundi
 bias in front of batch normalization has a gradient of exactly zero (batch normalization removes
 the mean), so float32 computes noise there, and Adam turns noise into steps of the learning rate;
 its parameters (and the running means that follow them) are compared with the same float64 rule.
-LeNet (no batch normalization) also meets the plain rule: every gradient within 1e-6 of fit()'s,
-every parameter within 1e-4 after 20 iterations.
+LeNet (no batch normalization) also meets a plain rule: every gradient within 2e-6 of fit()'s (both
+within DL4J's own float32 error of the exact one), every parameter within 1e-4 after 20 iterations.
 """
 
 from __future__ import annotations
@@ -91,11 +91,17 @@ def test_chunked_convolutions_train_as_dl4j_does(name: str, tmp_path: Path) -> N
         # per variable: [relative to fit(), max |fit()|, |fit() - exact|, |planned - exact|, max |exact|]
         for var, (rel, _, fit_err, plan_err, scale) in r["gradient_by_variable"].items():
             assert plan_err <= FLOOR * fit_err + 1e-7 * scale, (where, "gradient", var, fit_err, plan_err)
-        # per variable: [relative to fit(), |fit() - exact|, |planned - exact|, max |exact|]
-        for var, (rel, fit_err, plan_err, scale) in r["params_by_variable"].items():
-            assert plan_err <= FLOOR * fit_err + 1e-6 * scale, (where, "parameter", var, fit_err, plan_err)
-        if name == "lenet":   # no batch normalization: fit()'s own results within the plain tolerances
-            assert r["max_relative"] <= 1e-6 and r["params_relative"] <= 1e-4, where
+        # after 20 iterations, over the whole network: [relative to fit(), |fit() - exact|, |planned - exact|,
+        # max |exact|] per variable. Each variable's float32 drift is a random walk, and fit()'s own drift on
+        # one variable can be small by chance (lenet's output weights: 4.7e-7, while its dense layer's is
+        # 5.7e-6), so the planned run's worst is held to fit()'s worst, not variable by variable
+        params = r["params_by_variable"].values()
+        worst_fit = max(fit_err / scale for _, fit_err, _, scale in params)
+        worst_plan = max(plan_err / scale for _, _, plan_err, scale in params)
+        assert worst_plan <= FLOOR * worst_fit + 1e-6, (where, "parameters", worst_fit, worst_plan)
+        if name == "lenet":   # no batch normalization: fit()'s own results within plain tolerances; two
+            # results each within DL4J's float32 error of the exact one differ by up to twice that error
+            assert r["max_relative"] <= 2e-6 and r["params_relative"] <= 1e-4, where
 
 
 @pytest.mark.jvm
@@ -148,9 +154,10 @@ def test_slicing_what_cannot_be_sliced_is_refused_with_the_fix(jvm, tmp_path: Pa
     net.getLayers()[3].conf().getLayer().setIDropout(jpype.JClass("org.deeplearning4j.nn.conf.dropout.Dropout")(0.9))
     out = problems(net, plan_with("deep_cnn_bn", 4, "BACKWARD"))
     assert any("'layer3'" in p and "input dropout" in p and "without batch chunks" in p for p in out), out
-    # a convolution fed through a preprocessor (LeNet's first reshapes the flat input)
-    out = problems(network("lenet"), plan_with("lenet", 1, "FORWARD"))
-    assert len(out) == 1 and "preprocessor" in out[0], out
+    # a convolution fed through a preprocessor (LeNet's first reshapes the flat input) is accepted:
+    # the reshape runs on the whole batch, the convolution in slices
+    assert problems(network("lenet"), plan_with("lenet", 1, "FORWARD")) == []
+    assert problems(network("lenet"), plan_with("lenet", 1, "BACKWARD")) == []
     # the same networks' convolutions otherwise are accepted in chunks
     assert problems(network("deep_cnn_bn"), plan_with("deep_cnn_bn", 4, "BACKWARD")) == []
     assert problems(network("resnet_graph"), plan_with("resnet_graph", 2, "FORWARD")) == []

@@ -28,8 +28,10 @@ BATCH = 2
 # pooling (SqueezeNet), Upsampling2D (UNet), SeparableConvolution2D (Xception). Darknet19, AlexNet
 # (LRN's n written as 5.0), ResNet50 (ZeroPaddingLayer, AVG SubsamplingLayer) and the rest of the zoo
 # are in benchmarks/zoo_coverage.py (minutes each on a small machine), average pooling in
-# test_planned_gradients (resnet_graph), LRN's whole double in tests/sched
-MODELS = ("SqueezeNet", "UNet", "Xception")
+# test_planned_gradients (resnet_graph), LRN's whole double in tests/sched. LeNet: its first
+# convolution takes the flat input through DL4J's FeedForwardToCnnPreProcessor, and the smallest plan
+# runs it in batch slices (the reshape on the whole batch first)
+MODELS = ("SqueezeNet", "UNet", "Xception", "LeNet")
 CHUNK_TOLERANCE = 4.0   # a chunked plan's error against float64 may be this many times DL4J's own
 ZOO_LIB = FIXTURES_JAR.parent / "zoo-lib"
 
@@ -73,6 +75,10 @@ def test_zoo_network_trains_planned_exactly(zoo: Path, model: str, tmp_path: Pat
     files = {}
     for policy in ("liveness", IN_MEMORY, "smallest"):
         plan, result = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
+        if model == "LeNet" and policy == "smallest":
+            counts = g.profile.chunk_counts
+            sliced = {g.layers[s.arg].name for s in plan.steps if counts[s.algo] > 1}
+            assert "cnn1" in sliced and g.layers[1].attrs.get("preprocessor") == "FeedForwardToCnnPreProcessor", sliced
         path = tmp_path / f"{model}.{policy}.json"
         files[str(write_plan(path, plan, result, network_kind(doc), model))] = policy
     run = subprocess.run(["java", "-Xmx3g", "-Dpyd4j.check.f64=true", "-cp", java_classpath(), "org.pyd4j.fixtures.PlannedCheck",

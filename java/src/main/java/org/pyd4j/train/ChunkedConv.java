@@ -36,8 +36,9 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
  * </ul>
  *
  * Exact only where every sample's computation is independent of the others: a plain
- * ConvolutionLayer without input dropout (one mask is drawn for the whole batch) and without an
- * input preprocessor; {@link #problem} names what else is refused.
+ * ConvolutionLayer without input dropout (one mask is drawn for the whole batch); {@link #problem}
+ * names what else is refused. An input preprocessor (DL4J's reshape a flat or recurrent input into
+ * images per sample) runs on the whole batch before the slices, and its backward after them.
  */
 final class ChunkedConv {
     static final String CONVOLUTION = "org.deeplearning4j.nn.layers.convolution.ConvolutionLayer";
@@ -46,7 +47,7 @@ final class ChunkedConv {
     }
 
     /** Why {@code layer} cannot run in batch chunks (null: it can). */
-    static String problem(Layer layer, String name, boolean preprocessor, int chunks) {
+    static String problem(Layer layer, String name, int chunks) {
         String fix = "; write the plan without batch chunks for it (no budget, or a larger one: "
                 + "`pyd4j plan ... --emit-plan FILE` without --budget)";
         if (layer == null || !layer.getClass().getName().equals(CONVOLUTION)) {
@@ -56,10 +57,6 @@ final class ChunkedConv {
         if (LayerState.inputDropout(layer) != null) {
             return "the plan runs convolution " + name + " in " + chunks + " batch chunks, but it has input dropout: "
                     + "fit() draws one mask for the whole batch, which slices cannot reproduce" + fix;
-        }
-        if (preprocessor) {
-            return "the plan runs convolution " + name + " in " + chunks + " batch chunks, but it has an input "
-                    + "preprocessor, which is applied to the whole batch" + fix;
         }
         return null;
     }

@@ -217,10 +217,7 @@ final class GraphNodes extends NetworkNodes {
             // preprocessor's; called directly so the trainer knows the array a preprocessor's view is cut from
             Pair<Gradient, INDArray> p = v.getLayer().backpropGradient(epsilon, mgr);
             g = p.getFirst();
-            INDArray eps = p.getSecond();
-            InputPreProcessor pp = ((LayerVertex) v).getLayerPreProcessor();
-            out = new Held[] {pp == null || eps == null ? Held.own(eps)
-                    : Held.preprocessed(eps, pp.backprop(eps, net.batchSize(), mgr))};
+            out = inputGradient(node, p.getSecond(), mgr);
         } else {
             v.setEpsilon(epsilon);
             Pair<Gradient, INDArray[]> p = v.doBackward(false, mgr);
@@ -244,15 +241,19 @@ final class GraphNodes extends NetworkNodes {
     }
 
     @Override
-    boolean hasPreprocessor(int node) {
-        return vertices[node] instanceof LayerVertex && ((LayerVertex) vertices[node]).getLayerPreProcessor() != null;
+    Held[] inputGradient(int node, INDArray eps, LayerWorkspaceMgr mgr) {
+        InputPreProcessor pp = vertices[node] instanceof LayerVertex ? ((LayerVertex) vertices[node]).getLayerPreProcessor() : null;
+        return new Held[] {pp == null || eps == null ? Held.own(eps) : Held.preprocessed(eps, pp.backprop(eps, net.batchSize(), mgr))};
     }
 
     @Override
     INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks) {
         GraphVertex v = vertices[node];
         v.setInput(0, inputs[0], mgr);   // the vertex holds its input, as after doForward
-        return ChunkedConv.forward(v.getLayer(), inputs[0], chunks, mgr);   // no preprocessor (checked)
+        // as LayerVertex.doForward: the preprocessor on the whole batch (a reshape per sample), then the layer, here in slices
+        InputPreProcessor pp = ((LayerVertex) v).getLayerPreProcessor();
+        INDArray x = pp == null ? inputs[0] : pp.preProcess(inputs[0], net.batchSize(), mgr);
+        return ChunkedConv.forward(v.getLayer(), x, chunks, mgr);
     }
 
     @Override

@@ -161,8 +161,12 @@ final class MultiLayerNodes extends NetworkNodes {
         int i = node - 1;
         Pair<Gradient, INDArray> p = layers[i].backpropGradient(epsilon, mgr);
         addGradient(node, p.getFirst());
-        INDArray eps = p.getSecond();
-        InputPreProcessor pp = conf.getInputPreProcess(i);
+        return inputGradient(node, p.getSecond(), mgr);
+    }
+
+    @Override
+    Held[] inputGradient(int node, INDArray eps, LayerWorkspaceMgr mgr) {
+        InputPreProcessor pp = conf.getInputPreProcess(node - 1);
         if (pp == null || eps == null) return new Held[] {Held.own(eps)};
         return new Held[] {Held.preprocessed(eps, pp.backprop(eps, net.getInputMiniBatchSize(), mgr))};
     }
@@ -175,13 +179,9 @@ final class MultiLayerNodes extends NetworkNodes {
     }
 
     @Override
-    boolean hasPreprocessor(int node) {
-        return node > 0 && conf.getInputPreProcess(node - 1) != null;
-    }
-
-    @Override
     INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks) {
-        return ChunkedConv.forward(layers[node - 1], inputs[0], chunks, mgr);   // no preprocessor (checked)
+        // the preprocessor on the whole batch (a reshape per sample), the convolution in slices
+        return ChunkedConv.forward(layers[node - 1], preprocess(node - 1, inputs[0], mgr), chunks, mgr);
     }
 
     @Override

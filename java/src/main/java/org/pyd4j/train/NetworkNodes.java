@@ -68,8 +68,11 @@ abstract class NetworkNodes {
     /** Run the node's backward step; returns the gradient of each input (null where none). */
     abstract Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr);
 
-    /** Whether the node's layer gets its input through an input preprocessor. */
-    abstract boolean hasPreprocessor(int node);
+    /**
+     * The input gradient a layer node's backward step hands on: the layer's own, through the
+     * backward of its input preprocessor if it has one (held as cut from the layer's array).
+     */
+    abstract Held[] inputGradient(int node, INDArray layerEpsilon, LayerWorkspaceMgr mgr);
 
     /** Add a backward step's parameter gradients to this iteration's, in DL4J's order. */
     abstract void addGradient(int node, Gradient g);
@@ -82,7 +85,7 @@ abstract class NetworkNodes {
     Held[] backwardInChunks(int node, INDArray epsilon, StepWorkspaceMgr mgr, int chunks) {
         org.nd4j.common.primitives.Pair<Gradient, INDArray> p = ChunkedConv.backward(layer(node), epsilon, chunks, mgr);
         addGradient(node, p.getFirst());
-        return new Held[] {Held.own(p.getSecond())};
+        return inputGradient(node, p.getSecond(), mgr);
     }
 
     /** What keeps the plan's batch-chunked steps from running (empty: nothing). */
@@ -90,7 +93,7 @@ abstract class NetworkNodes {
         List<String> out = new ArrayList<>();
         for (PlanFile.Record r : plan.records) {
             if (!r.isCompute() || r.chunks <= 1) continue;
-            String p = ChunkedConv.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", hasPreprocessor(r.arg), r.chunks);
+            String p = ChunkedConv.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", r.chunks);
             if (p != null && !out.contains(p)) out.add(p);
         }
         return out;
