@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/planned_training.py [--networks deep_cnn_bn,resnet_graph,...]
         [--iterations 8] [--repeats 2] [--policies liveness,...] [--interleaved 8] [--container 1g]
-        [--budgets min,0.4] [--out benchmarks/results/planned_training.json]
+        [--budgets min,0.4] [--configs DIR] [--out benchmarks/results/planned_training.json]
 
 Every run is the unchanged example job `org.pyd4j.examples.TrainSynthetic <net.json> <batch>
 <iterations>` in a child JVM under pyd4j's agent; planned runs differ only by the agent's
@@ -71,14 +71,18 @@ EXTRA_ENV: dict[str, str] = json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))
 
 def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
     from pyd4j.commands.plan import _input_shape
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
-    from pyd4j.sched.training_plan import choose_plan
+    from pyd4j.memory.probe import of_configuration
+    from pyd4j.sched.dl4j_json import network_kind, probed_graph
+    from pyd4j.sched.training_plan import choose_plan, smallest_plan
     from pyd4j.sched.training_plan import write_plan as write
 
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    graph = graph_from_dl4j_json(doc, batch, _input_shape(str(config)))
-    plan, result = choose_plan(graph, policy=policy, offload=True)
+    # as `pyd4j plan` plans it: DL4J probed where the planner has no model of a layer
+    graph = probed_graph(doc, batch, _input_shape(str(config)), probe=of_configuration(doc, str(config)))
+    # "smallest": every convolution in its least working memory (batch slices), nothing offloaded
+    plan, result = smallest_plan(graph, offload=False) if policy == "smallest" else \
+        choose_plan(graph, policy=policy, offload=True)
     path = folder / f"{name}.{batch}.{policy}.plan.json"
     if path.exists():
         path.unlink()
@@ -332,7 +336,13 @@ def main() -> None:
     parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
     parser.add_argument("--container-start", type=int, default=16, help="first batch of the largest-batch search")
     parser.add_argument("--container-iterations", type=int, default=5)
+    parser.add_argument("--container-policy", default="recompute_in_memory", choices=[*POLICIES, "smallest"],
+                        help="the plan of the planned side of the largest-batch search (smallest: "
+                             "smallest_plan, convolutions in batch slices)")
     parser.add_argument("--batches", default="", help="name=batch,... overrides of the default batch sizes")
+    parser.add_argument("--configs", metavar="DIR",
+                        help="read the networks from DIR (<name>.json and its .input.json sidecar) instead of "
+                             "the example networks: the zoo models benchmarks/memory_model.py --configs kept")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "planned_training.json"))
     parser.add_argument("--budgets", default="",
                         help="budget-driven plans instead of the per-policy ones: min, a fraction of fit()'s "
@@ -340,6 +350,9 @@ def main() -> None:
     args = parser.parse_args()
 
     container = parse_bytes(args.container, "--container")
+    global NETWORKS
+    if args.configs:
+        NETWORKS = Path(args.configs).resolve()
     policies = tuple(filter(None, args.policies.split(",")))
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -347,23 +360,24 @@ def main() -> None:
     for item in filter(None, args.batches.split(",")):
         key, _, value = item.partition("=")
         DEFAULT_NETWORKS[key] = int(value)
-    doc = {"benchmark": "planned_training", "repeats": args.repeats, "policies": list(policies),
+    doc = {"benchmark": "planned_training", "configs": "examples/networks" if not args.configs else
+           "DL4J zoo models built by benchmarks/memory_model.py --configs", "repeats": args.repeats, "policies": list(policies),
            "interleaved_iterations": args.interleaved, "networks": {}, "container": {},
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": 1,
                        "shared": "other jobs ran on this machine while it measured",
                        "load_avg_1m_at_start": os.getloadavg()[0]}}
     with tempfile.TemporaryDirectory(prefix="pyd4j-planned-") as tmp:
         folder = Path(tmp)
-        for name in args.networks.split(","):
+        for name in filter(None, args.networks.split(",")):
             doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder,
                                             policies, args.interleaved, [b for b in args.budgets.split(",") if b])
         for name in filter(None, args.container_networks.split(",")):
             fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
-            planned = largest_batch(name, args.container_iterations, container, "recompute_in_memory",
+            planned = largest_batch(name, args.container_iterations, container, args.container_policy,
                                     max(16, fit["largest_batch"]), folder)
             doc["container"][name] = {
                 "container_bytes": container, "iterations": args.container_iterations,
-                "fit": fit, "recompute_in_memory": planned,
+                "fit": fit, args.container_policy: planned, "policy": args.container_policy,
                 "planned_over_fit": planned["largest_batch"] / fit["largest_batch"] if fit["largest_batch"] else None}
     doc["machine"]["load_avg_1m_at_end"] = os.getloadavg()[0]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
