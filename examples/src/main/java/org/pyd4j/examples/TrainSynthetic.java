@@ -15,7 +15,10 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.bytedeco.javacpp.Pointer;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.graph.GraphVertex;
+import org.deeplearning4j.nn.conf.graph.LayerVertex;
 import org.deeplearning4j.nn.conf.inputs.InputType;
+import org.deeplearning4j.nn.conf.layers.objdetect.Yolo2OutputLayer;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -252,7 +255,18 @@ public final class TrainSynthetic {
                         lShapes[i][0] = batch;
                     }
                 }
-                net.fit(new RandomMultiIterator(fShapes, lShapes, iterations));
+                // a YOLO output takes boxes, not its activations' shape: [batch, 4 + classes, H, W]
+                boolean[] yolo = new boolean[outs.size()];
+                for (int i = 0; i < outs.size(); i++) {
+                    GraphVertex v = conf.getVertices().get(outs.get(i));
+                    if (v instanceof LayerVertex && ((LayerVertex) v).getLayerConf().getLayer() instanceof Yolo2OutputLayer) {
+                        long boxes = ((Yolo2OutputLayer) ((LayerVertex) v).getLayerConf().getLayer()).getBoundingBoxes().size(0);
+                        long[] s = lShapes[i];
+                        lShapes[i] = new long[] {batch, 4 + s[1] / boxes - 5, s[2], s[3]};
+                        yolo[i] = true;
+                    }
+                }
+                net.fit(new RandomMultiIterator(fShapes, lShapes, yolo, iterations));
                 lastWorkspaces = workspaceSizes();
                 net.close();
             } else {
@@ -362,11 +376,32 @@ public final class TrainSynthetic {
             implements MultiDataSetIterator {
         final long[][] fShapes;
         final long[][] lShapes;
+        final boolean[] yolo;
 
-        RandomMultiIterator(long[][] fShapes, long[][] lShapes, int total) {
+        RandomMultiIterator(long[][] fShapes, long[][] lShapes, boolean[] yolo, int total) {
             super(total);
             this.fShapes = fShapes;
             this.lShapes = lShapes;
+            this.yolo = yolo;
+        }
+
+        /**
+         * Labels of a Yolo2OutputLayer ([batch, 4 + classes, H, W]): one object per image, a box from
+         * (0.2, 0.2) to (0.8, 0.8) grid units in a random cell, of a random class; every other cell empty.
+         */
+        static INDArray yoloLabels(long[] shape) {
+            INDArray l = Nd4j.zeros(DataType.FLOAT, shape);
+            java.util.Random r = new java.util.Random(shape[0]);
+            for (long b = 0; b < shape[0]; b++) {
+                long y = r.nextInt((int) shape[2]);
+                long x = r.nextInt((int) shape[3]);
+                l.putScalar(new long[] {b, 0, y, x}, x + 0.2);
+                l.putScalar(new long[] {b, 1, y, x}, y + 0.2);
+                l.putScalar(new long[] {b, 2, y, x}, x + 0.8);
+                l.putScalar(new long[] {b, 3, y, x}, y + 0.8);
+                l.putScalar(new long[] {b, 4 + r.nextInt((int) shape[1] - 4), y, x}, 1.0);
+            }
+            return l;
         }
 
         @Override
@@ -377,7 +412,7 @@ public final class TrainSynthetic {
             }
             INDArray[] l = new INDArray[lShapes.length];
             for (int i = 0; i < l.length; i++) {
-                l[i] = Nd4j.rand(DataType.FLOAT, lShapes[i]);
+                l[i] = yolo[i] ? yoloLabels(lShapes[i]) : Nd4j.rand(DataType.FLOAT, lShapes[i]);
             }
             return new MultiDataSet(f, l);
         }
