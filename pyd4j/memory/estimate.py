@@ -11,8 +11,8 @@ Inference keeps DL4J's report corrected for what it omits. Then the JVM's own he
 overhead. Every term says where its number comes from: `dl4j-report` (DL4J's report), `measured`
 (read from the running JVM or machine), or `estimate` (pyd4j's model, stated in `why`).
 
-Every term is `fixed + per_sample * batch` (and the C allocator's share of freed blocks, which stops at
-glibc's mmap limit), so `Estimate.at_batch()` re-evaluates without the JVM; `pyd4j.memory.flags` and the batch advisor rely on that.
+Every term is linear in the minibatch (`fixed + per_sample * batch`), so `Estimate.at_batch()`
+re-evaluates without the JVM; `pyd4j.memory.flags` and the batch advisor rely on that.
 The dataclasses here import nothing from Java: only the functions that read a network start a JVM.
 """
 
@@ -78,8 +78,7 @@ class EstimateError(InputError):
 
 @dataclass(frozen=True)
 class Term:
-    """One part of the memory a network needs: bytes = fixed + per_sample * batch, plus what the C
-    allocator keeps of the freed blocks in `malloc_groups` (per sample; `pyd4j.sched.fitmem.kept_by_malloc`)."""
+    """One part of the memory a network needs: bytes = fixed + per_sample * batch."""
 
     name: str
     region: Region
@@ -87,12 +86,9 @@ class Term:
     fixed_bytes: int
     per_sample_bytes: int
     why: str
-    malloc_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     def bytes_at(self, batch: int) -> int:
-        from pyd4j.sched.fitmem import kept_by_malloc  # noqa: PLC0415
-
-        return int(self.fixed_bytes + self.per_sample_bytes * batch) + kept_by_malloc(self.malloc_groups, batch)
+        return int(self.fixed_bytes + self.per_sample_bytes * batch)
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,7 @@ class Estimate:
     """DL4J's NetworkMemoryReport, term by term: a cross-check printed beside the terms, never summed."""
 
     def at_batch(self, batch: int) -> "Estimate":
-        """The same network at another minibatch (every term is a function of the batch alone)."""
+        """The same network at another minibatch (every term is linear in the batch)."""
         check_batch(batch)
         return replace(self, batch=int(batch))
 
@@ -165,19 +161,13 @@ class Estimate:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Estimate":
-        terms = tuple(_term(t) for t in d["terms"])
-        report = tuple(_term(t) for t in d.get("report_terms", ()))
+        terms = tuple(Term(**{k: v for k, v in t.items() if k != "bytes"}) for t in d["terms"])
+        report = tuple(Term(**{k: v for k, v in t.items() if k != "bytes"}) for t in d.get("report_terms", ()))
         keys = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in d.items() if k in keys}
         values.update(terms=terms, inputs=tuple(d.get("inputs", ())), notes=tuple(d.get("notes", ())),
                       report_terms=report)
         return cls(**values)
-
-
-def _term(d: dict[str, Any]) -> Term:
-    values = {k: v for k, v in d.items() if k != "bytes"}
-    values["malloc_groups"] = tuple(tuple(tuple(alt) for alt in g) for g in values.get("malloc_groups", ()))
-    return Term(**values)
 
 
 def check_batch(batch: Any) -> int:
@@ -667,9 +657,7 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
         raise EstimateError(f"{loaded.name}: {err}") from None
     scale = DTYPE_BYTES[dtype] / graph.layers[0].itemsize   # the graph is in the configuration's data type
     return [Term(t.name, "offheap", "estimate", int(round(t.fixed_bytes * scale)), int(round(t.per_sample_bytes * scale)),
-                 f"{t.why} (pyd4j.sched.fitmem)",
-                 tuple(tuple(tuple(int(round(b * scale)) for b in alt) for alt in g) for g in t.malloc_groups))
-            for t in parts]
+                 f"{t.why} (pyd4j.sched.fitmem)") for t in parts]
 
 
 def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]):

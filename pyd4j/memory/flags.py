@@ -441,7 +441,7 @@ class SparkShape:
 
 def _scaled_term(term: Term, times: int, why: str) -> Term:
     return Term(term.name, term.region, term.source, term.fixed_bytes * times, term.per_sample_bytes * times,
-                f"{term.why}; {why}" if times != 1 else term.why, term.malloc_groups * times)
+                f"{term.why}; {why}" if times != 1 else term.why)
 
 
 def _reserved_term(heap_so_far: int, role: str) -> Term:

@@ -94,28 +94,6 @@ class Size:
         return int(math.ceil(total))
 
 
-    def blocks(self, graph: "Graph", layer: "Layer") -> tuple[int, ...]:
-        """The same bytes as the arrays they are allocated in (unaligned): a multiple k of the output,
-        an input or the patch matrix is k arrays of that size (a fraction: one smaller array)."""
-        if not self:
-            return ()
-
-        def arrays(k: float, unit: int) -> list[int]:
-            whole, part = int(k), k - int(k)
-            return [unit] * whole + ([int(math.ceil(part * unit))] if part else [])
-
-        out = arrays(self.y, layer.out_bytes)
-        for j in layer.inputs if self.x else ():
-            out += arrays(self.x, graph.layers[j].out_bytes)
-        if self.channels:
-            out.append(int(math.ceil(self.channels * layer.out_shape[1] * layer.itemsize)))
-        if self.im2col:
-            out += arrays(self.im2col, im2col_bytes(graph, layer))
-        if self.bytes:
-            out.append(self.bytes)
-        return tuple(b for b in out if b)
-
-
 def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
     """Bytes of a CONV layer's patch matrix: C*KH*KW values per output position and sample
     (C / groups for a grouped convolution, which runs one group at a time)."""
@@ -389,10 +367,6 @@ class GraphDeps:
     ws_fwd_min: list[int] = field(default_factory=list)
     ws_bwd_min: list[int] = field(default_factory=list)
     ws_rc_min: list[int] = field(default_factory=list)
-    # each FORWARD and BACKWARD step's scratch as the arrays it is allocated in (unaligned; a probed
-    # step: none, its arrays are not known): what the C allocator sees (pyd4j.sched.fitmem)
-    ws_fwd_blocks: list[tuple[int, ...]] = field(default_factory=list)
-    ws_bwd_blocks: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def resident_state_bytes(self) -> int:
@@ -439,8 +413,6 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
     fwd_reads, rc_reads, bwd_reads = [], [], []
     bwd_dy, bwd_dx, bwd_dw = [], [], []
     ws_fwd, ws_bwd, ws_rc, algo_ws = [], [], [], []
-    fwd_blocks: list[tuple[int, ...]] = []
-    bwd_blocks: list[tuple[int, ...]] = []
     state_bytes, state_names, saved_bytes = [], [], []
     idrop = prof.input_dropout
     entries = []
@@ -489,14 +461,10 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
             ws_fwd.append(aligned(int(measured.get("ws_forward", 0))))
             ws_bwd.append(aligned(int(measured.get("ws_backward", 0))) if has_bwd else 0)
             ws_rc.append(ws_fwd[-1])
-            fwd_blocks.append(())   # a probed step's arrays are not known, only their total
-            bwd_blocks.append(())
         else:
             ws_fwd.append(aligned(e.forward.workspace.of(graph, layer)) if wf else 0)
             ws_bwd.append(aligned(b.workspace.of(graph, layer)) if wb else 0)
             ws_rc.append(aligned(e.recompute.workspace.of(graph, layer)) if wr else 0)
-            fwd_blocks.append(e.forward.workspace.blocks(graph, layer) if wf else ())
-            bwd_blocks.append(b.workspace.blocks(graph, layer) if wb else ())
         algo_ws.append(aw)
         if e.state:
             parts = {k: s.of(graph, layer) for k, s in e.state.items()}
@@ -559,4 +527,4 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
     return GraphDeps(prof, fwd_reads, rc_reads, bwd_reads, bwd_dy, bwd_dx, bwd_dw, fwd_inplace,
                      bwd_inplace, ws_fwd, ws_bwd, ws_rc, algo_ws, state_bytes, state_names,
                      saved_bytes, prof.keep_dw, ysz, psz, nbytes, asz, step_ws,
-                     prof.scratch == "held", *mins, fwd_blocks, bwd_blocks)
+                     prof.scratch == "held", *mins)

@@ -21,9 +21,13 @@ iterations (benchmarks/memory_model.py):
 - workspace learning: the working-memory and epsilon workspaces learn their size OVER_TIME with
   spill policy REALLOCATE, and `WS_ALL_LAYERS_ACT` learns FIRST_LOOP, so while they learn, the
   arrays are allocated outside them and freed to the C allocator, which keeps them resident: once
-  the working memory, the epsilons and the first iteration's activations; not blocks over 32 MiB,
-  which glibc serves by mmap and unmaps when freed (so this term stops growing with the batch:
-  zoo LeNet at batch 1024 holds 580 MiB, and counting every block predicted 1025 MiB).
+  the working memory, the epsilons and the first iteration's activations.
+
+The learning term is an upper bound of what glibc keeps: it counts every freed array. A rule
+that glibc unmaps blocks over its 32 MiB mmap limit fit zoo LeNet at batch 1024 (580 MiB measured,
+1025 predicted) but not resnet_graph at batch 16, which holds the whole step (365 MiB, the peak
+already in the first iteration, the same with a 48 MiB heap): it was tried and reverted. With
+glibc's mmap threshold fixed at 128 KiB the same job holds 223 MiB.
 
 What the model leaves out (benchmarks/memory_model.py, `--long`): networks with batch normalization
 hold 20-50% more than the model over 3 iterations, and over a hundred iterations fit()'s native
@@ -33,7 +37,7 @@ it is not known yet. The second shrank with a smaller young generation on lenet 
 when the collector finds their Java objects). Capping glibc's arenas changes neither
 (benchmarks/malloc_arenas.py).
 
-Each term is `fixed + per_sample * batch` (the learning term: `kept_by_malloc` at the batch); the caller adds the data pipeline (features and labels
+Each term is `fixed + per_sample * batch`; the caller adds the data pipeline (features and labels
 of the minibatches in flight), which the graph does not know.
 """
 
@@ -62,37 +66,17 @@ class FitWorkspaces:
     epsilons: float = 0.02         # WS_LAYER_ACT_X_CONFIG (learning OVER_TIME, spill REALLOCATE)
 
 
-# glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): malloc serves a larger block
-# by mmap and returns it to the system when it is freed, whatever the dynamic threshold has become.
-MALLOC_MMAP_MAX = 32 * 1024**2
-
-
-MallocGroups = tuple[tuple[tuple[int, ...], ...], ...]
-
-
-def kept_by_malloc(groups: MallocGroups, batch: int) -> int:
-    """Bytes the C allocator keeps of memory freed to it. Each group is a set of alternatives that take
-    turns with the same freed memory (the working memory of one step, then of the next), each
-    alternative the blocks it allocates (bytes per sample). glibc keeps the blocks of at most
-    MALLOC_MMAP_MAX (larger ones are mmapped and unmapped when freed), so a group keeps its
-    alternative with the most such bytes at this batch."""
-    return sum(max((sum(b * batch for b in alt if b * batch <= MALLOC_MMAP_MAX) for alt in group), default=0)
-               for group in groups)
-
-
 @dataclass(frozen=True)
 class FitTerm:
-    """One part of what fit() holds: bytes = fixed + per_sample * batch + what the C allocator keeps
-    of the freed blocks in `malloc_groups` at that batch (`kept_by_malloc`)."""
+    """One part of what fit() holds: bytes = fixed + per_sample * batch."""
 
     name: str
     fixed_bytes: int
     per_sample_bytes: int
     why: str
-    malloc_groups: MallocGroups = ()
 
     def bytes_at(self, batch: int) -> int:
-        return int(self.fixed_bytes + self.per_sample_bytes * batch) + kept_by_malloc(self.malloc_groups, batch)
+        return int(self.fixed_bytes + self.per_sample_bytes * batch)
 
 
 class UnknownUpdater(ValueError):
@@ -145,20 +129,14 @@ def epsilon_bytes(graph: Graph) -> int:
     """What the epsilon workspaces learn. A MultiLayerNetwork alternates two: even layers' epsilons
     in one, odd layers' in the other, each as large as its largest. A ComputationGraph keeps each
     vertex's epsilon until the vertex it feeds has run its backward step: the most held at once."""
-    return sum(max(group, default=0) for group in epsilon_groups(graph))
-
-
-def epsilon_groups(graph: Graph) -> tuple[tuple[int, ...], ...]:
-    """The epsilons as blocks that reuse one another's memory: a MultiLayerNetwork's even layers'
-    (one workspace) and odd layers' (the other); a ComputationGraph's blocks held at its peak, each
-    its own."""
     layers = [l for l in graph.layers if l.type is not LayerType.DATA]
     if all("layer" in l.attrs.get("dl4j", {}) for l in layers):
-        return tuple(tuple(_epsilon(graph, l.id) for l in layers if l.attrs["dl4j"]["layer"] % 2 == parity)
-                     for parity in (0, 1))
+        even = max((_epsilon(graph, l.id) for l in layers if l.attrs["dl4j"]["layer"] % 2 == 0), default=0)
+        odd = max((_epsilon(graph, l.id) for l in layers if l.attrs["dl4j"]["layer"] % 2 == 1), default=0)
+        return even + odd
     # reverse pass: the gradient of j is born at its first consumer's backward step, dies after j's own
     live: dict[int, int] = {}
-    peak: tuple[int, ...] = ()
+    peak = 0
     for layer in reversed(graph.layers):
         if layer.type is LayerType.DATA:
             continue
@@ -167,10 +145,8 @@ def epsilon_groups(graph: Graph) -> tuple[tuple[int, ...], ...]:
             if graph.layers[j].type is not LayerType.DATA:
                 live.setdefault(j, graph.layers[j].out_bytes)
         extra = _epsilon(graph, layer.id) - sum(graph.layers[j].out_bytes for j in dict.fromkeys(layer.inputs))
-        held = (*live.values(), *([extra] if extra else []))
-        if sum(held) > sum(peak):
-            peak = held
-    return tuple((b,) for b in peak)
+        peak = max(peak, sum(live.values()) + extra)
+    return peak
 
 
 def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTerm, ...]:
@@ -189,18 +165,6 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTer
     def per(x: float) -> int:
         return int(round(x / b))
 
-    # what learning frees to the C allocator, as blocks per sample: each step's working memory in turn
-    # (its arrays), the epsilons of each workspace in turn, each layer's first-iteration output. A
-    # probed step's arrays are not known: the most such a step holds counts whole, beside the rest
-    # (an RNN's are per time step, small enough to be kept)
-    blocks = [*d.ws_fwd_blocks, *d.ws_bwd_blocks] or [(x,) for x in (*fwd, *bwd)]
-    totals = [*fwd, *bwd]
-    unknown = max((w for w, bl in zip(totals, blocks) if w and not bl), default=0)
-    learning: MallocGroups = (
-        (tuple(tuple(per(x) for x in step) for step in blocks if step),)
-        + tuple(tuple((per(e),) for e in group) for group in epsilon_groups(graph))
-        + tuple(((per(layer.out_bytes),),) for layer in graph.layers if layer.type is not LayerType.DATA))
-
     updaters = sorted({str(layer.attrs.get("updater")) for layer in graph.layers if layer.param_shapes})
     return (
         FitTerm("parameters", params, 0, "the network's parameters (one flattened array)"),
@@ -214,10 +178,10 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTer
                 f"im2col, recomputed pre-activation, ...), +{ws.working_memory:g} over-allocation"),
         FitTerm("epsilons", 0, per(eps * (1 + ws.epsilons)),
                 f"epsilon workspaces: the largest gradients held at once, +{ws.epsilons:g} over-allocation"),
-        FitTerm("workspace_learning", 0, per(unknown),
+        FitTerm("workspace_learning", 0, per(working + eps + acts),
                 "working memory, epsilons and the first iteration's activations allocated outside their workspaces "
                 "while those learn their size (OVER_TIME / FIRST_LOOP, spill REALLOCATE), freed to the C allocator, "
-                f"which keeps them (blocks over {MALLOC_MMAP_MAX >> 20} MiB excepted: glibc unmaps them)", learning),
+                "which keeps them"),
     )
 
 

@@ -30,21 +30,8 @@ def test_mlp_by_hand():
     assert t["activations"].per_sample_bytes == round((512 + 256 + 10) * 4 * 1.05)
     assert t["working_memory"].per_sample_bytes == round(4 * 512 * 4 * 1.02)
     assert t["epsilons"].per_sample_bytes == round((784 + 512) * 4 * 1.02)
-    # learning: the largest step's working memory, the even and odd layers' largest epsilons, each output
-    assert t["workspace_learning"].bytes_at(64) == 64 * (4 * 512 + 784 + 512 + 512 + 256 + 10) * 4
+    assert t["workspace_learning"].per_sample_bytes == (4 * 512 + 784 + 512 + 512 + 256 + 10) * 4
     assert fit_bytes(g) == sum(x.bytes_at(64) for x in t.values())
-
-
-def test_blocks_glibc_unmaps_are_not_kept():
-    """Learning frees each step's arrays to the C allocator, which keeps those of at most 32 MiB (glibc
-    unmaps larger ones). The MLP's largest array is a 512-wide layer's output (2048 B a sample): at batch
-    5000 (10.2 MB) everything is kept; at batch 20000 (41 MB) every 512-wide array is unmapped, and
-    what is kept is the 256-wide layer's backward step (4 arrays of 256 floats: its pre-activation,
-    copy and ReLU's two buffers), the even layers' last epsilon (256 floats; the first layer's, 784,
-    is 62.7 MB), no odd layer's (512), and the outputs of 256 and 10."""
-    learning = {x.name: x for x in fit_terms(_mlp(64))}["workspace_learning"]
-    assert learning.bytes_at(5000) == 5000 * 4 * (4 * 512 + 784 + 512 + 512 + 256 + 10)
-    assert learning.bytes_at(20000) == 20000 * 4 * (4 * 256 + 256 + 0 + 256 + 10)
 
 
 @pytest.mark.parametrize(("updater", "per"), [("Sgd", 0), ("Nesterovs", 1), ("AMSGrad", 3)])
