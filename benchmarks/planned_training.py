@@ -282,9 +282,10 @@ def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path,
     return out
 
 
-def fits_in(name: str, batch: int, iterations: int, container: int, plan: dict | None, folder: Path) -> bool:
-    """Whether the job trains `iterations` iterations at `batch` inside a cgroup of `container`
-    bytes, under the JVM flags `pyd4j flags` gives for this network and batch."""
+def fits_in(name: str, batch: int, iterations: int, container: int, plan: dict | None, folder: Path) -> str | None:
+    """None when the job trains `iterations` iterations at `batch` inside a cgroup of `container`
+    bytes, under the JVM flags `pyd4j flags` gives for this network and batch; else why not (a kill at
+    the limit, or another failure, which the search must not take for one)."""
     from pyd4j.memory.container import run_limited
     from pyd4j.memory.estimate import estimate
     from pyd4j.memory.flags import flags
@@ -293,20 +294,26 @@ def fits_in(name: str, batch: int, iterations: int, container: int, plan: dict |
     timeline = Path(tempfile.mktemp(suffix=".jsonl"))   # not in `folder`: that may be the examples' own
     cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None, flags=fs.args())
     r = run_limited(cmd, container, timeout=3600, env=env(), cwd=str(folder))
-    ok = r.ok and '"status": "ok"' in (r.stdout or "")
     if timeline.exists():
         timeline.unlink()
-    return ok
+    if r.ok and '"status": "ok"' in (r.stdout or ""):
+        return None
+    return r.describe() if not r.ok else f"the job reported a failure: {(r.stdout or '')[-300:]}"
 
 
 def largest_batch(name: str, iterations: int, container: int, policy: str | None, start: int, folder: Path) -> dict:
-    """Bisection over batch sizes (training memory grows with the batch)."""
+    """Bisection over batch sizes (training memory grows with the batch). Why each batch that did not
+    fit failed is kept: a failure that is not the memory limit would make the search wrong."""
     tried: dict[int, bool] = {}
+    failures: dict[int, str] = {}
 
     def ok(b: int) -> bool:
         plan = write_plan(name, b, policy, folder) if policy else None
-        tried[b] = fits_in(name, b, iterations, container, plan, folder)
-        print(f"  {name} {policy or 'fit()'} batch {b}: {'fits' if tried[b] else 'does not fit'}", flush=True)
+        why = fits_in(name, b, iterations, container, plan, folder)
+        tried[b] = why is None
+        if why is not None:
+            failures[b] = why
+        print(f"  {name} {policy or 'fit()'} batch {b}: {'fits' if tried[b] else 'does not fit: ' + why[:160]}", flush=True)
         return tried[b]
 
     lo, hi = 0, start
@@ -318,7 +325,7 @@ def largest_batch(name: str, iterations: int, container: int, policy: str | None
             lo = mid
         else:
             hi = mid
-    return {"largest_batch": lo, "tried": tried}
+    return {"largest_batch": lo, "tried": tried, "failures": failures}
 
 
 def main() -> None:
