@@ -241,9 +241,13 @@ final class GraphNodes extends NetworkNodes {
     }
 
     @Override
-    Held[] inputGradient(int node, INDArray eps, LayerWorkspaceMgr mgr) {
-        InputPreProcessor pp = vertices[node] instanceof LayerVertex ? ((LayerVertex) vertices[node]).getLayerPreProcessor() : null;
-        return new Held[] {pp == null || eps == null ? Held.own(eps) : Held.preprocessed(eps, pp.backprop(eps, net.batchSize(), mgr))};
+    InputPreProcessor preprocessor(int node) {
+        return vertices[node] instanceof LayerVertex ? ((LayerVertex) vertices[node]).getLayerPreProcessor() : null;
+    }
+
+    @Override
+    int miniBatch() {
+        return net.batchSize();
     }
 
     @Override
@@ -251,9 +255,7 @@ final class GraphNodes extends NetworkNodes {
         GraphVertex v = vertices[node];
         v.setInput(0, inputs[0], mgr);   // the vertex holds its input, as after doForward
         // as LayerVertex.doForward: the preprocessor on the whole batch (a reshape per sample), then the layer, here in slices
-        InputPreProcessor pp = ((LayerVertex) v).getLayerPreProcessor();
-        INDArray x = pp == null ? inputs[0] : pp.preProcess(inputs[0], net.batchSize(), mgr);
-        return ChunkedConv.forward(v.getLayer(), x, chunks, mgr);
+        return ChunkedConv.forward(v.getLayer(), preprocessed(node, inputs[0], mgr), chunks, mgr);
     }
 
     @Override

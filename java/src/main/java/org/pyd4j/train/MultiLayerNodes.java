@@ -134,15 +134,20 @@ final class MultiLayerNodes extends NetworkNodes {
         return node == layers.length;
     }
 
-    private INDArray preprocess(int i, INDArray x, LayerWorkspaceMgr mgr) {
-        InputPreProcessor pp = conf.getInputPreProcess(i);
-        return pp == null ? x : pp.preProcess(x, net.getInputMiniBatchSize(), mgr);
+    @Override
+    InputPreProcessor preprocessor(int node) {
+        return node > 0 ? conf.getInputPreProcess(node - 1) : null;
+    }
+
+    @Override
+    int miniBatch() {
+        return net.getInputMiniBatchSize();
     }
 
     @Override
     INDArray forward(int node, INDArray[] inputs, LayerWorkspaceMgr mgr) {
         int i = node - 1;
-        INDArray x = preprocess(i, inputs[0], mgr);
+        INDArray x = preprocessed(node, inputs[0], mgr);
         if (isOutput(node)) {
             layers[i].setInput(x, mgr);
             ((IOutputLayer) layers[i]).setLabels(net.getLabels());
@@ -153,7 +158,7 @@ final class MultiLayerNodes extends NetworkNodes {
 
     @Override
     void rebind(int node, int k, INDArray input, LayerWorkspaceMgr mgr) {
-        layers[node - 1].setInput(preprocess(node - 1, input, mgr), mgr);
+        layers[node - 1].setInput(preprocessed(node, input, mgr), mgr);
     }
 
     @Override
@@ -162,13 +167,6 @@ final class MultiLayerNodes extends NetworkNodes {
         Pair<Gradient, INDArray> p = layers[i].backpropGradient(epsilon, mgr);
         addGradient(node, p.getFirst());
         return inputGradient(node, p.getSecond(), mgr);
-    }
-
-    @Override
-    Held[] inputGradient(int node, INDArray eps, LayerWorkspaceMgr mgr) {
-        InputPreProcessor pp = conf.getInputPreProcess(node - 1);
-        if (pp == null || eps == null) return new Held[] {Held.own(eps)};
-        return new Held[] {Held.preprocessed(eps, pp.backprop(eps, net.getInputMiniBatchSize(), mgr))};
     }
 
     @Override
@@ -181,7 +179,7 @@ final class MultiLayerNodes extends NetworkNodes {
     @Override
     INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks) {
         // the preprocessor on the whole batch (a reshape per sample), the convolution in slices
-        return ChunkedConv.forward(layers[node - 1], preprocess(node - 1, inputs[0], mgr), chunks, mgr);
+        return ChunkedConv.forward(layers[node - 1], preprocessed(node, inputs[0], mgr), chunks, mgr);
     }
 
     @Override

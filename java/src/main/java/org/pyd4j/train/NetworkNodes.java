@@ -6,6 +6,7 @@ import java.util.List;
 
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.gradient.DefaultGradient;
 import org.deeplearning4j.nn.gradient.Gradient;
 import org.deeplearning4j.nn.graph.ComputationGraph;
@@ -68,11 +69,26 @@ abstract class NetworkNodes {
     /** Run the node's backward step; returns the gradient of each input (null where none). */
     abstract Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr);
 
+    /** The input preprocessor of a layer node (null: none). */
+    abstract InputPreProcessor preprocessor(int node);
+
+    /** The minibatch size DL4J hands the network's preprocessors. */
+    abstract int miniBatch();
+
+    /** A layer node's input through its preprocessor, as DL4J's forward pass applies it. */
+    final INDArray preprocessed(int node, INDArray x, LayerWorkspaceMgr mgr) {
+        InputPreProcessor pp = preprocessor(node);
+        return pp == null ? x : pp.preProcess(x, miniBatch(), mgr);
+    }
+
     /**
      * The input gradient a layer node's backward step hands on: the layer's own, through the
      * backward of its input preprocessor if it has one (held as cut from the layer's array).
      */
-    abstract Held[] inputGradient(int node, INDArray layerEpsilon, LayerWorkspaceMgr mgr);
+    final Held[] inputGradient(int node, INDArray eps, LayerWorkspaceMgr mgr) {
+        InputPreProcessor pp = preprocessor(node);
+        return new Held[] {pp == null || eps == null ? Held.own(eps) : Held.preprocessed(eps, pp.backprop(eps, miniBatch(), mgr))};
+    }
 
     /** Add a backward step's parameter gradients to this iteration's, in DL4J's order. */
     abstract void addGradient(int node, Gradient g);
