@@ -1,9 +1,12 @@
 """Leak verdicts at the agent's default settings (no live=/live_share= options), on corpus jobs run
 concurrently: a job that keeps every prediction is found, at its line, within its first minutes; a
-job whose cache grows and then levels off is judged and not called a leak."""
+job whose cache grows and then levels off is judged and not called a leak; a slow job (a second an
+iteration) is judged from the points the agent takes for it, not from a regular one that may come after
+it ends."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from pyd4j.profile.diagnose import diagnose, leak_verdicts
@@ -13,6 +16,7 @@ from tests.profile.conftest import DEADLINE_S, Stopper, corpus_command, leak_sit
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
 CACHE_ENTRIES = 48  # CorpusJob.CACHE_ENTRIES: the plateau job's cache is full after this many iterations
+SLOW_PAUSE_MS = 1000  # the slow job's pause before each iteration: its first needed points fall within a few iterations
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +27,12 @@ def default_runs(runs_root):
     root.mkdir()
     jcmd: dict = {}
 
-    def job(name, enough, min_s, before_stop=None):
-        stop = root / f"{name}.stop"
-        stopper = Stopper(root / name, stop, enough, min_s, before_stop)
-        command = corpus_command(name, min_iterations=20, stop=stop)
-        return lambda: profile_job(command, root / name, on_sample=stopper, timeout_s=DEADLINE_S)
+    def job(name, enough, min_s, before_stop=None, jvm=(), lane=None):
+        lane = lane or name
+        stop = root / f"{lane}.stop"
+        stopper = Stopper(root / lane, stop, enough, min_s, before_stop)
+        command = corpus_command(name, *jvm, min_iterations=20, stop=stop)
+        return lambda: profile_job(command, root / lane, on_sample=stopper, timeout_s=DEADLINE_S)
 
     stop = root / "keep-predictions.stop"
     user_job = ["java", "-cp", corpus_command("mlp")[2], "org.deeplearning4j.examples.pyd4jfixture.KeepPredictions", str(stop)]
@@ -39,6 +44,7 @@ def default_runs(runs_root):
         # long enough after the cache is full for the verdict to see it level off
         "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30,
                        lambda t: jcmd.update(histogram_now(t))),
+        "slow": job("mlp", verdicts_reached, 0, jvm=(f"-Dcorpus.pauseMs={SLOW_PAUSE_MS}",), lane="slow"),
     }) | {"jcmd": jcmd}
 
 
@@ -95,6 +101,24 @@ def test_a_cache_that_grows_then_levels_off_is_no_leak(default_runs):
     held = [s["nd4j_live"] for s in t.samples if s.get("nd4j_live") is not None]
     assert max(held) - held[0] > 30 * (1 << 20)
     assert not [f.kind for f in diagnose(t) if f.kind.startswith(("leak", "not-enough"))]
+
+
+def test_a_slow_job_is_judged_from_the_points_taken_for_it(default_runs):
+    """At a second an iteration the agent's first needed points fall within a few iterations; the verdict
+    wants its points to span LEAK_MIN_ITERATIONS after warm-up, so the agent keeps taking points every few
+    iterations until they do (why = "needed-span"): the timeline up to the last of them is judged."""
+    from pyd4j.profile.diagnose import LEAK_MIN_ITERATIONS
+
+    t = finished(default_runs, "slow").timeline
+    spread = [p for p in t.live_points if p.get("why") == "needed-span"]
+    assert spread, [(p.get("iterations"), p.get("why")) for p in t.live_points]
+    gaps = np.diff([p["iterations"] for p in spread])
+    assert (gaps >= 5).all(), gaps
+    judged = t.until(spread[-1]["t"] + 1)
+    assert [v.status for v in leak_verdicts(judged)] == ["no-leak", "no-leak"], [v.reason for v in leak_verdicts(judged)]
+    training = [p["iterations"] for p in judged.live_points if (p.get("iterations") or 0) >= 1]
+    assert training[-1] - training[1] >= LEAK_MIN_ITERATIONS
+    assert t.iterations() >= LEAK_MIN_ITERATIONS
 
 
 def test_user_code_is_told_by_its_classpath_entry_not_its_package(default_runs, tmp_path):

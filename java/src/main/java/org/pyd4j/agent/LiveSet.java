@@ -30,6 +30,10 @@ import javax.management.ObjectName;
  *   <li>until {@value #NEEDED_POINTS} points were taken during training (a verdict needs about that many
  *       after warm-up), one as soon as the pauses allow: at most {@value #NEED_PAUSE_SHARE} of the wall
  *       time, at least a second apart;</li>
+ *   <li>then, while the points after the warm-up one span fewer than {@value #NEEDED_SPAN_ITERATIONS}
+ *       iterations (a slow job gives its first points within a few iterations, and the verdict wants
+ *       them spread), one every {@value #SPAN_GAP_ITERATIONS} iterations at the same pace: the verdict
+ *       must not wait for a regular point that may come after the job ends;</li>
  *   <li>at the same pace whenever memory the job may be keeping rose since the last point: the lowest
  *       libnd4j + JavaCPP bytes held over the last {@value #RECENT_SAMPLES} samples (an upper bound of
  *       what is kept: garbage only adds to it), or the lowest heap after the last young collections,
@@ -45,6 +49,9 @@ final class LiveSet implements Runnable {
     /** Pause share allowed while a verdict still needs points (see the class comment). */
     static final double NEED_PAUSE_SHARE = 0.2;
     static final int NEEDED_POINTS = 6;
+    /** Iterations the points after the warm-up one must span (pyd4j.profile.diagnose.LEAK_MIN_ITERATIONS). */
+    static final int NEEDED_SPAN_ITERATIONS = 20;
+    static final int SPAN_GAP_ITERATIONS = 5;
     static final int RECENT_SAMPLES = 20;
     static final int SUSPECT_MIN_MIB = 8;
     private static final long NEED_MIN_GAP_NANOS = 1_000_000_000L;
@@ -120,6 +127,8 @@ final class LiveSet implements Runnable {
     /** Points taken once training had begun (iterations >= 1), and the iteration count at the last point. */
     private int trainingPoints;
     private long lastPointIterations = -1;
+    /** Iteration count at the second training point: the first one the verdict keeps after warm-up (-1 before). */
+    private long spanStartIterations = -1;
     /** Off-heap bytes held (libnd4j + JavaCPP) and collector heap usage at the last point; -1 before it. */
     private long lastKept = -1;
     private long lastHeapAfter = -1;
@@ -204,6 +213,9 @@ final class LiveSet implements Runnable {
     private long nextDue(long iterations) {
         boolean training = iterations >= 1 && iterations > lastPointIterations;
         if (training && suspicion == null && trainingPoints < NEEDED_POINTS) suspicion = "needed";
+        if (training && suspicion == null && spanStartIterations >= 1
+                && lastPointIterations - spanStartIterations < NEEDED_SPAN_ITERATIONS
+                && iterations >= lastPointIterations + SPAN_GAP_ITERATIONS) suspicion = "needed-span";
         if (training && suspicion != null) {
             return lastPointNanos + Math.max(NEED_MIN_GAP_NANOS, (long) (lastPauseNanos / NEED_PAUSE_SHARE));
         }
@@ -434,7 +446,7 @@ final class LiveSet implements Runnable {
             // the new reference for the rise checks, and what the schedule still needs
             lastKept = held(c, sampler.workspaceBytes);
             if (heapAfterGc >= 0) lastHeapAfter = heapAfterGc;
-            if (iterations >= 1 && iterations > lastPointIterations) trainingPoints++;
+            if (iterations >= 1 && iterations > lastPointIterations && ++trainingPoints == 2) spanStartIterations = iterations;
             lastPointIterations = iterations;
             suspicion = null;
             recentHeld.clear();
