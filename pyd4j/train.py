@@ -279,7 +279,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
 
     if not isinstance(tier, str) and not isinstance(tier, jpype.JClass("org.pyd4j.train.OffloadTier")):
         raise ValueError(f"tier={tier!r} is a {type(tier).__name__}; use one of {list(TIER_CHOICES)} or an "
-                         "org.pyd4j.train.OffloadTier (e.g. PlannedTrainer.tier('disk', plan))")
+                         "org.pyd4j.train.OffloadTier (e.g. OffloadTier.forPlan('disk', plan))")
     if tier == "pinned" and jpype.JClass("org.nd4j.linalg.factory.Nd4j").getEnvironment().isCPU():
         raise ValueError("tier='pinned' keeps offloaded activations in pinned host memory for a GPU, and ND4J runs "
                          "on its CPU backend here (no device memory to offload from); use tier='disk' or 'auto' "
@@ -306,7 +306,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
         own = None
         if isinstance(tier, str):
             if plan_file.offloads():
-                own = _make_tier(tier, plan_file, trainer_cls)
+                own = jpype.JClass("org.pyd4j.train.OffloadTier").forPlan(tier, plan_file)
             given = own
         else:
             given = tier
@@ -331,11 +331,6 @@ def planned_graph(net, doc: dict[str, Any], batch_size: int, shape: tuple[int, .
     from pyd4j.sched.dl4j_json import probed_graph  # noqa: PLC0415
 
     return probed_graph(doc, batch_size, shape, probe=of_network(net))
-
-
-def _make_tier(choice: str, plan_file: Any, trainer_cls: Any) -> Any:
-    """pyd4j's own offload tier for an offloading plan: the backend's ("auto"), or the one named."""
-    return trainer_cls.tier(choice, plan_file)
 
 
 def evaluate(net, features, labels, batch_size: int = 256) -> float:

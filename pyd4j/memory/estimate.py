@@ -29,11 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pyd4j.inputs import JAVA_INT_MAX, InputError, parse_json, read_json, read_text
 from pyd4j.output import stdout_to_stderr
+from pyd4j.sched.fitmem import Region, Term
 
 MiB = 1024**2
 
-Region = Literal["offheap", "heap", "native"]
-Source = Literal["dl4j-report", "measured", "estimate"]
 
 # Bytes per element of the dtypes a DL4J network may train or infer in.
 DTYPE_BYTES: dict[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
@@ -74,21 +73,6 @@ HEAP_MIN_BYTES = 64 * MiB         # G1 below this spends its time collecting; me
 
 class EstimateError(InputError):
     """A network, input type, batch or dtype pyd4j cannot estimate; the message names the fix."""
-
-
-@dataclass(frozen=True)
-class Term:
-    """One part of the memory a network needs: bytes = fixed + per_sample * batch."""
-
-    name: str
-    region: Region
-    source: Source
-    fixed_bytes: int
-    per_sample_bytes: int
-    why: str
-
-    def bytes_at(self, batch: int) -> int:
-        return int(self.fixed_bytes + self.per_sample_bytes * batch)
 
 
 @dataclass(frozen=True)
@@ -656,8 +640,8 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
     except UnknownUpdater as err:
         raise EstimateError(f"{loaded.name}: {err}") from None
     scale = DTYPE_BYTES[dtype] / graph.layers[0].itemsize   # the graph is in the configuration's data type
-    return [Term(t.name, "offheap", "estimate", int(round(t.fixed_bytes * scale)), int(round(t.per_sample_bytes * scale)),
-                 f"{t.why} (pyd4j.sched.fitmem)") for t in parts]
+    return [replace(t, fixed_bytes=int(round(t.fixed_bytes * scale)), per_sample_bytes=int(round(t.per_sample_bytes * scale)),
+                    why=f"{t.why} (pyd4j.sched.fitmem)") for t in parts]
 
 
 def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]):

@@ -18,7 +18,7 @@ Time-optimised plans ask the tensor cache to keep `fastest_workspaces` free befo
 from __future__ import annotations
 
 from pyd4j.sched.costmodel import CostModel
-from pyd4j.sched.deps import chunked_scratch
+from pyd4j.sched.deps import chunkable, chunked_scratch
 from pyd4j.sched.graph import Graph, LayerType
 from pyd4j.sched.plan import Op, Plan, Step, aligned
 from pyd4j.sched.simulator import live_timeline, step_scratch
@@ -39,7 +39,8 @@ def assign_workspaces(plan: Plan, cost: CostModel, budget: int) -> Plan:
     tensors = [b - w for b, w in zip(live, scratch)]
     held_free = budget - max(tensors, default=0) if d.held else None
     algos = cost.algorithms(g)
-    is_conv = [layer.type is LayerType.CONV for layer in g.layers]
+    # convolutions, and the layers whose steps may run in batch slices (DL4J's LRN)
+    is_conv = [layer.type is LayerType.CONV or chunkable(layer) for layer in g.layers]
     own = {int(Op.FORWARD): d.step_ws[0], int(Op.BACKWARD): d.step_ws[1],
            int(Op.RECOMPUTE): d.step_ws[2]}
     held_ws = {int(Op.FORWARD): d.ws_fwd, int(Op.BACKWARD): d.ws_bwd, int(Op.RECOMPUTE): d.ws_rc}

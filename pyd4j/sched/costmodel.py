@@ -49,6 +49,8 @@ class ConvAlgo:
     def applies(self, layer: Layer) -> bool:
         if self.batch_chunks > 1:
             return self.batch_chunks <= layer.out_shape[0] and chunkable(layer)
+        if self.batch_chunks == 1:   # the whole batch: DL4J's own step, on any layer
+            return True
         kh, kw = layer.attrs["kernel"]
         if self.only_kernel is not None and (kh, kw) != (self.only_kernel, self.only_kernel):
             return False
@@ -59,6 +61,8 @@ class ConvAlgo:
         return True
 
     def workspace(self, layer: Layer, graph: Graph) -> int:
+        if not self.workspace_im2col and not self.workspace_index:
+            return int(self.workspace_fixed)   # no patch matrix (a batch-chunk algorithm; any layer)
         n, c, _, _ = graph.layers[layer.inputs[0]].out_shape
         _, _, oh, ow = layer.out_shape
         kh, kw = layer.attrs["kernel"]
@@ -220,7 +224,8 @@ class CostModel:
         return t
 
     def conv_options(self, graph: Graph, i: int) -> list[tuple[int, int]]:
-        """(algo index, workspace bytes) applicable to CONV layer i, fastest first."""
+        """(algo index, workspace bytes) applicable to CONV layer i (or to a layer whose steps may run in
+        batch chunks, `pyd4j.sched.deps.chunkable`), fastest first."""
         memo = self._memo(graph)
         opts = memo.get(i)
         if opts is None:

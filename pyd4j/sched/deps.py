@@ -105,11 +105,14 @@ def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
 
 
 def chunkable(layer: "Layer") -> bool:
-    """Whether a CONV step of `layer` may run in batch chunks (a profile's `batch_chunks`
-    algorithms): a plain DL4J ConvolutionLayer without input dropout (one mask is drawn for the
-    whole batch). An input preprocessor (a reshape per sample) runs on the whole batch first."""
+    """Whether a step of `layer` may run in batch chunks (a profile's `batch_chunks` algorithms;
+    org.pyd4j.train.ChunkedStep): a plain DL4J ConvolutionLayer, or a LocalResponseNormalization
+    (its backward step holds eight input-sized arrays), without input dropout (one mask is drawn for
+    the whole batch). Both compute each sample on its own and keep nothing from forward for
+    backward. An input preprocessor (a reshape per sample) runs on the whole batch first."""
     dl4j = layer.attrs.get("dl4j", {})
-    return (layer.type.value == "CONV" and dl4j.get("class") in ("ConvolutionLayer", "Convolution2D")
+    kind = (layer.type.value, dl4j.get("class"))
+    return (kind in (("CONV", "ConvolutionLayer"), ("CONV", "Convolution2D"), ("LRN", "LocalResponseNormalization"))
             and layer.attrs.get("idropout") is None)
 
 

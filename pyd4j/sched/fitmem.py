@@ -44,8 +44,12 @@ of the minibatches in flight), which the graph does not know.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pyd4j.sched.graph import Graph, LayerType
+
+Region = Literal["offheap", "heap", "native"]
+Source = Literal["dl4j-report", "measured", "estimate"]
 
 # The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
 # batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
@@ -67,10 +71,14 @@ class FitWorkspaces:
 
 
 @dataclass(frozen=True)
-class FitTerm:
-    """One part of what fit() holds: bytes = fixed + per_sample * batch."""
+class Term:
+    """One part of the memory a network needs, where it lives and where the figure comes from:
+    bytes = fixed + per_sample * batch. The one term type of pyd4j's memory model (estimate, flags,
+    batch, plan and serving)."""
 
     name: str
+    region: Region
+    source: Source
     fixed_bytes: int
     per_sample_bytes: int
     why: str
@@ -149,7 +157,7 @@ def epsilon_bytes(graph: Graph) -> int:
     return peak
 
 
-def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTerm, ...]:
+def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, ...]:
     """What DL4J's fit() holds for `graph` (built at any batch; the terms are per sample and fixed)."""
     b = graph.batch
     item = graph.layers[0].itemsize if graph.layers else 4
@@ -167,18 +175,18 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[FitTer
 
     updaters = sorted({str(layer.attrs.get("updater")) for layer in graph.layers if layer.param_shapes})
     return (
-        FitTerm("parameters", params, 0, "the network's parameters (one flattened array)"),
-        FitTerm("gradients", params, 0, "their gradients (one flattened view, as large as the parameters)"),
-        FitTerm("updater_state", state, 0, f"the updater's state per parameter ({', '.join(updaters) or 'none'}; "
+        Term("parameters", "offheap", "estimate", params, 0, "the network's parameters (one flattened array)"),
+        Term("gradients", "offheap", "estimate", params, 0, "their gradients (one flattened view, as large as the parameters)"),
+        Term("updater_state", "offheap", "estimate", state, 0, f"the updater's state per parameter ({', '.join(updaters) or 'none'}; "
                 f"batch normalization's running mean and variance have none)"),
-        FitTerm("activations", 0, per(acts * (1 + ws.activations)),
+        Term("activations", "offheap", "estimate", 0, per(acts * (1 + ws.activations)),
                 f"WS_ALL_LAYERS_ACT: every layer's output, kept for backprop, +{ws.activations:g} over-allocation"),
-        FitTerm("working_memory", 0, per(working * (1 + ws.working_memory)),
+        Term("working_memory", "offheap", "estimate", 0, per(working * (1 + ws.working_memory)),
                 f"WS_LAYER_WORKING_MEM: the largest step's working memory ({graph.layers[arg].name if graph.layers else '-'}: "
                 f"im2col, recomputed pre-activation, ...), +{ws.working_memory:g} over-allocation"),
-        FitTerm("epsilons", 0, per(eps * (1 + ws.epsilons)),
+        Term("epsilons", "offheap", "estimate", 0, per(eps * (1 + ws.epsilons)),
                 f"epsilon workspaces: the largest gradients held at once, +{ws.epsilons:g} over-allocation"),
-        FitTerm("workspace_learning", 0, per(working + eps + acts),
+        Term("workspace_learning", "offheap", "estimate", 0, per(working + eps + acts),
                 "working memory, epsilons and the first iteration's activations allocated outside their workspaces "
                 "while those learn their size (OVER_TIME / FIRST_LOOP, spill REALLOCATE), freed to the C allocator, "
                 "which keeps them"),

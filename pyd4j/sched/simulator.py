@@ -212,6 +212,10 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     transfer_time = cost.transfer_time
     ctimes: dict[tuple[int, bool, int], float] = {}
 
+    def sliced_speed(algo: int) -> float:
+        """A non-convolution step's relative speed under algorithm `algo` (DL4J's LRN in batch slices)."""
+        return cost.algorithms(g)[algo].speed if algo else 1.0
+
     def conv_time(g: Graph, i: int, backward: bool, algo: int) -> float:
         key = (i, backward, algo)
         t = ctimes.get(key)
@@ -347,7 +351,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     raise fail(k, f"reads what the forward step of {layers[i].name} keeps for "
                                   "it, which is not live (freed and not recomputed)")
                 done_bwd[i] = 1
-                dur = (conv_time(g, i, True, s_algo) if is_conv[i] else bwd[i]) + upd[i]
+                dur = (conv_time(g, i, True, s_algo) if is_conv[i] else bwd[i] / sliced_speed(s_algo)) + upd[i]
                 extra = ws_bwd[i] if scratch is None else scratch[k]
             else:
                 reads = fwd_reads[i] if op == FW else rc_reads[i]
@@ -368,7 +372,7 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                         raise fail(k, f"writes what {layers[i].name} keeps for its backward "
                                       "step, which is not allocated")
                     valid[saved_t[i]] = 1
-                dur = conv_time(g, i, False, s_algo) if is_conv[i] else fwd[i]
+                dur = conv_time(g, i, False, s_algo) if is_conv[i] else fwd[i] / sliced_speed(s_algo)
                 if scratch is not None:
                     extra = scratch[k]
                 else:

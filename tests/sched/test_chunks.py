@@ -150,3 +150,32 @@ def test_cudnn_plans_keep_their_algorithm_choice() -> None:
              and g.layers[s.arg].type is LayerType.CONV}
     assert names - {"IMPLICIT_GEMM"}   # roomy device memory: faster algorithms with workspace
     assert record_scratch(plan) is None
+
+
+def test_lrn_may_be_sliced_and_the_smallest_plan_slices_it_where_it_decides_the_peak() -> None:
+    """DL4J's LRN backward step holds eight input-sized arrays (AlexNet's, zoo AlexNet at 48x48, decided
+    the smallest plan's peak); it computes each sample on its own and keeps nothing from forward, so it
+    runs in batch slices as a convolution does."""
+    from tests.sched.test_dl4j_json import _with_layer
+
+    lrn = {"@class": "org.deeplearning4j.nn.conf.layers.LocalResponseNormalization", "n": 5.0,
+           "k": 2.0, "alpha": 1e-4, "beta": 0.75, "layerName": "lrn"}
+    g = graph_from_dl4j_json(_with_layer(lrn, after=0), 64, (3, 32, 32))
+    node = next(layer for layer in g.layers if layer.type is LayerType.LRN)
+    assert chunkable(node)
+    assert [a for a, _ in default_cost().conv_options(g, node.id)] == [0, 1, 2, 3]
+    # its backward step's working memory in 8 slices: one slice's, plus the slice's input gradient
+    whole = g.deps.step_ws[1][node.id]
+    assert whole >= 8 * node.out_bytes
+    rows = chunk_rows(64, 8)
+    assert chunked_scratch(g, node, True, whole, 8) == pytest.approx(whole * rows / 64 + node.out_bytes * rows / 64,
+                                                                   abs=4096)
+    plan, result = smallest_plan(g, offload=False)
+    sliced = chunks_of(plan)
+    assert sliced.get(("lrn", "BACKWARD"), 1) > 1, sliced
+    whole_plan, whole_result = choose_plan(g, policy="liveness")
+    assert result.device_peak_bytes < whole_result.device_peak_bytes
+    # with input dropout one mask is drawn for the whole batch: not sliced
+    dropped = dict(lrn, idropout={"@class": "org.deeplearning4j.nn.conf.dropout.Dropout", "p": 0.9})
+    g2 = graph_from_dl4j_json(_with_layer(dropped, after=0), 64, (3, 32, 32))
+    assert not chunkable(next(layer for layer in g2.layers if layer.type is LayerType.LRN))

@@ -147,7 +147,7 @@ def test_slicing_what_cannot_be_sliced_is_refused_with_the_fix(jvm, tmp_path: Pa
 
     # batch normalization (statistics over the whole batch) and pooling are not run in slices
     out = problems(network("deep_cnn_bn"), plan_with("deep_cnn_bn", 2, "FORWARD"))
-    assert len(out) == 1 and "'layer1'" in out[0] and "only a ConvolutionLayer is run in batch chunks" in out[0], out
+    assert len(out) == 1 and "'layer1'" in out[0] and "only a ConvolutionLayer or LocalResponseNormalization is run in batch chunks" in out[0], out
     assert "without batch chunks" in out[0]
     # a convolution with input dropout: fit() draws one mask for the whole batch
     net = network("deep_cnn_bn")

@@ -9,7 +9,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
  * agent's hook on every {@code fit(...)} of an unchanged job calls {@link #attach} by reflection,
  * and from then on the network trains under the plan (DL4J's own fit() loop, planned gradient
  * steps) for the rest of the process; a plan that offloads activations gets the backend's offload
- * tier ({@link PlannedTrainer#defaultTier}). Answers are JSON objects for the agent's timeline.
+ * tier ({@link OffloadTier#forPlan}). Answers are JSON objects for the agent's timeline.
  */
 public final class AgentRoute {
     private AgentRoute() {
@@ -26,7 +26,7 @@ public final class AgentRoute {
         try {
             PlanFile plan = PlanFile.read(planFile);
             // an offloading plan gets the backend's tier, kept for the rest of the process
-            OffloadTier tier = plan.offloads() ? PlannedTrainer.defaultTier(plan) : null;
+            OffloadTier tier = plan.offloads() ? OffloadTier.forPlan("auto", plan) : null;
             try {
                 PlannedTrainer.attach((Model) model, plan, tier);
             } catch (RuntimeException e) {

@@ -255,7 +255,7 @@ final class GraphNodes extends NetworkNodes {
         GraphVertex v = vertices[node];
         v.setInput(0, inputs[0], mgr);   // the vertex holds its input, as after doForward
         // as LayerVertex.doForward: the preprocessor on the whole batch (a reshape per sample), then the layer, here in slices
-        return ChunkedConv.forward(v.getLayer(), preprocessed(node, inputs[0], mgr), chunks, mgr);
+        return ChunkedStep.forward(v.getLayer(), preprocessed(node, inputs[0], mgr), chunks, mgr);
     }
 
     @Override

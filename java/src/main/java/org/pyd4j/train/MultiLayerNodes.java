@@ -179,7 +179,7 @@ final class MultiLayerNodes extends NetworkNodes {
     @Override
     INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks) {
         // the preprocessor on the whole batch (a reshape per sample), the convolution in slices
-        return ChunkedConv.forward(layers[node - 1], preprocessed(node, inputs[0], mgr), chunks, mgr);
+        return ChunkedStep.forward(layers[node - 1], preprocessed(node, inputs[0], mgr), chunks, mgr);
     }
 
     @Override

@@ -93,13 +93,13 @@ abstract class NetworkNodes {
     /** Add a backward step's parameter gradients to this iteration's, in DL4J's order. */
     abstract void addGradient(int node, Gradient g);
 
-    /** The forward step of a convolution node in batch slices (see {@link ChunkedConv}); each
+    /** The forward step of a convolution or LRN node in batch slices (see {@link ChunkedStep}); each
      *  slice runs in its own working-memory scope, so the caller opens none. */
     abstract INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks);
 
-    /** The backward step of a convolution node in batch slices, as {@link #backward} returns it. */
+    /** The backward step of a convolution or LRN node in batch slices, as {@link #backward} returns it. */
     Held[] backwardInChunks(int node, INDArray epsilon, StepWorkspaceMgr mgr, int chunks) {
-        org.nd4j.common.primitives.Pair<Gradient, INDArray> p = ChunkedConv.backward(layer(node), epsilon, chunks, mgr);
+        org.nd4j.common.primitives.Pair<Gradient, INDArray> p = ChunkedStep.backward(layer(node), epsilon, chunks, mgr);
         addGradient(node, p.getFirst());
         return inputGradient(node, p.getSecond(), mgr);
     }
@@ -109,7 +109,7 @@ abstract class NetworkNodes {
         List<String> out = new ArrayList<>();
         for (PlanFile.Record r : plan.records) {
             if (!r.isCompute() || r.chunks <= 1) continue;
-            String p = ChunkedConv.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", r.chunks);
+            String p = ChunkedStep.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", r.chunks);
             if (p != null && !out.contains(p)) out.add(p);
         }
         return out;

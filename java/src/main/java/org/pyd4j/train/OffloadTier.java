@@ -1,6 +1,10 @@
 package org.pyd4j.train;
 
+import java.util.HashSet;
+import java.util.Set;
+
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
 
 /**
  * Where an offloaded activation waits between its forward use and its backward use.
@@ -20,6 +24,28 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * recomputation reads a checkpoint more than once).
  */
 public interface OffloadTier extends AutoCloseable {
+
+    /**
+     * The one place a tier is made for a plan: {@code kind} "disk" ({@link DiskTier}, in
+     * {@code java.io.tmpdir}), "pinned" ({@link PinnedHostTier}) or "auto" (the disk tier on ND4J's CPU
+     * backend, the pinned host pool for device memory), sized for every activation {@code plan}
+     * offloads held at once, twice over. The caller closes it.
+     */
+    static OffloadTier forPlan(String kind, PlanFile plan) {
+        if (!kind.equals("auto") && !kind.equals("disk") && !kind.equals("pinned")) {
+            throw new IllegalArgumentException("tier kind '" + kind + "': use auto, disk or pinned");
+        }
+        Set<Integer> offloaded = new HashSet<>();
+        long bytes = 0;
+        for (PlanFile.Record r : plan.records) {
+            if (r.op == PlanFile.Op.OFFLOAD && offloaded.add(r.arg)) {
+                bytes += (plan.nodes.get(PlanFile.node(r.arg)).yBytes + DiskTier.PAGE - 1) / DiskTier.PAGE * DiskTier.PAGE;
+            }
+        }
+        long size = Math.max(2 * bytes, 1L << 20);
+        boolean disk = kind.equals("disk") || (kind.equals("auto") && Nd4j.getEnvironment().isCPU());
+        return disk ? new DiskTier(size) : new PinnedHostTier(size);
+    }
 
     /** Start copying {@code array} out under {@code key}; the array must stay open until
      *  {@link #awaitOffloaded(int)} returns. */

@@ -77,7 +77,7 @@ public final class PlanFile {
     }
 
     /** One record: an operation and its argument (a node id for compute records, a tensor id
-     *  otherwise); a convolution's compute record may run in batch chunks ({@link ChunkedConv}). */
+     *  otherwise); a convolution's or LRN's compute record may run in batch chunks ({@link ChunkedStep}). */
     public static final class Record {
         public final Op op;
         public final int arg;

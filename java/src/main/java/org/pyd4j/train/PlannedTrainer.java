@@ -55,7 +55,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * plan's records on DL4J's layers and vertices ({@link NetworkNodes}); recomputation is exact
  * (the random state each node drew its dropout mask from is restored; batch normalization's
  * running statistics change only through the gradient its backprop writes, once). A
- * convolution's step the plan gives batch chunks runs on slices of the batch ({@link ChunkedConv}:
+ * convolution's or LRN's step the plan gives batch chunks runs on slices of the batch ({@link ChunkedStep}:
  * its working memory, DL4J's largest, divided by the chunk count; the same result up to the order
  * of floating-point additions). What the trainer cannot replay exactly is refused before training
  * with the layer and the fix.
@@ -79,17 +79,22 @@ public final class PlannedTrainer implements AutoCloseable {
     private ConvexOptimizer original;
     private boolean attached;
 
+    /** What the replay holds for one node during an iteration. */
+    private static final class NodeState {
+        Held y;                      // its output (activations), while live
+        Held dy;                     // the gradient of the loss with respect to its output, while live
+        List<INDArray> caches;       // what its layer kept for its backward step (null: nothing recorded)
+        long cacheBytes;             // their bytes, counted in live
+        boolean ready;               // its layer holds the state its backward step needs
+        INDArray[] bound;            // the inputs its layer was last given
+        long[] rng;                  // random state before its first forward: a recomputation replays it
+        boolean hostCopy;            // its output has a copy in the offload tier
+        boolean offloadPending;      // ... still being written
+        boolean incoming;            // ... being brought back (prefetched, not yet taken)
+    }
+
     // replay state of one iteration, by node
-    private Held[] y;
-    private Held[] dy;
-    private List<INDArray>[] caches;
-    private long[] cacheBytes;
-    private boolean[] ready;
-    private INDArray[][] bound;
-    private long[][] rng;
-    private boolean[] hostCopy;
-    private boolean[] offloadPending;
-    private boolean[] incoming;
+    private NodeState[] state = new NodeState[0];
     private long live;
     private int at;   // index of the record being replayed
 
@@ -169,42 +174,13 @@ public final class PlannedTrainer implements AutoCloseable {
      *  none is given), run DL4J's own {@code training} loop, detach, close what was made here. */
     private static TrainStats fit(Model net, String planFile, OffloadTier tier, Runnable training) throws IOException {
         PlanFile plan = PlanFile.read(planFile);
-        OffloadTier own = tier == null && plan.offloads() ? defaultTier(plan) : null;
+        OffloadTier own = tier == null && plan.offloads() ? OffloadTier.forPlan("auto", plan) : null;
         try (PlannedTrainer t = attach(net, plan, own != null ? own : tier)) {
             training.run();
             return t.stats();
         } finally {
             if (own != null) own.close();
         }
-    }
-
-    /**
-     * The offload tier for this ND4J backend, sized for {@code plan}'s offloaded activations: a
-     * {@link DiskTier} in {@code java.io.tmpdir} on the CPU backend, the native side-agent's
-     * {@link PinnedHostTier} for device memory otherwise. The caller closes it.
-     */
-    public static OffloadTier defaultTier(PlanFile plan) {
-        return tier("auto", plan);
-    }
-
-    /**
-     * An offload tier sized for {@code plan}: {@code kind} "disk" ({@link DiskTier}), "pinned"
-     * ({@link PinnedHostTier}) or "auto" (the backend's, as {@link #defaultTier}). The caller closes it.
-     */
-    public static OffloadTier tier(String kind, PlanFile plan) {
-        if (!kind.equals("auto") && !kind.equals("disk") && !kind.equals("pinned")) {
-            throw new IllegalArgumentException("tier kind '" + kind + "': use auto, disk or pinned");
-        }
-        java.util.Set<Integer> offloaded = new java.util.HashSet<>();
-        long bytes = 0;
-        for (PlanFile.Record r : plan.records) {
-            if (r.op == PlanFile.Op.OFFLOAD && offloaded.add(r.arg)) {
-                bytes += (plan.nodes.get(PlanFile.node(r.arg)).yBytes + DiskTier.PAGE - 1) / DiskTier.PAGE * DiskTier.PAGE;
-            }
-        }
-        long size = Math.max(2 * bytes, 1L << 20);   // every offloaded activation at once, twice over
-        boolean disk = kind.equals("disk") || (kind.equals("auto") && Nd4j.getEnvironment().isCPU());
-        return disk ? new DiskTier(size) : new PinnedHostTier(size);
     }
 
     /**
@@ -267,7 +243,7 @@ public final class PlannedTrainer implements AutoCloseable {
         if (!problems.isEmpty()) throw new PlanRefusedException(problems);
         if (plan.offloads() && tier == null) {
             throw new IllegalArgumentException("plan " + plan.source + " (" + plan.policy + ") offloads activations: "
-                    + "give an OffloadTier (PlannedTrainer.defaultTier(plan): DiskTier on the CPU backend), or write a plan that does not offload "
+                    + "give an OffloadTier (OffloadTier.forPlan(\"auto\", plan): DiskTier on the CPU backend), or write a plan that does not offload "
                     + "(policy liveness or recompute without a tier: `pyd4j plan ... --policy liveness --emit-plan FILE`)");
         }
         PlannedTrainer t = new PlannedTrainer(net, plan, NetworkNodes.of(net, plan), tier);
@@ -362,20 +338,11 @@ public final class PlannedTrainer implements AutoCloseable {
 
     // ---------------------------------------------------------------- one iteration
 
-    @SuppressWarnings("unchecked")
     private void iteration() {
         long started = System.nanoTime();
         int n = plan.nodes.size();
-        y = new Held[n];
-        dy = new Held[n];
-        caches = new List[n];
-        cacheBytes = new long[n];
-        ready = new boolean[n];
-        bound = new INDArray[n][];
-        rng = new long[n][];
-        hostCopy = new boolean[n];
-        offloadPending = new boolean[n];
-        incoming = new boolean[n];
+        state = new NodeState[n];
+        for (int i = 0; i < n; i++) state[i] = new NodeState();
         live = 0;
         double[] scores = new double[n];   // by output node
         boolean[] scored = new boolean[n];
@@ -479,16 +446,16 @@ public final class PlannedTrainer implements AutoCloseable {
 
     /** Y of node j, bringing it back from the tier if a prefetch is on its way. */
     private INDArray materialize(int j, String reader) {
-        if (y[j] != null) return y[j].array;
+        if (state[j].y != null) return state[j].y.array;
         if (plan.nodes.get(j).isInput()) {   // DL4J holds the network's input for the whole iteration
-            y[j] = Held.borrowed(nodes.input(j));
-            return y[j].array;
+            state[j].y = Held.borrowed(nodes.input(j));
+            return state[j].y.array;
         }
-        if (incoming[j]) {
+        if (state[j].incoming) {
             INDArray a = tier.take(PlanFile.KINDS * j);
-            incoming[j] = false;
-            y[j] = Held.own(a);
-            hold(y[j].bytes);
+            state[j].incoming = false;
+            state[j].y = Held.own(a);
+            hold(state[j].y.bytes);
             if (lastPrefetch[PlanFile.KINDS * j] < at) dropHostCopy(j);
             return a;
         }
@@ -499,25 +466,25 @@ public final class PlannedTrainer implements AutoCloseable {
     private void forward(int node, boolean recompute, int chunks) {
         PlanFile.Node pn = plan.nodes.get(node);
         if (pn.isInput()) {
-            if (y[node] == null) y[node] = Held.borrowed(nodes.input(node));
-            ready[node] = true;
+            if (state[node].y == null) state[node].y = Held.borrowed(nodes.input(node));
+            state[node].ready = true;
             return;
         }
         INDArray[] ins = new INDArray[pn.inputs.length];
         for (int k = 0; k < ins.length; k++) ins[k] = materialize(pn.inputs[k], (recompute ? "RECOMPUTE " : "FORWARD ") + pn.name);
         releaseState(node);
-        if (y[node] != null) {   // recomputing a live output: the new one replaces it
-            live -= y[node].bytes;
-            release(y[node]);
-            y[node] = null;
+        if (state[node].y != null) {   // recomputing a live output: the new one replaces it
+            live -= state[node].y.bytes;
+            release(state[node].y);
+            state[node].y = null;
         }
         Random random = Nd4j.getRandom();
         long[] saved = null;
-        if (recompute && rng[node] != null) {
+        if (recompute && state[node].rng != null) {
             saved = new long[] {random.rootState(), random.nodeState()};
-            random.setStates(rng[node][0], rng[node][1]);
+            random.setStates(state[node].rng[0], state[node].rng[1]);
         } else {
-            rng[node] = new long[] {random.rootState(), random.nodeState()};
+            state[node].rng = new long[] {random.rootState(), random.nodeState()};
         }
         INDArray out;
         try {
@@ -545,16 +512,16 @@ public final class PlannedTrainer implements AutoCloseable {
             for (INDArray in : ins) alias |= in != null && Held.sameMemory(in, out);
             if (!alias && out.isView()) for (INDArray k : nodes.referenced(node)) alias |= k != out && Held.root(k) == root;
             if (alias) out = detachedCopy(out);
-            y[node] = Held.own(out);
-            hold(y[node].bytes);
+            state[node].y = Held.own(out);
+            hold(state[node].y.bytes);
         }
         sweep(mgr, node, out);
-        bound[node] = ins;
+        state[node].bound = ins;
         Layer l = nodes.layer(node);
-        caches[node] = l == null ? Collections.emptyList() : LayerState.caches(l, out);
-        cacheBytes[node] = bytes(caches[node]);
-        hold(cacheBytes[node]);
-        ready[node] = true;
+        state[node].caches = l == null ? Collections.emptyList() : LayerState.caches(l, out);
+        state[node].cacheBytes = bytes(state[node].caches);
+        hold(state[node].cacheBytes);
+        state[node].ready = true;
     }
 
     private static INDArray detachedCopy(INDArray a) {
@@ -572,38 +539,38 @@ public final class PlannedTrainer implements AutoCloseable {
     /** Close what the node's layer kept for its backward step. */
     private void releaseState(int node) {
         Layer l = nodes.layer(node);
-        if (l != null && (ready[node] || caches[node] != null)) {
-            LayerState.release(l, caches[node] == null ? Collections.emptyList() : caches[node],
-                    y[node] == null ? null : y[node].array);
+        if (l != null && (state[node].ready || state[node].caches != null)) {
+            LayerState.release(l, state[node].caches == null ? Collections.emptyList() : state[node].caches,
+                    state[node].y == null ? null : state[node].y.array);
         }
-        live -= cacheBytes[node];
-        cacheBytes[node] = 0;
-        caches[node] = null;
-        ready[node] = false;
+        live -= state[node].cacheBytes;
+        state[node].cacheBytes = 0;
+        state[node].caches = null;
+        state[node].ready = false;
     }
 
     private double backward(int node) {
         PlanFile.Node pn = plan.nodes.get(node);
         if (pn.isInput()) throw planError("network inputs have no backward step");
-        if (!ready[node]) {
+        if (!state[node].ready) {
             // the plan released the layer's state (with its output) and did not rebuild it: rebuild
             // it now from the inputs, exactly (same random state); its output is not needed again
-            Held keep = y[node];
-            y[node] = null;
+            Held keep = state[node].y;
+            state[node].y = null;
             forward(node, true, plan.records.get(at).chunks);
             stats.rebuilds++;
-            if (y[node] != null) {
-                live -= y[node].bytes;
-                release(y[node]);
+            if (state[node].y != null) {
+                live -= state[node].y.bytes;
+                release(state[node].y);
             }
-            y[node] = keep;
+            state[node].y = keep;
         }
         Layer l = nodes.layer(node);
         boolean ownInput = l != null && LayerState.dropoutApplied(l);
         for (int k = 0; k < pn.inputs.length; k++) {
             int j = pn.inputs[k];
-            INDArray cur = y[j] != null || incoming[j] ? materialize(j, "BACKWARD " + pn.name) : null;
-            if (cur == bound[node][k]) continue;
+            INDArray cur = state[j].y != null || state[j].incoming ? materialize(j, "BACKWARD " + pn.name) : null;
+            if (cur == state[node].bound[k]) continue;
             if (cur == null) {
                 if (!ownInput && nodes.backwardReadsInput(node, k)) {
                     throw planError("BACKWARD " + pn.name + " reads its input " + plan.nodes.get(j).name
@@ -618,10 +585,10 @@ public final class PlannedTrainer implements AutoCloseable {
                 }
                 sweep(mgr, node);
             }
-            bound[node][k] = cur;
+            state[node].bound[k] = cur;
         }
         boolean output = nodes.isOutput(node);
-        INDArray eps = dy[node] == null ? null : dy[node].array;
+        INDArray eps = state[node].dy == null ? null : state[node].dy.array;
         if (!output && eps == null) throw planError("BACKWARD " + pn.name + " has no gradient of its output");
         Held[] grads;
         double score = Double.NaN;
@@ -648,18 +615,18 @@ public final class PlannedTrainer implements AutoCloseable {
             Held g = grads[k];
             if (g == null) continue;
             int j = pn.inputs[k];
-            boolean alias = dy[node] != null && dy[node].sharesMemoryWith(g.array);
+            boolean alias = state[node].dy != null && state[node].dy.sharesMemoryWith(g.array);
             for (int m = 0; m < k; m++) alias |= grads[m] != null && grads[m].sharesMemoryWith(g.array);
             if (plan.nodes.get(j).isInput()) {   // DL4J computes the input's gradient; nobody needs it
                 if (!alias) release(g);
                 continue;
             }
             if (alias) g = Held.own(detachedCopy(g.array));   // e.g. an add vertex passing its gradient on
-            if (dy[j] == null) {
-                dy[j] = g;
+            if (state[j].dy == null) {
+                state[j].dy = g;
                 hold(g.bytes);
             } else {
-                dy[j].array.addi(g.array);   // as ComputationGraph accumulates epsilons: existing.addi(new)
+                state[j].dy.array.addi(g.array);   // as ComputationGraph accumulates epsilons: existing.addi(new)
                 release(g);
             }
         }
@@ -677,31 +644,31 @@ public final class PlannedTrainer implements AutoCloseable {
         int node = PlanFile.node(t);
         int kind = PlanFile.kind(t);
         if (kind == PlanFile.Y) {
-            if (offloadPending[node]) {
+            if (state[node].offloadPending) {
                 tier.awaitOffloaded(t);
-                offloadPending[node] = false;
+                state[node].offloadPending = false;
             }
-            if (incoming[node]) materialize(node, "FREE");
-            if (y[node] != null) {
-                live -= y[node].bytes;
-                release(y[node]);
-                y[node] = null;
+            if (state[node].incoming) materialize(node, "FREE");
+            if (state[node].y != null) {
+                live -= state[node].y.bytes;
+                release(state[node].y);
+                state[node].y = null;
             }
             // What the layer keeps for its own backprop (batch norm's normalized input, a dropout
             // mask) goes with its output -- unless the output went to the tier: then it comes back
             // for the backward step and the layer's state waits for it (the tier holds activations only).
-            if (!hostCopy[node] && !savedRecords[node]) {
-                boolean lost = caches[node] != null && !caches[node].isEmpty();
-                boolean wasReady = ready[node];
+            if (!state[node].hostCopy && !savedRecords[node]) {
+                boolean lost = state[node].caches != null && !state[node].caches.isEmpty();
+                boolean wasReady = state[node].ready;
                 releaseState(node);
-                ready[node] = wasReady && !lost;   // a layer that kept nothing but its input can still run backward
+                state[node].ready = wasReady && !lost;   // a layer that kept nothing but its input can still run backward
             }
-            if (lastPrefetch[t] < at && !incoming[node]) dropHostCopy(node);
+            if (lastPrefetch[t] < at && !state[node].incoming) dropHostCopy(node);
         } else if (kind == PlanFile.DY) {
-            if (dy[node] != null) {
-                live -= dy[node].bytes;
-                release(dy[node]);
-                dy[node] = null;
+            if (state[node].dy != null) {
+                live -= state[node].dy.bytes;
+                release(state[node].dy);
+                state[node].dy = null;
             }
         }
         // W, DW, M: DL4J's parameters, gradients and updater state stay where DL4J keeps them
@@ -711,69 +678,69 @@ public final class PlannedTrainer implements AutoCloseable {
     private void move(int src) {
         int node = PlanFile.node(src);
         if (PlanFile.kind(src) == PlanFile.Y) {
-            if (offloadPending[node]) {
+            if (state[node].offloadPending) {
                 tier.awaitOffloaded(src);
-                offloadPending[node] = false;
+                state[node].offloadPending = false;
             }
-            if (y[node] != null) {
-                live -= y[node].bytes;
-                release(y[node]);
-                y[node] = null;
+            if (state[node].y != null) {
+                live -= state[node].y.bytes;
+                release(state[node].y);
+                state[node].y = null;
             }
-        } else if (PlanFile.kind(src) == PlanFile.DY && dy[node] != null) {
-            live -= dy[node].bytes;
-            release(dy[node]);
-            dy[node] = null;
+        } else if (PlanFile.kind(src) == PlanFile.DY && state[node].dy != null) {
+            live -= state[node].dy.bytes;
+            release(state[node].dy);
+            state[node].dy = null;
         }
     }
 
     /** The tier forgets node's activation: no PREFETCH of it follows. */
     private void dropHostCopy(int node) {
-        if (!hostCopy[node]) return;
+        if (!state[node].hostCopy) return;
         tier.release(PlanFile.KINDS * node);
-        hostCopy[node] = false;
+        state[node].hostCopy = false;
     }
 
     private void offload(int t) {
         int node = PlanFile.node(t);
         if (PlanFile.kind(t) != PlanFile.Y) throw planError("only activations (Y) are offloaded");
-        if (y[node] == null) throw planError("offloads " + plan.nodes.get(node).name + ":Y, which is not live");
-        if (y[node].base == null) return;   // the network's input: DL4J holds it anyway
-        tier.offload(t, y[node].array);
-        hostCopy[node] = true;
-        offloadPending[node] = true;
+        if (state[node].y == null) throw planError("offloads " + plan.nodes.get(node).name + ":Y, which is not live");
+        if (state[node].y.base == null) return;   // the network's input: DL4J holds it anyway
+        tier.offload(t, state[node].y.array);
+        state[node].hostCopy = true;
+        state[node].offloadPending = true;
         stats.offloads++;
     }
 
     private void prefetch(int t) {
         int node = PlanFile.node(t);
         if (plan.nodes.get(node).isInput()) {   // the network's input never left: DL4J holds it
-            if (y[node] == null) y[node] = Held.borrowed(nodes.input(node));
+            if (state[node].y == null) state[node].y = Held.borrowed(nodes.input(node));
             return;
         }
-        if (!hostCopy[node]) {
-            if (y[node] != null && y[node].base == null) return;   // the network's input never left
+        if (!state[node].hostCopy) {
+            if (state[node].y != null && state[node].y.base == null) return;   // the network's input never left
             throw planError("prefetches " + plan.nodes.get(node).name + ":Y, which has no host copy");
         }
-        if (y[node] != null || incoming[node]) return;   // still live: nothing to bring back
+        if (state[node].y != null || state[node].incoming) return;   // still live: nothing to bring back
         tier.prefetch(t);
-        incoming[node] = true;
+        state[node].incoming = true;
         stats.prefetches++;
     }
 
     /** End of an iteration (or a failure): close everything still held, forget host copies. */
     private void releaseAll() {
-        for (int i = 0; i < y.length; i++) {
+        for (int i = 0; i < state.length; i++) {
             try {
-                if (offloadPending[i]) tier.awaitOffloaded(PlanFile.KINDS * i);
-                if (incoming[i]) tier.take(PlanFile.KINDS * i).close();
+                if (state[i].offloadPending) tier.awaitOffloaded(PlanFile.KINDS * i);
+                if (state[i].incoming) tier.take(PlanFile.KINDS * i).close();
                 dropHostCopy(i);
             } finally {
-                if (y[i] != null) release(y[i]);
-                if (dy[i] != null) release(dy[i]);
+                if (state[i].y != null) release(state[i].y);
+                if (state[i].dy != null) release(state[i].dy);
                 releaseState(i);
-                y[i] = dy[i] = null;
-                hostCopy[i] = offloadPending[i] = incoming[i] = false;
+                state[i].y = state[i].dy = null;
+                state[i].hostCopy = state[i].offloadPending = state[i].incoming = false;
             }
         }
         live = 0;

@@ -16,11 +16,13 @@ import org.nd4j.linalg.indexing.INDArrayIndex;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 
 /**
- * A DL4J ConvolutionLayer's forward or backward step run on slices of the batch (the plan's
- * batch-chunk algorithm: SuperNeurons' dynamic convolution workspace for DL4J). DL4J sizes a
+ * A DL4J layer's forward or backward step run on slices of the batch (the plan's batch-chunk
+ * algorithm: SuperNeurons' dynamic convolution workspace for DL4J, extended to the other layer whose
+ * working memory DL4J sizes by the batch and whose samples are independent). DL4J sizes a
  * convolution's working memory by the batch (the im2col patch matrix, its gradient, the col2im
- * buffer, the recomputed pre-activation and its copies), and its working-memory workspace keeps the
- * largest step's size all iteration; a step in k slices needs about 1/k of it.
+ * buffer, the recomputed pre-activation and its copies) and LRN's backward step holds eight
+ * input-sized arrays (it recomputes the forward pass and its scale); the working-memory workspace
+ * keeps the largest step's size all iteration, and a step in k slices needs about 1/k of it.
  *
  * <ul>
  *   <li>forward: the layer's own {@code activate} on each slice of its input, each in its own
@@ -35,27 +37,32 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
  *       its samples, so the result is DL4J's up to the order of the floating-point additions.</li>
  * </ul>
  *
- * Exact only where every sample's computation is independent of the others: a plain
- * ConvolutionLayer without input dropout (one mask is drawn for the whole batch); {@link #problem}
- * names what else is refused. An input preprocessor (DL4J's reshape a flat or recurrent input into
- * images per sample) runs on the whole batch before the slices, and its backward after them.
+ * Exact only where every sample's computation is independent of the others and the layer keeps
+ * nothing from its forward step for its backward one: a plain ConvolutionLayer without input dropout
+ * (one mask is drawn for the whole batch), and LocalResponseNormalization (across channels within a
+ * sample; its backward step recomputes from the input, so the slices give DL4J's own numbers);
+ * {@link #problem} names what else is refused. An input preprocessor (DL4J's reshape a flat or
+ * recurrent input into images per sample) runs on the whole batch before the slices, and its
+ * backward after them.
  */
-final class ChunkedConv {
+final class ChunkedStep {
     static final String CONVOLUTION = "org.deeplearning4j.nn.layers.convolution.ConvolutionLayer";
+    static final String LRN = "org.deeplearning4j.nn.layers.normalization.LocalResponseNormalization";
 
-    private ChunkedConv() {
+    private ChunkedStep() {
     }
 
     /** Why {@code layer} cannot run in batch chunks (null: it can). */
     static String problem(Layer layer, String name, int chunks) {
         String fix = "; write the plan without batch chunks for it (no budget, or a larger one: "
                 + "`pyd4j plan ... --emit-plan FILE` without --budget)";
-        if (layer == null || !layer.getClass().getName().equals(CONVOLUTION)) {
+        String kind = layer == null ? null : layer.getClass().getName();
+        if (!CONVOLUTION.equals(kind) && !LRN.equals(kind)) {
             return "the plan runs " + name + " (" + (layer == null ? "not a layer" : layer.getClass().getSimpleName())
-                    + ") in " + chunks + " batch chunks; only a ConvolutionLayer is run in batch chunks" + fix;
+                    + ") in " + chunks + " batch chunks; only a ConvolutionLayer or LocalResponseNormalization is run in batch chunks" + fix;
         }
         if (LayerState.inputDropout(layer) != null) {
-            return "the plan runs convolution " + name + " in " + chunks + " batch chunks, but it has input dropout: "
+            return "the plan runs " + name + " in " + chunks + " batch chunks, but it has input dropout: "
                     + "fit() draws one mask for the whole batch, which slices cannot reproduce" + fix;
         }
         return null;
@@ -110,6 +117,7 @@ final class ChunkedConv {
                     slice(epsOut, a, b).assign(part);
                     free(part);
                     gradient = p.getFirst();
+                    if (gradient == null) continue;   // a layer without parameters may return none
                     for (Map.Entry<String, INDArray> e : gradient.gradientForVariable().entrySet()) {
                         INDArray sum = sums.get(e.getKey());
                         if (sum == null) {
@@ -123,8 +131,10 @@ final class ChunkedConv {
                 }
             }
             // DL4J's entries are the layer's gradient views: they now get the whole batch's sums
-            for (Map.Entry<String, INDArray> e : gradient.gradientForVariable().entrySet()) {
-                e.getValue().assign(sums.get(e.getKey()));
+            if (gradient != null) {
+                for (Map.Entry<String, INDArray> e : gradient.gradientForVariable().entrySet()) {
+                    e.getValue().assign(sums.get(e.getKey()));
+                }
             }
         } finally {
             layer.setInput(x, mgr);
