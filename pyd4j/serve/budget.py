@@ -132,6 +132,13 @@ class Budget:
             e.state = "resident"
             e.restores += 1
 
+    def not_restored(self, name: str) -> None:
+        """A restore failed: the model is evicted again and its room given back (not an eviction)."""
+        with self._cond:
+            e = self._entries[name]
+            e.state = "evicted"
+            self._cond.notify_all()
+
     def end(self, name: str) -> None:
         """After a batch: the model is idle (a victim candidate) again."""
         with self._cond:

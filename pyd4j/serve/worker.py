@@ -195,7 +195,15 @@ class ModelWorker(threading.Thread):
         return live
 
     def _evict(self) -> None:
+        """Evict the model to the disk tier. Answers every request made so far: one asked for while a
+        batch waited for room may already have been done in `_run` (begin() said "evict"), and that
+        batch may then have given up (no room in time), leaving the model evicted with the request
+        still set; evicting again would find no network."""
+        with self._cond:
+            self._evict_asked = False
         name = self.model.name
+        if not self.model.resident:
+            return
         t0 = time.perf_counter()
         self.model.evict()
         self.budget.evicted(name)
@@ -225,6 +233,8 @@ class ModelWorker(threading.Thread):
             outs = self.model.infer(x)
         except Exception as err:  # noqa: BLE001  (a failed batch fails its requests; the worker serves on)
             log.exception("model %s: inference failed", name)
+            if action == "restore" and not self.model.resident:
+                self.budget.not_restored(name)   # its room is given back; the next batch tries again
             for p in batch:
                 p.loop.call_soon_threadsafe(_resolve, p.future, None, err)
             return
