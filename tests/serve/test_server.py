@@ -143,6 +143,19 @@ def test_listens_on_loopback_and_speaks_the_protocol(server, client):
     assert fp["footprint_total_bytes"] <= BUDGET and fp["footprint_estimate_bytes"] > 0
 
 
+def test_responses_are_not_held_back_by_nagles_algorithm(server):
+    """The listening socket (whose options accepted connections inherit) sends at once: without
+    TCP_NODELAY each response waited for the client's delayed ACK, 44 ms per request on loopback
+    (benchmarks/serving.py, `server_overhead`)."""
+    import socket
+
+    assert server._socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    # and the server answers a raw request on a connection it accepted from that socket
+    with socket.create_connection(("127.0.0.1", server.port)) as conn:
+        conn.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(64).startswith(b"HTTP/1.1 200")
+
+
 @pytest.mark.parametrize("binary", [True, False])
 def test_outputs_equal_net_output_in_process(models, client, binary):
     rng = np.random.default_rng(1)
