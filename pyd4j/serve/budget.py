@@ -132,6 +132,13 @@ class Budget:
             e.state = "resident"
             e.restores += 1
 
+    def not_evicted(self, name: str) -> None:
+        """An eviction failed: the model is resident again (who asked for its room waits on, or times out)."""
+        with self._cond:
+            e = self._entries[name]
+            e.state = "resident"
+            self._cond.notify_all()
+
     def not_restored(self, name: str) -> None:
         """A restore failed: the model is evicted again and its room given back (not an eviction)."""
         with self._cond:

@@ -34,6 +34,9 @@ class Metrics:
         self.evict_seconds = Histogram("pyd4j_serve_evict_seconds", "Time to evict a model to the disk tier",
                                        ["model"], buckets=_LATENCY_BUCKETS, registry=r)
         self.load_failures = Counter("pyd4j_serve_load_failures", "Models that failed to load", ["model"], registry=r)
+        self.eviction_failures = Counter("pyd4j_serve_eviction_failures",
+                                         "Evictions that failed (the model stayed resident), e.g. a full disk",
+                                         ["model"], registry=r)
         self.budget_bytes = Gauge("pyd4j_serve_budget_bytes", "The memory budget (0: none)", registry=r)
 
     def request(self, model: str, status: int, seconds: float) -> None:
@@ -64,6 +67,9 @@ class Metrics:
 
     def load_failure(self, model: str) -> None:
         self.load_failures.labels(model).inc()
+
+    def eviction_failure(self, model: str) -> None:
+        self.eviction_failures.labels(model).inc()
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

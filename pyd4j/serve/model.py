@@ -70,6 +70,20 @@ def _return_free_memory() -> None:
 _LIBC: Any = None
 
 
+def _write_params(params: np.ndarray, path: Path) -> None:
+    """The parameters to `path`, whole or not at all: written to a side file with ordinary writes (a
+    full disk is an OSError here; through a memory map it would be SIGBUS) and renamed when complete,
+    so a restore never reads a partial file. The model stays resident when this fails."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "wb") as f:
+            params.tofile(f)
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
 def parse_model_arg(text: str) -> tuple[str, Path]:
     """'NAME=PATH' -> (name, path); InputError names the fix."""
     name, sep, path = text.partition("=")
@@ -249,11 +263,7 @@ class ServedModel:
 
         # inference never changes the parameters: the file is written once, at the first eviction
         if self.restore_from != "zip" and not self.spill_path.exists():
-            view = nd.to_numpy(self.net.params())
-            mm = np.memmap(self.spill_path, dtype=view.dtype, mode="w+", shape=view.shape)
-            mm[...] = view
-            mm.flush()
-            del mm, view
+            _write_params(nd.to_numpy(self.net.params()), self.spill_path)
         self._release()
         manager = Nd4j.getWorkspaceManager()  # one by one: destroyAllWorkspacesForCurrentThread() adds a System.gc()
         for ws in list(manager.getAllWorkspacesForCurrentThread()):

@@ -205,7 +205,14 @@ class ModelWorker(threading.Thread):
         if not self.model.resident:
             return
         t0 = time.perf_counter()
-        self.model.evict()
+        try:
+            self.model.evict()
+        except Exception as err:  # noqa: BLE001  (the model stays resident and serves; the waiter hears "no room")
+            log.error("model %s: eviction failed, it stays resident (%s: %s); free the disk under %s or raise "
+                      "--budget", name, type(err).__name__, err, self.model.spill_path.parent)
+            self.metrics.eviction_failure(name)
+            self.budget.not_evicted(name)
+            return
         self.budget.evicted(name)
         self.metrics.evicted(name, time.perf_counter() - t0)
         log.info("model %s evicted to the disk tier", name)

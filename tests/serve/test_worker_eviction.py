@@ -120,3 +120,53 @@ def test_fake_model_a_failed_restore_gives_its_room_back() -> None:
         assert a.model.restores == 2 and budget.resident_bytes() == 0
     finally:
         loop.close()
+
+
+def test_fake_model_a_failed_eviction_leaves_it_resident_and_says_so(caplog) -> None:
+    """An eviction that fails (a full disk writing the parameters) leaves the model resident and
+    serving, counted as such, with the reason logged and counted; the worker thread goes on."""
+    loop = asyncio.new_event_loop()
+    try:
+        budget, workers = _setup(100)
+        a, b = workers["a"], workers["b"]
+        b.model.evict = lambda: (_ for _ in ()).throw(OSError(28, "No space left on device"))  # type: ignore[method-assign]
+        b.model.spill_path = type("P", (), {"parent": "/spill"})()  # type: ignore[attr-defined]
+        with budget._cond:
+            budget._make_room(need=100, keep="a")
+        assert b._evict_asked and budget.entry("b").state == "evicting"
+        with caplog.at_level("ERROR", logger="pyd4j.serve"):
+            b._evict()
+        assert b.model.resident and budget.entry("b").state == "resident" and not b._evict_asked
+        assert "eviction failed, it stays resident" in caplog.text and "No space left on device" in caplog.text
+        assert b.metrics.eviction_failures.labels("b")._value.get() == 1
+        served = _pending(loop, 5.0)
+        b._run([served])   # it still serves
+        loop.run_until_complete(asyncio.sleep(0))
+        assert served.future.result()[0].shape == (1, 1)
+    finally:
+        loop.close()
+
+
+def test_parameters_are_written_whole_or_not_at_all(tmp_path) -> None:
+    """The disk tier's file: a write that fails halfway (a full disk; here an array whose tofile fails
+    after 100 bytes, a stand-in) leaves no file a restore could read; a complete one reads back exactly."""
+    from pyd4j.serve.model import _write_params
+
+    params = np.random.default_rng(0).random(1000, dtype=np.float32)
+
+    class FullDisk(np.ndarray):
+        def tofile(self, f, *args, **kwargs):  # noqa: ANN001
+            f.write(b"x" * 100)
+            raise OSError(28, "No space left on device")
+
+    path = tmp_path / "m.params"
+    try:
+        _write_params(params.view(FullDisk), path)
+    except OSError as err:
+        assert err.errno == 28
+    else:
+        raise AssertionError("the failed write was not reported")
+    assert list(tmp_path.iterdir()) == []
+    _write_params(params, path)
+    np.testing.assert_array_equal(np.memmap(path, dtype=np.float32, mode="r"), params)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.params"]
