@@ -128,7 +128,7 @@ def test_fake_model_a_failed_eviction_leaves_it_resident_and_says_so(caplog) -> 
     loop = asyncio.new_event_loop()
     try:
         budget, workers = _setup(100)
-        a, b = workers["a"], workers["b"]
+        b = workers["b"]
         b.model.evict = lambda: (_ for _ in ()).throw(OSError(28, "No space left on device"))  # type: ignore[method-assign]
         b.model.spill_path = type("P", (), {"parent": "/spill"})()  # type: ignore[attr-defined]
         with budget._cond:
