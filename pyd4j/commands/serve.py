@@ -14,6 +14,20 @@ PORT = params.Whole(0, 65535, example="--port 8000", why="a TCP port; 0 picks a 
 MAX_BODY = params.ByteSize(example="64m")
 
 
+class SliceRows(click.ParamType):
+    """'auto', 'whole' or a whole number of rows (the server checks it against --max-batch)."""
+
+    name = "auto|whole|ROWS"
+    rows = params.Whole(1, params.JAVA_INT_MAX, example="--slice-rows 8")
+
+    def convert(self, value, param, ctx):
+        if value in ("auto", "whole") or isinstance(value, int):
+            return value
+        if not str(value).strip().lstrip("-").isdigit():
+            self.fail(f"{value!r}: give 'auto', 'whole' or a whole number of rows, e.g. --slice-rows 8", param, ctx)
+        return self.rows.convert(value, param, ctx)
+
+
 def _status_rows(status: dict) -> list[list[str]]:
     rows = []
     for name, m in status["models"].items():
@@ -67,6 +81,10 @@ def judge_soak(result: dict) -> dict:
                    "503 with Retry-After, naming the budget and the models holding it (raise --budget, or lower this).")
 @click.option("--max-batch", type=params.BATCH, default=32, show_default=True,
               help="Largest batch one output() call runs (dynamic batching) and the largest a request may send.")
+@click.option("--slice-rows", type=SliceRows(), default="auto", show_default=True,
+              help="Rows one output() call runs, which sizes DL4J's inference workspaces: 'auto' measures at load "
+                   "the fewest that keep the speed of a --max-batch call, 'whole' runs --max-batch rows in one call, "
+                   "a number fixes it.")
 @click.option("--max-wait-ms", type=params.Real(0, 60_000, example="--max-wait-ms 2"), default=2.0, show_default=True,
               help="Longest a request waits for others to batch with.")
 @click.option("--queue-size", type=params.COUNT, default=64, show_default=True,
@@ -79,7 +97,7 @@ def judge_soak(result: dict) -> dict:
               help="Do not serve: send N requests per model over HTTP, then print the leak verdict on the server's memory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the model status (or the soak result) as JSON.")
 def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, port: int, budget: int | None,
-            idle_s: float, max_batch: int, max_wait_ms: float, queue_size: int, timeout_s: float, max_body: int,
+            idle_s: float, max_batch: int, slice_rows: int | str, max_wait_ms: float, queue_size: int, timeout_s: float, max_body: int,
             soak: int | None, as_json: bool) -> None:
     """Serve DL4J models over the Open Inference Protocol v2 (KServe/Triton clients), under a memory budget."""
     try:
@@ -94,7 +112,8 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
     specs = dict(parse_model_arg(s) for s in input_specs)
     server = ModelServer(list(models), budget, host=host, port=0 if soak else port, max_batch=max_batch,
                          max_wait_ms=max_wait_ms, queue_size=queue_size, timeout_s=timeout_s, max_body_bytes=max_body,
-                         idle_before_evict_s=idle_s, inputs={k: str(v) for k, v in specs.items()})
+                         idle_before_evict_s=idle_s, inputs={k: str(v) for k, v in specs.items()},
+                         slice_rows=slice_rows)
     server.load()
     status = server.status()
     failed = [m["error"] for m in status["models"].values() if m["state"] != "ready"]

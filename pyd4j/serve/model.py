@@ -10,6 +10,10 @@ weights are views of) are written to a memory-mapped file, its parameter buffer 
 workspaces are destroyed. Only the configuration JSON stays in memory. Restore builds the network
 from the configuration and copies the file into a fresh ND4J-owned parameter buffer; outputs are
 bit-identical before and after.
+
+Footprint: DL4J's inference workspaces are sized by the rows of one output() call and learn over
+several calls; they are measured once they stop growing, with the batch run `slice_rows` rows a call
+(pyd4j.serve.sizing chooses the fewest rows that keep the speed).
 """
 
 from __future__ import annotations
@@ -25,8 +29,14 @@ from typing import Any
 import numpy as np
 
 from pyd4j.inputs import InputError
+from pyd4j.serve import sizing
 from pyd4j.serve.protocol import TensorSpec, datatype_of
+from pyd4j.serve.sizing import SliceSizing
 from pyd4j.workspaces import forget_collected
+
+
+SETTLE_MIN_CALLS = 4   # workspaces measured once three calls in a row left them the same size ...
+SETTLE_MAX_CALLS = 10  # ... or after this many calls, the largest size seen
 
 
 class ModelLoadError(InputError):
@@ -39,9 +49,11 @@ class Footprint:
 
     max_batch: int
     params_bytes: int       # the flattened parameter buffer
-    workspace_bytes: int    # DL4J's inference workspaces after an output() at max_batch
+    workspace_bytes: int    # DL4J's inference workspaces after max_batch rows run in slices of slice_rows
     io_bytes: int           # input and output arrays of one max_batch request
-    estimate_bytes: int     # pyd4j.memory.estimate (mode infer, no data pipeline) at max_batch
+    estimate_bytes: int     # pyd4j.memory.estimate (mode infer, no data pipeline) at slice_rows
+    slice_rows: int         # rows one output() call runs (pyd4j.serve.sizing)
+    whole_workspace_bytes: int  # the workspaces had max_batch rows run in one call
 
     @property
     def total_bytes(self) -> int:
@@ -68,6 +80,26 @@ def _return_free_memory() -> None:
 
 
 _LIBC: Any = None
+
+
+def _workspace_bytes() -> int:
+    """Bytes the calling thread's ND4J workspaces hold (a served model's are on its worker thread)."""
+    from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
+
+    return sum(int(w.getCurrentSize()) for w in Nd4j.getWorkspaceManager().getAllWorkspacesForCurrentThread())
+
+
+def _destroy_workspaces() -> None:
+    """Destroy the calling thread's ND4J workspaces, one by one: destroyAllWorkspacesForCurrentThread()
+    adds a System.gc()."""
+    from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
+
+    manager = Nd4j.getWorkspaceManager()
+    for ws in list(manager.getAllWorkspacesForCurrentThread()):
+        manager.destroyWorkspace(ws)
+    # ND4J keeps ~630 bytes of heap per workspace ever made (pyd4j.workspaces.forget_collected): without
+    # this the live heap grew 2 KiB per restore of LeNet (3 workspaces), linearly, for ever
+    forget_collected()
 
 
 def _write_params(params: np.ndarray, path: Path) -> None:
@@ -128,12 +160,16 @@ class ServedModel:
         self.load_seconds = 0.0
         self.last_restore_seconds: float | None = None
         self.params_dtype: np.dtype | None = None
+        self.sizing: SliceSizing | None = None
+        self.slice_rows: int | None = None   # rows one output() call runs; None: any number (before load)
         self._params: Any = None  # the parameter array restore() made (the network holds a view of it)
 
     # ------------------------------------------------------------------ load
 
-    def load(self, max_batch: int) -> Footprint:
-        """Read the model, learn its tensors, run it once at max_batch and measure what it holds."""
+    def load(self, max_batch: int, slice_rows: int | str = "auto") -> Footprint:
+        """Read the model, learn its tensors, choose how many rows one output() call runs and measure
+        what it holds after max_batch rows. slice_rows: "auto" (the fewest that keep the speed,
+        pyd4j.serve.sizing), "whole" (max_batch) or a number of rows."""
         from pyd4j.jvm import java_errors  # noqa: PLC0415
 
         t0 = time.perf_counter()
@@ -159,7 +195,7 @@ class ServedModel:
             self.inputs = [TensorSpec(n, dt, _input_shape(s)) for n, s in zip(names, specs)]
             one = self.infer([np.zeros((1, *s.shape[1:]), self.params_dtype) for s in self.inputs])
             self.outputs = [TensorSpec(n, datatype_of(a.dtype), (-1, *a.shape[1:])) for n, a in zip(self._output_names(), one)]
-            self.footprint = self._measure(max_batch, specs)
+            self.footprint = self._measure(max_batch, slice_rows, specs)
         self.load_seconds = time.perf_counter() - t0
         return self.footprint
 
@@ -219,25 +255,61 @@ class ServedModel:
         except InputError as err:
             raise ModelLoadError(f"model {self.name!r}: {err}") from None
 
-    def _measure(self, max_batch: int, specs: list[dict[str, Any]]) -> Footprint:
-        from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
-
+    def _measure(self, max_batch: int, slice_rows: int | str, specs: list[dict[str, Any]]) -> Footprint:
         from pyd4j.memory import estimate as est  # noqa: PLC0415
 
-        x = [np.zeros((max_batch, *s.shape[1:]), self.params_dtype) for s in self.inputs]
+        rng = np.random.default_rng(0)
+        x = [rng.standard_normal((max_batch, *s.shape[1:])).astype(self.params_dtype) for s in self.inputs]
+        self.slice_rows = max_batch
         y = self.infer(x)
-        ws = sum(int(w.getCurrentSize()) for w in Nd4j.getWorkspaceManager().getAllWorkspacesForCurrentThread())
+        whole_ws = self._settled_workspaces(x)
+        if slice_rows == "auto":
+            def run(rows: int) -> None:
+                self.slice_rows = rows
+                self.infer(x)
+            self.sizing = sizing.measure(run, max_batch)
+        elif slice_rows == "whole":
+            self.sizing = SliceSizing(max_batch, max_batch, "whole")
+        else:
+            self.sizing = SliceSizing(max_batch, min(int(slice_rows), max_batch), "fixed")
+        self.slice_rows = self.sizing.rows
+        ws = whole_ws
+        if self.slice_rows < max_batch:  # learnt again at the slice
+            _destroy_workspaces()
+            ws = self._settled_workspaces(x)
         params = int(self.net.params().length()) * self.params_dtype.itemsize
         io = sum(a.nbytes for a in x) + sum(a.nbytes for a in y)
-        e = est.estimate(self.net, max_batch, dtype=self.params_dtype.name, mode="infer", input=specs)
+        e = est.estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
         estimate_bytes = e.offheap_bytes - e.term_bytes("prefetch_buffers")  # a server has no data pipeline
-        return Footprint(max_batch, params, ws, io, estimate_bytes)
+        return Footprint(max_batch, params, ws, io, estimate_bytes, self.slice_rows, whole_ws)
+
+    def _settled_workspaces(self, x: list[np.ndarray]) -> int:
+        """Bytes DL4J's inference workspaces hold once they stop growing, running `x` again and again.
+        They learn over several calls: after one output() of deep_cnn_bn at batch 32 they held 21 MB,
+        from the third on 64 MB (a second workspace allocates one call later, and larger). Calls of
+        fewer rows in any order never took them above this (0.98-0.99x of it, measured)."""
+        sizes = []
+        for _ in range(SETTLE_MAX_CALLS):
+            self.infer(x)
+            sizes.append(_workspace_bytes())
+            if len(sizes) >= SETTLE_MIN_CALLS and sizes[-1] == sizes[-2] == sizes[-3]:
+                break
+        return max(sizes)
 
     # ------------------------------------------------------------------ run
 
     def infer(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """net.output() on the given inputs (batch first), as numpy copies; the outputs' ND4J memory is
-        released at once rather than at Java's next collection."""
+        """net.output() on the given inputs (batch first), `slice_rows` rows a call, as numpy copies."""
+        rows = len(arrays[0])
+        step = self.slice_rows or rows
+        if rows <= step:
+            return self._output(arrays)
+        parts = [self._output([a[i:i + step] for a in arrays]) for i in range(0, rows, step)]
+        return [np.concatenate(p) for p in zip(*parts)]
+
+    def _output(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """One net.output() call; the outputs' ND4J memory is released at once rather than at Java's
+        next collection."""
         import pyd4j.nd as nd  # noqa: PLC0415
 
         xs = [nd.from_numpy(np.ascontiguousarray(a, dtype=self.params_dtype)) for a in arrays]
@@ -257,20 +329,13 @@ class ServedModel:
 
     def evict(self) -> None:
         """Parameters to the disk tier, network closed, this thread's workspaces destroyed."""
-        from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
-
         import pyd4j.nd as nd  # noqa: PLC0415
 
         # inference never changes the parameters: the file is written once, at the first eviction
         if self.restore_from != "zip" and not self.spill_path.exists():
             _write_params(nd.to_numpy(self.net.params()), self.spill_path)
         self._release()
-        manager = Nd4j.getWorkspaceManager()  # one by one: destroyAllWorkspacesForCurrentThread() adds a System.gc()
-        for ws in list(manager.getAllWorkspacesForCurrentThread()):
-            manager.destroyWorkspace(ws)
-        # ND4J keeps ~630 bytes of heap per workspace ever made (pyd4j.workspaces.forget_collected): without
-        # this the live heap grew 2 KiB per restore of LeNet (3 workspaces), linearly, for ever
-        forget_collected()
+        _destroy_workspaces()
         _return_free_memory()
 
     def _release(self) -> None:

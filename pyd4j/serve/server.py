@@ -66,11 +66,14 @@ class ModelServer:
                  host: str = "127.0.0.1", port: int = 8000, max_batch: int = 32, max_wait_ms: float = 2.0,
                  queue_size: int = 64, timeout_s: float = 30.0, max_body_bytes: int = DEFAULT_MAX_BODY,
                  spill_dir: str | Path | None = None, inputs: dict[str, str] | None = None,
-                 restore_from: str = "disk", idle_before_evict_s: float = 0.0) -> None:
+                 restore_from: str = "disk", idle_before_evict_s: float = 0.0,
+                 slice_rows: int | str = "auto") -> None:
         """idle_before_evict_s: a model that served a request less than this long ago is not evicted; a
         request for another model that needs its room waits, and past --timeout gets 503 with Retry-After.
         restore_from="zip" reloads an evicted zip model from its file instead of the disk tier: the
-        load-on-demand baseline benchmarks/serving.py compares against."""
+        load-on-demand baseline benchmarks/serving.py compares against. slice_rows: rows one output() call
+        runs, which sizes DL4J's inference workspaces: "auto" measures the fewest that keep the speed of
+        a max_batch call (pyd4j.serve.sizing), "whole" runs max_batch rows in one call, a number fixes it."""
         from pyd4j.units import parse_bytes  # noqa: PLC0415
 
         pairs = [parse_model_arg(m) for m in models] if isinstance(models, list) else \
@@ -84,6 +87,9 @@ class ModelServer:
         for what, value, low in (("max batch", max_batch, 1), ("queue size", queue_size, 1)):
             if not isinstance(value, int) or value < low:
                 raise InputError(f"{what} {value!r} must be a whole number >= {low}")
+        if slice_rows not in ("auto", "whole") and not (isinstance(slice_rows, int) and 1 <= slice_rows <= max_batch):
+            raise InputError(f"slice rows {slice_rows!r}: give 'auto' (measured at load), 'whole' (max batch "
+                             f"{max_batch} rows a call) or a whole number of rows from 1 to the max batch {max_batch}")
         if not idle_before_evict_s >= 0:
             raise InputError(f"idle time before eviction {idle_before_evict_s!r} s must be >= 0 (0: evict the least "
                              f"recently used model at once)")
@@ -96,6 +102,7 @@ class ModelServer:
         self.pairs = pairs
         self.host, self.port = host, port
         self.max_batch, self.max_wait_s, self.queue_size = max_batch, max_wait_ms / 1000.0, queue_size
+        self.slice_rows = slice_rows
         self.timeout_s, self.max_body = timeout_s, max_body_bytes
         self.inputs = inputs or {}
         if restore_from not in ("disk", "zip"):
@@ -122,7 +129,8 @@ class ModelServer:
         self.spill_dir = Path(tempfile.mkdtemp(prefix="pyd4j-serve-", dir=self._spill_parent))
         for name, path in self.pairs:
             model = ServedModel(name, path, self.spill_dir, self.inputs.get(name), self.restore_from)
-            w = ModelWorker(model, self.budget, self.metrics, self.max_batch, self.max_wait_s, self.queue_size)
+            w = ModelWorker(model, self.budget, self.metrics, self.max_batch, self.max_wait_s, self.queue_size,
+                            self.slice_rows)
             self.workers[name] = w
             w.start()
             w.loaded.wait()
@@ -227,6 +235,7 @@ class ModelServer:
                 e = self.budget.entry(name)
                 doc.update(memory_state=e.state, evictions=e.evictions, restores=e.restores,
                            footprint=m.footprint.to_dict() if m.footprint else None,
+                           slice_sizing=m.sizing.to_dict() if m.sizing else None,
                            load_seconds=round(m.load_seconds, 4), last_restore_seconds=m.last_restore_seconds)
             models[name] = doc
         return {"budget_bytes": self.limit, "resident_bytes": self.budget.resident_bytes(),

@@ -53,12 +53,13 @@ class ModelWorker(threading.Thread):
     """Owns one ServedModel; every Java call on it happens here."""
 
     def __init__(self, model: ServedModel, budget: Budget, metrics: Metrics, max_batch: int,
-                 max_wait_s: float, queue_size: int) -> None:
+                 max_wait_s: float, queue_size: int, slice_rows: int | str = "auto") -> None:
         super().__init__(name=f"pyd4j-serve-{model.name}", daemon=True)
         self.model = model
         self.budget = budget
         self.metrics = metrics
         self.max_batch = max_batch
+        self.slice_rows = slice_rows
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
         self.state = "loading"          # loading, ready, failed
@@ -112,7 +113,7 @@ class ModelWorker(threading.Thread):
         name = self.model.name
         try:
             self.budget.begin_load(name, self._reserve())
-            fp = self.model.load(self.max_batch)
+            fp = self.model.load(self.max_batch, self.slice_rows)
             self.budget.loaded(name, fp.total_bytes)
         except OverBudgetError as err:
             fp = self.model.footprint
@@ -133,6 +134,13 @@ class ModelWorker(threading.Thread):
         self.loaded.set()
         log.info("model %s loaded (%s, %d bytes resident at batch %d, estimate %d)", name, self.model.source,
                  fp.total_bytes, self.max_batch, fp.estimate_bytes)
+        sz = self.model.sizing
+        if sz is not None and sz.how == "measured":
+            ratio = next((st.median_ratio for st in reversed(sz.steps) if st.kept), 1.0)
+            log.info("model %s: output() runs %d rows a call (workspaces %d bytes; %d for %d rows in one call), "
+                     "time for %d rows %.2fx of one call; measured in %.1f s, stopped: %s", name, fp.slice_rows,
+                     fp.workspace_bytes, fp.whole_workspace_bytes, self.max_batch, self.max_batch, ratio,
+                     sz.seconds, sz.stopped)
         return True
 
     def _reserve(self) -> int:

@@ -23,6 +23,9 @@ PYD4J = [sys.executable, "-m", "pyd4j.cli"]
     (["--model", "m=examples/networks/mlp.json", "--budget", "0"], ["0"]),
     (["--model", "m=examples/networks/mlp.json", "--port", "70000"], ["70000"]),
     (["--model", "m=examples/networks/mlp.json", "--idle-before-evict", "-5"], ["-5", "--idle-before-evict"]),
+    (["--model", "m=examples/networks/mlp.json", "--slice-rows", "0"], ["'0'", "out of range", "--slice-rows"]),
+    (["--model", "m=examples/networks/mlp.json", "--slice-rows", "some"], ["'some'", "auto", "whole"]),
+    (["--model", "m=examples/networks/mlp.json", "--slice-rows", "64", "--max-batch", "32"], ["64", "max batch 32"]),
 ])
 def test_bad_arguments_exit_2_naming_the_value(args, words):
     out = subprocess.run([*PYD4J, "serve", *args], capture_output=True, text=True, timeout=120)

@@ -67,7 +67,8 @@ def server(models):
 
     d = models["dir"]
     s = ModelServer({"mlp": d / "mlp.zip", "lenet": d / "lenet.json", "big": d / "big.json", "broken": d / "broken.json"},
-                    budget=BUDGET, port=0, max_batch=32, max_wait_ms=5, max_body_bytes=MAX_BODY)
+                    budget=BUDGET, port=0, max_batch=32, max_wait_ms=5, max_body_bytes=MAX_BODY,
+                    slice_rows="whole")  # the footprints the budget is sized by do not depend on timings
     s.start()
     yield s
     s.stop()
@@ -290,7 +291,7 @@ def test_eviction_releases_parameters_and_workspaces_at_once(models, jvm, tmp_pa
     from pyd4j.serve.model import ServedModel
 
     m = ServedModel("lenet", models["dir"] / "lenet.json", tmp_path)
-    m.load(4)
+    m.load(4, "whole")
     x = [np.random.default_rng(4).random((2, 784), dtype=np.float32)]
     want = _output(models["lenet"], x[0])
     for _ in range(2):  # once as loaded, once as restored (params() is then a view of restore's array)

@@ -23,7 +23,7 @@ class FakeModel:
 
     def __init__(self, name: str, size: int, fail_restore: bool = False) -> None:
         self.name, self.size, self.fail_restore = name, size, fail_restore
-        self.footprint = Footprint(1, size, 0, 0, size)
+        self.footprint = Footprint(1, size, 0, 0, size, 1, 0)
         self.inputs = [None]
         self.net: object | None = object()
         self.evictions = 0

@@ -1,0 +1,99 @@
+"""How many rows one output() call runs: the fewest that keep the speed of a whole batch, measured.
+
+DL4J sizes a network's inference workspaces by the rows of the largest output() call it has run, and
+they stay allocated while the model is resident: they grow in proportion to the rows (measured on the
+example networks: 0.16 MB per row for lenet, 3.3 MB per row for resnet_graph). A dynamic batch of
+`max_batch` rows run as slices of fewer rows needs workspaces for one slice only. Small slices pay a
+per-call overhead; from some size on they cost no time. At load the model's worker times the whole
+batch against slices of a half, a quarter, ... of it, in alternated pairs (whole first, then slices
+first), and keeps the smallest slice whose median paired time ratio is within `TOLERANCE` of the whole
+batch. It stops at the first slice that is slower, or before a candidate that would take the
+measurement past `TIME_LIMIT_S` (three pairs instead of five where that is what fits).
+
+The outputs of a sliced call are those of the rows computed in smaller calls: equal to a whole call's
+to float32 rounding (BLAS blocks differently), as a request batched with others already is.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+TOLERANCE = 0.05     # a slice may take this much longer than the whole batch (median of paired ratios)
+PAIRS = 5            # alternated whole/slice pairs per candidate ...
+MIN_PAIRS = 3        # ... or this many where five would pass the time limit
+TIME_LIMIT_S = 30.0  # measuring stops before a candidate that would take it past this
+
+
+@dataclass
+class Step:
+    """One candidate slice: the paired time ratios slice / whole batch."""
+
+    rows: int
+    median_ratio: float
+    low: float
+    high: float
+    kept: bool
+
+
+@dataclass
+class SliceSizing:
+    """The rows one output() call runs, and how they were chosen."""
+
+    max_batch: int
+    rows: int
+    how: str                          # "measured", "fixed" (given by the user) or "whole" (no slicing)
+    stopped: str = ""                 # measured: "slower", "one row" or "time limit"
+    tolerance: float = TOLERANCE
+    seconds: float = 0.0              # time the measurement took
+    steps: list[Step] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def candidates(max_batch: int) -> list[int]:
+    """Slices to try, largest first: half the batch, a quarter, ... down to one row."""
+    out, rows = [], max_batch
+    while rows > 1:
+        rows = math.ceil(rows / 2)
+        out.append(rows)
+    return out
+
+
+def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLERANCE, pairs: int = PAIRS,
+            time_limit_s: float = TIME_LIMIT_S, clock: Callable[[], float] = time.perf_counter) -> SliceSizing:
+    """`run(rows)` runs the same `max_batch` rows as slices of `rows` (`rows == max_batch`: one call)."""
+    t0 = clock()
+    run(max_batch)                              # untimed: the first call after load
+    start = clock()
+    run(max_batch)
+    whole = clock() - start
+    chosen, steps, stopped = max_batch, [], "one row"
+    for rows in candidates(max_batch):
+        left = time_limit_s - (clock() - t0)
+        n = next((k for k in (pairs, MIN_PAIRS) if (2 * k + 1) * whole <= left), 0)  # fewer pairs for a slow model
+        if not n:
+            stopped = "time limit"
+            break
+        run(rows)                               # untimed: a first call at this size
+        ratios = []
+        for i in range(n):
+            times = {}
+            for side in ((max_batch, rows) if i % 2 == 0 else (rows, max_batch)):
+                start = clock()
+                run(side)
+                times[side] = clock() - start
+            ratios.append(times[rows] / times[max_batch])
+            whole = times[max_batch]
+        median = statistics.median(ratios)
+        kept = median <= 1 + tolerance
+        steps.append(Step(rows, round(median, 4), round(min(ratios), 4), round(max(ratios), 4), kept))
+        if not kept:
+            stopped = "slower"
+            break
+        chosen = rows
+    return SliceSizing(max_batch, chosen, "measured", stopped, tolerance, round(clock() - t0, 3), steps)
