@@ -5,9 +5,10 @@ they stay allocated while the model is resident: they grow in proportion to the 
 example networks: 0.16 MB per row for lenet, 3.3 MB per row for resnet_graph). A dynamic batch of
 `max_batch` rows run as slices of fewer rows needs workspaces for one slice only. Small slices pay a
 per-call overhead; from some size on they cost no time. At load the model's worker times the whole
-batch against slices of a half, a quarter, ... of it, in alternated pairs (whole first, then slices
-first), and keeps the smallest slice whose median paired time ratio is within `TOLERANCE` of the whole
-batch. It stops at the first slice that is slower, or before a candidate that would take the
+batch against slices of a half, a quarter, ... of it, alternated (whole first, then slices first), and
+keeps the smallest slice whose fastest time is within `TOLERANCE` of the whole batch's fastest. The
+fastest of several runs, not their median: on a shared 2-core machine one call of the same batch took
+72-297 ms (measured); interference only adds time, and both sides' fastest runs are the least touched. It stops at the first slice that is slower, or before a candidate that would take the
 measurement past `TIME_LIMIT_S` (three pairs instead of five where that is what fits).
 
 The outputs of a sliced call are those of the rows computed in smaller calls: equal to a whole call's
@@ -22,18 +23,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-TOLERANCE = 0.05     # a slice may take this much longer than the whole batch (median of paired ratios)
-PAIRS = 5            # alternated whole/slice pairs per candidate ...
-MIN_PAIRS = 3        # ... or this many where five would pass the time limit
+TOLERANCE = 0.05     # a slice may take this much longer than the whole batch (fastest runs)
+PAIRS = 5            # alternated whole/slice pairs per candidate, at least ...
+MAX_PAIRS = 25       # ... and up to this many where calls are short: as many as fit in STEP_SECONDS
+STEP_SECONDS = 4.0
+MIN_PAIRS = 3        # three where five would pass the time limit
 TIME_LIMIT_S = 30.0  # measuring stops before a candidate that would take it past this
 
 
 @dataclass
 class Step:
-    """One candidate slice: the paired time ratios slice / whole batch."""
+    """One candidate slice: its fastest time over the whole batch's fastest (the decision), and the
+    paired ratios slice / whole (median and range, for the reader)."""
 
     rows: int
-    median_ratio: float
+    ratio: float
+    median_pair_ratio: float
     low: float
     high: float
     kept: bool
@@ -65,7 +70,8 @@ def candidates(max_batch: int) -> list[int]:
 
 
 def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLERANCE, pairs: int = PAIRS,
-            time_limit_s: float = TIME_LIMIT_S, clock: Callable[[], float] = time.perf_counter) -> SliceSizing:
+            max_pairs: int = MAX_PAIRS, step_seconds: float = STEP_SECONDS, time_limit_s: float = TIME_LIMIT_S,
+            clock: Callable[[], float] = time.perf_counter) -> SliceSizing:
     """`run(rows)` runs the same `max_batch` rows as slices of `rows` (`rows == max_batch`: one call)."""
     t0 = clock()
     run(max_batch)                              # untimed: the first call after load
@@ -75,23 +81,24 @@ def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLER
     chosen, steps, stopped = max_batch, [], "one row"
     for rows in candidates(max_batch):
         left = time_limit_s - (clock() - t0)
-        n = next((k for k in (pairs, MIN_PAIRS) if (2 * k + 1) * whole <= left), 0)  # fewer pairs for a slow model
+        want = min(max_pairs, max(pairs, int(step_seconds / (2 * whole))))  # more pairs where calls are short
+        n = next((k for k in (want, pairs, MIN_PAIRS) if (2 * k + 1) * whole <= left), 0)  # fewer for a slow model
         if not n:
             stopped = "time limit"
             break
         run(rows)                               # untimed: a first call at this size
-        ratios = []
+        times: dict[int, list[float]] = {max_batch: [], rows: []}
         for i in range(n):
-            times = {}
             for side in ((max_batch, rows) if i % 2 == 0 else (rows, max_batch)):
                 start = clock()
                 run(side)
-                times[side] = clock() - start
-            ratios.append(times[rows] / times[max_batch])
-            whole = times[max_batch]
-        median = statistics.median(ratios)
-        kept = median <= 1 + tolerance
-        steps.append(Step(rows, round(median, 4), round(min(ratios), 4), round(max(ratios), 4), kept))
+                times[side].append(clock() - start)
+        whole = min(times[max_batch])
+        ratio = min(times[rows]) / whole
+        pairs_ = [a / b for a, b in zip(times[rows], times[max_batch])]
+        kept = ratio <= 1 + tolerance
+        steps.append(Step(rows, round(ratio, 4), round(statistics.median(pairs_), 4), round(min(pairs_), 4),
+                          round(max(pairs_), 4), kept))
         if not kept:
             stopped = "slower"
             break

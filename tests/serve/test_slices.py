@@ -41,10 +41,15 @@ def test_fake_timings_keep_the_smallest_slice_within_the_tolerance():
     s = sizing.measure(t.run, 32, clock=t.clock)
     assert (s.rows, s.stopped, s.how) == (8, "slower", "measured")
     assert [(st.rows, st.kept) for st in s.steps] == [(16, True), (8, True), (4, False)]
-    assert s.steps[1].median_ratio == pytest.approx(1.04) and s.steps[2].median_ratio == pytest.approx(1.2)
-    # pairs alternate which side runs first: whole, 16, 16, whole, whole, 16, ...
-    pairs = t.calls[3:3 + 2 * sizing.PAIRS]
-    assert pairs[:4] == [32, 16, 16, 32]
+    assert s.steps[1].ratio == pytest.approx(1.04) and s.steps[2].ratio == pytest.approx(1.2)
+    assert s.steps[1].median_pair_ratio == pytest.approx(1.04)
+    # pairs alternate which side runs first: whole, 16, 16, whole, whole, 16, ...; 0.1 s calls get
+    # as many pairs as fit in STEP_SECONDS (20), 1 s calls the minimum
+    assert t.calls[3:7] == [32, 16, 16, 32]
+    assert t.calls.count(16) == 1 + int(sizing.STEP_SECONDS / 0.2)
+    slow = FakeTimings(32, 1.0, {16: 1.0, 8: 2.0})
+    sizing.measure(slow.run, 32, clock=slow.clock, time_limit_s=100.0)
+    assert slow.calls.count(16) == 1 + sizing.PAIRS
 
 
 def test_fake_timings_stop_at_one_row_or_at_the_time_limit():
