@@ -6,7 +6,8 @@ example networks: 0.16 MB per row for lenet, 3.3 MB per row for resnet_graph). A
 `max_batch` rows run as slices of fewer rows needs workspaces for one slice only. Small slices pay a
 per-call overhead; from some size on they cost no time. At load the model's worker times the whole
 batch against slices of a half, a quarter, ... of it, alternated (whole first, then slices first), and
-keeps the smallest slice whose fastest time is within `TOLERANCE` of the whole batch's fastest. The
+keeps the smallest slice whose fastest time is within `TOLERANCE` of the whole batch's fastest, and
+only if a second set of pairs says so again (else the slice before it). The
 fastest of several runs, not their median: on a shared 2-core machine one call of the same batch took
 72-297 ms (measured); interference only adds time, and both sides' fastest runs are the least touched. It stops at the first slice that is slower, or before a candidate that would take the
 measurement past `TIME_LIMIT_S` (three pairs instead of five where that is what fits).
@@ -42,6 +43,7 @@ class Step:
     low: float
     high: float
     kept: bool
+    confirms: bool = False   # the chosen slice measured again
 
 
 @dataclass
@@ -78,14 +80,14 @@ def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLER
     start = clock()
     run(max_batch)
     whole = clock() - start
-    chosen, steps, stopped = max_batch, [], "one row"
-    for rows in candidates(max_batch):
+
+    def pairs_that_fit() -> int:
         left = time_limit_s - (clock() - t0)
         want = min(max_pairs, max(pairs, int(step_seconds / (2 * whole))))  # more pairs where calls are short
-        n = next((k for k in (want, pairs, MIN_PAIRS) if (2 * k + 1) * whole <= left), 0)  # fewer for a slow model
-        if not n:
-            stopped = "time limit"
-            break
+        return next((k for k in (want, pairs, MIN_PAIRS) if (2 * k + 1) * whole <= left), 0)  # fewer for a slow model
+
+    def compare(rows: int, n: int, confirms: bool = False) -> Step:
+        nonlocal whole
         run(rows)                               # untimed: a first call at this size
         times: dict[int, list[float]] = {max_batch: [], rows: []}
         for i in range(n):
@@ -95,12 +97,28 @@ def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLER
                 times[side].append(clock() - start)
         whole = min(times[max_batch])
         ratio = min(times[rows]) / whole
-        pairs_ = [a / b for a, b in zip(times[rows], times[max_batch])]
-        kept = ratio <= 1 + tolerance
-        steps.append(Step(rows, round(ratio, 4), round(statistics.median(pairs_), 4), round(min(pairs_), 4),
-                          round(max(pairs_), 4), kept))
-        if not kept:
+        paired = [a / b for a, b in zip(times[rows], times[max_batch])]
+        return Step(rows, round(ratio, 4), round(statistics.median(paired), 4), round(min(paired), 4),
+                    round(max(paired), 4), ratio <= 1 + tolerance, confirms)
+
+    kept, steps, stopped = [max_batch], [], "one row"
+    for rows in candidates(max_batch):
+        n = pairs_that_fit()
+        if not n:
+            stopped = "time limit"
+            break
+        steps.append(compare(rows, n))
+        if not steps[-1].kept:
             stopped = "slower"
             break
-        chosen = rows
-    return SliceSizing(max_batch, chosen, "measured", stopped, tolerance, round(clock() - t0, 3), steps)
+        kept.append(rows)
+    # the choice measured again: a slice kept on one lucky set of pairs goes back to the one before it
+    n = pairs_that_fit()
+    if len(kept) > 1 and n:
+        steps.append(compare(kept[-1], n, confirms=True))
+        if not steps[-1].kept:
+            kept.pop()
+    elif len(kept) > 1:
+        kept.pop()                              # no time left to confirm it
+        stopped = "time limit"
+    return SliceSizing(max_batch, kept[-1], "measured", stopped, tolerance, round(clock() - t0, 3), steps)

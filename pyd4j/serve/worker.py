@@ -136,7 +136,7 @@ class ModelWorker(threading.Thread):
                  fp.total_bytes, self.max_batch, fp.estimate_bytes)
         sz = self.model.sizing
         if sz is not None and sz.how == "measured":
-            ratio = next((st.ratio for st in reversed(sz.steps) if st.kept), 1.0)
+            ratio = next((st.ratio for st in reversed(sz.steps) if st.kept and st.rows == fp.slice_rows), 1.0)
             log.info("model %s: output() runs %d rows a call (workspaces %d bytes; %d for %d rows in one call), "
                      "fastest time for %d rows %.2fx of one call's; measured in %.1f s, stopped: %s", name, fp.slice_rows,
                      fp.workspace_bytes, fp.whole_workspace_bytes, self.max_batch, self.max_batch, ratio,

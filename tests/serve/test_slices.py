@@ -16,18 +16,24 @@ NETWORKS = "examples/networks"
 
 
 class FakeTimings:
-    """A clock that advances by a scripted time per call of `run(rows)`: `per_row[rows]` seconds a row."""
+    """A clock that advances by a scripted time per call of `run(rows)`: the whole batch takes
+    `seconds_whole`, a slice `slowdown[rows]` times that; `later[rows] = (k, factor)`: from its k-th
+    call on, that slice takes `factor` times the whole batch instead."""
 
-    def __init__(self, max_batch: int, seconds_whole: float, slowdown: dict[int, float]) -> None:
+    def __init__(self, max_batch: int, seconds_whole: float, slowdown: dict[int, float],
+                 later: dict[int, tuple[int, float]] | None = None) -> None:
         self.now, self.calls = 0.0, []
-        self.max_batch, self.whole, self.slowdown = max_batch, seconds_whole, slowdown
+        self.max_batch, self.whole, self.slowdown, self.later = max_batch, seconds_whole, slowdown, later or {}
 
     def clock(self) -> float:
         return self.now
 
     def run(self, rows: int) -> None:
+        factor = 1.0 if rows == self.max_batch else self.slowdown[rows]
+        if rows in self.later and self.calls.count(rows) >= self.later[rows][0]:
+            factor = self.later[rows][1]
         self.calls.append(rows)
-        self.now += self.whole * (1.0 if rows == self.max_batch else self.slowdown[rows])
+        self.now += self.whole * factor
 
 
 def test_candidates_halve_down_to_one_row():
@@ -40,7 +46,8 @@ def test_fake_timings_keep_the_smallest_slice_within_the_tolerance():
     t = FakeTimings(32, 0.1, {16: 1.0, 8: 1.04, 4: 1.2, 2: 2.0, 1: 4.0})
     s = sizing.measure(t.run, 32, clock=t.clock)
     assert (s.rows, s.stopped, s.how) == (8, "slower", "measured")
-    assert [(st.rows, st.kept) for st in s.steps] == [(16, True), (8, True), (4, False)]
+    assert [(st.rows, st.kept, st.confirms) for st in s.steps] == [(16, True, False), (8, True, False),
+                                                                   (4, False, False), (8, True, True)]
     assert s.steps[1].ratio == pytest.approx(1.04) and s.steps[2].ratio == pytest.approx(1.2)
     assert s.steps[1].median_pair_ratio == pytest.approx(1.04)
     # pairs alternate which side runs first: whole, 16, 16, whole, whole, 16, ...; 0.1 s calls get
@@ -49,7 +56,16 @@ def test_fake_timings_keep_the_smallest_slice_within_the_tolerance():
     assert t.calls.count(16) == 1 + int(sizing.STEP_SECONDS / 0.2)
     slow = FakeTimings(32, 1.0, {16: 1.0, 8: 2.0})
     sizing.measure(slow.run, 32, clock=slow.clock, time_limit_s=100.0)
-    assert slow.calls.count(16) == 1 + sizing.PAIRS
+    assert slow.calls.count(16) == 2 * (1 + sizing.PAIRS)   # measured, then confirmed
+
+
+def test_fake_timings_a_slice_not_confirmed_goes_back_to_the_one_before():
+    first = 1 + int(sizing.STEP_SECONDS / 0.2)            # the calls of 8 when it is first measured
+    t = FakeTimings(32, 0.1, {16: 1.0, 8: 1.0, 4: 1.5}, later={8: (first, 1.3)})
+    s = sizing.measure(t.run, 32, clock=t.clock)
+    assert s.rows == 16
+    assert [(st.rows, st.kept, st.confirms) for st in s.steps] == [(16, True, False), (8, True, False),
+                                                                   (4, False, False), (8, False, True)]
 
 
 def test_fake_timings_stop_at_one_row_or_at_the_time_limit():
@@ -58,8 +74,9 @@ def test_fake_timings_stop_at_one_row_or_at_the_time_limit():
     slow = FakeTimings(32, 2.0, {16: 1.0, 8: 1.0, 4: 1.0, 2: 1.0, 1: 1.0})
     s = sizing.measure(slow.run, 32, time_limit_s=40.0, clock=slow.clock)
     # two untimed+timed whole calls (4 s), then a candidate costs 11 whole-batch times with five
-    # pairs (22 s) or 7 with three (14 s): 16 with five pairs, 8 with three, then no room for 4
-    assert (s.rows, s.stopped, len(s.steps)) == (8, "time limit", 2)
+    # pairs (22 s) or 7 with three (14 s): 16 with five pairs, 8 with three, then no room for 4 nor
+    # to confirm 8: the choice goes back to 16
+    assert (s.rows, s.stopped, len(s.steps)) == (16, "time limit", 2)
     assert slow.calls.count(16) == 1 + sizing.PAIRS and slow.calls.count(8) == 1 + sizing.MIN_PAIRS
     assert slow.now <= 40.0
     one = FakeTimings(1, 0.1, {})
