@@ -34,7 +34,8 @@ def _status_rows(status: dict) -> list[list[str]]:
         fp = m.get("footprint") or {}
         rows.append([name, m["state"], m.get("memory_state", "-"), m.get("source") or "-",
                      human_bytes(fp.get("total_bytes")) if fp else "-",
-                     human_bytes(fp.get("estimate_bytes")) if fp else "-", m.get("error") or ""])
+                     human_bytes(fp.get("estimate_bytes")) if fp else "-",
+                     f"{fp['slice_rows']} of {fp['max_batch']}" if fp else "-", m.get("error") or ""])
     return rows
 
 
@@ -139,5 +140,5 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
         emit_json(status)
     else:
         print_table(f"pyd4j serve on {host}:{port}, budget {human_bytes(budget) if budget else 'none'}",
-                    ["model", "state", "memory", "source", "resident", "estimate", "error"], _status_rows(status))
+                    ["model", "state", "memory", "source", "resident", "estimate", "rows a call", "error"], _status_rows(status))
     server.serve_forever()
