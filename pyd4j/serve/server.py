@@ -12,6 +12,7 @@ under the limit by evicting idle models to the disk tier.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import shutil
@@ -125,6 +126,7 @@ class ModelServer:
         """Start the JVM and load every model, one after another (a failure is reported, the others load)."""
         from pyd4j.memory.estimate import start_jvm  # noqa: PLC0415
 
+        self._bind(check_only=True)
         start_jvm()
         self.spill_dir = Path(tempfile.mkdtemp(prefix="pyd4j-serve-", dir=self._spill_parent))
         for name, path in self.pairs:
@@ -139,7 +141,9 @@ class ModelServer:
     def _request_eviction(self, name: str) -> None:
         self.workers[name].request_eviction()
 
-    def _bind(self) -> socket.socket:
+    def _bind(self, check_only: bool = False) -> socket.socket | None:
+        """The listening socket; check_only: bind and close, so a bad --host or a port in use is
+        heard before any model loads."""
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # accepted connections inherit it: without it a response written in two sends waits for the
@@ -149,8 +153,13 @@ class ModelServer:
             sock.bind((self.host, self.port))
         except OSError as err:
             sock.close()
-            raise InputError(f"cannot listen on {self.host}:{self.port}: {err.strerror}; pick another --port "
-                             f"(0 picks a free one)") from None
+            fix = "give an address of this machine with --host (127.0.0.1, the default, is loopback)" \
+                if isinstance(err, socket.gaierror) or err.errno == errno.EADDRNOTAVAIL else \
+                "pick another --port (0 picks a free one)"
+            raise InputError(f"cannot listen on {self.host}:{self.port}: {err.strerror}; {fix}") from None
+        if check_only:
+            sock.close()
+            return None
         sock.listen(1024)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]

@@ -23,6 +23,7 @@ PYD4J = [sys.executable, "-m", "pyd4j.cli"]
     (["--model", "m=examples/networks/mlp.json", "--budget", "0"], ["0"]),
     (["--model", "m=examples/networks/mlp.json", "--port", "70000"], ["70000"]),
     (["--model", "m=examples/networks/mlp.json", "--idle-before-evict", "-5"], ["-5", "--idle-before-evict"]),
+    (["--model", "m=examples/networks/mlp.json", "--host", "999.1.1.1"], ["999.1.1.1", "--host"]),
     (["--model", "m=examples/networks/mlp.json", "--slice-rows", "0"], ["'0'", "out of range", "--slice-rows"]),
     (["--model", "m=examples/networks/mlp.json", "--slice-rows", "some"], ["'some'", "auto", "whole"]),
     (["--model", "m=examples/networks/mlp.json", "--slice-rows", "64", "--max-batch", "32"], ["64", "max batch 32"]),
@@ -32,6 +33,20 @@ def test_bad_arguments_exit_2_naming_the_value(args, words):
     assert out.returncode == 2, out.stderr
     for w in words:
         assert w in out.stderr, (w, out.stderr)
+
+
+def test_a_port_in_use_is_refused_before_any_model_loads():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = subprocess.run([*PYD4J, "serve", "--port", str(port), "--model", "m=examples/networks/mlp.json"],
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert f"127.0.0.1:{port}" in out.stderr and "--port" in out.stderr
+    assert "loaded" not in out.stderr   # the worker logs "model m loaded" once a model has loaded
 
 
 @pytest.mark.jvm
