@@ -95,12 +95,12 @@ def _no_data(t: Timeline) -> Finding:
     refused = agent_refusal_in(t.run_dir)
     if refused is not None:  # the agent's own reason, not a guess
         return Finding("no-data", "error", f"No measurements: the profiling agent refused its options ({refused})",
-                       [f"[pyd4j agent] profiling agent not started ({refused})", *_stderr_tail(t)],
+                       [f"[pyd4j agent] profiling agent not started ({refused})", *stderr_tail(t)],
                        "fix the option value it names (in -Dpyd4j.agent=... or the -javaagent arguments; "
                        "e.g. interval=100, live=5) and run again")
     why = ["the agent wrote no sample: " + ("it started but the job ended before its first tick"
                                            if t.start else "it never started (no start line in the timeline)")]
-    why += _stderr_tail(t)
+    why += stderr_tail(t)
     return Finding("no-data", "error", "No measurements: the run recorded 0 samples", why,
                    "run the job again and let it run longer; check stderr.log in the run directory for why it ended "
                    "(a wrong main class, a missing jar) or why the agent did not start ('[pyd4j agent]' lines)")
@@ -194,13 +194,14 @@ def limit_refusals(t: Timeline) -> list[LimitRefusal]:
     return out
 
 
-def _stderr_tail(timeline: Timeline, lines: int = 3) -> list[str]:
-    """The job's last few stderr lines (stack frames left out): why a job that never reached ND4J died."""
+def stderr_tail(timeline: Timeline, lines: int = 3) -> list[str]:
+    """The job's last few stderr lines (stack frames and the JVM's "Picked up JAVA_TOOL_OPTIONS" echo of
+    the agent's option left out): why a job that never reached ND4J died."""
     stderr = timeline.run_dir / "stderr.log"
     if not stderr.exists():
         return []
     text = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines()]
-    return [ln for ln in text if ln and not ln.startswith("at ")][-lines:]
+    return [ln for ln in text if ln and not ln.startswith(("at ", "Picked up "))][-lines:]
 
 
 def _last(timeline: Timeline, name: str) -> float | None:
@@ -287,7 +288,7 @@ def _oom(t: Timeline) -> list[Finding]:
             out.append(Finding("crash", "error", f"The job did not start: {launcher.what} (exit code {code})",
                                [launcher.line], launcher.fix))
             return out
-        msgs = [f"{e.get('class')}: {e.get('message')}" for e in t.errors] or _stderr_tail(t)
+        msgs = [f"{e.get('class')}: {e.get('message')}" for e in t.errors] or stderr_tail(t)
         out.append(Finding("crash", "error", f"The job exited with code {code}", msgs or ["see stderr.log in the run directory"],
                            "read the job's stderr.log; no memory limit was reported as the cause"))
     return out

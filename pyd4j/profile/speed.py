@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 from pyd4j.profile import ab
 from pyd4j.profile.command import JobCommand
+from pyd4j.profile.diagnose import stderr_tail
 from pyd4j.profile.launch import default_run_dir, profile_job
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.timesplit import time_split
@@ -142,8 +143,9 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
         if result.stopped_by == "timeout" and ips:
             return Measured(ips, True, "stopped at the timeout", t, str(run_dir))
         if not result.ok:
-            return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else ""),
-                            t, str(run_dir))
+            tail = stderr_tail(t)   # what the job said last: why a job that never trained failed
+            return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else "")
+                            + (f": {' | '.join(tail)}" if tail else ""), t, str(run_dir))
         if not ips:
             # exited cleanly: too slow to measure in the job's run (a fixed-time job), not broken
             return Measured(None, False, f"trained {t.iterations()} iteration(s), too few to measure a speed", t,
@@ -391,7 +393,8 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     if prefetch_note:
         doc["probe"]["prefetch_not_tried"] = prefetch_note
     if not probe.ok or not probe.iterations_per_s:
-        doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started)
+        doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started,
+                                  note="the job as it is did not train; nothing was compared")
         doc["error"] = (f"the job as it is did not train ({probe.why}); tune --speed needs a job that runs DL4J "
                         f"training iterations (fit()) and exits cleanly")
         doc["exit_code"] = EXIT_NOTHING

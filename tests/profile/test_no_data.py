@@ -42,3 +42,14 @@ def test_tune_refuses_to_recommend_from_no_measurements(tmp_path):
     doc = json.loads(p.stdout)
     assert doc["ok"] is False and "no measurements" in doc["error"] and "recommended" not in doc
     assert not (tmp_path / "t" / "after").exists()
+
+
+def test_tune_speed_on_a_job_that_cannot_start_says_what_the_job_said(tmp_path):
+    """A main class that does not exist: nothing to measure (exit 1), and the error carries the
+    JVM's own words, not only its exit code."""
+    p = cli("tune", "--speed", "--json", "--out", str(tmp_path / "s"), "--", "java", "-cp", str(tmp_path), "NoSuchTrainer")
+    assert p.returncode == 1, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["speed"]["verdict"] == "nothing to measure" and doc["speed"]["changes"] == []
+    assert "NoSuchTrainer" in doc["error"] and "ClassNotFoundException" in doc["error"]
+    assert "Picked up" not in doc["error"]
