@@ -203,10 +203,15 @@ class ServedModel:
         from org.deeplearning4j.util import ModelSerializer  # noqa: PLC0415
 
         with zipfile.ZipFile(self.path) as z:
-            if "configuration.json" not in z.namelist():
-                raise ModelLoadError(f"model {self.name!r}: {str(self.path)!r} is a zip without configuration.json, "
-                                     f"not one ModelSerializer.writeModel wrote")
-            doc = json.loads(z.read("configuration.json"))
+            for entry, what in (("configuration.json", "the configuration"), ("coefficients.bin", "the parameters")):
+                if entry not in z.namelist():
+                    raise ModelLoadError(f"model {self.name!r}: {str(self.path)!r} is a zip without {entry} ({what}), "
+                                         f"not one ModelSerializer.writeModel(net, file, saveUpdater) wrote")
+            try:
+                doc = json.loads(z.read("configuration.json"))
+            except (ValueError, UnicodeDecodeError) as err:
+                raise ModelLoadError(f"model {self.name!r}: configuration.json in {str(self.path)!r} is not valid JSON "
+                                     f"({err}); write the model with ModelSerializer.writeModel") from None
         self.kind = "ComputationGraph" if "vertices" in doc else "MultiLayerNetwork"
         restore = ModelSerializer.restoreComputationGraph if self.kind == "ComputationGraph" \
             else ModelSerializer.restoreMultiLayerNetwork

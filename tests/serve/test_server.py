@@ -303,3 +303,23 @@ def test_eviction_releases_parameters_and_workspaces_at_once(models, jvm, tmp_pa
         assert m.restore() > 0
     np.testing.assert_array_equal(m.infer(x)[0], want)
     m.close()
+
+
+@pytest.mark.parametrize("entries, words", [
+    ({"a.txt": "x"}, ["configuration.json", "ModelSerializer.writeModel"]),
+    ({"configuration.json": "{bad", "coefficients.bin": ""}, ["configuration.json", "not valid JSON"]),
+    ({"configuration.json": open(f"{NETWORKS}/mlp.json").read()}, ["coefficients.bin", "parameters"]),
+])
+def test_a_zip_modelserializer_did_not_write_is_refused_naming_what_it_lacks(jvm, tmp_path, entries, words):
+    import zipfile
+
+    from pyd4j.serve.model import ModelLoadError, ServedModel
+
+    path = tmp_path / "m.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in entries.items():
+            z.writestr(name, text)
+    with pytest.raises(ModelLoadError) as err:
+        ServedModel("m", path, tmp_path).load(4, "whole")
+    for w in words:
+        assert w in str(err.value)
