@@ -67,6 +67,14 @@ def _bad(message: str) -> ProtocolError:
     return ProtocolError(400, message)
 
 
+class _NonFinite(Exception):
+    """NaN or Infinity in a JSON request: not JSON, though Python's json writes them."""
+
+
+def _not_a_json_number(token: str) -> float:
+    raise _NonFinite(token)
+
+
 def _split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
     if header_length is None:
         head, rest = body, b""
@@ -78,10 +86,14 @@ def _split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any],
         if not 0 <= n <= len(body):
             raise _bad(f"{HEADER_LENGTH} {n} is outside the body's {len(body)} bytes")
         head, rest = body[:n], body[n:]
+    what = "the request body" if header_length is None else f"the request's first {len(head)} bytes (its {HEADER_LENGTH})"
     try:
-        doc = json.loads(head)
+        doc = json.loads(head, parse_constant=_not_a_json_number)
+    except _NonFinite as err:
+        raise _bad(f"the request holds {err.args[0]}, which JSON numbers cannot be; send finite numbers, or the "
+                   f"tensor as binary data (binary_data_size), which carries any float") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise _bad(f"the request body is not JSON ({err}); send an inference request as the Open Inference "
+        raise _bad(f"{what} is not JSON ({err}); send an inference request as the Open Inference "
                    f"Protocol v2 describes: {{\"inputs\": [{{\"name\", \"shape\", \"datatype\", \"data\"}}]}}") from None
     if not isinstance(doc, dict):
         raise _bad(f"the request body is a JSON {type(doc).__name__}, not an object with \"inputs\"")
@@ -101,6 +113,8 @@ def parse_infer_request(body: bytes, header_length: str | None, inputs: list[Ten
     for t in given:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise _bad("each input must be an object with a \"name\", \"shape\", \"datatype\" and \"data\"")
+        if t["name"] in by_name:
+            raise _bad(f"input {t['name']!r} is given twice; give each input once")
         by_name[t["name"]] = t
     expected = {s.name for s in inputs}
     unknown = sorted(set(by_name) - expected)
@@ -150,7 +164,7 @@ def _tensor(t: dict[str, Any], spec: TensorSpec, binary: memoryview, offset: int
         raise _bad(f"input {name!r} has datatype {t.get('datatype')!r}; {want}")
     shape = t.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise _bad(f"input {name!r} has shape {shape!r}, not a list of whole numbers; {want}")
+        raise _bad(f"input {name!r} has shape {shape!r}, not a list of whole numbers >= 0; {want}")
     if len(shape) != len(spec.shape) or any(e != -1 and e != d for e, d in zip(spec.shape, shape)) or shape[0] < 1:
         raise _bad(f"input {name!r} has shape {shape}; {want}")
     dtype = DATATYPES[spec.datatype]

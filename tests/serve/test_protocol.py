@@ -70,6 +70,10 @@ def test_response_read_by_tritonclient(binary):
     (b"[1, 2]", ["list"]),
     (json.dumps({"inputs": []}).encode(), ["no \"inputs\"", "input FP32 [-1, 4]"]),
     (_body(shape=[40, 4], data=[0] * 160), ["40", "at most 32"]),
+    (_body(data=[0.5, float("nan")] + [0.0] * 6), ["NaN", "JSON", "binary_data_size"]),
+    (_body(data=[float("inf")] * 8), ["Infinity", "JSON"]),
+    (json.dumps({"inputs": [json.loads(_body())["inputs"][0]] * 2}).encode(), ["'input'", "twice"]),
+    (_body(shape=[-1, 4]), ["[-1, 4]", ">= 0"]),
 ])
 def test_bad_request_is_400_naming_tensor_and_expected_shape(body, words):
     with pytest.raises(ProtocolError) as err:
@@ -86,3 +90,5 @@ def test_binary_size_that_does_not_match_the_shape_is_400():
         parse_infer_request(head + bytes(16), str(len(head)), IN, OUT, 32)
     with pytest.raises(ProtocolError, match="outside the body"):
         parse_infer_request(head, str(len(head) + 5), IN, OUT, 32)
+    with pytest.raises(ProtocolError, match=f"first 10 bytes \\(its {HEADER_LENGTH}\\) is not JSON"):
+        parse_infer_request(head + bytes(32), "10", IN, OUT, 32)
