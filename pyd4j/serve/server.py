@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pyd4j import __version__
-from pyd4j.inputs import InputError
+from pyd4j.inputs import InputError, finite, positive_int
 from pyd4j.serve.budget import Budget, NoRoomError
 from pyd4j.serve.metrics import Metrics
 from pyd4j.serve.model import ServedModel, parse_model_arg
@@ -77,26 +77,37 @@ class ModelServer:
         a max_batch call (pyd4j.serve.sizing), "whole" runs max_batch rows in one call, a number fixes it."""
         from pyd4j.units import parse_bytes  # noqa: PLC0415
 
-        pairs = [parse_model_arg(m) for m in models] if isinstance(models, list) else \
-            [(str(n), Path(p)) for n, p in models.items()]
+        if isinstance(models, dict) and all(isinstance(p, (str, Path)) for p in models.values()):
+            pairs = [(str(n), Path(p)) for n, p in models.items()]
+        elif isinstance(models, (list, tuple)) and all(isinstance(m, str) for m in models):
+            pairs = [parse_model_arg(m) for m in models]
+        else:
+            raise InputError(f"models {models!r}: give a dict of name -> path ({{'mlp': 'mlp.json'}}) or a list of "
+                             f"'NAME=PATH' strings")
         names = [n for n, _ in pairs]
         if not pairs:
             raise InputError("no model to serve: give at least one --model NAME=PATH")
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise InputError(f"model names {dupes} are given more than once; give each model its own name")
-        for what, value, low in (("max batch", max_batch, 1), ("queue size", queue_size, 1)):
-            if not isinstance(value, int) or value < low:
-                raise InputError(f"{what} {value!r} must be a whole number >= {low}")
-        if slice_rows not in ("auto", "whole") and not (isinstance(slice_rows, int) and 1 <= slice_rows <= max_batch):
+        positive_int(max_batch, "max batch")
+        positive_int(queue_size, "queue size")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise InputError(f"port {port!r} must be a whole number from 0 to 65535 (0 picks a free one)")
+        if not isinstance(host, str) or not host:
+            raise InputError(f"host {host!r}: give an address to listen on, e.g. 127.0.0.1 (loopback, the default)")
+        if slice_rows not in ("auto", "whole") and not (isinstance(slice_rows, int) and not isinstance(slice_rows, bool)
+                                                        and 1 <= slice_rows <= max_batch):
             raise InputError(f"slice rows {slice_rows!r}: give 'auto' (measured at load), 'whole' (max batch "
                              f"{max_batch} rows a call) or a whole number of rows from 1 to the max batch {max_batch}")
-        if not idle_before_evict_s >= 0:
+        if finite(idle_before_evict_s, "idle time before eviction (s)") < 0:
             raise InputError(f"idle time before eviction {idle_before_evict_s!r} s must be >= 0 (0: evict the least "
                              f"recently used model at once)")
-        if not max_wait_ms >= 0 or not timeout_s > 0 or not max_body_bytes > 0:
-            raise InputError(f"max wait {max_wait_ms} ms must be >= 0, timeout {timeout_s} s and max body "
-                             f"{max_body_bytes} bytes > 0")
+        if finite(max_wait_ms, "max wait (ms)") < 0:
+            raise InputError(f"max wait {max_wait_ms!r} ms must be >= 0")
+        if finite(timeout_s, "timeout (s)") <= 0:
+            raise InputError(f"timeout {timeout_s!r} s must be more than 0")
+        positive_int(max_body_bytes, "max body (bytes)", limit=2**62)
         self.limit = parse_bytes(budget, "--budget") if budget is not None else None
         if self.limit == 0:
             raise InputError("--budget 0 holds no model; give a size such as '512m', or leave it out for no limit")
