@@ -5,8 +5,9 @@
         ...  # POST {server.url}/v2/models/mlp/infer
 
 Modules: protocol (OIP v2 requests and responses, no JVM), model (one network: load, measure,
-infer, evict, restore), budget (LRU accounting), worker (per-model thread, dynamic batching),
-metrics (Prometheus), server (HTTP and lifecycle), soak (N requests per model and the leak verdict).
+infer, evict, restore), sizing (the rows one output() call runs, measured at load), budget (LRU
+accounting), worker (per-model thread, dynamic batching), metrics (Prometheus), server (HTTP and
+lifecycle), soak (N requests per model and the leak verdict).
 """
 
 from pyd4j.serve.budget import Budget, OverBudgetError
