@@ -2,15 +2,18 @@
 
 DL4J sizes a network's inference workspaces by the rows of the largest output() call it has run, and
 they stay allocated while the model is resident: they grow in proportion to the rows (measured on the
-example networks: 0.16 MB per row for lenet, 3.3 MB per row for resnet_graph). A dynamic batch of
+example networks: 0.16 MB a row for lenet, 3.3 MB a row for resnet_graph). A dynamic batch of
 `max_batch` rows run as slices of fewer rows needs workspaces for one slice only. Small slices pay a
-per-call overhead; from some size on they cost no time. At load the model's worker times the whole
-batch against slices of a half, a quarter, ... of it, alternated (whole first, then slices first), and
-keeps the smallest slice whose fastest time is within `TOLERANCE` of the whole batch's fastest, and
-only if a second set of pairs says so again (else the slice before it). The
-fastest of several runs, not their median: on a shared 2-core machine one call of the same batch took
-72-297 ms (measured); interference only adds time, and both sides' fastest runs are the least touched. It stops at the first slice that is slower, or before a candidate that would take the
-measurement past `TIME_LIMIT_S` (three pairs instead of five where that is what fits).
+per-call overhead; from some size on they cost no time.
+
+At load the model's worker times the whole batch against slices of a half, a quarter, ... of it,
+alternated (whole first, then slice first), and keeps the smallest slice whose fastest time is within
+`TOLERANCE` of the whole batch's fastest, if a second set of pairs says so again (else the slice
+before it). The fastest of several runs, not their median: on the shared 2-core machine one call of
+the same batch took 72-297 ms within one run; interference only adds time. Short calls get more pairs
+(as many as fit in STEP_SECONDS, up to MAX_PAIRS). It stops at the first slower slice, or before a
+candidate that would take the measurement past `TIME_LIMIT_S` (three pairs instead of five where that
+is what fits).
 
 The outputs of a sliced call are those of the rows computed in smaller calls: equal to a whole call's
 to float32 rounding (BLAS blocks differently), as a request batched with others already is.
