@@ -35,13 +35,13 @@ sys.path.insert(0, str(ROOT))
 def recheck(m, x: list[np.ndarray], rows: int, max_batch: int, pairs: int) -> dict:
     """Whole and sliced alternated `pairs` times: fastest over fastest (the choice's estimator) and the
     paired ratios' median and range."""
-    times: dict[int, list[float]] = {max_batch: [], rows: []}
-    for i in range(pairs):
-        for side in ((max_batch, rows) if i % 2 == 0 else (rows, max_batch)):
-            m.slice_rows = side
-            t0 = time.perf_counter()
-            m.infer(x)
-            times[side].append(time.perf_counter() - t0)
+    from pyd4j.serve.sizing import alternate
+
+    def run(side: int) -> None:
+        m.slice_rows = side
+        m.infer(x)
+
+    times = alternate(run, max_batch, rows, pairs)
     m.slice_rows = rows
     r = [a / b for a, b in zip(times[rows], times[max_batch])]
     return {"recheck_ratio": round(min(times[rows]) / min(times[max_batch]), 3),
@@ -51,9 +51,10 @@ def recheck(m, x: list[np.ndarray], rows: int, max_batch: int, pairs: int) -> di
 
 
 def measure(name: str, path: Path, max_batch: int, pairs: int, spill: Path) -> dict:
-    from pyd4j.serve.model import ServedModel, _destroy_workspaces
+    from pyd4j import workspaces
+    from pyd4j.serve.model import ServedModel
 
-    _destroy_workspaces()  # one thread runs every model here: each starts with none
+    workspaces.destroy_all()  # one thread runs every model here: each starts with none
     m = ServedModel(name, path, spill)
     t0 = time.perf_counter()
     fp = m.load(max_batch)
@@ -75,7 +76,7 @@ def measure(name: str, path: Path, max_batch: int, pairs: int, spill: Path) -> d
         sliced = m.infer(x)
         row["max_rel_difference"] = float(max(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30) for a, b in zip(whole, sliced)))
     m.close()
-    _destroy_workspaces()
+    workspaces.destroy_all()
     return row
 
 

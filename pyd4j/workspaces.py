@@ -482,9 +482,17 @@ def destroy(name: str) -> None:
 
 
 def destroy_all() -> None:
-    """Free every workspace of this thread."""
-    _nd4j().getWorkspaceManager().destroyAllWorkspacesForCurrentThread()
+    """Free every workspace of this thread, one by one: ND4J's destroyAllWorkspacesForCurrentThread()
+    adds a System.gc() (a full collection, 0.2-0.4 s) that freeing them does not need."""
+    manager = _nd4j().getWorkspaceManager()
+    for ws in list(manager.getAllWorkspacesForCurrentThread()):
+        manager.destroyWorkspace(ws)
     forget_collected()
+
+
+def held_bytes() -> int:
+    """Bytes this thread's workspaces hold now (their current sizes)."""
+    return sum(int(ws.getCurrentSize()) for ws in _nd4j().getWorkspaceManager().getAllWorkspacesForCurrentThread())
 
 
 def forget_collected() -> int:
@@ -782,6 +790,7 @@ __all__ = [
     "ResetPolicy", "ScopedArray", "SpillPolicy", "Workspace", "WorkspaceConfig", "WorkspaceConfigError",
     "WorkspaceConflictError", "WorkspaceMode", "WorkspaceScopeError", "WorkspaceStats", "check_usable",
     "current_workspace", "debug_mode", "destroy", "destroy_all", "detach", "forget_collected", "gc_settings", "get_debug_mode",
+    "held_bytes",
     "get_gc", "get_workspace_mode", "leverage", "outside_workspaces", "scope_panic", "scope_problem", "set_debug_mode",
     "set_gc", "set_workspace_mode", "stats", "workspace", "workspace_names",
 ]

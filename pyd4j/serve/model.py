@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 
 from pyd4j.inputs import InputError
+from pyd4j import workspaces
 from pyd4j.serve import sizing
 from pyd4j.serve.protocol import TensorSpec, datatype_of
-from pyd4j.serve.sizing import SliceSizing
-from pyd4j.workspaces import forget_collected
 
 
 SETTLE_MIN_CALLS = 4   # workspaces measured once three calls in a row left them the same size ...
@@ -80,26 +79,6 @@ def _return_free_memory() -> None:
 
 
 _LIBC: Any = None
-
-
-def _workspace_bytes() -> int:
-    """Bytes the calling thread's ND4J workspaces hold (a served model's are on its worker thread)."""
-    from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
-
-    return sum(int(w.getCurrentSize()) for w in Nd4j.getWorkspaceManager().getAllWorkspacesForCurrentThread())
-
-
-def _destroy_workspaces() -> None:
-    """Destroy the calling thread's ND4J workspaces, one by one: destroyAllWorkspacesForCurrentThread()
-    adds a System.gc()."""
-    from org.nd4j.linalg.factory import Nd4j  # noqa: PLC0415
-
-    manager = Nd4j.getWorkspaceManager()
-    for ws in list(manager.getAllWorkspacesForCurrentThread()):
-        manager.destroyWorkspace(ws)
-    # ND4J keeps ~630 bytes of heap per workspace ever made (pyd4j.workspaces.forget_collected): without
-    # this the live heap grew 2 KiB per restore of LeNet (3 workspaces), linearly, for ever
-    forget_collected()
 
 
 def _write_params(params: np.ndarray, path: Path) -> None:
@@ -160,7 +139,7 @@ class ServedModel:
         self.load_seconds = 0.0
         self.last_restore_seconds: float | None = None
         self.params_dtype: np.dtype | None = None
-        self.sizing: SliceSizing | None = None
+        self.sizing: sizing.SliceSizing | None = None
         self.slice_rows: int | None = None   # rows one output() call runs; None: any number (before load)
         self._params: Any = None  # the parameter array restore() made (the network holds a view of it)
 
@@ -266,40 +245,40 @@ class ServedModel:
         rng = np.random.default_rng(0)
         x = [rng.standard_normal((max_batch, *s.shape[1:])).astype(self.params_dtype) for s in self.inputs]
         self.slice_rows = max_batch
-        y = self.infer(x)
-        whole_ws = self._settled_workspaces(x)
+        whole_ws, y = self._settled_workspaces(x)
         if slice_rows == "auto":
             def run(rows: int) -> None:
                 self.slice_rows = rows
                 self.infer(x)
             self.sizing = sizing.measure(run, max_batch)
         elif slice_rows == "whole":
-            self.sizing = SliceSizing(max_batch, max_batch, "whole")
+            self.sizing = sizing.SliceSizing(max_batch, max_batch, "whole")
         else:
-            self.sizing = SliceSizing(max_batch, min(int(slice_rows), max_batch), "fixed")
+            self.sizing = sizing.SliceSizing(max_batch, min(int(slice_rows), max_batch), "fixed")
         self.slice_rows = self.sizing.rows
         ws = whole_ws
         if self.slice_rows < max_batch:  # learnt again at the slice
-            _destroy_workspaces()
-            ws = self._settled_workspaces(x)
+            workspaces.destroy_all()
+            ws, _ = self._settled_workspaces(x)
         params = int(self.net.params().length()) * self.params_dtype.itemsize
         io = sum(a.nbytes for a in x) + sum(a.nbytes for a in y)
         e = est.estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
         estimate_bytes = e.offheap_bytes - e.term_bytes("prefetch_buffers")  # a server has no data pipeline
         return Footprint(max_batch, params, ws, io, estimate_bytes, self.slice_rows, whole_ws)
 
-    def _settled_workspaces(self, x: list[np.ndarray]) -> int:
-        """Bytes DL4J's inference workspaces hold once they stop growing, running `x` again and again.
+    def _settled_workspaces(self, x: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
+        """Bytes DL4J's inference workspaces hold once they stop growing, running `x` again and again
+        (and the outputs of the last run).
         They learn over several calls: after one output() of deep_cnn_bn at batch 32 they held 21 MB,
         from the third on 64 MB (a second workspace allocates one call later, and larger). Calls of
         fewer rows in any order never took them above this (0.98-0.99x of it, measured)."""
         sizes = []
         for _ in range(SETTLE_MAX_CALLS):
-            self.infer(x)
-            sizes.append(_workspace_bytes())
+            y = self.infer(x)
+            sizes.append(workspaces.held_bytes())
             if len(sizes) >= SETTLE_MIN_CALLS and sizes[-1] == sizes[-2] == sizes[-3]:
                 break
-        return max(sizes)
+        return max(sizes), y
 
     # ------------------------------------------------------------------ run
 
@@ -340,7 +319,7 @@ class ServedModel:
         if self.restore_from != "zip" and not self.spill_path.exists():
             _write_params(nd.to_numpy(self.net.params()), self.spill_path)
         self._release()
-        _destroy_workspaces()
+        workspaces.destroy_all()
         _return_free_memory()
 
     def _release(self) -> None:

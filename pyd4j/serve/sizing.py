@@ -74,6 +74,19 @@ def candidates(max_batch: int) -> list[int]:
     return out
 
 
+def alternate(run: Callable[[int], None], a: int, b: int, pairs: int,
+              clock: Callable[[], float] = time.perf_counter) -> dict[int, list[float]]:
+    """Seconds of `pairs` runs of each side, alternated (a then b, b then a, ...), so a machine that
+    gets busier or quieter slows both sides alike."""
+    times: dict[int, list[float]] = {a: [], b: []}
+    for i in range(pairs):
+        for side in ((a, b) if i % 2 == 0 else (b, a)):
+            start = clock()
+            run(side)
+            times[side].append(clock() - start)
+    return times
+
+
 def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLERANCE, pairs: int = PAIRS,
             max_pairs: int = MAX_PAIRS, step_seconds: float = STEP_SECONDS, time_limit_s: float = TIME_LIMIT_S,
             clock: Callable[[], float] = time.perf_counter) -> SliceSizing:
@@ -92,12 +105,7 @@ def measure(run: Callable[[int], None], max_batch: int, tolerance: float = TOLER
     def compare(rows: int, n: int, confirms: bool = False) -> Step:
         nonlocal whole
         run(rows)                               # untimed: a first call at this size
-        times: dict[int, list[float]] = {max_batch: [], rows: []}
-        for i in range(n):
-            for side in ((max_batch, rows) if i % 2 == 0 else (rows, max_batch)):
-                start = clock()
-                run(side)
-                times[side].append(clock() - start)
+        times = alternate(run, max_batch, rows, n, clock)
         whole = min(times[max_batch])
         ratio = min(times[rows]) / whole
         paired = [a / b for a, b in zip(times[rows], times[max_batch])]

@@ -89,9 +89,10 @@ def test_a_fixed_slice_holds_the_workspaces_to_its_footprint(jvm, tmp_path):
     request leaves resident (32 rows, or any number of rows in any order), a quarter of a whole
     call's, and the outputs are output() on 8 rows at a time, equal to one call to float32 rounding."""
     import pyd4j.nd as nd
-    from pyd4j.serve.model import ServedModel, _destroy_workspaces, _workspace_bytes
+    from pyd4j.serve.model import ServedModel
+    from pyd4j import workspaces
 
-    _destroy_workspaces()
+    workspaces.destroy_all()
     m = ServedModel("lenet", f"{NETWORKS}/lenet.json", tmp_path)
     fp = m.load(32, 8)
     assert (fp.slice_rows, m.sizing.how) == (8, "fixed")
@@ -99,10 +100,10 @@ def test_a_fixed_slice_holds_the_workspaces_to_its_footprint(jvm, tmp_path):
     rng = np.random.default_rng(3)
     x = rng.random((32, 784), dtype=np.float32)
     got = m.infer([x])[0]
-    assert _workspace_bytes() <= fp.workspace_bytes
+    assert workspaces.held_bytes() <= fp.workspace_bytes
     for rows in rng.integers(1, 33, size=12):
         m.infer([x[:rows]])
-        assert _workspace_bytes() <= fp.workspace_bytes
+        assert workspaces.held_bytes() <= fp.workspace_bytes
     whole = nd.to_numpy(m.net.output(nd.from_numpy(x)), copy=True)
     np.testing.assert_allclose(got, whole, rtol=1e-5, atol=1e-7)
     chunks = np.concatenate([nd.to_numpy(m.net.output(nd.from_numpy(np.ascontiguousarray(x[i:i + 8]))), copy=True)
@@ -115,16 +116,17 @@ def test_a_fixed_slice_holds_the_workspaces_to_its_footprint(jvm, tmp_path):
 def test_whole_batch_footprint_is_measured_after_the_workspaces_settle(jvm, tmp_path):
     """DL4J's second activation workspace allocates a call later than the first: measured after one
     call, the footprint missed it (deep_cnn_bn: 21 of 64 MB). Whatever runs after load stays within it."""
-    from pyd4j.serve.model import ServedModel, _destroy_workspaces, _workspace_bytes
+    from pyd4j.serve.model import ServedModel
+    from pyd4j import workspaces
 
-    _destroy_workspaces()
+    workspaces.destroy_all()
     m = ServedModel("deep_cnn_bn", f"{NETWORKS}/deep_cnn_bn.json", tmp_path)
     fp = m.load(4, "whole")
     assert fp.slice_rows == 4 and fp.workspace_bytes == fp.whole_workspace_bytes
     x = np.random.default_rng(5).random((4, *m.inputs[0].shape[1:]), dtype=np.float32)
     for rows in (4, 1, 4, 3, 4, 4):
         m.infer([x[:rows]])
-        assert _workspace_bytes() <= fp.workspace_bytes
+        assert workspaces.held_bytes() <= fp.workspace_bytes
     m.close()
 
 
@@ -132,9 +134,10 @@ def test_whole_batch_footprint_is_measured_after_the_workspaces_settle(jvm, tmp_
 @pytest.mark.slow
 def test_auto_sizing_on_real_dl4j_reports_a_consistent_choice(jvm, tmp_path):
     """Whatever the timings: the rows chosen are the last kept candidate, and fewer rows hold fewer bytes."""
-    from pyd4j.serve.model import ServedModel, _destroy_workspaces
+    from pyd4j.serve.model import ServedModel
+    from pyd4j import workspaces
 
-    _destroy_workspaces()
+    workspaces.destroy_all()
     m = ServedModel("lenet", f"{NETWORKS}/lenet.json", tmp_path)
     fp = m.load(16)
     s = m.sizing
