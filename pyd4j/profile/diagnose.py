@@ -602,7 +602,7 @@ def _leaks(t: Timeline) -> list[Finding]:
             "leaks are judged on memory left after full collections, over iterations; the agent measures it "
             "as often as a verdict needs (about 6 points in the first minute of training): let the job train "
             "longer, and check that the agent's live points were not switched off (-Dpyd4j.agent=live=0) or "
-            "skipped (a heap over 1 GiB in use); no leak is reported without that evidence",
+            "skipped (a heap over 1 GiB in use: -Dpyd4j.agent=live_max_heap=MiB); no leak is reported without that evidence",
             [], {"live_points": len(t.live_points), "iterations": t.iterations()},
         ))
     return out

@@ -16,7 +16,7 @@ from tests.test_cli_corpus import RESULTS
 CASES = [("interval=abc", "interval=abc is not a whole number"), ("interval=0", "interval=0 ms"),
          ("live=-1", "live=-1 s"), ("live=soon", "live=soon is not a whole number"),
          ("sites=-5", "sites=-5 bytes"), ("live_share=2", "live_share=2.0"), ("live_share=half", "live_share=half"),
-         ("interval=" + "9" * 30, "is not a whole number")]
+         ("live_max_heap=0", "live_max_heap=0 MiB"), ("interval=" + "9" * 30, "is not a whole number")]
 
 
 @pytest.mark.parametrize(("option", "reason"), CASES, ids=[c[0][:20] for c in CASES])

@@ -95,6 +95,8 @@ public final class Agent {
             SpeedSettings.configure(opts);
             long liveSeconds = number(opts, "live", "5");
             long siteBytes = number(opts, "sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES));
+            long liveMaxHeap = number(opts, "live_max_heap", String.valueOf(LiveSet.DEFAULT_MAX_HEAP_MIB));
+            if (liveMaxHeap < 1) throw new IllegalArgumentException("live_max_heap=" + liveMaxHeap + " MiB; use 1 or more (1024 is the default)");
             double liveShare;
             try {
                 liveShare = Double.parseDouble(opts.getOrDefault("live_share", String.valueOf(LiveSet.DEFAULT_PAUSE_SHARE)));
@@ -112,7 +114,7 @@ public final class Agent {
                 JavaCpp.candidate = loadedClass("org.bytedeco.javacpp.Pointer");
             }
             Sampler s = new Sampler(sink, interval, hooks);
-            LiveSet live = new LiveSet(sink, liveSeconds * 1000, liveShare, s);
+            LiveSet live = new LiveSet(sink, liveSeconds * 1000, liveShare, liveMaxHeap, s);
             s.liveSet = live;
             s.begin();
             live.begin();

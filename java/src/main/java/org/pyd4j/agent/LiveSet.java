@@ -22,8 +22,8 @@ import javax.management.ObjectName;
  *   <li>by the agent itself (an inspection): a full collection ({@code jcmd <pid> GC.run}), then, once
  *       the deallocators are done, a class histogram of the live heap, the same as
  *       {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC); skipped while
- *       more than 1 GiB of heap is in use (its pause would be long; the natural collections of such jobs
- *       give the points instead).</li>
+ *       more than {@code live_max_heap} MiB of heap (1 GiB by default) is in use (its pause would be
+ *       long; the natural collections of such jobs give the points instead).</li>
  * </ul>
  * Inspections are scheduled by what a leak verdict still needs, not by a fixed share of the run:
  * <ul>
@@ -56,7 +56,8 @@ final class LiveSet implements Runnable {
     static final int SUSPECT_MIN_MIB = 8;
     private static final long NEED_MIN_GAP_NANOS = 1_000_000_000L;
     private static final long WAIT_SLICE_MS = 200;
-    static final long MAX_HEAP_FOR_INSPECTION = 1L << 30;
+    /** Heap in use above which the agent takes no histogram of its own (the pause grows with the heap), MiB. */
+    static final long DEFAULT_MAX_HEAP_MIB = 1024;
     private static final long DRAIN_POLL_MS = 50;
     private static final int DRAIN_QUIET_POLLS = 3;
     private static final long DRAIN_MAX_MS = 10_000;
@@ -112,10 +113,10 @@ final class LiveSet implements Runnable {
     private long inspectionHeapAfter = -1;
     /**
      * Collector-reported usage after a full collection minus the histogram's object bytes, measured at
-     * each inspection: space no live object holds (G1 keeps the CDS archive regions pinned, about 3 MB
-     * on JDK 17). Natural full collections' usage is corrected by it, so both kinds of point agree.
+     * each inspection: space no live object holds. Natural full collections' usage is corrected by it,
+     * so both kinds of point agree.
      */
-    private long usageOverObjects;
+    private final FreeSpace freeSpace = new FreeSpace();
     private long lastPointNanos = System.nanoTime();
     private long nextInspectionNanos;
     private boolean tooLargeNoted;
@@ -138,8 +139,11 @@ final class LiveSet implements Runnable {
     /** Why the next inspection is due early ("needed", "offheap-rise", "heap-rise"), or null. */
     private String suspicion;
 
-    LiveSet(Sink sink, long intervalMs, double pauseShare, Sampler sampler) {
+    private final long maxHeapForInspection;
+
+    LiveSet(Sink sink, long intervalMs, double pauseShare, long maxHeapMib, Sampler sampler) {
         this.sink = sink;
+        this.maxHeapForInspection = maxHeapMib << 20;
         this.intervalNanos = intervalMs * 1_000_000L;
         this.pauseShare = pauseShare;
         this.sampler = sampler;
@@ -206,6 +210,61 @@ final class LiveSet implements Runnable {
         /** Forgets the readings: after a new point only readings taken since then count. */
         void clear() {
             count = 0;
+        }
+    }
+
+    /**
+     * Heap usage no live object holds after a full collection, as a function of the usage, from the
+     * inspections (usage and histogram total at the same collection). Part of it is fixed (G1 keeps the
+     * CDS archive regions pinned, about 3 MB on JDK 17), part grows with the heap (the tail of each
+     * region that the next object did not fit in: 3% of a 3 GiB heap of 0.8 MB arrays in 2 MB regions,
+     * 23% in 1 MB regions, where each such array is humongous and has a region to itself). Over a span
+     * of inspections wide enough to tell the two apart (the largest usage at least twice the smallest
+     * and {@value #MIN_FIT_SPAN_MIB} MiB above it) it is the least-squares line through them, so that
+     * a usage past the last inspection (none are taken above {@code live_max_heap}) is
+     * corrected in proportion; otherwise the last inspection's figure.
+     */
+    static final class FreeSpace {
+        static final int KEPT = 16;
+        static final long MIN_FIT_SPAN_MIB = 32;
+        /**
+         * A slope above this is noise, not layout: the worst layout, objects just over half a region
+         * (G1 gives each its own region), leaves just under half of every region free.
+         */
+        static final double MAX_SHARE = 0.5;
+        private final long[] usage = new long[KEPT];
+        private final long[] free = new long[KEPT];
+        private int count;
+        private int next;
+        private long last;
+
+        void add(long usageAfter, long freeBytes) {
+            usage[next] = usageAfter;
+            free[next] = freeBytes;
+            next = (next + 1) % KEPT;
+            count = Math.min(count + 1, KEPT);
+            last = freeBytes;
+        }
+
+        /** Free space at this usage after a full collection. */
+        long at(long usageAfter) {
+            long low = Long.MAX_VALUE, high = 0;
+            double meanU = 0, meanF = 0;
+            for (int i = 0; i < count; i++) {
+                low = Math.min(low, usage[i]);
+                high = Math.max(high, usage[i]);
+                meanU += usage[i] / (double) count;
+                meanF += free[i] / (double) count;
+            }
+            if (count < 2 || high < 2 * low || high - low < (MIN_FIT_SPAN_MIB << 20)) return last;
+            double sxy = 0, sxx = 0;
+            for (int i = 0; i < count; i++) {
+                sxy += (usage[i] - meanU) * (free[i] - meanF);
+                sxx += (usage[i] - meanU) * (usage[i] - meanU);
+            }
+            double share = Math.max(0, Math.min(MAX_SHARE, sxy / sxx));
+            double fixed = Math.max(0, meanF - share * meanU);
+            return Math.min(usageAfter, Math.round(fixed + share * usageAfter));
         }
     }
 
@@ -297,7 +356,7 @@ final class LiveSet implements Runnable {
                     // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
                     long wait = MIN_GAP_NANOS - (now - lastPointNanos);
                     if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
-                    measure(trigger, t, Math.max(0, heap - usageOverObjects), null, -1, -1, heap, false, null);
+                    measure(trigger, t, Math.max(0, heap - freeSpace.at(heap)), null, -1, -1, heap, false, null);
                     lastPointNanos = System.nanoTime();
                     nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
                 } else if (intervalNanos > 0 && now >= due) {
@@ -319,11 +378,12 @@ final class LiveSet implements Runnable {
      */
     private void inspect() throws Exception {
         long used = memory.getHeapMemoryUsage().getUsed();
-        if (used > MAX_HEAP_FOR_INSPECTION) {
+        if (used > maxHeapForInspection) {
             if (!tooLargeNoted) {
                 tooLargeNoted = true;
                 sink.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
-                        .put("text", "heap in use over 1 GiB: no agent heap inspections; live points come from the job's own full collections").close());
+                        .put("text", "heap in use over " + (maxHeapForInspection >> 20) + " MiB (live_max_heap): no agent heap "
+                                + "inspections; live points come from the job's own full collections").close());
             }
             lastPointNanos = System.nanoTime();
             nextInspectionNanos = lastPointNanos + intervalNanos;
@@ -418,7 +478,7 @@ final class LiveSet implements Runnable {
             synchronized (lock) {
                 heapAfterGc = inspectionHeapAfter;  // the GC notification came during the drain wait, if at all
             }
-            if (heapAfterGc >= heapLive) usageOverObjects = heapAfterGc - heapLive;
+            if (heapAfterGc >= heapLive) freeSpace.add(heapAfterGc, heapAfterGc - heapLive);
         }
         long iterations = Hooks.iterations.get();
         long rss = sampler.rss();
