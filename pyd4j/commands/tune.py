@@ -26,8 +26,8 @@ from pyd4j.schemas import TUNE_SCHEMA
               help="run the job again with its network under a pyd4j plan (planned training, same flags) instead "
               "of with new flags: before/after shows what the plan saves. superneurons: the smallest plan the "
               "trainer can run; or one policy's minimum-memory plan")
-@click.option("--speed", is_flag=True, help="tune for speed instead of memory: try thread, ND4J GC and heap settings "
-              "the job's code does not see, keep only what an alternated A/B proves faster (exit 3: no verified change)")
+@click.option("--speed", is_flag=True, help="tune for speed instead of memory: try thread, ND4J GC, heap, workspace, "
+              "prefetch and nd4j-native build settings the job's code does not see, keep only what an alternated A/B proves faster (exit 3: no verified change)")
 @click.option("--max-runs", type=params.Whole(4, 50, example="--max-runs 8",
                                              why="4 runs a side are the fewest with which a 95% interval can exclude 1"),
               default=8, show_default=True,

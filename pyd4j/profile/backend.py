@@ -38,6 +38,20 @@ def needs(classifier: str) -> set[str]:
     return set()
 
 
+def build_of(library: str) -> tuple[str | None, str] | None:
+    """(nd4j version or None, classifier) of the nd4j-native build a loaded library file comes from:
+    JavaCPP extracts it under a directory named after its jar, in a directory named after the platform."""
+    parts = Path(library).parts
+    for part in parts:
+        m = _NATIVE_JAR.match(part)
+        if m:
+            return m.group("version"), m.group("classifier")
+    for part in reversed(parts[:-1]):
+        if part in CLASSIFIERS:
+            return None, part
+    return None
+
+
 def maven_repository() -> Path:
     """The local Maven repository: -Dmaven.repo.local in MAVEN_OPTS, else ~/.m2/repository."""
     match = re.search(r"-Dmaven\.repo\.local=(\S+)", os.environ.get("MAVEN_OPTS", ""))

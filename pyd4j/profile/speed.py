@@ -5,7 +5,9 @@ One run of the job as it is (the probe) says what to try, cheapest and most ofte
 OpenMP/BLAS threads against the cores (ND4J's own count, reported by the agent), ND4J's periodic
 GC (the agent reports the job's setting at its first fit() and can turn it off at every fit()),
 the heap where GC time shows, DL4J's workspaces where the network turns them off, an async prefetcher around the
-iterator fit() receives where the time split shows the training thread waiting for data. Each candidate is compared with the job as it is; the ones proved
+iterator fit() receives where the time split shows the training thread waiting for data, the
+nd4j-native build for this CPU (avx2, avx512) where the job runs the generic one and the build's jar
+is at hand. Each candidate is compared with the job as it is; the ones proved
 faster are combined greedily, best first, each verified again on top of those already kept, and
 the final combination is compared with the job as it is once more when it holds more than one
 change. A change that breaks the job is reported and dropped. Nothing is kept on a guess: no
@@ -54,6 +56,8 @@ class Change:
     agent: tuple[str, ...] = ()
     replaces_memory_flags: bool = False
     paste: str = ""
+    maven: str = ""           # the dependency to paste into the job's pom.xml
+    build: str = ""           # the nd4j-native build ND4J must load with this change (checked every run)
 
     def key(self) -> str:
         return self.setting
@@ -79,6 +83,10 @@ class Setup:
         agent = [*QUIET_AGENT, *(o for c in self.changes for o in c.agent)]
         opts.append("-Dpyd4j.agent=" + ",".join(agent))
         return opts
+
+    def build(self) -> str:
+        """The nd4j-native build a change of this setup makes ND4J load ("" when none does)."""
+        return next((c.build for c in self.changes if c.build), "")
 
     def drop_memory_flags(self) -> bool:
         return any(c.replaces_memory_flags for c in self.changes)
@@ -140,6 +148,11 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                              drop_memory_flags=drop, timeout_s=timeout_s, env_changes=setup.env())
         t = result.timeline
         ips = t.iterations_per_second()
+        loaded = loaded_library(t)
+        if setup.build() and loaded is not None and f"/{setup.build()}/" not in loaded:
+            # the change did not take: what ran was another build, and its speed says nothing of this one
+            return Measured(ips, False, f"ND4J loaded {loaded or 'no native library it reported'}, not the "
+                                        f"{setup.build()} build", t, str(run_dir))
         if result.stopped_by == "timeout" and ips:
             return Measured(ips, True, "stopped at the timeout", t, str(run_dir))
         if not result.ok:
@@ -152,6 +165,13 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                             str(run_dir), no_progress=True)
         return Measured(ips, True, "", t, str(run_dir))
     return run
+
+
+def loaded_library(t: Timeline) -> str | None:
+    """The file of ND4J's CPU backend the job loaded, from the agent's note at the first fit() (None:
+    no fit() reported it)."""
+    note = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), None)
+    return None if note is None or "native_library" not in note else str(note["native_library"])
 
 
 def probe_of(m: Measured) -> Probe:
@@ -231,6 +251,41 @@ def _prefetch(probe: Probe) -> tuple[Change | None, str | None]:
                         f"prefetch={depth}; AsyncMultiDataSetIterator for a MultiDataSetIterator"), None
 
 
+def _native_build(probe: Probe, features: tuple[str, ...]) -> tuple[Change | None, str | None]:
+    """The most specific nd4j-native build this CPU runs, where the job loaded a less specific one and
+    that build's jar (of the job's ND4J version) is at hand; else None and why not (None, None when
+    the job already runs the best build or its backend is not ND4J's CPU one)."""
+    from pyd4j.profile import backend  # noqa: PLC0415
+
+    library = probe.nd4j.get("native_library")
+    if not library:
+        return None, None
+    build = backend.build_of(library)
+    if build is None:
+        return None, f"ND4J loaded {library}, not a build pyd4j can tell: the nd4j-native build was not tried"
+    version, current = build
+    if current not in backend.CLASSIFIERS:
+        return None, None
+    better = [c for c in backend.CLASSIFIERS[backend.CLASSIFIERS.index(current) + 1:] if not backend.needs(c) - set(features)]
+    if not better:
+        return None, None
+    target = better[-1]
+    if version is None:
+        return None, (f"this CPU runs the {target} build, but the ND4J version of {library} is unknown: "
+                      f"the nd4j-native build was not tried")
+    jar = backend.find_jar(target, version, [])
+    if jar is None:
+        return None, (f"this CPU runs the {target} build, but {backend.ARTIFACT}-{version}-{target}.jar is not in the "
+                      f"local Maven repository: fetch it with `mvn dependency:get -Dartifact={backend.GROUP}:"
+                      f"{backend.ARTIFACT}:{version}:jar:{target}` and tune again")
+    flags = ", ".join(sorted(backend.needs(target)))
+    return Change("nd4j_build", current, target,
+                  f"the job loads the {current} build of nd4j-native {version} on a CPU with {flags}",
+                  agent=(f"native_jar={jar}",), build=target, maven=backend.maven_snippet(target, version),
+                  paste=f"the {target} classifier of {backend.ARTIFACT} beside the job's own (JavaCPP loads the most "
+                        f"specific build it finds); or the agent option native_jar={jar}"), None
+
+
 def cores() -> int:
     """CPUs this process may run on (affinity and cgroup cpusets included)."""
     try:
@@ -239,8 +294,10 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int | None = None) -> list[Change]:
-    """The changes worth a run, cheapest and most often wrong first, each with the evidence."""
+def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int | None = None,
+               features: tuple[str, ...] = ()) -> list[Change]:
+    """The changes worth a run, cheapest and most often wrong first, each with the evidence.
+    `features`: the CPU's flags (pyd4j.memory.machine.cpu_features), for the nd4j-native build."""
     out: list[Change] = []
     threads = probe.nd4j.get("max_threads")
     set_vars = {v: env[v] for v in THREAD_VARIABLES if v in env}
@@ -294,6 +351,9 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
             out.append(Change("heap", f"max heap {probe.heap_max // (1 << 20)} MiB", f"-Xmx{mib}m",
                               f"garbage collection took {probe.gc_share:.0%} of the training time",
                               jvm=(f"-Xmx{mib}m",), replaces_memory_flags=True, paste=f"-Xmx{mib}m"))
+    build, _ = _native_build(probe, features)
+    if build is not None:
+        out.append(build)
     return out
 
 
@@ -349,24 +409,26 @@ def _row(change: Change, c: ab.Comparison) -> dict:
     return {"setting": change.setting, "before": change.before, "after": change.after, "ratio": c.to_dict()["ratio"],
             "interval": c.to_dict()["interval"], "reason": f"{change.why}; {c.reason}", "paste": change.paste,
             "environment": dict(change.env), "jvm_options": list(change.jvm), "agent_options": list(change.agent),
-            "replaces_memory_flags": change.replaces_memory_flags}
+            "replaces_memory_flags": change.replaces_memory_flags, "maven": change.maven, "build": change.build}
 
 
 def change_of(row: dict) -> Change:
     """The Change a row of `speed.changes` describes (to run the job with it again)."""
     return Change(row["setting"], row["before"], row["after"], row.get("reason", ""),
                   env=tuple(row.get("environment", {}).items()), jvm=tuple(row.get("jvm_options", [])),
-                  agent=tuple(row.get("agent_options", [])), replaces_memory_flags=row.get("replaces_memory_flags", False))
+                  agent=tuple(row.get("agent_options", [])), replaces_memory_flags=row.get("replaces_memory_flags", False),
+                  maven=row.get("maven", ""), build=row.get("build", ""))
 
 
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
-               ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = ()) -> dict:
+               ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = (),
+               features: tuple[str, ...] | None = None) -> dict:
     """Probe the job, try the candidates, combine what is proved; the `speed` document. `base_jvm`:
     memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's). `only`:
     try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
-    explicit_gc, heap)."""
+    explicit_gc, heap, nd4j_build). `features`: the CPU's flags (default: this machine's)."""
     started = time.monotonic()
     command = JobCommand.parse(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
@@ -392,6 +454,13 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     _, prefetch_note = _prefetch(probe)
     if prefetch_note:
         doc["probe"]["prefetch_not_tried"] = prefetch_note
+    if features is None:
+        from pyd4j.memory.machine import cpu_features  # noqa: PLC0415
+
+        features = cpu_features()
+    _, build_note = _native_build(probe, features)
+    if build_note:
+        doc["probe"]["build_not_tried"] = build_note
     if not probe.ok or not probe.iterations_per_s:
         doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started,
                                   note="the job as it is did not train; nothing was compared")
@@ -399,7 +468,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
                         f"training iterations (fit()) and exits cleanly")
         doc["exit_code"] = EXIT_NOTHING
         return doc
-    cands = candidates(probe, env, n_cores, ram_bytes)
+    cands = candidates(probe, env, n_cores, ram_bytes, features)
     if only is not None:
         cands = [c for c in cands if c.setting.split("=")[0] in only]
 
@@ -431,11 +500,13 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
 
 def _speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str, runs: list[dict],
                started: float, kept: Setup | None = None, note: str | None = None) -> dict:
-    paste = {"environment": {}, "jvm_options": [], "code": []}
+    paste = {"environment": {}, "jvm_options": [], "code": [], "maven": []}
     for c in (kept.changes if kept else ()):
         paste["environment"].update({k: v for k, v in c.env})
         paste["jvm_options"] += list(c.jvm)
-        if c.agent:
+        if c.maven:
+            paste["maven"].append(c.maven)
+        elif c.agent:
             paste["code"].append(c.paste)
     fd = final.to_dict() if final else None
     return {"verdict": verdict, "ratio": fd["ratio"] if fd else None, "interval": fd["interval"] if fd else None,
@@ -464,6 +535,8 @@ def print_speed(doc: dict) -> None:
         print(describe(probe["time_split"]))
     if probe.get("prefetch_not_tried"):
         print(f"prefetch not tried: {probe['prefetch_not_tried']}")
+    if probe.get("build_not_tried"):
+        print(f"nd4j-native build not tried: {probe['build_not_tried']}")
     if s["tried"]:
         print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
                     ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],
@@ -480,6 +553,8 @@ def print_speed(doc: dict) -> None:
             print("JVM options:  " + " ".join(p["jvm_options"]))
         for line in p["code"]:
             print("code:         " + line)
+        for snippet in p.get("maven", []):
+            print("Maven (pom.xml):\n" + "\n".join("  " + ln for ln in snippet.splitlines()))
     else:
         print(f"{s['verdict']}" + (f": {s['note']}" if s.get("note") else
                                    ": no change was proved faster by the A/B; nothing is recommended"))

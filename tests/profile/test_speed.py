@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pyd4j.profile import ab
-from pyd4j.profile.speed import Change, Measured, Probe, Setup, _prefetch, candidates, greedy, prefetch_depth, tune_speed
+from pyd4j.profile.speed import Change, Measured, Probe, Setup, _native_build, _prefetch, candidates, greedy, prefetch_depth, \
+    tune_speed
 
 
 def _probe(**nd4j) -> Probe:
@@ -34,6 +35,35 @@ def test_candidates_from_evidence():
     p.explicit_gc_share = 0.0
     heap = {c.setting: c for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1, ram_bytes=8 << 30)}["heap"]
     assert heap.jvm == ("-Xmx256m",) and heap.replaces_memory_flags
+
+
+AVX512 = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq")
+CACHE = "/home/u/.javacpp/cache/nd4j-native-{v}-{c}.jar/org/nd4j/linalg/cpu/nativecpu/bindings/{c}/libjnind4jcpu.so"
+
+
+def test_nd4j_build_candidate_from_the_library_the_job_loaded(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAVEN_OPTS", f"-Dmaven.repo.local={tmp_path}")
+    monkeypatch.setattr("pyd4j.profile.backend.JAVA_TARGET", tmp_path / "target")
+    jar = tmp_path / "org/nd4j/nd4j-native/1.0.0-M2.1/nd4j-native-1.0.0-M2.1-linux-x86_64-avx512.jar"
+    generic = _probe(native_library=CACHE.format(v="1.0.0-M2.1", c="linux-x86_64"))
+    # the jar is not at hand: not tried, and the note names the command that fetches it
+    change, note = _native_build(generic, AVX512)
+    assert change is None and "mvn dependency:get -Dartifact=org.nd4j:nd4j-native:1.0.0-M2.1:jar:linux-x86_64-avx512" in note
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"")
+    change, note = _native_build(generic, AVX512)
+    assert note is None and (change.before, change.after, change.build) == ("linux-x86_64", "linux-x86_64-avx512",
+                                                                            "linux-x86_64-avx512")
+    assert change.agent == (f"native_jar={jar}",) and "<classifier>linux-x86_64-avx512</classifier>" in change.maven
+    assert [c.setting for c in candidates(generic, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}, 2,
+                                          features=AVX512)] == ["threads=1", "nd4j_build"]
+    # a CPU with AVX2 only is offered nothing above it, and this jar is not for it
+    assert _native_build(generic, ("avx", "avx2", "fma"))[0] is None
+    # already the best build; another backend (no nd4jcpu library); an older release found by its directory
+    assert _native_build(_probe(native_library=CACHE.format(v="1.0.0-M2.1", c="linux-x86_64-avx512")), AVX512) == (None, None)
+    assert _native_build(_probe(native_library=""), AVX512) == (None, None)
+    old = _native_build(_probe(native_library="/tmp/x/linux-x86_64/libjnind4jcpu.so"), AVX512)
+    assert old[0] is None and "version" in old[1]
 
 
 def _split(data: float, compute: float) -> dict:

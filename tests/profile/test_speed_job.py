@@ -61,3 +61,37 @@ def test_tune_speed_cli_refuses_a_job_that_does_not_train(tmp_path):
                          capture_output=True, text=True, timeout=300)
     doc = json.loads(out.stdout)
     assert out.returncode == 1 and doc["exit_code"] == 1 and "did not train" in doc["error"]
+
+
+def test_tune_speed_tries_the_nd4j_build_for_this_cpu_and_checks_it_loaded(tmp_path, monkeypatch):
+    """A job whose class path holds only the generic nd4j-native build (the plain dependency): tune
+    --speed tries the build for this CPU through the agent (native_jar=), the job's class path
+    unchanged, and every run says which library ND4J really loaded."""
+    from pyd4j.memory.machine import best_nd4j_classifier
+    from pyd4j.profile.backend import _NATIVE_JAR
+
+    best = best_nd4j_classifier()
+    if best == "linux-x86_64":
+        pytest.skip("this CPU runs only the generic nd4j-native build: there is no other build to try")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    generic_only = [e for e in classpath()[1:] if not (_NATIVE_JAR.match(Path(e).name)
+                                                       and not Path(e).name.endswith("-linux-x86_64.jar"))]
+    job = ["java", "-cp", os.pathsep.join([str(FIXTURES_JAR), *generic_only]), "org.pyd4j.fixtures.SpeedJob", "mlp", "3"]
+    doc = tune_speed(job, tmp_path / "tune", max_runs=4, only={"nd4j_build"})
+    assert "/linux-x86_64/" in doc["probe"]["nd4j"]["native_library"], doc["probe"]["nd4j"]
+    s = doc["speed"]
+    (trial,) = s["tried"]
+    assert (trial["setting"], trial["after"]) == ("nd4j_build", best), s["tried"]
+    assert trial["verdict"] in ("faster", "slower", "same", "undecided"), trial   # never "broken": the build loaded
+    for r in s["run_log"]:
+        from pyd4j.profile.timeline import Timeline
+
+        loaded = next(n["nd4j"] for n in Timeline.load(r["run_dir"]).notes if isinstance(n.get("nd4j"), dict))
+        assert f"/{best if r['side'] == 'after' else 'linux-x86_64'}/" in loaded["native_library"], (r, loaded)
+        # the job's own class path was not touched: the build came from the agent
+        command = json.loads((Path(r["run_dir"]) / "run.json").read_text())["command"]
+        assert f"-{best}.jar" not in command[command.index("-cp") + 1]
+    if trial["verdict"] == "faster":
+        assert s["paste"]["maven"] and f"<classifier>{best}</classifier>" in s["paste"]["maven"][0]
+    else:
+        assert doc["exit_code"] == 3 and s["changes"] == []

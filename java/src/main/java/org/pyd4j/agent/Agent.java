@@ -93,6 +93,7 @@ public final class Agent {
             Hooks.planFallback = planFallback(opts.get("plan_fallback"));
             Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
             SpeedSettings.configure(opts);
+            if (opts.containsKey("native_jar")) SpeedSettings.addNativeJar(opts.get("native_jar"), inst);
             long liveSeconds = number(opts, "live", "5");
             long siteBytes = number(opts, "sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES));
             long liveMaxHeap = number(opts, "live_max_heap", String.valueOf(LiveSet.DEFAULT_MAX_HEAP_MIB));

@@ -72,6 +72,42 @@ final class SpeedSettings {
     }
 
     /**
+     * native_jar=PATH: a jar of an nd4j-native build (the avx2 or avx512 classifier) added to the class
+     * path the job's classes are looked up on, before any is loaded. JavaCPP loads the most specific
+     * build it finds for this platform, so the job runs that build with its own class path unchanged,
+     * whatever launched it (java -cp, a fat jar, Maven, Spark's driver). The build ND4J really loaded
+     * is reported at the first fit() ({@code native_library}): tune --speed checks it.
+     */
+    static void addNativeJar(String path, java.lang.instrument.Instrumentation inst) {
+        if (inst == null) {
+            throw new IllegalArgumentException("native_jar= needs the agent started with -javaagent (the build is "
+                    + "chosen before ND4J loads)");
+        }
+        java.io.File file = new java.io.File(path);
+        if (!file.isFile()) throw new IllegalArgumentException("native_jar=" + path + " is not a file");
+        try {
+            inst.appendToSystemClassLoaderSearch(new java.util.jar.JarFile(file));
+        } catch (java.io.IOException e) {
+            throw new IllegalArgumentException("native_jar=" + path + " is not a readable jar (" + e.getMessage() + ")");
+        }
+    }
+
+    /** The native library file of ND4J's CPU backend that JavaCPP loaded ("" when none or unknown). */
+    private static String nativeLibrary(ClassLoader loader) {
+        try {
+            Class<?> javacppLoader = Class.forName("org.bytedeco.javacpp.Loader", false, loader);
+            Object loaded = javacppLoader.getMethod("getLoadedLibraries").invoke(null);
+            String library = "";
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) loaded).entrySet()) {
+                if (String.valueOf(e.getKey()).contains("nd4jcpu") && e.getValue() != null) library = String.valueOf(e.getValue());
+            }
+            return library;
+        } catch (Throwable e) {
+            return "";
+        }
+    }
+
+    /**
      * Called on entry of MultiLayerNetwork.fit(DataSetIterator) and ComputationGraph.fit(MultiDataSetIterator)
      * (the calls every other iterator fit() ends in) with the iterator it received; returns the iterator
      * fit() goes on with. DL4J's fit() prefetches (a queue of 2, on a thread of its own) only iterators whose
@@ -189,6 +225,7 @@ final class SpeedSettings {
                 + ", " + (threads > 0 ? threads + " ND4J threads" : "ND4J threads unknown") + ", " + cores + " cores, training workspace mode " + mode;
         s.line(new Json().put("type", "note").put("t", System.currentTimeMillis()).put("text", text)
                 .raw("nd4j", new Json().put("periodic_gc", periodic).put("gc_window_ms", window)
-                        .put("max_threads", threads).put("cores", cores).put("training_workspace_mode", mode).close()).close());
+                        .put("max_threads", threads).put("cores", cores).put("training_workspace_mode", mode)
+                        .put("native_library", nativeLibrary(loader)).close()).close());
     }
 }
