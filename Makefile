@@ -14,12 +14,17 @@ CUDA_VENV  := .venv-cuda
 CUDA_BUILD := native/build-cuda-check
 CUDA_WHEELS := nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-crt nvidia-nvvm
 
+# MKL's libraries for ND4J's JavaCPP (1.5.7), in the local Maven repository: `tune --speed` and
+# `pyd4j backend` try MKL in OpenBLAS's place from there (never on ND4J's default class path).
+MKL_VERSION := 2022.0-1.5.7
+MKL_JAR     := $(HOME)/.m2/repository/org/bytedeco/mkl/$(MKL_VERSION)/mkl-$(MKL_VERSION)-linux-x86_64-redist.jar
+
 # The wheel carries the helper/agent jar, ASM relocated inside it (not ND4J: jobs bring their own classpath).
 WHEEL_JARS := pyd4j/jvm/java
 
 .PHONY: setup demo test bench clean cuda-check wheel
 
-setup: $(VENV) $(JAR) $(NATIVE_LIB)
+setup: $(VENV) $(JAR) $(NATIVE_LIB) $(MKL_JAR)
 
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
@@ -34,6 +39,9 @@ $(JAR): $(VENV) pom.xml java/pom.xml examples/pom.xml examples/spark/pom.xml tes
 	@# install, not package: jobs built with `mvn exec:…` against the helper jar resolve it from the local repository
 	$(MVN) install -DskipTests -Dnd4j.classifier=$$($(PY) -m pyd4j.memory.machine --nd4j-classifier)
 	touch $@
+
+$(MKL_JAR):
+	$(MVN) dependency:get -Dartifact=org.bytedeco:mkl:$(MKL_VERSION):jar:linux-x86_64-redist -Dtransitive=false
 
 $(NATIVE_LIB): $(NATIVE_SRC)
 	cmake -S native -B native/build -DCMAKE_BUILD_TYPE=Release >/dev/null

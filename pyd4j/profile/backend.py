@@ -52,6 +52,39 @@ def build_of(library: str) -> tuple[str | None, str] | None:
     return None
 
 
+MKL_OPTION = "-Dorg.bytedeco.openblas.load=mkl_rt"
+# The MKL release JavaCPP's presets built for each JavaCPP version (checked to resolve from Maven Central).
+MKL_FOR_JAVACPP = {"1.5.7": "2022.0-1.5.7", "1.5.8": "2022.2-1.5.8"}
+
+
+def javacpp_version(blas_library: str) -> str | None:
+    """The JavaCPP version of the OpenBLAS preset a loaded BLAS file comes from (its cache directory is
+    named after the jar: openblas-0.3.19-1.5.7-linux-x86_64.jar)."""
+    for part in Path(blas_library).parts:
+        m = re.match(r"^(?:openblas|mkl)-[\d.]+-(?P<javacpp>\d+\.\d+\.\d+)-linux-x86_64(?:-redist)?\.jar$", part)
+        if m:
+            return m.group("javacpp")
+    return None
+
+
+def mkl_artifact(javacpp: str) -> str:
+    """The Maven coordinates of MKL's libraries for a JavaCPP version (the linux-x86_64-redist jar)."""
+    return f"org.bytedeco:mkl:{MKL_FOR_JAVACPP.get(javacpp, '<MKL release>-' + javacpp)}:jar:linux-x86_64-redist"
+
+
+def find_mkl(javacpp: str) -> Path | None:
+    """MKL's redist jar built for this JavaCPP version, in the local Maven repository (the newest there)."""
+    found = sorted((maven_repository() / "org" / "bytedeco" / "mkl").glob(f"*-{javacpp}/mkl-*-{javacpp}-linux-x86_64-redist.jar"))
+    return found[-1] if found else None
+
+
+def mkl_snippet(jar: Path) -> str:
+    version = jar.parent.name
+    return (f"<dependency>\n  <groupId>org.bytedeco</groupId>\n  <artifactId>mkl</artifactId>\n"
+            f"  <version>{version}</version>\n  <classifier>linux-x86_64-redist</classifier>\n</dependency>\n"
+            f"<!-- and the JVM option {MKL_OPTION}: ND4J's BLAS calls then go to MKL -->")
+
+
 def maven_repository() -> Path:
     """The local Maven repository: -Dmaven.repo.local in MAVEN_OPTS, else ~/.m2/repository."""
     match = re.search(r"-Dmaven\.repo\.local=(\S+)", os.environ.get("MAVEN_OPTS", ""))

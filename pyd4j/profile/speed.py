@@ -7,7 +7,7 @@ GC (the agent reports the job's setting at its first fit() and can turn it off a
 the heap where GC time shows, DL4J's workspaces where the network turns them off, an async prefetcher around the
 iterator fit() receives where the time split shows the training thread waiting for data, the
 nd4j-native build for this CPU (avx2, avx512) where the job runs the generic one and the build's jar
-is at hand. Each candidate is compared with the job as it is; the ones proved
+is at hand, MKL for ND4J's BLAS calls where the job runs OpenBLAS and MKL's jar is at hand. Each candidate is compared with the job as it is; the ones proved
 faster are combined greedily, best first, each verified again on top of those already kept, and
 the final combination is compared with the job as it is once more when it holds more than one
 change. A change that breaks the job is reported and dropped. Nothing is kept on a guess: no
@@ -58,6 +58,7 @@ class Change:
     paste: str = ""
     maven: str = ""           # the dependency to paste into the job's pom.xml
     build: str = ""           # the nd4j-native build ND4J must load with this change (checked every run)
+    blas: str = ""            # the BLAS ND4J must call with this change (checked every run)
 
     def key(self) -> str:
         return self.setting
@@ -80,13 +81,20 @@ class Setup:
 
     def jvm_options(self) -> list[str]:
         opts = [o for c in self.changes for o in c.jvm]
-        agent = [*QUIET_AGENT, *(o for c in self.changes for o in c.agent)]
+        agent = [*QUIET_AGENT, *(o for c in self.changes for o in c.agent if not o.startswith("native_jar="))]
+        jars = [o.split("=", 1)[1] for c in self.changes for o in c.agent if o.startswith("native_jar=")]
+        if jars:   # one option for every jar the changes add (a build and MKL)
+            agent.append("native_jar=" + os.pathsep.join(jars))
         opts.append("-Dpyd4j.agent=" + ",".join(agent))
         return opts
 
     def build(self) -> str:
         """The nd4j-native build a change of this setup makes ND4J load ("" when none does)."""
         return next((c.build for c in self.changes if c.build), "")
+
+    def blas(self) -> str:
+        """The BLAS a change of this setup makes ND4J call ("" when none does)."""
+        return next((c.blas for c in self.changes if c.blas), "")
 
     def drop_memory_flags(self) -> bool:
         return any(c.replaces_memory_flags for c in self.changes)
@@ -148,11 +156,14 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                              drop_memory_flags=drop, timeout_s=timeout_s, env_changes=setup.env())
         t = result.timeline
         ips = t.iterations_per_second()
-        loaded = loaded_library(t)
-        if setup.build() and loaded is not None and f"/{setup.build()}/" not in loaded:
-            # the change did not take: what ran was another build, and its speed says nothing of this one
-            return Measured(ips, False, f"ND4J loaded {loaded or 'no native library it reported'}, not the "
-                                        f"{setup.build()} build", t, str(run_dir))
+        note = nd4j_note(t)
+        # a change that did not take: what ran was another build or BLAS, and its speed says nothing of this one
+        if setup.build() and note is not None and f"/{setup.build()}/" not in note.get("native_library", ""):
+            return Measured(ips, False, f"ND4J loaded {note.get('native_library') or 'no native library it reported'}, "
+                                        f"not the {setup.build()} build", t, str(run_dir))
+        if setup.blas() and note is not None and note.get("blas") != setup.blas():
+            return Measured(ips, False, f"ND4J's BLAS calls went to {note.get('blas') or 'a BLAS it did not report'} "
+                                        f"({note.get('blas_library') or '?'}), not {setup.blas()}", t, str(run_dir))
         if result.stopped_by == "timeout" and ips:
             return Measured(ips, True, "stopped at the timeout", t, str(run_dir))
         if not result.ok:
@@ -167,11 +178,10 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
     return run
 
 
-def loaded_library(t: Timeline) -> str | None:
-    """The file of ND4J's CPU backend the job loaded, from the agent's note at the first fit() (None:
-    no fit() reported it)."""
-    note = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), None)
-    return None if note is None or "native_library" not in note else str(note["native_library"])
+def nd4j_note(t: Timeline) -> dict | None:
+    """The agent's report at the first fit(): ND4J's settings, the build and the BLAS it loaded (None:
+    no fit() reported)."""
+    return next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), None)
 
 
 def probe_of(m: Measured) -> Probe:
@@ -180,7 +190,7 @@ def probe_of(m: Measured) -> Probe:
     t = m.timeline
     if t is None:
         return p
-    p.nd4j = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), {})
+    p.nd4j = nd4j_note(t) or {}
     p.iterator = next((n["iterator"] for n in t.notes if isinstance(n.get("iterator"), dict)), {})
     _, gc_ms = t.gc_totals()
     marks = sorted([(s["t"], s["iterations"]) for s in t.samples if s.get("iterations")]
@@ -286,6 +296,30 @@ def _native_build(probe: Probe, features: tuple[str, ...]) -> tuple[Change | Non
                         f"specific build it finds); or the agent option native_jar={jar}"), None
 
 
+def _mkl(probe: Probe) -> tuple[Change | None, str | None]:
+    """MKL for ND4J's BLAS calls where the job runs OpenBLAS and MKL's jar for its JavaCPP version is at
+    hand (JavaCPP's loading property org.bytedeco.openblas.load=mkl_rt links MKL in OpenBLAS's place);
+    else None and why not (None, None where the job runs no OpenBLAS)."""
+    from pyd4j.profile import backend  # noqa: PLC0415
+
+    if probe.nd4j.get("blas") != "openblas":
+        return None, None
+    library = str(probe.nd4j.get("blas_library", ""))
+    javacpp = backend.javacpp_version(library)
+    if javacpp is None:
+        return None, f"ND4J calls OpenBLAS from {library}, of a JavaCPP version pyd4j cannot tell: MKL was not tried"
+    jar = backend.find_mkl(javacpp)
+    if jar is None:
+        return None, (f"MKL for JavaCPP {javacpp} is not in the local Maven repository: fetch it with "
+                      f"`mvn dependency:get -Dartifact={backend.mkl_artifact(javacpp)}` and tune again")
+    return Change("blas", "OpenBLAS", f"MKL {jar.parent.name.rsplit('-', 1)[0]}",
+                  f"ND4J's matrix products (dense layers, convolutions as im2col) go to OpenBLAS "
+                  f"(JavaCPP {javacpp}); MKL is the other BLAS JavaCPP can load in its place",
+                  jvm=(backend.MKL_OPTION,), agent=(f"native_jar={jar}",), blas="mkl", maven=backend.mkl_snippet(jar),
+                  paste=f"{backend.MKL_OPTION} with MKL's redist jar on the class path; or the agent option "
+                        f"native_jar={jar}"), None
+
+
 def cores() -> int:
     """CPUs this process may run on (affinity and cgroup cpusets included)."""
     try:
@@ -351,9 +385,9 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
             out.append(Change("heap", f"max heap {probe.heap_max // (1 << 20)} MiB", f"-Xmx{mib}m",
                               f"garbage collection took {probe.gc_share:.0%} of the training time",
                               jvm=(f"-Xmx{mib}m",), replaces_memory_flags=True, paste=f"-Xmx{mib}m"))
-    build, _ = _native_build(probe, features)
-    if build is not None:
-        out.append(build)
+    for change, _ in (_native_build(probe, features), _mkl(probe)):
+        if change is not None:
+            out.append(change)
     return out
 
 
@@ -409,7 +443,8 @@ def _row(change: Change, c: ab.Comparison) -> dict:
     return {"setting": change.setting, "before": change.before, "after": change.after, "ratio": c.to_dict()["ratio"],
             "interval": c.to_dict()["interval"], "reason": f"{change.why}; {c.reason}", "paste": change.paste,
             "environment": dict(change.env), "jvm_options": list(change.jvm), "agent_options": list(change.agent),
-            "replaces_memory_flags": change.replaces_memory_flags, "maven": change.maven, "build": change.build}
+            "replaces_memory_flags": change.replaces_memory_flags, "maven": change.maven, "build": change.build,
+            "blas": change.blas}
 
 
 def change_of(row: dict) -> Change:
@@ -417,7 +452,7 @@ def change_of(row: dict) -> Change:
     return Change(row["setting"], row["before"], row["after"], row.get("reason", ""),
                   env=tuple(row.get("environment", {}).items()), jvm=tuple(row.get("jvm_options", [])),
                   agent=tuple(row.get("agent_options", [])), replaces_memory_flags=row.get("replaces_memory_flags", False),
-                  maven=row.get("maven", ""), build=row.get("build", ""))
+                  maven=row.get("maven", ""), build=row.get("build", ""), blas=row.get("blas", ""))
 
 
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
@@ -428,7 +463,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     """Probe the job, try the candidates, combine what is proved; the `speed` document. `base_jvm`:
     memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's). `only`:
     try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
-    explicit_gc, heap, nd4j_build). `features`: the CPU's flags (default: this machine's)."""
+    explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default: this machine's)."""
     started = time.monotonic()
     command = JobCommand.parse(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
@@ -461,6 +496,9 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     _, build_note = _native_build(probe, features)
     if build_note:
         doc["probe"]["build_not_tried"] = build_note
+    _, mkl_note = _mkl(probe)
+    if mkl_note:
+        doc["probe"]["mkl_not_tried"] = mkl_note
     if not probe.ok or not probe.iterations_per_s:
         doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started,
                                   note="the job as it is did not train; nothing was compared")
@@ -537,6 +575,8 @@ def print_speed(doc: dict) -> None:
         print(f"prefetch not tried: {probe['prefetch_not_tried']}")
     if probe.get("build_not_tried"):
         print(f"nd4j-native build not tried: {probe['build_not_tried']}")
+    if probe.get("mkl_not_tried"):
+        print(f"MKL not tried: {probe['mkl_not_tried']}")
     if s["tried"]:
         print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
                     ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],

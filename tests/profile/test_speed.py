@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pyd4j.profile import ab
-from pyd4j.profile.speed import Change, Measured, Probe, Setup, _native_build, _prefetch, candidates, greedy, prefetch_depth, \
+from pyd4j.profile.speed import Change, Measured, Probe, Setup, _mkl, _native_build, _prefetch, candidates, greedy, prefetch_depth, \
     tune_speed
 
 
@@ -64,6 +64,31 @@ def test_nd4j_build_candidate_from_the_library_the_job_loaded(tmp_path, monkeypa
     assert _native_build(_probe(native_library=""), AVX512) == (None, None)
     old = _native_build(_probe(native_library="/tmp/x/linux-x86_64/libjnind4jcpu.so"), AVX512)
     assert old[0] is None and "version" in old[1]
+
+
+OPENBLAS = "/home/u/.javacpp/cache/openblas-0.3.19-1.5.7-linux-x86_64.jar/org/bytedeco/openblas/linux-x86_64/libopenblas_nolapack.so.0"
+
+
+def test_mkl_candidate_where_the_job_calls_openblas(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAVEN_OPTS", f"-Dmaven.repo.local={tmp_path}")
+    probe = _probe(blas="openblas", blas_library=OPENBLAS)
+    change, note = _mkl(probe)
+    assert change is None and "mvn dependency:get -Dartifact=org.bytedeco:mkl:2022.0-1.5.7:jar:linux-x86_64-redist" in note
+    jar = tmp_path / "org/bytedeco/mkl/2022.0-1.5.7/mkl-2022.0-1.5.7-linux-x86_64-redist.jar"
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"")
+    change, note = _mkl(probe)
+    assert note is None and (change.setting, change.before, change.after, change.blas) == ("blas", "OpenBLAS", "MKL 2022.0", "mkl")
+    assert change.jvm == ("-Dorg.bytedeco.openblas.load=mkl_rt",) and change.agent == (f"native_jar={jar}",)
+    assert "<version>2022.0-1.5.7</version>" in change.maven
+    # with a build change too, the agent gets one native_jar option naming both jars
+    build = Change("nd4j_build", "linux-x86_64", "linux-x86_64-avx512", "", agent=("native_jar=/r/avx512.jar",))
+    opts = Setup((build, change)).jvm_options()
+    assert opts[0] == "-Dorg.bytedeco.openblas.load=mkl_rt"
+    assert opts[-1] == f"-Dpyd4j.agent=live=0,sites=0,native_jar=/r/avx512.jar:{jar}"
+    # already MKL, or no OpenBLAS reported (an older agent, another backend): nothing to try
+    assert _mkl(_probe(blas="mkl", blas_library=OPENBLAS)) == (None, None)
+    assert _mkl(_probe()) == (None, None)
 
 
 def _split(data: float, compute: float) -> dict:

@@ -95,3 +95,31 @@ def test_tune_speed_tries_the_nd4j_build_for_this_cpu_and_checks_it_loaded(tmp_p
         assert s["paste"]["maven"] and f"<classifier>{best}</classifier>" in s["paste"]["maven"][0]
     else:
         assert doc["exit_code"] == 3 and s["changes"] == []
+
+
+def test_tune_speed_tries_mkl_for_nd4js_blas_and_checks_it_was_called(tmp_path, monkeypatch):
+    """The same job runs OpenBLAS (ND4J's default); tune --speed tries MKL in its place (JavaCPP's
+    org.bytedeco.openblas.load=mkl_rt, MKL's jar added by the agent) and every run says which BLAS
+    ND4J's calls went to."""
+    from pyd4j.profile.backend import find_mkl, javacpp_version
+    from pyd4j.profile.timeline import Timeline
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    job = _job()[:-1]   # no System.gc() after each iteration: the BLAS is the only thing changed
+    doc = tune_speed(job, tmp_path / "tune", max_runs=4, only={"blas"})
+    nd4j = doc["probe"]["nd4j"]
+    assert nd4j["blas"] == "openblas" and "libopenblas_nolapack" in nd4j["blas_library"], nd4j
+    jar = find_mkl(javacpp_version(nd4j["blas_library"]))
+    assert jar is not None, f"MKL's redist jar is not in the local Maven repository: run `make setup`; {doc['probe']}"
+    s = doc["speed"]
+    (trial,) = s["tried"]
+    assert trial["setting"] == "blas" and trial["after"].startswith("MKL"), s["tried"]
+    assert trial["verdict"] in ("faster", "slower", "same", "undecided"), trial   # never "broken": MKL was called
+    for r in s["run_log"]:
+        loaded = next(n["nd4j"] for n in Timeline.load(r["run_dir"]).notes if isinstance(n.get("nd4j"), dict))
+        assert loaded["blas"] == ("mkl" if r["side"] == "after" else "openblas"), (r, loaded)
+        command = json.loads((Path(r["run_dir"]) / "run.json").read_text())["command"]
+        assert ("-Dorg.bytedeco.openblas.load=mkl_rt" in command) == (r["side"] == "after")
+    if trial["verdict"] == "faster":
+        assert s["paste"]["jvm_options"] == ["-Dorg.bytedeco.openblas.load=mkl_rt"]
+        assert "<classifier>linux-x86_64-redist</classifier>" in s["paste"]["maven"][0]

@@ -78,33 +78,45 @@ final class SpeedSettings {
      * whatever launched it (java -cp, a fat jar, Maven, Spark's driver). The build ND4J really loaded
      * is reported at the first fit() ({@code native_library}): tune --speed checks it.
      */
-    static void addNativeJar(String path, java.lang.instrument.Instrumentation inst) {
+    static void addNativeJar(String paths, java.lang.instrument.Instrumentation inst) {
         if (inst == null) {
             throw new IllegalArgumentException("native_jar= needs the agent started with -javaagent (the build is "
                     + "chosen before ND4J loads)");
         }
-        java.io.File file = new java.io.File(path);
-        if (!file.isFile()) throw new IllegalArgumentException("native_jar=" + path + " is not a file");
-        try {
-            inst.appendToSystemClassLoaderSearch(new java.util.jar.JarFile(file));
-        } catch (java.io.IOException e) {
-            throw new IllegalArgumentException("native_jar=" + path + " is not a readable jar (" + e.getMessage() + ")");
+        for (String path : paths.split(java.io.File.pathSeparator)) {
+            java.io.File file = new java.io.File(path);
+            if (!file.isFile()) throw new IllegalArgumentException("native_jar=" + path + " is not a file");
+            try {
+                inst.appendToSystemClassLoaderSearch(new java.util.jar.JarFile(file));
+            } catch (java.io.IOException e) {
+                throw new IllegalArgumentException("native_jar=" + path + " is not a readable jar (" + e.getMessage() + ")");
+            }
         }
     }
 
-    /** The native library file of ND4J's CPU backend that JavaCPP loaded ("" when none or unknown). */
-    private static String nativeLibrary(ClassLoader loader) {
+    /**
+     * The native libraries JavaCPP loaded that say which build and BLAS run: ND4J's CPU backend
+     * ({@code nd4jcpu}) and the BLAS it calls ({@code openblas_nolapack}: OpenBLAS's own file, or, under
+     * {@code -Dorg.bytedeco.openblas.load=mkl_rt}, the link JavaCPP makes to MKL's), by name ("" where none).
+     */
+    private static Map<String, String> nativeLibraries(ClassLoader loader) {
+        Map<String, String> out = new java.util.HashMap<>();
+        out.put("nd4jcpu", "");
+        out.put("openblas_nolapack", "");
+        out.put("mkl_rt", "");
         try {
             Class<?> javacppLoader = Class.forName("org.bytedeco.javacpp.Loader", false, loader);
             Object loaded = javacppLoader.getMethod("getLoadedLibraries").invoke(null);
-            String library = "";
             for (Map.Entry<?, ?> e : ((Map<?, ?>) loaded).entrySet()) {
-                if (String.valueOf(e.getKey()).contains("nd4jcpu") && e.getValue() != null) library = String.valueOf(e.getValue());
+                String name = String.valueOf(e.getKey());
+                int at = name.indexOf('@');
+                if (at >= 0) name = name.substring(0, at);
+                if (out.containsKey(name) && e.getValue() != null) out.put(name, String.valueOf(e.getValue()));
             }
-            return library;
         } catch (Throwable e) {
-            return "";
+            // no JavaCPP on this class loader: nothing loaded that we can tell
         }
+        return out;
     }
 
     /**
@@ -221,11 +233,14 @@ final class SpeedSettings {
         } catch (Throwable ignored) {
             // not a DL4J network we know
         }
+        Map<String, String> libraries = nativeLibraries(loader);
         String text = "ND4J at the first fit(): periodic GC " + (periodic ? "on, window " + window + " ms" : "off")
                 + ", " + (threads > 0 ? threads + " ND4J threads" : "ND4J threads unknown") + ", " + cores + " cores, training workspace mode " + mode;
         s.line(new Json().put("type", "note").put("t", System.currentTimeMillis()).put("text", text)
                 .raw("nd4j", new Json().put("periodic_gc", periodic).put("gc_window_ms", window)
                         .put("max_threads", threads).put("cores", cores).put("training_workspace_mode", mode)
-                        .put("native_library", nativeLibrary(loader)).close()).close());
+                        .put("native_library", libraries.get("nd4jcpu")).put("blas_library", libraries.get("openblas_nolapack"))
+                        .put("blas", !libraries.get("mkl_rt").isEmpty() ? "mkl" : !libraries.get("openblas_nolapack").isEmpty() ? "openblas" : "")
+                        .close()).close());
     }
 }
