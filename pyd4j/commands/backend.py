@@ -1,4 +1,4 @@
-"""`pyd4j backend --model net.json --batch N`: the nd4j-native build that trains this network fastest here."""
+"""`pyd4j backend --model net.json --batch N`: the nd4j-native build and BLAS that train this network fastest here."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ _NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
     """Train the network on every nd4j-native build this CPU can run and this machine has (generic,
-    avx2, avx512), one child JVM per measurement, rounds alternated; print the ranking with its
-    spread, the fastest with its Maven dependency, and whether the A/B proved it faster than the
+    avx2, avx512), each with OpenBLAS and with MKL in its place (+mkl, where MKL's jar is in the
+    local Maven repository), one child JVM per measurement, rounds alternated; print the ranking with
+    its spread, the fastest with its Maven dependency, and whether the A/B proved it faster than the
     runner-up.
 
     \b

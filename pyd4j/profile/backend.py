@@ -1,9 +1,11 @@
 """Which nd4j-native build trains this network fastest on this machine: the generic, avx2 and
-avx512 builds (Maven classifiers of org.nd4j:nd4j-native) measured in child JVMs, each JVM with
-only that build's jar on its class path (JavaCPP would otherwise load the most specific one it
-finds), rounds alternated so that a machine getting busier slows every build alike. Each
-measurement says which native library ND4J really loaded; one that loaded another build is an
-error, never counted.
+avx512 builds (Maven classifiers of org.nd4j:nd4j-native), each with OpenBLAS (ND4J's own) and, where
+MKL's jar for ND4J's JavaCPP is in the local Maven repository, with MKL in its place (JavaCPP's
+loading property org.bytedeco.openblas.load=mkl_rt), measured in child JVMs, each JVM with only that
+build's jar on its class path (JavaCPP would otherwise load the most specific one it finds), rounds
+alternated so that a machine getting busier slows every build alike. Each measurement says which
+native library ND4J really loaded and which BLAS its calls went to; one that ran another build or
+BLAS is an error, never counted.
 """
 
 from __future__ import annotations
@@ -132,27 +134,39 @@ def input_shape(spec: dict, batch: int) -> list[int]:
                        f"convolutional or recurrent")
 
 
+def label(classifier: str, mkl: bool) -> str:
+    """A build's name in the ranking: the classifier, with "+mkl" where MKL takes OpenBLAS's place."""
+    return classifier + ("+mkl" if mkl else "")
+
+
 def measure_once(model: Path, kind: str, shape: list[int], jar: Path, classifier: str, seconds: float,
-                 timeout_s: float = 600) -> dict:
-    """One child JVM: the network trained for `seconds` on this build only."""
+                 timeout_s: float = 600, mkl_jar: Path | None = None) -> dict:
+    """One child JVM: the network trained for `seconds` on this build only (with MKL for its BLAS
+    calls where `mkl_jar` is given)."""
     cp = [e for e in classpath() if not _NATIVE_JAR.match(Path(e).name)] + [str(jar)]
-    argv = ["java", "-cp", os.pathsep.join(cp), "org.pyd4j.BackendBench", str(model), kind, str(seconds),
-            ",".join(map(str, shape))]
+    if mkl_jar is not None:
+        cp.append(str(mkl_jar))
+    name = label(classifier, mkl_jar is not None)
+    argv = ["java", *([MKL_OPTION] if mkl_jar is not None else []), "-cp", os.pathsep.join(cp), "org.pyd4j.BackendBench",
+            str(model), kind, str(seconds), ",".join(map(str, shape))]
     with tempfile.TemporaryFile() as err:
         try:
             out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s,
                                  stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise BackendError(f"{classifier}: the measuring JVM ran past {timeout_s:.0f} s and was ended") from None
+            raise BackendError(f"{name}: the measuring JVM ran past {timeout_s:.0f} s and was ended") from None
         err.seek(0)
         tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
     line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")), None)
     if out.returncode != 0 or line is None:
-        raise BackendError(f"{classifier}: the measuring JVM failed (exit code {out.returncode}): {' | '.join(tail)}")
+        raise BackendError(f"{name}: the measuring JVM failed (exit code {out.returncode}): {' | '.join(tail)}")
     result = json.loads(line)
     loaded = result.get("library", "")
     if f"/{classifier}/" not in loaded:
-        raise BackendError(f"{classifier}: ND4J loaded {loaded or 'an unknown library'}, not this build")
+        raise BackendError(f"{name}: ND4J loaded {loaded or 'an unknown library'}, not this build")
+    blas = "mkl" if mkl_jar is not None else "openblas"
+    if result.get("blas") != blas:
+        raise BackendError(f"{name}: ND4J's BLAS calls went to {result.get('blas') or 'an unknown BLAS'}, not {blas}")
     return result
 
 
@@ -166,7 +180,10 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
     features = cpu_features() if features is None else features
     cp = classpath()
     version = nd4j_version(cp)
-    builds, skipped = {}, []
+    javacpp = next((v for v in map(javacpp_version, cp) if v), None)
+    mkl_jar = find_mkl(javacpp) if javacpp else None
+    builds: dict[str, tuple[str, Path, Path | None]] = {}
+    skipped = []
     for c in CLASSIFIERS:
         missing = needs(c) - set(features)
         jar = find_jar(c, version, cp)
@@ -177,7 +194,14 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
                                                f"Maven repository; fetch it with `mvn dependency:get "
                                                f"-Dartifact={GROUP}:{ARTIFACT}:{version}:jar:{c}` and run again"})
         else:
-            builds[c] = jar
+            builds[label(c, False)] = (c, jar, None)
+            if mkl_jar is not None:
+                builds[label(c, True)] = (c, jar, mkl_jar)
+    if mkl_jar is None and builds:
+        skipped.append({"build": "+mkl", "why": "MKL for ND4J's JavaCPP " + (
+            f"{javacpp} is not in the local Maven repository; fetch it with `mvn dependency:get "
+            f"-Dartifact={mkl_artifact(javacpp)}` and run again" if javacpp else
+            "version: no OpenBLAS preset jar on the class path to tell it by")})
     speeds: dict[str, list[float]] = {c: [] for c in builds}
     failures: dict[str, str] = {}
     order = list(builds)
@@ -185,8 +209,9 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
         for c in order[r % len(order):] + order[:r % len(order)] if order else []:
             if c in failures:
                 continue
+            classifier, jar, mkl = builds[c]
             try:
-                result = measure_once(model, kind, shape, builds[c], c, seconds)
+                result = measure_once(model, kind, shape, jar, classifier, seconds, mkl_jar=mkl)
             except BackendError as err:
                 failures[c] = str(err)
                 continue
@@ -195,7 +220,8 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
                 on_result(c, result)
     ranking = sorted(((c, v) for c, v in speeds.items() if v and c not in failures),
                      key=lambda cv: -float(np.median(cv[1])))
-    rows = [{"build": c, "median_iterations_per_s": round(float(np.median(v)), 4),
+    rows = [{"build": c, "classifier": builds[c][0], "blas": "mkl" if builds[c][2] else "openblas",
+             "median_iterations_per_s": round(float(np.median(v)), 4),
              "min": round(min(v), 4), "max": round(max(v), 4),
              "spread": round((max(v) - min(v)) / float(np.median(v)), 4), "runs": len(v),
              "iterations_per_s": [round(x, 4) for x in v]} for c, v in ranking]
@@ -204,7 +230,8 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
     if rows:
         best = rows[0]["build"]
         doc["fastest"] = best
-        doc["maven"] = maven_snippet(best, version)
+        classifier, _, mkl = builds[best]
+        doc["maven"] = maven_snippet(classifier, version) + ("\n" + mkl_snippet(mkl) if mkl else "")
         if len(rows) > 1:
             c = ab.judge(speeds[rows[1]["build"]], speeds[best])
             doc["versus_next"] = {"build": rows[1]["build"], **c.to_dict()}

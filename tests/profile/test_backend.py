@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pyd4j.jvm.classpath import classpath
-from pyd4j.profile.backend import CLASSIFIERS, _NATIVE_JAR, find_jar, input_shape, needs, nd4j_version
+from pyd4j.profile.backend import CLASSIFIERS, _NATIVE_JAR, find_jar, input_shape, javacpp_version, label, needs, nd4j_version
 
 
 def test_input_shapes_match_dl4j_layouts():
@@ -25,6 +25,14 @@ def test_builds_need_their_cpu_flags():
     assert needs("linux-x86_64") == set()
     assert needs("linux-x86_64-avx2") == {"avx2", "fma"}
     assert "avx512f" in needs("linux-x86_64-avx512")
+
+
+def test_javacpp_version_of_a_loaded_blas_and_of_a_class_path_jar():
+    cache = "/home/u/.javacpp/cache/openblas-0.3.19-1.5.7-linux-x86_64.jar/org/bytedeco/openblas/linux-x86_64/libopenblas_nolapack.so.0"
+    assert javacpp_version(cache) == "1.5.7"
+    assert javacpp_version("/r/mkl-2022.2-1.5.8-linux-x86_64-redist.jar/org/bytedeco/mkl/linux-x86_64/libopenblas_nolapack.so.0") == "1.5.8"
+    assert javacpp_version("/lib/openblas-0.3.19-1.5.7-linux-x86_64.jar") == "1.5.7"
+    assert javacpp_version("/lib/openblas-0.3.19-1.5.7.jar") is None and javacpp_version("/usr/lib/libopenblas.so") is None
 
 
 def test_native_jar_names():
@@ -47,10 +55,14 @@ def test_backend_measures_each_available_build_on_lenet():
     assert out.returncode == 0, out.stderr
     measured = {r["build"] for r in doc["ranking"]}
     skipped = {s["build"] for s in doc["skipped"]}
-    assert measured | skipped | set(doc["failed"]) == set(CLASSIFIERS)
     assert not doc["failed"]
-    # every build whose jar is here and whose CPU flags this machine has was measured
-    assert measured == {c for c in available if c not in skipped}
+    assert {r["classifier"] for r in doc["ranking"]} | skipped == set(CLASSIFIERS)
+    # every build whose jar is here and whose CPU flags this machine has was measured, with OpenBLAS and
+    # with MKL (make setup fetches MKL's jar; each measurement checked which BLAS ND4J's calls went to)
+    assert measured == {label(c, mkl) for c in available if c not in skipped for mkl in (False, True)}, doc["skipped"]
+    assert {r["blas"] for r in doc["ranking"] if r["build"].endswith("+mkl")} == {"mkl"}
     assert doc["fastest"] == doc["ranking"][0]["build"]
-    assert f"<classifier>{doc['fastest']}</classifier>" in doc["maven"]
+    best = doc["ranking"][0]
+    assert f"<classifier>{best['classifier']}</classifier>" in doc["maven"]
+    assert ("-Dorg.bytedeco.openblas.load=mkl_rt" in doc["maven"]) == (best["blas"] == "mkl")
     assert doc["input_shape"] == [8, 784]

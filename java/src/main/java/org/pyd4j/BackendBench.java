@@ -24,7 +24,8 @@ import org.nd4j.linalg.factory.Nd4j;
  * where the dims are the input's shape with the batch first. Fits random data (labels: random
  * distributions over the output's classes, shaped like the network's output) for 3 warm-up
  * iterations, then for that many seconds, and prints one JSON line: iterations, seconds, iterations
- * per second and the native library file ND4J loaded (which build really ran).
+ * per second, the native library file ND4J loaded (which build really ran) and the BLAS its calls
+ * went to (openblas, or mkl under -Dorg.bytedeco.openblas.load=mkl_rt).
  */
 public final class BackendBench {
     private BackendBench() {
@@ -64,11 +65,14 @@ public final class BackendBench {
         }
         double took = (System.nanoTime() - start) / 1e9;
         String library = "";
+        String blas = "";
         for (Map.Entry<String, String> e : org.bytedeco.javacpp.Loader.getLoadedLibraries().entrySet()) {
             if (e.getKey().contains("nd4jcpu") && e.getValue() != null) library = e.getValue();
+            if (e.getKey().startsWith("mkl_rt")) blas = "mkl";
+            else if (e.getKey().startsWith("openblas_nolapack") && blas.isEmpty()) blas = "openblas";
         }
         System.out.println("{\"iterations\":" + n + ",\"seconds\":" + took + ",\"iterations_per_s\":" + (n / took)
-                + ",\"library\":\"" + library.replace("\\", "/").replace("\"", "'") + "\"}");
+                + ",\"library\":\"" + library.replace("\\", "/").replace("\"", "'") + "\",\"blas\":\"" + blas + "\"}");
     }
 
     private static void fit(Model model, boolean graph, INDArray x, INDArray labels) {
