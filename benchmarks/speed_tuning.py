@@ -1,8 +1,10 @@
 """`pyd4j tune --speed` on a corpus of DL4J jobs (tests/fixtures/java SpeedJob: MLP 784-256-128-10
 batch 64, LeNet-style CNN batch 16, LSTM 8-32-4 over 10 steps batch 16), each either carrying one
 bad setting or well set (the OMP_NUM_THREADS that trains the network fastest, measured at the start
-of the run), all ratios measured in this run on this machine (its load average is
-recorded: the machine may be shared).
+of the run, the nd4j-native build for this CPU and MKL for ND4J's BLAS calls), all ratios measured in
+this run on this machine (its load average is recorded: the machine may be shared). Every job runs
+the CPU's build with MKL except the ones whose bad setting is the build (the generic jar alone on
+its class path) or the BLAS (OpenBLAS, ND4J's default).
 
 Per job: the verdict, the changes kept with their ratio and 95% interval, the runs the tune took
 beyond the first and its wall time; then, for every job where a change was kept, a fresh A/B of the
@@ -28,11 +30,14 @@ from pathlib import Path
 
 from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
 from pyd4j.profile import ab
+from pyd4j.profile.backend import _NATIVE_JAR, MKL_OPTION, find_mkl, javacpp_version
 from pyd4j.profile.speed import Setup, change_of, job_runner, tune_speed
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
 WELL = "well"   # the environment measured best for the network at the start of the run (see well_set_threads)
+OPENBLAS = "<openblas>"   # in a job's JVM options: ND4J's own OpenBLAS, not MKL
+GENERIC = "<generic>"     # in a job's JVM options: the generic nd4j-native jar alone on the class path
 
 # name, kind, network, job options, JVM options, environment (None: removed; WELL: the measured best),
 # settings that undo the bad one. The bad settings of the first seven hurt most on a loaded machine
@@ -52,6 +57,11 @@ CORPUS = [
     ("cnn-workspaces-none", "bad", "cnn", ["workspaces=none"], [], WELL, {"workspace_mode"}),
     ("mlp-threads-oversubscribed", "bad", "mlp", [], [], {"OMP_NUM_THREADS": "8"}, {"threads=2", "threads=1"}),
     ("cnn-threads-oversubscribed", "bad", "cnn", [], [], {"OMP_NUM_THREADS": "8"}, {"threads=2", "threads=1"}),
+    ("mlp-openblas", "bad", "mlp", [], [OPENBLAS], WELL, {"blas"}),
+    ("cnn-openblas", "bad", "cnn", [], [OPENBLAS], WELL, {"blas"}),
+    ("mlp-b512-openblas", "bad", "mlp", ["batch=512"], [OPENBLAS], WELL, {"blas"}),
+    ("mlp-b512-generic-build", "bad", "mlp", ["batch=512"], [GENERIC], WELL, {"nd4j_build"}),
+    ("cnn-generic-build", "bad", "cnn", [], [GENERIC], WELL, {"nd4j_build"}),
     ("mlp-well-set", "well", "mlp", [], [], WELL, set()),
     ("cnn-well-set", "well", "cnn", [], [], WELL, set()),
     ("lstm-well-set", "well", "lstm", [], [], WELL, set()),
@@ -83,8 +93,20 @@ def well_set_threads(nets: set[str], seconds: int, rounds: int) -> dict:
 
 
 def command(net: str, seconds: int, options: list[str], jvm: list[str]) -> list[str]:
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
-    return ["java", *jvm, "-cp", cp, "org.pyd4j.fixtures.SpeedJob", net, str(seconds), *options]
+    """The job: the class path pyd4j builds (the nd4j-native build for this CPU) with MKL's jar and
+    JavaCPP's option that loads it, unless `jvm` asks for OpenBLAS or the generic build."""
+    jars = classpath()[1:]
+    if GENERIC in jvm:
+        jars = [j for j in jars if not (_NATIVE_JAR.match(Path(j).name) and not Path(j).name.endswith("-linux-x86_64.jar"))]
+    blas: list[str] = []
+    if OPENBLAS not in jvm:
+        mkl = find_mkl(next(v for v in map(javacpp_version, jars) if v))
+        if mkl is None:
+            raise SystemExit("MKL's redist jar is not in the local Maven repository: run `make setup`")
+        jars, blas = [*jars, str(mkl)], [MKL_OPTION]
+    own = [o for o in jvm if o not in (OPENBLAS, GENERIC)]
+    cp = os.pathsep.join([str(FIXTURES_JAR), *jars])
+    return ["java", *own, *blas, "-cp", cp, "org.pyd4j.fixtures.SpeedJob", net, str(seconds), *options]
 
 
 def recheck(job: list[str], env: dict, kept: list[dict], out: Path, runs: int) -> dict:
