@@ -43,11 +43,17 @@ def main() -> None:
             doc["model"] = str(path.relative_to(NETWORKS.parent.parent))
         row = {"model": name, "kind": kind, "input_shape": shape, "first": first, "remeasure": again,
                "chosen": first.get("fastest"), "fastest_again": first.get("fastest") == again.get("fastest"),
+               "blas_fastest_again": _blas(first) == _blas(again),
                "load_average_1m_end": round(os.getloadavg()[0], 2)}
         results.append(row)
         print(name, [(r["build"], r["median_iterations_per_s"], r["spread"]) for r in first["ranking"]],
               "again:", [(r["build"], r["median_iterations_per_s"]) for r in again["ranking"]], flush=True)
         _write(args, results, started, load_start)
+
+
+def _blas(doc: dict) -> str | None:
+    """The BLAS of the fastest build of a measurement."""
+    return doc["ranking"][0].get("blas") if doc.get("ranking") else None
 
 
 def _write(args, results, started, load_start) -> None:
@@ -58,6 +64,7 @@ def _write(args, results, started, load_start) -> None:
            "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
            "settings": {"batch": args.batch, "seconds": args.seconds, "rounds": args.rounds},
            "summary": {"models": len(results), "fastest_again": sum(r["fastest_again"] for r in results),
+                       "blas_fastest_again": sum(r.get("blas_fastest_again", False) for r in results),
                        "proved_faster_than_next": sum(bool(r["first"].get("proved")) for r in results)},
            "models": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -85,6 +85,8 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
                    + (f"{iv[0]:.3f}-{iv[1]:.3f}" if iv and iv[1] is not None and iv[1] != float("inf")
                       else "unbounded (too few rounds: 4 a build can decide)")
                    + ("" if doc["proved"] else ": NOT proved faster; the builds are within the noise"))
+        if doc.get("proved_faster_than") and not doc["proved"]:
+            click.echo(f"proved faster than: {', '.join(doc['proved_faster_than'])} (95% intervals above 1)")
     else:
         click.echo(f"fastest: {doc['fastest']} (the only build measured)")
     click.echo("Maven dependency:\n" + doc["maven"])

@@ -236,6 +236,10 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
             c = ab.judge(speeds[rows[1]["build"]], speeds[best])
             doc["versus_next"] = {"build": rows[1]["build"], **c.to_dict()}
             doc["proved"] = c.verdict == "faster"
+            # against every other build: the BLAS can be proved where the builds around it are not
+            doc["versus"] = [{"build": r["build"], **ab.judge(speeds[r["build"]], speeds[best]).to_dict()} for r in rows[1:]]
+            doc["proved_faster_than"] = [v["build"] for v in doc["versus"] if v["verdict"] == "faster"]
         else:
             doc["proved"] = False
+            doc["versus"], doc["proved_faster_than"] = [], []
     return doc
