@@ -98,6 +98,12 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
             raise click.UsageError("--speed --memory does not take a spark-submit job: the memory tune of a Spark job "
                                    "recommends Spark settings (spark.executor.memory, ...), not JVM flags the speed "
                                    "runs can carry; run `pyd4j tune` and `pyd4j tune --speed` one after the other")
+        from pyd4j.profile.speed import check_launcher  # noqa: PLC0415
+
+        try:
+            check_launcher(list(job))
+        except JobCommandError as err:
+            raise click.UsageError(str(err)) from None
         memory_doc = _memory_first(list(job), out_dir, interval_ms, total, headroom, timeout_s, as_json) \
             if and_memory else None
         _speed(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json, memory_doc)

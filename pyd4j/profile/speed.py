@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pyd4j.profile import ab
-from pyd4j.profile.command import JobCommand
+from pyd4j.profile.command import JobCommand, JobCommandError
 from pyd4j.profile.diagnose import stderr_tail
 from pyd4j.profile.launch import default_run_dir, profile_job
 from pyd4j.profile.timeline import Timeline
@@ -455,6 +455,24 @@ def change_of(row: dict) -> Change:
                   maven=row.get("maven", ""), build=row.get("build", ""), blas=row.get("blas", ""))
 
 
+def check_launcher(job: list[str]) -> None:
+    """Refuses a job whose training JVMs the speed runs' changes cannot reach: spark-submit to a cluster,
+    whose executors are started by the cluster with its environment (tune --speed changes the job's
+    environment and JVM options, which reach spark-submit's own JVMs and a local[N] driver)."""
+    if not job or Path(job[0]).name != "spark-submit":
+        return
+    from pyd4j.profile.spark_submit import SparkSubmit  # noqa: PLC0415
+
+    submit = SparkSubmit.parse(job)
+    if submit.local_threads() is None:
+        raise JobCommandError(
+            f"tune --speed does not take a spark-submit job on a cluster (master {submit.master}): its executors "
+            f"are started by the cluster, which the speed runs' environment and JVM options do not reach, and each "
+            f"executor's iterations are its own; tune its settings with the same job on --master local[N] (training "
+            f"in the driver), then give the kept ones to the executors (spark.executorEnv.*, "
+            f"spark.executor.extraJavaOptions)")
+
+
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
@@ -465,6 +483,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
     explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default: this machine's)."""
     started = time.monotonic()
+    check_launcher(job)
     command = JobCommand.parse(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
     out.mkdir(parents=True, exist_ok=True)

@@ -205,3 +205,28 @@ def test_fake_job_tune_speed_document_and_exit_codes(tmp_path):
     dead = tune_speed(job, tmp_path / "v", runner=lambda setup, side: Measured(None, False, "exit code 1"), env={},
                       n_cores=2, ram_bytes=8 << 30)
     assert dead["exit_code"] == 1 and "did not train" in dead["error"]
+
+
+def test_spark_submit_on_a_cluster_is_refused_by_name_and_local_mode_is_taken(tmp_path):
+    import subprocess
+    import sys
+
+    from pyd4j.profile.command import JobCommandError
+    from pyd4j.profile.speed import check_launcher
+
+    app = ["--class", "com.acme.Train", "app.jar", "--epochs", "1"]
+    check_launcher(["spark-submit", "--master", "local[2]", *app])   # training in the driver: the runs reach it
+    check_launcher(["java", "-cp", "app.jar", "com.acme.Train"])
+    props = tmp_path / "app.properties"
+    props.write_text("spark.master spark://10.0.0.5:7077\n")
+    for cluster in (["spark-submit", "--master", "yarn", *app], ["spark-submit", "--properties-file", str(props), *app]):
+        with pytest.raises(JobCommandError, match=r"on a cluster \(master (yarn|spark://10\.0\.0\.5:7077)\).*--master local\[N\]"):
+            check_launcher(cluster)
+    # the CLI refuses it before any run, as a usage error (Spark's own spark-submit, as pyd4j installs it)
+    from pyd4j.spark.install import spark_script
+
+    p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "tune", "--speed", "--out", str(tmp_path / "t"), "--",
+                        spark_script("spark-submit"), "--master", "spark://127.0.0.1:7077", *app], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "does not take a spark-submit job on a cluster" in p.stderr, p.stderr
+    assert not (tmp_path / "t").exists()
