@@ -270,7 +270,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              _maxbytes_reason(est, pct)),
         Flag("org.bytedeco.javacpp.maxphysicalbytes", f"-Dorg.bytedeco.javacpp.maxphysicalbytes={s['maxphysicalbytes']}",
              s["maxphysicalbytes"],
-             f"the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + "
+             "the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + "
              + ("off-heap memory JavaCPP does not count + " if _javacpp_part(est) is not None else "")
              + f"heap + direct + JVM native {human_bytes(est.native_bytes)} + {pct}"),
     )

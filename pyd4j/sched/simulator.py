@@ -130,7 +130,6 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
     steps = plan.steps
     fwd, bwd, upd = cost.layer_times(g)
     is_conv = [layer.type is LayerType.CONV for layer in layers]
-    has_grad = [g.has_grad(i) for i in range(n)]
     need_dy = [0] * n
     for i in range(n):
         for j in d.bwd_dx[i]:

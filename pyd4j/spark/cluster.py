@@ -30,7 +30,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyd4j.spark.install import die_with_parent, spark_env, spark_script, write_properties
