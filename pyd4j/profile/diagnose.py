@@ -601,8 +601,8 @@ def _leaks(t: Timeline) -> list[Finding]:
             [f"{v.label}: {v.reason}" for v in unknown],
             "leaks are judged on memory left after full collections, over iterations; the agent measures it "
             "as often as a verdict needs (about 6 points in the first minute of training): let the job train "
-            "longer, and check that the agent's live points were not switched off (-Dpyd4j.agent=live=0) or "
-            "skipped (a heap over 1 GiB in use: -Dpyd4j.agent=live_max_heap=MiB); no leak is reported without that evidence",
+            "longer, and check that the agent's live points were not switched off (-Dpyd4j.agent=live=0); "
+            "no leak is reported without that evidence",
             [], {"live_points": len(t.live_points), "iterations": t.iterations()},
         ))
     return out

@@ -21,9 +21,9 @@ import javax.management.ObjectName;
  *       JavaCPP's own System.gc() near its limits), or</li>
  *   <li>by the agent itself (an inspection): a full collection ({@code jcmd <pid> GC.run}), then, once
  *       the deallocators are done, a class histogram of the live heap, the same as
- *       {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC); skipped while
- *       more than {@code live_max_heap} MiB of heap (1 GiB by default) is in use (its pause would be
- *       long; the natural collections of such jobs give the points instead).</li>
+ *       {@code jcmd <pid> GC.class_histogram} (both work under -XX:+DisableExplicitGC); while more
+ *       than {@code live_max_heap} MiB of heap (1 GiB by default) is in use, a second full collection
+ *       instead of the histogram (whose pause grows with the heap), its usage corrected by FreeSpace.</li>
  * </ul>
  * Inspections are scheduled by what a leak verdict still needs, not by a fixed share of the run:
  * <ul>
@@ -111,6 +111,8 @@ final class LiveSet implements Runnable {
 
     /** Heap usage after the collection of the agent's last inspection (what the collector reports). */
     private long inspectionHeapAfter = -1;
+    /** Heap usage after the agent's last own GC.run collection (-1 until its notification came). */
+    private long runHeapAfter = -1;
     /**
      * Collector-reported usage after a full collection minus the histogram's object bytes, measured at
      * each inspection: space no live object holds. Natural full collections' usage is corrected by it,
@@ -301,6 +303,7 @@ final class LiveSet implements Runnable {
                 : RUN_CAUSE.equals(c.cause) ? ownRun : null;
         if (own != null && Long.valueOf(c.id).equals(own.get(c.collector))) {
             if (own == ownHistogram) inspectionHeapAfter = c.heapAfter;
+            else runHeapAfter = c.heapAfter;
             return false;
         }
         pendingTrigger = c.trigger;
@@ -377,20 +380,13 @@ final class LiveSet implements Runnable {
      * would count as live), the second is the class histogram of what is left.
      */
     private void inspect() throws Exception {
-        long used = memory.getHeapMemoryUsage().getUsed();
-        if (used > maxHeapForInspection) {
-            if (!tooLargeNoted) {
-                tooLargeNoted = true;
-                sink.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
-                        .put("text", "heap in use over " + (maxHeapForInspection >> 20) + " MiB (live_max_heap): no agent heap "
-                                + "inspections; live points come from the job's own full collections").close());
-            }
-            lastPointNanos = System.nanoTime();
-            nextInspectionNanos = lastPointNanos + intervalNanos;
-            synchronized (lock) {
-                suspicion = null;  // nothing to take early: the job's own full collections give the points
-            }
-            return;
+        boolean histogram = memory.getHeapMemoryUsage().getUsed() <= maxHeapForInspection;
+        if (!histogram && !tooLargeNoted) {
+            tooLargeNoted = true;
+            sink.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
+                    .put("text", "heap in use over " + (maxHeapForInspection >> 20) + " MiB (live_max_heap): the agent's "
+                            + "inspections take no class histogram; a second full collection instead, its usage less the "
+                            + "space no object holds (fitted over the histograms)").close());
         }
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
         ObjectName name = new ObjectName("com.sun.management:type=DiagnosticCommand");
@@ -407,6 +403,10 @@ final class LiveSet implements Runnable {
         long pause = System.nanoTime() - start;
         boolean drained = drain();
         long t = System.currentTimeMillis();
+        if (!histogram) {
+            inspectWithoutHistogram(server, name, t, pause, drained);
+            return;
+        }
         calling(HISTOGRAM_CAUSE);
         start = System.nanoTime();
         String text;
@@ -424,6 +424,45 @@ final class LiveSet implements Runnable {
             why = suspicion;
         }
         measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained, why);
+        lastPauseNanos = pause;
+        lastPointNanos = System.nanoTime();
+        nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
+    }
+
+    /**
+     * Above live_max_heap a class histogram's pause grows with the heap: after the first collection and
+     * the deallocators, a second full collection (which drops their bookkeeping of the arrays they freed)
+     * gives the usage, and the live heap is that usage less the space no object holds, fitted over the
+     * histograms taken below the bound (FreeSpace). A heap that outgrows the bound in the first seconds
+     * of training still gets the points a verdict needs.
+     */
+    private void inspectWithoutHistogram(MBeanServer server, ObjectName name, long t, long pause, boolean drained)
+            throws Exception {
+        synchronized (lock) {
+            runHeapAfter = -1;
+        }
+        calling(RUN_CAUSE);
+        long start = System.nanoTime();
+        try {
+            server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
+        } finally {
+            called(RUN_CAUSE);
+        }
+        pause += System.nanoTime() - start;
+        long heapAfter = -1;
+        for (int i = 0; i < 40 && heapAfter < 0; i++) {   // its notification may come just after the call returns
+            synchronized (lock) {
+                heapAfter = runHeapAfter;
+            }
+            if (heapAfter < 0) Thread.sleep(DRAIN_POLL_MS);
+        }
+        if (heapAfter < 0) heapAfter = memory.getHeapMemoryUsage().getUsed();
+        String why;
+        synchronized (lock) {
+            why = suspicion;
+        }
+        measure("inspection", t, Math.max(0, heapAfter - freeSpace.at(heapAfter)), null, pause / 1_000_000.0, -1,
+                heapAfter, drained, why);
         lastPauseNanos = pause;
         lastPointNanos = System.nanoTime();
         nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
