@@ -336,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, SparkNotFoundError) as err:
         parser.error(str(err))
     signal.signal(signal.SIGTERM, terminate)
+    # Ctrl-C stops the cluster even when this process was started with SIGINT ignored (a shell's
+    # background job), which would leave Python's own handler uninstalled
+    signal.signal(signal.SIGINT, terminate)
     try:
         with cluster:
             props = write_properties(cluster.dir / "app.properties", cluster.app_properties())
