@@ -224,7 +224,14 @@ def _write(path: Path, results: list[dict], started: float, load_start, args, th
            "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
            "summary": summary, "jobs": results}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2))
+    path.write_text(_portable(json.dumps(doc, indent=2)))
+
+
+def _portable(text: str) -> str:
+    """The results without this machine's paths: the home directory as ~, the project's as relative,
+    the runs' temporary directory as <runs>."""
+    text = re.sub(re.escape(tempfile.gettempdir()) + r"/speed-tuning-[A-Za-z0-9_]+/", "<runs>/", text)
+    return text.replace(str(PROJECT_ROOT) + "/", "").replace(str(Path.home()) + "/", "~/")
 
 
 if __name__ == "__main__":
