@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
 from pyd4j.profile import ab
-from pyd4j.profile.backend import _NATIVE_JAR, MKL_OPTION, find_mkl, javacpp_version
+from pyd4j.profile.backend import MKL_OPTION, classpath_javacpp, find_mkl, without_builds
 from pyd4j.profile.speed import Setup, change_of, job_runner, tune_speed
 
 ROOT = Path(__file__).resolve().parent
@@ -97,10 +97,10 @@ def command(net: str, seconds: int, options: list[str], jvm: list[str]) -> list[
     JavaCPP's option that loads it, unless `jvm` asks for OpenBLAS or the generic build."""
     jars = classpath()[1:]
     if GENERIC in jvm:
-        jars = [j for j in jars if not (_NATIVE_JAR.match(Path(j).name) and not Path(j).name.endswith("-linux-x86_64.jar"))]
+        jars = without_builds(jars, keep="linux-x86_64")
     blas: list[str] = []
     if OPENBLAS not in jvm:
-        mkl = find_mkl(next(v for v in map(javacpp_version, jars) if v))
+        mkl = find_mkl(classpath_javacpp(jars))
         if mkl is None:
             raise SystemExit("MKL's redist jar is not in the local Maven repository: run `make setup`")
         jars, blas = [*jars, str(mkl)], [MKL_OPTION]

@@ -134,6 +134,16 @@ def input_shape(spec: dict, batch: int) -> list[int]:
                        f"convolutional or recurrent")
 
 
+def without_builds(cp: list[str], keep: str | None = None) -> list[str]:
+    """The class path without nd4j-native build jars, but those of the `keep` classifier."""
+    return [e for e in cp if not ((m := _NATIVE_JAR.match(Path(e).name)) and m.group("classifier") != keep)]
+
+
+def classpath_javacpp(cp: list[str]) -> str | None:
+    """The JavaCPP version of the OpenBLAS preset jar on a class path."""
+    return next((v for v in map(javacpp_version, cp) if v), None)
+
+
 def label(classifier: str, mkl: bool) -> str:
     """A build's name in the ranking: the classifier, with "+mkl" where MKL takes OpenBLAS's place."""
     return classifier + ("+mkl" if mkl else "")
@@ -143,7 +153,7 @@ def measure_once(model: Path, kind: str, shape: list[int], jar: Path, classifier
                  timeout_s: float = 600, mkl_jar: Path | None = None) -> dict:
     """One child JVM: the network trained for `seconds` on this build only (with MKL for its BLAS
     calls where `mkl_jar` is given)."""
-    cp = [e for e in classpath() if not _NATIVE_JAR.match(Path(e).name)] + [str(jar)]
+    cp = [*without_builds(classpath()), str(jar)]
     if mkl_jar is not None:
         cp.append(str(mkl_jar))
     name = label(classifier, mkl_jar is not None)
@@ -180,7 +190,7 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
     features = cpu_features() if features is None else features
     cp = classpath()
     version = nd4j_version(cp)
-    javacpp = next((v for v in map(javacpp_version, cp) if v), None)
+    javacpp = classpath_javacpp(cp)
     mkl_jar = find_mkl(javacpp) if javacpp else None
     builds: dict[str, tuple[str, Path, Path | None]] = {}
     skipped = []
@@ -233,11 +243,10 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
         classifier, _, mkl = builds[best]
         doc["maven"] = maven_snippet(classifier, version) + ("\n" + mkl_snippet(mkl) if mkl else "")
         if len(rows) > 1:
-            c = ab.judge(speeds[rows[1]["build"]], speeds[best])
-            doc["versus_next"] = {"build": rows[1]["build"], **c.to_dict()}
-            doc["proved"] = c.verdict == "faster"
             # against every other build: the BLAS can be proved where the builds around it are not
             doc["versus"] = [{"build": r["build"], **ab.judge(speeds[r["build"]], speeds[best]).to_dict()} for r in rows[1:]]
+            doc["versus_next"] = doc["versus"][0]
+            doc["proved"] = doc["versus_next"]["verdict"] == "faster"
             doc["proved_faster_than"] = [v["build"] for v in doc["versus"] if v["verdict"] == "faster"]
         else:
             doc["proved"] = False

@@ -274,8 +274,6 @@ def _native_build(probe: Probe, features: tuple[str, ...]) -> tuple[Change | Non
     if build is None:
         return None, f"ND4J loaded {library}, not a build pyd4j can tell: the nd4j-native build was not tried"
     version, current = build
-    if current not in backend.CLASSIFIERS:
-        return None, None
     better = [c for c in backend.CLASSIFIERS[backend.CLASSIFIERS.index(current) + 1:] if not backend.needs(c) - set(features)]
     if not better:
         return None, None

@@ -68,14 +68,13 @@ def test_tune_speed_tries_the_nd4j_build_for_this_cpu_and_checks_it_loaded(tmp_p
     --speed tries the build for this CPU through the agent (native_jar=), the job's class path
     unchanged, and every run says which library ND4J really loaded."""
     from pyd4j.memory.machine import best_nd4j_classifier
-    from pyd4j.profile.backend import _NATIVE_JAR
+    from pyd4j.profile.backend import without_builds
 
     best = best_nd4j_classifier()
     if best == "linux-x86_64":
         pytest.skip("this CPU runs only the generic nd4j-native build: there is no other build to try")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    generic_only = [e for e in classpath()[1:] if not (_NATIVE_JAR.match(Path(e).name)
-                                                       and not Path(e).name.endswith("-linux-x86_64.jar"))]
+    generic_only = without_builds(classpath()[1:], keep="linux-x86_64")
     job = ["java", "-cp", os.pathsep.join([str(FIXTURES_JAR), *generic_only]), "org.pyd4j.fixtures.SpeedJob", "mlp", "3"]
     doc = tune_speed(job, tmp_path / "tune", max_runs=4, only={"nd4j_build"})
     assert "/linux-x86_64/" in doc["probe"]["nd4j"]["native_library"], doc["probe"]["nd4j"]

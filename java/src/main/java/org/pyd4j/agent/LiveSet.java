@@ -393,13 +393,8 @@ final class LiveSet implements Runnable {
         synchronized (lock) {
             inspectionHeapAfter = -1;
         }
-        calling(RUN_CAUSE);
         long start = System.nanoTime();
-        try {
-            server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
-        } finally {
-            called(RUN_CAUSE);
-        }
+        diagnostic(server, name, "gcRun", RUN_CAUSE);
         long pause = System.nanoTime() - start;
         boolean drained = drain();
         long t = System.currentTimeMillis();
@@ -407,23 +402,34 @@ final class LiveSet implements Runnable {
             inspectWithoutHistogram(server, name, t, pause, drained);
             return;
         }
-        calling(HISTOGRAM_CAUSE);
         start = System.nanoTime();
-        String text;
-        try {
-            text = (String) server.invoke(name, "gcClassHistogram", new Object[]{new String[0]},
-                    new String[]{String[].class.getName()});
-        } finally {
-            called(HISTOGRAM_CAUSE);
-        }
+        String text = (String) diagnostic(server, name, "gcClassHistogram", HISTOGRAM_CAUSE);
         pause += System.nanoTime() - start;
         Histogram h = Histogram.parse(text, TOP_CLASSES);
         bookkeeping = h.deallocationBookkeeping();
-        String why;
-        synchronized (lock) {
-            why = suspicion;
+        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained,
+                currentSuspicion());
+        inspected(pause);
+    }
+
+    /** One diagnostic command of the agent's own; the collection it causes is told from the job's by id. */
+    private Object diagnostic(MBeanServer server, ObjectName name, String operation, String cause) throws Exception {
+        calling(cause);
+        try {
+            return server.invoke(name, operation, new Object[]{new String[0]}, new String[]{String[].class.getName()});
+        } finally {
+            called(cause);
         }
-        measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained, why);
+    }
+
+    private String currentSuspicion() {
+        synchronized (lock) {
+            return suspicion;
+        }
+    }
+
+    /** After an inspection that paused the job for {@code pause} ns: the next one keeps the pause share. */
+    private void inspected(long pause) {
         lastPauseNanos = pause;
         lastPointNanos = System.nanoTime();
         nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
@@ -441,13 +447,8 @@ final class LiveSet implements Runnable {
         synchronized (lock) {
             runHeapAfter = -1;
         }
-        calling(RUN_CAUSE);
         long start = System.nanoTime();
-        try {
-            server.invoke(name, "gcRun", new Object[]{new String[0]}, new String[]{String[].class.getName()});
-        } finally {
-            called(RUN_CAUSE);
-        }
+        diagnostic(server, name, "gcRun", RUN_CAUSE);
         pause += System.nanoTime() - start;
         long heapAfter = -1;
         for (int i = 0; i < 40 && heapAfter < 0; i++) {   // its notification may come just after the call returns
@@ -457,15 +458,9 @@ final class LiveSet implements Runnable {
             if (heapAfter < 0) Thread.sleep(DRAIN_POLL_MS);
         }
         if (heapAfter < 0) heapAfter = memory.getHeapMemoryUsage().getUsed();
-        String why;
-        synchronized (lock) {
-            why = suspicion;
-        }
         measure("inspection", t, Math.max(0, heapAfter - freeSpace.at(heapAfter)), null, pause / 1_000_000.0, -1,
-                heapAfter, drained, why);
-        lastPauseNanos = pause;
-        lastPointNanos = System.nanoTime();
-        nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
+                heapAfter, drained, currentSuspicion());
+        inspected(pause);
     }
 
     /**
