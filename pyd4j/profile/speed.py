@@ -209,24 +209,26 @@ def probe_of(m: Measured) -> Probe:
 
 # -- what to try ----------------------------------------------------------------------------------
 
-def prefetch_depth(data_ms: float, compute_ms: float) -> int:
-    """Batches for the prefetch queue, from the data wait and the compute time per iteration.
+def prefetch_depth(data_ms: float, compute_ms: float, slowest_ms: float | None = None) -> int:
+    """Batches for the prefetch queue, from the loader's time per batch (mean, and its slow batches:
+    the p90 of the data wait, so that slow batches count when they are a pattern, one in ten or more,
+    not a one-off such as a collection or the JIT) and the compute time per iteration.
 
-    One loader thread fills the queue: it hides the data wait completely when a batch takes no longer
-    to make than to train (data <= compute), and then two batches (one being trained, one ready, DL4J's
-    own depth) suffice for a steady loader. The measured data time is a mean; loaders are uneven
-    (a file boundary, a decode, a GC on the loader thread), and a batch made early is held for the
-    slow ones: the queue gets one more batch for every compute time the loader needs per batch,
-    1 + ceil(data / compute), so a loader about as slow as the compute is not starved by one slow
-    batch. When data > compute no depth makes the loader faster (the job then runs at the loader's
-    speed, still (data + compute) / data times faster than without overlap); the depth is capped at
-    MAX_PREFETCH batches, memory the queue holds."""
+    One loader thread fills the queue. When it is slower than the training step on average
+    (data >= compute), the queue is empty all the time: two batches (one being trained, one being made,
+    DL4J's own depth) give all the overlap there is, and a deeper queue only holds memory. When it keeps
+    up on average but some batches take longer (a file boundary, a large image), the queue must hold
+    enough batches to train through the slowest: 1 + ceil(slowest / compute), at most MAX_PREFETCH
+    batches, memory the queue holds. `benchmarks/prefetch_depth.py` compares the depth with others."""
     if compute_ms <= 0:
         return MAX_PREFETCH
-    return max(2, min(MAX_PREFETCH, 1 + math.ceil(data_ms / compute_ms)))
+    if data_ms >= compute_ms:
+        return 2
+    slowest = max(data_ms, slowest_ms or 0.0)
+    return max(2, min(MAX_PREFETCH, 1 + math.ceil(slowest / compute_ms)))
 
 
-def _prefetch(probe: Probe) -> tuple[Change | None, str | None]:
+def prefetch_candidate(probe: Probe) -> tuple[Change | None, str | None]:
     """The prefetch candidate where the training thread waits for data; else None and why not
     (None, None when the data wait is not a real share)."""
     split = probe.time_split or {}
@@ -235,27 +237,37 @@ def _prefetch(probe: Probe) -> tuple[Change | None, str | None]:
     if share < DATA_SHARE or not probe.iterator:
         return None, None
     data = per.get("data", 0.0)
+    quantiles = split.get("data_ms_quantiles") or {}
     compute = sum(per.get(k, 0.0) for k in ("forward", "backward", "updater", "outside"))
     it = probe.iterator
     if it.get("prefetch", -1) > 0 or str(it.get("action", "")).startswith("already"):
         return None, (f"the data wait is {share:.0%} of the training thread's time although {it.get('class')} is "
                       f"already prefetched ({it.get('action')}): its loader is slower per batch than the "
                       f"training step; a queue does not make one loader thread faster")
-    depth = prefetch_depth(data, compute)
     bound = (data + compute) / max(data, compute) if max(data, compute) > 0 else 1.0
     if it.get("async_supported"):
+        # behind fit()'s queue of 2 the wait is the stall, not the loader's time: a stall in most
+        # iterations is a loader slower than the step; stalls in a few are slow batches a deeper
+        # queue trains through (2 more batches for every compute time the worst stall lasts)
+        typical, slowest = quantiles.get("p50", data), quantiles.get("p90", data)
+        depth = 2 if typical > 0.1 * compute or compute <= 0 else min(MAX_PREFETCH, 2 + math.ceil(slowest / compute))
         if depth <= 2:
             return None, (f"the data wait is {share:.0%} of the training thread's time, but fit() already prefetches "
-                          f"{it.get('class')} (asyncSupported() true) with a queue of 2, the depth the measured "
-                          f"times call for: its next() is slower than the training step ({data:.1f} vs {compute:.1f} ms)")
+                          f"{it.get('class')} (asyncSupported() true) with a queue of 2, and training waits in most "
+                          f"iterations ({typical:.1f} ms typical vs {compute:.1f} ms of compute): its next() is slower "
+                          f"than the training step, and a deeper queue does not make one loader thread faster")
         before = "fit()'s own prefetch, queue of 2 (asyncSupported() true)"
-        why = (f"the training thread waits for data {share:.0%} of its time ({data:.1f} ms a batch vs "
-               f"{compute:.1f} ms of compute) although fit() prefetches 2 batches: a deeper queue for an uneven loader")
+        why = (f"the training thread waits for data {share:.0%} of its time although fit() prefetches 2 batches, in a "
+               f"few iterations (up to {slowest:.1f} ms, typically {typical:.1f} ms, vs {compute:.1f} ms of compute): "
+               f"a queue of {depth} trains through the slow batches")
     else:
+        depth = prefetch_depth(data, compute, quantiles.get("p90"))
+        slow = (f"; one batch in ten takes {quantiles['p90']:.1f} ms or more (p90), so the queue holds {depth}"
+                if depth > 2 and "p90" in quantiles else "")
         before = "none: asyncSupported() false, fit() calls next() on the training thread"
         why = (f"the training thread waits for data {share:.0%} of its time ({data:.1f} ms a batch vs {compute:.1f} ms "
                f"of compute) and fit() does not prefetch {it.get('class')} (asyncSupported() false); "
-               f"overlapping them can be up to {bound:.2f}x faster")
+               f"overlapping them can be up to {bound:.2f}x faster{slow}")
     return Change("prefetch", before, f"async prefetch, queue of {depth}", why, agent=(f"prefetch={depth}",),
                   paste=f"net.fit(new AsyncDataSetIterator(iterator, {depth}, true));  // or the agent option "
                         f"prefetch={depth}; AsyncMultiDataSetIterator for a MultiDataSetIterator"), None
@@ -365,7 +377,7 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
                           agent=("workspace_mode=ENABLED",),
                           paste=".trainingWorkspaceMode(WorkspaceMode.ENABLED)  // on the NeuralNetConfiguration.Builder; "
                                 "or the agent option workspace_mode=ENABLED"))
-    prefetch, _ = _prefetch(probe)
+    prefetch, _ = prefetch_candidate(probe)
     if prefetch is not None:
         out.append(prefetch)
     if probe.explicit_gc_share is not None and probe.explicit_gc_share > GC_SHARE:
@@ -503,7 +515,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
                  "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
                            "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
                            "heap_max": probe.heap_max, "iterator": probe.iterator or None, "run_dir": probe.run_dir}}
-    _, prefetch_note = _prefetch(probe)
+    _, prefetch_note = prefetch_candidate(probe)
     if prefetch_note:
         doc["probe"]["prefetch_not_tried"] = prefetch_note
     if features is None:

@@ -31,11 +31,15 @@ def time_split(t: Timeline) -> dict[str, Any] | None:
     window = max(end - start, 1.0)
     nd4j = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), {})
     threads = [s.get("threads") for s in t.samples if isinstance(s.get("threads"), (int, float))]
+    spread = {q: round(float(last[f"data_{q}_ms"]), 3) for q in ("p50", "p90", "p99") if f"data_{q}_ms" in last}
     return {
         "iterations": int(last.get("iterations", 0)),
         "ms": {p: round(v, 1) for p, v in ms.items()},
         "share": {p: round(v / total, 4) for p, v in ms.items()},
         "ms_per_iteration": {p: round(v / max(1, int(last.get("iterations", 0))), 3) for p, v in ms.items()},
+        # the data wait of one iteration over the agent's recent iterations (p50, p90, p99; absent from
+        # older agents): an uneven loader's mean hides the batches that stall training
+        "data_ms_quantiles": spread,
         "gc": {"window_ms": round(window, 1), "pause_ms": round(pause, 1), "share": round(pause / window, 4),
                "system_gc_ms": round(explicit, 1), "system_gc_share": round(explicit / window, 4), "collections": len(gc)},
         "threads": {"nd4j": nd4j.get("max_threads"), "cores": nd4j.get("cores"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pyd4j.profile import ab
-from pyd4j.profile.speed import Change, Measured, Probe, Setup, _mkl, _native_build, _prefetch, candidates, greedy, prefetch_depth, \
+from pyd4j.profile.speed import Change, Measured, Probe, Setup, _mkl, _native_build, prefetch_candidate, candidates, greedy, prefetch_depth, \
     tune_speed
 
 
@@ -91,15 +91,24 @@ def test_mkl_candidate_where_the_job_calls_openblas(tmp_path, monkeypatch):
     assert _mkl(_probe()) == (None, None)
 
 
-def _split(data: float, compute: float) -> dict:
+def _split(data: float, compute: float, **quantiles: float) -> dict:
     total = data + compute
     return {"share": {"data": data / total}, "ms_per_iteration": {"data": data, "forward": compute / 2, "backward": compute / 2,
-                                                                  "updater": 0.0, "outside": 0.0}}
+                                                                  "updater": 0.0, "outside": 0.0},
+            "data_ms_quantiles": quantiles}
 
 
 def test_prefetch_depth_worked_examples():
-    # data <= compute: DL4J's own two batches; slower loaders get 1 + ceil(data / compute), at most 8
-    assert [prefetch_depth(d, 30.0) for d in (3.0, 30.0, 31.0, 60.0, 75.0, 1000.0)] == [2, 2, 3, 3, 4, 8]
+    # an even loader: two batches, whether it keeps up (3, 30 ms against 30 ms of compute) or not (a loader
+    # slower than the step leaves the queue empty whatever its depth)
+    assert [prefetch_depth(d, 30.0) for d in (3.0, 30.0, 31.0, 60.0, 1000.0)] == [2, 2, 2, 2, 2]
+    # a loader that keeps up on average with slow batches: enough batches to train through the slowest,
+    # 1 + ceil(slowest / compute): 130 ms -> 1 + 5; at most 8; a slow batch shorter than the step needs none
+    assert prefetch_depth(10.0, 30.0, 130.0) == 6
+    assert prefetch_depth(10.0, 30.0, 1000.0) == 8
+    assert prefetch_depth(10.0, 30.0, 25.0) == 2
+    # ... but not when it is slower than the step on average: nothing refills a deeper queue
+    assert prefetch_depth(40.0, 30.0, 200.0) == 2
     assert prefetch_depth(5.0, 0.0) == 8
 
 
@@ -112,19 +121,32 @@ def test_prefetch_candidate_only_where_data_wait_shows_and_fit_does_not_prefetch
     assert "1.75x" in got["prefetch"].why          # (30 + 40) / 40: the most overlap can give
     p.time_split = _split(2.0, 40.0)              # 5% data wait: nothing to hide
     assert "prefetch" not in {c.setting for c in candidates(p, {"OMP_NUM_THREADS": "1"}, 1)}
-    assert _prefetch(p) == (None, None)
+    assert prefetch_candidate(p) == (None, None)
     # fit() already prefetches it (queue of 2) and the times call for no deeper queue: said, not tried
     p.time_split = _split(30.0, 40.0)
     p.iterator = {"class": "my.Loader", "async_supported": True, "prefetch": -1, "action": "fit() prefetches it (queue of 2)"}
-    change, why = _prefetch(p)
+    change, why = prefetch_candidate(p)
     assert change is None and "already prefetches" in why
-    # ... a loader slower than the step behind fit()'s queue of 2: a deeper queue is tried
-    p.time_split = _split(90.0, 40.0)
-    change, _ = _prefetch(p)
-    assert change.agent == ("prefetch=4",)
+    # ... training waits in most iterations behind fit()'s queue: a loader slower than the step, not tried
+    p.time_split = _split(90.0, 40.0, p50=85.0, p90=120.0)
+    change, why = prefetch_candidate(p)
+    assert change is None and "slower than the training step" in why
+    # ... it waits in a few (p50 0, p90 120 ms against 40 ms of compute): 2 + ceil(120 / 40) batches are tried
+    p.time_split = _split(15.0, 40.0, p50=0.0, p90=120.0, p99=130.0)
+    change, _ = prefetch_candidate(p)
+    assert change.agent == ("prefetch=5",) and "a queue of 5" in change.why
+    # not fit()'s: an uneven loader that keeps up on average gets the depth of its slowest batches
+    p.iterator = {"class": "my.Loader", "async_supported": False, "prefetch": -1, "action": "fit() calls its next()"}
+    p.time_split = _split(15.0, 40.0, p50=5.0, p90=125.0, p99=130.0)
+    change, _ = prefetch_candidate(p)
+    assert change.agent == ("prefetch=5",) and "125.0 ms or more (p90)" in change.why
+    # a one-off slow batch (a collection, the JIT: the p99 alone) is not a pattern a queue is sized for
+    p.time_split = _split(15.0, 40.0, p50=5.0, p90=6.0, p99=300.0)
+    change, _ = prefetch_candidate(p)
+    assert change.agent == ("prefetch=2",)
     # the agent wrapped it already (the job was started with prefetch=): nothing more to try
     p.iterator = {"class": "my.Loader", "async_supported": False, "prefetch": 4, "action": "wrapped by the agent"}
-    change, why = _prefetch(p)
+    change, why = prefetch_candidate(p)
     assert change is None and "already prefetched" in why
 
 

@@ -68,3 +68,19 @@ def test_agent_reads_asyncsupported_of_a_non_public_iterator_class(tmp_path):
     assert note["async_supported"] is True
     # asked for (prefetch=3), the agent wraps it in the graph's prefetcher; fit() then does not wrap it again
     assert note["prefetch"] == 3 and "AsyncMultiDataSetIterator" in note["action"]
+
+
+def test_split_carries_the_data_wait_of_slow_batches(tmp_path):
+    # every 4th next() sleeps 20 ms more than the others (1 ms): the mean data wait hides them, the
+    # agent's quantiles of the per-iteration wait show them (Thread.sleep never sleeps less)
+    if not FIXTURES_JAR.exists():
+        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+    run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=1", "data-spike=4:20",
+                       "epochs=2"], tmp_path / "spiky", env_changes={"OMP_NUM_THREADS": "1"})
+    assert run.ok, run.returncode
+    probe = probe_of(Measured(run.timeline.iterations_per_second(), True, "", run.timeline))
+    q = probe.time_split["data_ms_quantiles"]
+    assert q["p90"] >= 21.0 and q["p99"] >= 21.0
+    assert q["p50"] < q["p90"]
+    assert probe.time_split["iterations"] == 64

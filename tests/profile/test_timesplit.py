@@ -30,15 +30,23 @@ def test_split_from_hand_made_lines(tmp_path):
         {"type": "gc", "t": 1600, "duration_ms": 30, "cause": "G1 Evacuation Pause"},
         {"type": "gc", "t": 100, "duration_ms": 999, "cause": "before training"},
         {"type": "split", "t": 2000, "iterations": 10, "data_ms": 100, "outside_ms": 0, "forward_ms": 300,
-         "backward_ms": 500, "updater_ms": 100},
+         "backward_ms": 500, "updater_ms": 100, "data_p50_ms": 2.0, "data_p90_ms": 30.5, "data_p99_ms": 41.0},
     ])
     s = time_split(t)
+    assert s["data_ms_quantiles"] == {"p50": 2.0, "p90": 30.5, "p99": 41.0}
     assert s["share"] == {"data": 0.1, "outside": 0.0, "forward": 0.3, "backward": 0.5, "updater": 0.1}
     assert s["ms_per_iteration"]["backward"] == 50.0
     assert s["gc"] == {"window_ms": 1000.0, "pause_ms": 60.0, "share": 0.06, "system_gc_ms": 30.0,
                        "system_gc_share": 0.03, "collections": 2}
     assert s["threads"] == {"nd4j": 2, "cores": 4, "jvm_max": 17}
     assert "backward 50%" in describe(s)
+
+
+def test_split_of_an_agent_without_quantiles(tmp_path):
+    t = _lines(tmp_path, [{"type": "start", "t": 0, "pid": 1},
+                          {"type": "split", "t": 2000, "iterations": 10, "data_ms": 100, "outside_ms": 0, "forward_ms": 300,
+                           "backward_ms": 500, "updater_ms": 100}])
+    assert time_split(t)["data_ms_quantiles"] == {}
 
 
 def test_no_split_without_training(tmp_path):

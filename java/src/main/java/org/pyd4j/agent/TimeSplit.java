@@ -12,6 +12,10 @@ package org.pyd4j.agent;
  *   <li>{@code backward}: {@code onForwardPass} to {@code onGradientCalculation} (backpropagation and the score);</li>
  *   <li>{@code updater}: {@code onGradientCalculation} to {@code iterationDone} (the updater and the parameter step).</li>
  * </ul>
+ * The {@code split} line also carries the distribution of the data wait per iteration over the last
+ * {@value #RECENT} iterations (the first {@value #WARMUP} left out: class loading and the JIT), as
+ * {@code data_p50_ms}, {@code data_p90_ms} and {@code data_p99_ms}: an uneven loader's mean hides the
+ * batches that stall training, and they decide how deep a prefetch queue must be.
  * Cumulative milliseconds are written as a {@code split} line after iterations 1, 2, 4, ... 64, then
  * at most once a second. GC pauses
  * overlap these (pyd4j reads them from the GC lines). Assumes one training thread, as DL4J's fit does.
@@ -20,6 +24,10 @@ public final class TimeSplit {
     private static long dataNanos, outsideNanos, forwardNanos, backwardNanos, updaterNanos, iterations;
     private static long dataStartedAt, dataInIteration, lastEnd, forwardStart, forwardDone, backwardDone, gradientDone;
     private static long lastEmit;
+    static final int RECENT = 1024;
+    static final int WARMUP = 2;
+    private static final long[] recentData = new long[RECENT];
+    private static long recentCount;
 
     private TimeSplit() {
     }
@@ -66,6 +74,7 @@ public final class TimeSplit {
             backwardNanos += gradient - forwardDone;
             updaterNanos += now - gradient;
             iterations++;
+            if (iterations > WARMUP) recentData[(int) (recentCount++ % RECENT)] = dataInIteration;
         }
         dataInIteration = 0;
         lastEnd = now;
@@ -73,9 +82,23 @@ public final class TimeSplit {
         boolean early = iterations <= 64 && Long.bitCount(iterations) == 1;  // 1, 2, 4, ... 64: short runs get lines too
         if (sink != null && (early || now - lastEmit >= 1_000_000_000L)) {
             lastEmit = now;
-            sink.line(new Json().put("type", "split").put("t", System.currentTimeMillis()).put("iterations", iterations)
+            Json line = new Json().put("type", "split").put("t", System.currentTimeMillis()).put("iterations", iterations)
                     .put("data_ms", dataNanos / 1e6).put("outside_ms", outsideNanos / 1e6).put("forward_ms", forwardNanos / 1e6)
-                    .put("backward_ms", backwardNanos / 1e6).put("updater_ms", updaterNanos / 1e6).close());
+                    .put("backward_ms", backwardNanos / 1e6).put("updater_ms", updaterNanos / 1e6);
+            int n = (int) Math.min(recentCount, RECENT);
+            if (n > 0) {
+                long[] sorted = java.util.Arrays.copyOf(recentData, n);
+                java.util.Arrays.sort(sorted);
+                line.put("data_p50_ms", quantile(sorted, 0.50) / 1e6).put("data_p90_ms", quantile(sorted, 0.90) / 1e6)
+                        .put("data_p99_ms", quantile(sorted, 0.99) / 1e6);
+            }
+            sink.line(line.close());
         }
+    }
+
+    /** The nearest-rank quantile of sorted values. */
+    static long quantile(long[] sorted, double q) {
+        int rank = (int) Math.ceil(q * sorted.length);
+        return sorted[Math.max(0, Math.min(sorted.length - 1, rank - 1))];
     }
 }
