@@ -87,6 +87,8 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
                    + ("" if doc["proved"] else ": NOT proved faster; the builds are within the noise"))
         if doc.get("proved_faster_than") and not doc["proved"]:
             click.echo(f"proved faster than: {', '.join(doc['proved_faster_than'])} (95% intervals above 1)")
+        if len(doc.get("as_fast", [])) > 1:
+            click.echo(f"as fast as far as measured: {', '.join(doc['as_fast'])} (none proved faster than another)")
     else:
         click.echo(f"fastest: {doc['fastest']} (the only build measured)")
     click.echo("Maven dependency:\n" + doc["maven"])

@@ -251,4 +251,6 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
         else:
             doc["proved"] = False
             doc["versus"], doc["proved_faster_than"] = [], []
+        # the builds no measurement here tells apart from the fastest: any of them is as good a choice
+        doc["as_fast"] = [best] + [v["build"] for v in doc["versus"] if v["verdict"] != "faster"]
     return doc

@@ -66,3 +66,7 @@ def test_backend_measures_each_available_build_on_lenet():
     assert f"<classifier>{best['classifier']}</classifier>" in doc["maven"]
     assert ("-Dorg.bytedeco.openblas.load=mkl_rt" in doc["maven"]) == (best["blas"] == "mkl")
     assert doc["input_shape"] == [8, 784]
+    # every measured build is either proved slower than the fastest or in the group it cannot be told from
+    assert doc["as_fast"][0] == doc["fastest"]
+    assert set(doc["as_fast"]) | set(doc["proved_faster_than"]) == measured
+    assert not set(doc["as_fast"]) & set(doc["proved_faster_than"])
