@@ -68,7 +68,7 @@ class Finding:
 
     kind: str            # oom-heap, oom-javacpp-maxbytes, oom-javacpp-maxphysicalbytes, oom-direct,
     #                      oom-metaspace, killed (OOM killer), killed-signal (not memory), leak-offheap, leak-heap, gc-pressure, workspace-spill,
-    #                      crash, near-limit, plan-not-applied
+    #                      crash, near-limit, plan-not-applied, prefetch-died
     severity: str        # error | warning | info
     title: str
     evidence: list[str]
@@ -83,9 +83,9 @@ class Finding:
 def diagnose(timeline: Timeline) -> list[Finding]:
     """All findings for a run, most serious first."""
     if not timeline.samples:
-        return [_no_data(timeline), *_plan_not_applied(timeline)]
+        return [_no_data(timeline), *_plan_not_applied(timeline), *_prefetch_died(timeline)]
     findings = [*_oom(timeline), *_leaks(timeline), *_gc_pressure(timeline), *_spills(timeline), *_near_limits(timeline),
-                *_no_iterations(timeline), *_plan_not_applied(timeline)]
+                *_no_iterations(timeline), *_plan_not_applied(timeline), *_prefetch_died(timeline)]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order.get(f.severity, 3))
 
@@ -141,6 +141,23 @@ def _plan_not_applied(t: Timeline) -> list[Finding]:
                     "write the plan from this job's network (`pyd4j tune --plan POLICY` or `pyd4j plan --model "
                     "net.json --emit-plan FILE`); a network planned training refuses trains with DL4J's own fit() "
                     "(drop plan=, or add plan_fallback=fit to the agent's options)")]
+
+
+def _prefetch_died(t: Timeline) -> list[Finding]:
+    """ND4J's prefetch thread died on the job's iterator (the agent's PrefetchGuard): the job's next()
+    threw on another thread, where fit() would have waited for it forever."""
+    died = [n["prefetch_died"] for n in t.notes if isinstance(n.get("prefetch_died"), dict)]
+    if not died:
+        return []
+    d = died[0]
+    interrupted = any(isinstance(n.get("prefetch_interrupted"), dict) for n in t.notes)
+    then = ("the training thread was waiting for that batch, which ND4J never ends: the agent interrupted it, and "
+            "fit() failed instead of hanging" if interrupted else
+            "fit() was not waiting for it when it died (it sees the error at its next batch, or the job ended first)")
+    return [Finding("prefetch-died", "error", f"The data iterator failed on ND4J's prefetch thread: {d.get('cause')}",
+                    [f"thread {d.get('thread')}: {d.get('exception')}", f"at {d.get('frames')}", then],
+                    "fix the iterator's next() at the frames above; the error shows on the training thread, with no "
+                    "hang, when the iterator's asyncSupported() returns false (fit() then calls next() itself)")]
 
 
 # -- out of memory ---------------------------------------------------------------------------

@@ -89,6 +89,7 @@ public final class Agent {
                 throw new IllegalArgumentException("no output: give out=FILE or port=PORT (with a token)");
             }
             Hooks.sink = sink;
+            PrefetchGuard.install();
             Hooks.planFile = opts.get("plan");
             Hooks.planFallback = planFallback(opts.get("plan_fallback"));
             Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));

@@ -134,6 +134,7 @@ final class SpeedSettings {
      * prefetches it itself, and what the agent did.
      */
     static Object iterator(Object model, Object it) {
+        PrefetchGuard.fitting();
         if (it == null) return null;
         Object out = it;
         String done;

@@ -1,0 +1,52 @@
+"""The agent's guard against DL4J's prefetch hang, on a real DL4J job (tests/fixtures/java SpeedJob):
+an iterator whose asyncSupported() is true is wrapped by fit() in DL4J's prefetcher; its third next()
+throws on the prefetch thread while fit() waits for that batch. DL4J's prefetcher then never wakes the
+training thread, and the job hangs; under the agent it fails, with the iterator's error diagnosed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pyd4j.jvm.classpath import classpath
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.launch import profile_job
+from pyd4j.profile.timeline import Timeline
+from tests.profile.conftest import FIXTURES_JAR
+
+
+@pytest.mark.jvm
+@pytest.mark.slow
+def test_a_dead_prefetch_thread_fails_the_job_instead_of_hanging_it(tmp_path):
+    if not FIXTURES_JAR.exists():
+        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+    # the third batch takes 2 s more, then throws: by then fit() has trained two batches and waits for it
+    job = ["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=20", "data-spike=3:2000",
+           "async=true", "data-fails=3", "epochs=1"]
+    run = profile_job(job, tmp_path / "run", env_changes={"OMP_NUM_THREADS": "1"}, timeout_s=300)
+    assert run.stopped_by != "timeout"
+    assert not run.ok and run.returncode not in (0, None)
+    notes = run.timeline.notes
+    died = next(n["prefetch_died"] for n in notes if "prefetch_died" in n)
+    assert died["thread"] == "ADSI prefetch thread"
+    assert "corrupt record in batch 3" in died["cause"] and "SlowIterator.next" in died["frames"]
+    assert any("prefetch_interrupted" in n for n in notes)
+    # the JVM's own report of the uncaught exception is kept
+    assert 'Exception in thread "ADSI prefetch thread"' in (tmp_path / "run" / "stderr.log").read_text()
+    finding = next(f for f in diagnose(run.timeline) if f.kind == "prefetch-died")
+    assert finding.severity == "error" and "corrupt record in batch 3" in finding.title
+    assert "interrupted" in " ".join(finding.evidence)
+
+
+def test_prefetch_died_finding_from_hand_made_notes(tmp_path):
+    lines = [{"type": "start", "t": 0, "pid": 1}, {"type": "sample", "t": 10},
+             {"type": "note", "t": 20, "text": "x", "prefetch_died": {"thread": "AMDSI prefetch thread",
+                                                                     "exception": "java.lang.RuntimeException: boom",
+                                                                     "cause": "java.io.IOException: disk", "frames": "a.B.next(B.java:1)"}}]
+    (tmp_path / "jvm-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    findings = [f for f in diagnose(Timeline.load(tmp_path)) if f.kind == "prefetch-died"]
+    assert len(findings) == 1 and "java.io.IOException: disk" in findings[0].title
+    assert "not waiting" in " ".join(findings[0].evidence)
