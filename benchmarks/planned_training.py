@@ -197,21 +197,28 @@ def median(rows: list[dict], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def interleaved(name: str, batch: int, iterations: int, plan: dict, folder: Path, warmup: int = 2) -> dict:
-    """fit() and planned iterations alternating in one JVM (TrainInterleaved): the speed ratio
-    from the sums of their iteration times after `warmup` iterations of each."""
+def train_interleaved(name: str, batch: int, iterations: int, plan: dict, folder: Path, sides: str = "both",
+                      extra: tuple[str, ...] = ()) -> dict:
+    """One TrainInterleaved JVM (both sides alternating, or one side alone); its JSON result."""
     from pyd4j.jvm import JvmOptions, examples_jar, java_command
 
-    options = JvmOptions.of(heap_max=HEAP, heap_initial=HEAP, extra=["-XX:+AlwaysPreTouch"])
+    options = JvmOptions.of(heap_max=HEAP, heap_initial=HEAP, extra=["-XX:+AlwaysPreTouch", *extra])
     cmd = java_command(options, "org.pyd4j.examples.TrainInterleaved",
-                       [str(NETWORKS / f"{name}.json"), str(batch), str(iterations), plan["path"]],
+                       [str(NETWORKS / f"{name}.json"), str(batch), str(iterations), plan["path"], sides],
                        extra_classpath=[examples_jar()])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(), cwd=folder)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     r = json.loads(lines[-1]) if lines else {}
     if out.returncode != 0 or r.get("status") != "ok":
-        raise RuntimeError(f"{name} batch {batch} interleaved failed (exit {out.returncode}): "
+        raise RuntimeError(f"{name} batch {batch} TrainInterleaved ({sides}) failed (exit {out.returncode}): "
                            f"{(out.stdout + out.stderr)[-2000:]}")
+    return r
+
+
+def interleaved(name: str, batch: int, iterations: int, plan: dict, folder: Path, warmup: int = 2) -> dict:
+    """fit() and planned iterations alternating in one JVM (TrainInterleaved): the speed ratio
+    from the sums of their iteration times after `warmup` iterations of each."""
+    r = train_interleaved(name, batch, iterations, plan, folder)
     fit_s, planned_s = r["fit_s"][warmup:], r["planned_s"][warmup:]
     trainer = r.get("trainer") or {}
     it_s, layer_s = trainer.get("iteration_s"), trainer.get("layer_s")
@@ -220,6 +227,23 @@ def interleaved(name: str, batch: int, iterations: int, plan: dict, folder: Path
             "pairwise_median": statistics.median(f / p for f, p in zip(fit_s, planned_s)) if planned_s else None,
             "trainer_overhead_share": (it_s - layer_s) / it_s if it_s and layer_s is not None else None,
             "trainer": trainer}
+
+
+def separate(name: str, batch: int, iterations: int, plan: dict, folder: Path, rounds: int, warmup: int = 2) -> dict:
+    """fit() and planned training in separate JVMs (TrainInterleaved with one side), alternating
+    fit, planned, planned, fit, ... `rounds` times: the speed a user sees, where no planned iteration
+    follows a fit() iteration in the same process. The fit() side runs with glibc's malloc as a
+    plain job has it (-Dpyd4j.train.mallopt=false); the planned side as the trainer sets it."""
+    times: dict[str, list[float]] = {"fit": [], "planned": []}
+    for r in range(rounds):
+        for side in (("fit", "planned") if r % 2 == 0 else ("planned", "fit")):
+            extra = ("-Dpyd4j.train.mallopt=false",) if side == "fit" else ()
+            out = train_interleaved(name, batch, iterations, plan, folder, sides=side, extra=extra)
+            times[side].append(sum(out[f"{side}_s"][warmup:]))
+    ratios = [f / p for f, p in zip(times["fit"], times["planned"])]
+    return {"rounds": rounds, "iterations": iterations, "warmup": warmup, "fit_run_s": times["fit"],
+            "planned_run_s": times["planned"], "speed_over_fit": statistics.median(ratios),
+            "run_ratio_range": [min(ratios), max(ratios)]}
 
 
 def compare(name: str, batch: int, iterations: int, repeats: int, folder: Path,

@@ -30,10 +30,12 @@ import org.nd4j.shade.jackson.databind.ObjectMapper;
  * planned, fit, ...), so that load from other processes on a shared machine falls on both alike.
  * Prints one JSON line: each iteration's seconds for both and the planned trainer's stats.
  *
- * <p>Usage: {@code TrainInterleaved <config.json> <batch> <iterations> <plan.json>}, with the pyd4j
+ * <p>Usage: {@code TrainInterleaved <config.json> <batch> <iterations> <plan.json> [both|fit|planned]}, with the pyd4j
  * helper jar on the classpath (the planned trainer is reached by reflection, as the agent reaches
  * it). The planned trainer fixes glibc's mmap threshold for the whole process when it is attached
- * (org.pyd4j.train.ReturnFreedMemory), so fit() here runs under it too.
+ * (org.pyd4j.train.ReturnFreedMemory), so fit() here runs under it too. With {@code fit} or
+ * {@code planned} only that side trains (both are built and the plan attached all the same): the
+ * same work in separate processes, where neither side's iteration follows the other's.
  */
 public final class TrainInterleaved {
 
@@ -49,6 +51,11 @@ public final class TrainInterleaved {
         int batch = Integer.parseInt(args[1]);
         int iterations = Integer.parseInt(args[2]);
         String planFile = args[3];
+        String sides = args.length > 4 ? args[4] : "both";
+        if (!Arrays.asList("both", "fit", "planned").contains(sides)) {
+            System.err.println("sides '" + sides + "': use both, fit or planned");
+            System.exit(2);
+        }
         String json = new String(Files.readAllBytes(config), StandardCharsets.UTF_8);
         Path sidecar = Paths.get(config.toString().replaceAll("\\.json$", "") + ".input.json");
         List<InputType> inputs = new ArrayList<>();
@@ -73,6 +80,7 @@ public final class TrainInterleaved {
             boolean fitFirst = i % 2 == 0;
             for (int k = 0; k < 2; k++) {
                 boolean isFit = (k == 0) == fitFirst;
+                if (!sides.equals("both") && isFit != sides.equals("fit")) continue;
                 long t0 = System.nanoTime();
                 step(isFit ? fit : planned, graph, f, l);
                 (isFit ? fitS : plannedS)[i] = (System.nanoTime() - t0) / 1e9;
