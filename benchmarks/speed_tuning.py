@@ -53,6 +53,8 @@ CORPUS = [
     ("cnn-small-heap", "bad", "cnn", ["heap-cache=48"], ["-Xmx64m"], WELL, {"heap"}),
     ("mlp-slow-data", "bad", "mlp", ["slow-data=8"], [], WELL, {"prefetch"}),
     ("cnn-slow-data", "bad", "cnn", ["slow-data=30"], [], WELL, {"prefetch"}),
+    # an uneven loader that keeps up on average: every 8th batch 15 ms more (the prefetch depth rule's case)
+    ("mlp-uneven-data", "bad", "mlp", ["slow-data=1", "data-spike=8:15"], [], WELL, {"prefetch"}),
     ("mlp-workspaces-none", "bad", "mlp", ["workspaces=none"], [], WELL, {"workspace_mode"}),
     ("cnn-workspaces-none", "bad", "cnn", ["workspaces=none"], [], WELL, {"workspace_mode"}),
     ("mlp-threads-oversubscribed", "bad", "mlp", [], [], {"OMP_NUM_THREADS": "8"}, {"threads=2", "threads=1"}),
