@@ -284,6 +284,8 @@ def _finish(doc: dict, as_json: bool) -> None:
     if speed.get("warning"):
         click.echo(f"warning: {speed['warning']}")
     outcome = None if doc.get("partial") else doc.get("outcome")
+    if doc.get("gc_pressure_not_from_flags"):
+        click.echo(f"note: GC pressure in the re-run: {doc['gc_pressure_not_from_flags']}")
     if outcome == "verified":
         click.echo("verified: the re-run finished cleanly" + ("" if doc.get("plan") else " with these flags"))
     elif outcome == "not-verified" and doc["after"].get("plan_not_applied"):

@@ -14,7 +14,7 @@ from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.launch import profile_job
 from pyd4j.profile.timeline import Timeline
-from tests.profile.conftest import FIXTURES_JAR
+from tests.profile.conftest import FIXTURES_JAR, compat_command
 
 
 @pytest.mark.jvm
@@ -39,6 +39,21 @@ def test_a_dead_prefetch_thread_fails_the_job_instead_of_hanging_it(tmp_path):
     finding = next(f for f in diagnose(run.timeline) if f.kind == "prefetch-died")
     assert finding.severity == "error" and "corrupt record in batch 3" in finding.title
     assert "interrupted" in " ".join(finding.evidence)
+
+
+@pytest.mark.jvm
+@pytest.mark.slow
+def test_the_guard_on_the_older_release(tmp_path):
+    # DL4J 1.0.0-beta7 (tests/fixtures/java-compat): the same prefetcher, the same hang, the same guard
+    job = compat_command()
+    job[-2:] = ["0", "0", "", "broken-iterator"]   # seconds 0, no minimum, no stop file, the broken iterator
+    run = profile_job(job, tmp_path / "beta7", env_changes={"OMP_NUM_THREADS": "1"}, timeout_s=300)
+    assert run.stopped_by != "timeout"
+    assert not run.ok and run.returncode not in (0, None)
+    died = next(n["prefetch_died"] for n in run.timeline.notes if "prefetch_died" in n)
+    assert died["thread"] == "ADSI prefetch thread" and "corrupt record in batch 3" in died["cause"]
+    assert any("prefetch_interrupted" in n for n in run.timeline.notes)
+    assert any(f.kind == "prefetch-died" for f in diagnose(run.timeline))
 
 
 def test_prefetch_died_finding_from_hand_made_notes(tmp_path):

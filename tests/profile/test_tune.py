@@ -11,7 +11,7 @@ import pytest
 
 from pyd4j.memory.flags import MIN_MAXBYTES
 from pyd4j.profile.diagnose import limit_refusals
-from pyd4j.profile.tune import flags_for, measured_need, raised_by, throughput
+from pyd4j.profile.tune import flags_for, gc_pressure_not_from_flags, measured_need, not_verified_because, raised_by, throughput
 from tests.profile.conftest import compat_command, corpus_command, fixture_command, run_concurrently
 
 MIB = 1 << 20
@@ -74,7 +74,8 @@ def test_java_arrays_job_is_verified_with_maxbytes_from_its_javacpp_pointers(tun
 @pytest.mark.slow
 def test_older_release_job_is_verified_and_repeat_measures_the_spread(tunes):
     rc, doc, err = result(tunes, "compat")
-    assert rc == 0 and doc["outcome"] == "verified", (doc.get("after", {}).get("findings"), err[-2000:])
+    assert rc == 0 and doc["outcome"] == "verified", (doc.get("after", {}).get("findings"), doc["after"].get("gc_share"),
+                                                      doc["before"].get("gc_share"), err[-2000:])
     for side in ("before", "after"):
         assert not [k for k in doc[side]["findings"] if k.startswith(("leak", "oom"))]
     speed = doc["throughput"]
@@ -133,6 +134,20 @@ def test_javacpp_refusal_is_read_and_the_next_maxbytes_holds_it(maxbytes_run):
     # and the same numbers from a re-run's refusal raise a need that did not know them
     low = raised_by(type(need)(javacpp=0, offheap=0, heap=0, native=0, why={"javacpp": "", "offheap": ""}), refusals, None)
     assert low.javacpp == refusals[0].needed
+
+
+def test_gc_pressure_counts_against_the_flags_only_where_they_made_it_worse():
+    def side(share, kinds=("gc-pressure",)):
+        return {"findings": list(kinds), "finding_titles": [f"GC pressure: {share:.0%}" for _ in kinds], "gc_share": share}
+    # the same share with the job's own 6 GB heap and with the recommended one: the job's allocation rate
+    assert gc_pressure_not_from_flags(side(0.11), side(0.09, ())) is not None
+    assert not_verified_because(side(0.11), side(0.09, ())) == []
+    # 0.09 x 1.25 + 0.02 = 0.1325: a re-run above it blames the flags
+    assert gc_pressure_not_from_flags(side(0.14), side(0.09, ())) is None
+    assert not_verified_because(side(0.14), side(0.09, ())) == ["re-run: GC pressure: 14%"]
+    # no first run to compare with, or no share recorded (a Spark side): the finding counts
+    assert not_verified_because(side(0.11), None) == ["re-run: GC pressure: 11%"]
+    assert not_verified_because({"findings": ["gc-pressure"], "finding_titles": ["GC"]}, side(0.5, ())) == ["re-run: GC"]
 
 
 def test_throughput_spread_and_its_warning():
