@@ -53,5 +53,8 @@ def describe(split: dict[str, Any]) -> str:
     parts = ", ".join(f"{p} {share[p]:.0%}" for p in PARTS if share[p] >= 0.005)
     gc = split["gc"]
     th = split["threads"]
-    return (f"training time: {parts}; GC pauses {gc['share']:.0%} of the window (System.gc() {gc['system_gc_share']:.0%}); "
+    q = split.get("data_ms_quantiles") or {}
+    wait = (f"; data wait per iteration p50 {q['p50']:.1f} ms, p90 {q['p90']:.1f} ms, p99 {q['p99']:.1f} ms"
+            if {"p50", "p90", "p99"} <= set(q) else "")
+    return (f"training time: {parts}{wait}; GC pauses {gc['share']:.0%} of the window (System.gc() {gc['system_gc_share']:.0%}); "
             f"ND4J threads {th['nd4j']} on {th['cores']} cores, JVM threads up to {th['jvm_max']}")

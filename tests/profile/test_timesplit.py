@@ -40,6 +40,7 @@ def test_split_from_hand_made_lines(tmp_path):
                        "system_gc_share": 0.03, "collections": 2}
     assert s["threads"] == {"nd4j": 2, "cores": 4, "jvm_max": 17}
     assert "backward 50%" in describe(s)
+    assert "data wait per iteration p50 2.0 ms, p90 30.5 ms, p99 41.0 ms" in describe(s)
 
 
 def test_split_of_an_agent_without_quantiles(tmp_path):
