@@ -248,7 +248,7 @@ def prefetch_candidate(probe: Probe) -> tuple[Change | None, str | None]:
     if it.get("async_supported"):
         # behind fit()'s queue of 2 the wait is the stall, not the loader's time: a stall in most
         # iterations is a loader slower than the step; stalls in a few are slow batches a deeper
-        # queue trains through (2 more batches for every compute time the worst stall lasts)
+        # queue trains through (fit()'s 2 batches, and one more for every compute time the p90 stall lasts)
         typical, slowest = quantiles.get("p50", data), quantiles.get("p90", data)
         depth = 2 if typical > 0.1 * compute or compute <= 0 else min(MAX_PREFETCH, 2 + math.ceil(slowest / compute))
         if depth <= 2:
@@ -258,7 +258,7 @@ def prefetch_candidate(probe: Probe) -> tuple[Change | None, str | None]:
                           f"than the training step, and a deeper queue does not make one loader thread faster")
         before = "fit()'s own prefetch, queue of 2 (asyncSupported() true)"
         why = (f"the training thread waits for data {share:.0%} of its time although fit() prefetches 2 batches, in a "
-               f"few iterations (up to {slowest:.1f} ms, typically {typical:.1f} ms, vs {compute:.1f} ms of compute): "
+               f"few iterations (one in ten {slowest:.1f} ms or more, typically {typical:.1f} ms, vs {compute:.1f} ms of compute): "
                f"a queue of {depth} trains through the slow batches")
     else:
         depth = prefetch_depth(data, compute, quantiles.get("p90"))
