@@ -84,8 +84,9 @@ def diagnose(timeline: Timeline) -> list[Finding]:
     """All findings for a run, most serious first."""
     if not timeline.samples:
         return [_no_data(timeline), *_plan_not_applied(timeline), *_prefetch_died(timeline)]
-    findings = [*_oom(timeline), *_leaks(timeline), *_gc_pressure(timeline), *_spills(timeline), *_near_limits(timeline),
-                *_no_iterations(timeline), *_plan_not_applied(timeline), *_prefetch_died(timeline)]
+    # the iterator's own error first: the job's exit code follows from it
+    findings = [*_prefetch_died(timeline), *_oom(timeline), *_leaks(timeline), *_gc_pressure(timeline), *_spills(timeline),
+                *_near_limits(timeline), *_no_iterations(timeline), *_plan_not_applied(timeline)]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order.get(f.severity, 3))
 

@@ -36,7 +36,8 @@ def test_a_dead_prefetch_thread_fails_the_job_instead_of_hanging_it(tmp_path):
     assert any("prefetch_interrupted" in n for n in notes)
     # the JVM's own report of the uncaught exception is kept
     assert 'Exception in thread "ADSI prefetch thread"' in (tmp_path / "run" / "stderr.log").read_text()
-    finding = next(f for f in diagnose(run.timeline) if f.kind == "prefetch-died")
+    finding = diagnose(run.timeline)[0]   # the cause comes before the exit code it led to
+    assert finding.kind == "prefetch-died"
     assert finding.severity == "error" and "corrupt record in batch 3" in finding.title
     assert "interrupted" in " ".join(finding.evidence)
 
