@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from pyd4j.memory.estimate import read_config_file, read_sidecar, sidecar_path
-from pyd4j.profile.backend import compare_builds, input_shape
+from pyd4j.profile.backend import as_fast, compare_builds, input_shape
 
 ROOT = Path(__file__).resolve().parent
 NETWORKS = ROOT.parent / "examples" / "networks"
@@ -39,7 +39,7 @@ def main() -> None:
         doc = json.loads(args.resummarize.read_text())
         for row in doc["models"]:
             for m in (row["first"], row["remeasure"]):
-                m.setdefault("as_fast", [m["fastest"]] + [v["build"] for v in m.get("versus", []) if v["verdict"] != "faster"])
+                m.setdefault("as_fast", as_fast(m))
             row["fastest_again_among_as_fast"] = row["remeasure"].get("fastest") in row["first"]["as_fast"]
         doc["summary"] = _summary(doc["models"])
         args.resummarize.write_text(json.dumps(doc, indent=2))

@@ -26,27 +26,25 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
-from pyd4j.profile.backend import MKL_OPTION, classpath_javacpp, find_mkl
-from pyd4j.profile.speed import MAX_PREFETCH, Change, Setup, prefetch_candidate, job_runner, probe_of
+from pyd4j.profile.speed import MAX_PREFETCH, Change, Setup, job_runner, prefetch_candidate, probe_of
 from pyd4j.profile.timesplit import time_split
 
 ROOT = Path(__file__).resolve().parent
-FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
+sys.path.insert(0, str(ROOT.parent))
+from benchmarks.speed_tuning import FIXTURES_JAR  # noqa: E402
+from benchmarks.speed_tuning import command as speed_job  # noqa: E402
+
 GRID = (0, 1, 2, 3, 4, 6, 8)   # 0: no prefetch (fit() calls next() on the training thread)
 
 
 def command(epochs: int, options: list[str]) -> list[str]:
-    jars = classpath()[1:]
-    mkl = find_mkl(classpath_javacpp(jars))
-    if mkl is None:
-        raise SystemExit("MKL's redist jar is not in the local Maven repository: run `make setup`")
-    cp = os.pathsep.join([str(FIXTURES_JAR), *jars, str(mkl)])
-    return ["java", MKL_OPTION, "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", f"epochs={epochs}", *options]
+    """The MLP for `epochs` epochs on the CPU's build with MKL, as the speed corpus runs it."""
+    return speed_job("mlp", 0, [f"epochs={epochs}", *options], [])
 
 
 def loaders(compute_ms: float) -> dict[str, list[str]]:

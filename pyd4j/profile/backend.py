@@ -251,6 +251,11 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
         else:
             doc["proved"] = False
             doc["versus"], doc["proved_faster_than"] = [], []
-        # the builds no measurement here tells apart from the fastest: any of them is as good a choice
-        doc["as_fast"] = [best] + [v["build"] for v in doc["versus"] if v["verdict"] != "faster"]
+        doc["as_fast"] = as_fast(doc)
     return doc
+
+
+def as_fast(doc: dict) -> list[str]:
+    """The builds a measurement (compare_builds' document) cannot tell apart from its fastest: the fastest
+    and every build no A/B proved slower. Any of them is as good a choice."""
+    return [doc["fastest"]] + [v["build"] for v in doc.get("versus", []) if v["verdict"] != "faster"]

@@ -34,6 +34,14 @@ def corpus_command(job: str, *jvm: str, seconds: int = 0, min_iterations: int = 
             *([str(stop)] if stop else [])]
 
 
+def speed_job_command(*args: str) -> list[str]:
+    """tests/fixtures/java SpeedJob with these arguments (network, seconds, options), on pyd4j's class path."""
+    if not FIXTURES_JAR.exists():
+        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+    return ["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", *args]
+
+
 def compat_command(*jvm: str, seconds: int = 0, stop: Path | None = None) -> list[str]:
     """The healthy job built against the older DL4J release (tests/fixtures/java-compat), its own classpath."""
     jar = COMPAT_TARGET / "pyd4j-compat-fixture.jar"

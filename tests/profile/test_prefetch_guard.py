@@ -6,26 +6,20 @@ training thread, and the job hangs; under the agent it fails, with the iterator'
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.launch import profile_job
 from pyd4j.profile.timeline import Timeline
-from tests.profile.conftest import FIXTURES_JAR, compat_command
+from tests.profile.conftest import compat_command, speed_job_command
 
 
 @pytest.mark.jvm
 @pytest.mark.slow
 def test_a_dead_prefetch_thread_fails_the_job_instead_of_hanging_it(tmp_path):
-    if not FIXTURES_JAR.exists():
-        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
     # the third batch takes 2 s more, then throws: by then fit() has trained two batches and waits for it
-    job = ["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=20", "data-spike=3:2000",
-           "async=true", "data-fails=3", "epochs=1"]
+    job = speed_job_command("mlp", "0", "slow-data=20", "data-spike=3:2000", "async=true", "data-fails=3", "epochs=1")
     run = profile_job(job, tmp_path / "run", env_changes={"OMP_NUM_THREADS": "1"}, timeout_s=300)
     assert run.stopped_by != "timeout"
     assert not run.ok and run.returncode not in (0, None)

@@ -14,16 +14,13 @@ import pytest
 
 from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.speed import tune_speed
-from tests.profile.conftest import FIXTURES_JAR
+from tests.profile.conftest import FIXTURES_JAR, speed_job_command
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
 
 def _job() -> list[str]:
-    if not FIXTURES_JAR.exists():
-        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
-    return ["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "3", "system-gc=1"]
+    return speed_job_command("mlp", "3", "system-gc=1")
 
 
 def test_tune_speed_finds_the_jobs_system_gc_calls(tmp_path, monkeypatch):

@@ -6,16 +6,14 @@ speed run, and that a speed change's own -Xmx wins over them, with real JVMs."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 
 import pytest
 from click.testing import CliRunner
 
 from pyd4j.cli import main
-from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.speed import Change, Setup, job_runner
-from tests.profile.conftest import FIXTURES_JAR
+from tests.profile.conftest import speed_job_command
 
 MEMORY_FLAGS = ["-Xmx300m", "-XX:MaxDirectMemorySize=200m"]
 
@@ -70,10 +68,7 @@ def test_fake_tunes_no_speed_tune_when_memory_is_not_verified(monkeypatch, tmp_p
 @pytest.mark.jvm
 @pytest.mark.slow
 def test_speed_runs_carry_the_memory_flags_through_a_launcher(tmp_path):
-    if not FIXTURES_JAR.exists():
-        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
-    java = shlex.join(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "2"])
+    java = shlex.join(speed_job_command("mlp", "2"))
     run = job_runner(["bash", "-c", java], tmp_path, base_jvm=MEMORY_FLAGS)
     plain = run(Setup(), "before")
     heap = Change("heap", "max heap 300 MiB", "-Xmx600m", "", jvm=("-Xmx600m",), replaces_memory_flags=True)

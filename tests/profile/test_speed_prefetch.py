@@ -13,17 +13,14 @@ import pytest
 from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
 from pyd4j.profile.launch import profile_job
 from pyd4j.profile.speed import Measured, candidates, probe_of
-from tests.profile.conftest import FIXTURES_JAR
+from tests.profile.conftest import speed_job_command
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 
 
 def _run(tmp_path, name, agent):
-    if not FIXTURES_JAR.exists():
-        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
     extra = [f"-Dpyd4j.agent={agent}"] if agent else []
-    run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=10", "epochs=3"],
+    run = profile_job(speed_job_command("mlp", "0", "slow-data=10", "epochs=3"),
                       tmp_path / name, extra_jvm_options=extra, env_changes={"OMP_NUM_THREADS": "1"})
     assert run.ok, run.returncode
     out = (tmp_path / name / "stdout.log").read_text()
@@ -73,11 +70,8 @@ def test_agent_reads_asyncsupported_of_a_non_public_iterator_class(tmp_path):
 def test_split_carries_the_data_wait_of_slow_batches(tmp_path):
     # every 4th next() sleeps 20 ms more than the others (1 ms): the mean data wait hides them, the
     # agent's quantiles of the per-iteration wait show them (Thread.sleep never sleeps less)
-    if not FIXTURES_JAR.exists():
-        pytest.fail(f"{FIXTURES_JAR} not built; run `make setup`")
-    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
-    run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "0", "slow-data=1", "data-spike=4:20",
-                       "epochs=2"], tmp_path / "spiky", env_changes={"OMP_NUM_THREADS": "1"})
+    run = profile_job(speed_job_command("mlp", "0", "slow-data=1", "data-spike=4:20", "epochs=2"), tmp_path / "spiky",
+                      env_changes={"OMP_NUM_THREADS": "1"})
     assert run.ok, run.returncode
     probe = probe_of(Measured(run.timeline.iterations_per_second(), True, "", run.timeline))
     q = probe.time_split["data_ms_quantiles"]

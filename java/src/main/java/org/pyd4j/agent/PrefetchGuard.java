@@ -61,7 +61,6 @@ final class PrefetchGuard {
     private static void died(Thread t, Throwable e) {
         Throwable root = e;
         while (root.getCause() != null && root.getCause() != root) root = root.getCause();
-        Json frames = new Json();
         StackTraceElement[] trace = root.getStackTrace();
         StringBuilder where = new StringBuilder();
         for (int i = 0; i < Math.min(5, trace.length); i++) where.append(i > 0 ? " | " : "").append(trace[i]);
@@ -69,7 +68,7 @@ final class PrefetchGuard {
         if (s != null) {
             s.line(new Json().put("type", "note").put("t", System.currentTimeMillis())
                     .put("text", "ND4J's prefetch thread '" + t.getName() + "' died: " + root)
-                    .raw("prefetch_died", frames.put("thread", t.getName()).put("exception", String.valueOf(e))
+                    .raw("prefetch_died", new Json().put("thread", t.getName()).put("exception", String.valueOf(e))
                             .put("cause", String.valueOf(root)).put("frames", where.toString()).close()).close());
             s.flush();
         }
