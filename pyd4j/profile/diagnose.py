@@ -154,7 +154,8 @@ def _prefetch_died(t: Timeline) -> list[Finding]:
     interrupted = any(isinstance(n.get("prefetch_interrupted"), dict) for n in t.notes)
     then = ("the training thread was waiting for that batch, which ND4J never ends: the agent interrupted it, and "
             "fit() failed instead of hanging" if interrupted else
-            "fit() was not waiting for it when it died (it sees the error at its next batch, or the job ended first)")
+            "the agent did not find the training thread waiting for it: fit() sees the error at its next batch (without "
+            "the agent's hooks, hooks=false, the agent cannot tell the training thread, and the job may hang until stopped)")
     return [Finding("prefetch-died", "error", f"The data iterator failed on ND4J's prefetch thread: {d.get('cause')}",
                     [f"thread {d.get('thread')}: {d.get('exception')}", f"at {d.get('frames')}", then],
                     "fix the iterator's next() at the frames above; the error shows on the training thread, with no "

@@ -59,4 +59,4 @@ def test_prefetch_died_finding_from_hand_made_notes(tmp_path):
     (tmp_path / "jvm-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     findings = [f for f in diagnose(Timeline.load(tmp_path)) if f.kind == "prefetch-died"]
     assert len(findings) == 1 and "java.io.IOException: disk" in findings[0].title
-    assert "not waiting" in " ".join(findings[0].evidence)
+    assert "did not find the training thread waiting" in " ".join(findings[0].evidence)
