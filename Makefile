@@ -85,6 +85,9 @@ wheel: $(JAR)
 BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_arenas flags_accuracy agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
+	$(PY) benchmarks/speed_tuning.py --spark
+	@if [ -n "$(EXAMPLES)" ]; then $(PY) benchmarks/examples_speed.py --checkout "$(EXAMPLES)"; \
+	else echo "examples_speed not run: give EXAMPLES=<a deeplearning4j-examples checkout>"; fi
 
 clean:
 	rm -rf .venv $(CUDA_VENV) java/target native/build $(CUDA_BUILD)

@@ -14,6 +14,11 @@ ratio is under 0.98 was left slower. Summary: the median verified speedup over t
 where nothing was kept), jobs whose bad setting was found, false claims, jobs left slower.
 
     .venv/bin/python benchmarks/speed_tuning.py [--seconds 4] [--max-runs 6] [--jobs mlp-threads-unset,...]
+
+With `--spark`, the corpus is DL4J-on-Spark jobs instead (examples/spark's TrainOnSpark, parameter averaging,
+synthetic data) on a loopback standalone cluster of two 1-core workers: the bad setting is in the job's
+spark-submit command (the executors' environment), tune --speed gives its changes to the executors as Spark
+settings and measures the sum of their iterations per second (`results/speed_tuning_spark.json`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,18 @@ CORPUS = [
     ("lstm-well-set", "well", "lstm", [], [], WELL, set()),
     ("mlp-heap-cache-well-set", "well", "mlp", ["heap-cache=48"], [], WELL, set()),
     ("mlp-fast-iterator-well-set", "well", "mlp", ["slow-data=0"], [], WELL, set()),
+]
+
+
+# name, kind, network, spark-submit settings of the job (the executors' environment), job options, settings
+# that undo the bad one. Two workers of 1 core each: an executor's ND4J should run 1 OpenMP thread.
+SPARK_CORPUS = [
+    ("spark-mlp-threads-oversubscribed", "bad", "examples/data/digits_mlp.json",
+     {"spark.executorEnv.OMP_NUM_THREADS": "8"}, [], {"threads=1"}),
+    ("spark-lenet-threads-oversubscribed", "bad", "examples/data/digits_lenet.json",
+     {"spark.executorEnv.OMP_NUM_THREADS": "8"}, ["--features", "1,8,8"], {"threads=1"}),
+    ("spark-mlp-well-set", "well", "examples/data/digits_mlp.json",
+     {"spark.executorEnv.OMP_NUM_THREADS": "1"}, [], set()),
 ]
 
 
@@ -149,8 +166,15 @@ def main() -> None:
     ap.add_argument("--jobs", default="", help="comma-separated job names (default: all)")
     ap.add_argument("--calibration-rounds", type=int, default=3, help="alternated runs a thread count to find the well-set one")
     ap.add_argument("--cpu-priority", action="store_true", help="record that the run was given CPU priority over other work")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "speed_tuning.json")
+    ap.add_argument("--spark", action="store_true", help="the DL4J-on-Spark corpus on a two-worker loopback cluster")
+    ap.add_argument("--examples", type=int, default=8192, help="with --spark: synthetic examples per job run (one epoch)")
+    ap.add_argument("--merge", action="store_true", help="with --spark: keep the other jobs' rows of the results file")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.spark:
+        spark_main(args)
+        return
+    args.out = args.out or ROOT / "results" / "speed_tuning.json"
     if not FIXTURES_JAR.exists():
         raise SystemExit(f"{FIXTURES_JAR} is not built; run `make setup`")
     wanted = set(filter(None, args.jobs.split(",")))
@@ -201,7 +225,71 @@ def main() -> None:
     _write(args.out, results, started, load_start, args, well)
 
 
-def _write(path: Path, results: list[dict], started: float, load_start, args, threads: dict) -> None:
+def spark_main(args) -> None:
+    """The Spark corpus: each job's tune, then a fresh A/B of what it kept, on one two-worker cluster."""
+    from pyd4j.jvm.classpath import spark_examples_classpath
+    from pyd4j.spark.cluster import LocalCluster
+    from pyd4j.spark.install import spark_script, write_properties
+    from pyd4j.spark.job import MAIN_CLASS
+
+    args.out = args.out or ROOT / "results" / "speed_tuning_spark.json"
+    wanted = set(filter(None, args.jobs.split(",")))
+    results: list[dict] = []
+    if args.merge and args.out.exists():   # rows of an earlier run, each with the time it was measured
+        earlier = json.loads(args.out.read_text())
+        results = [{**r, "measured": r.get("measured", earlier["started"])} for r in earlier["jobs"]
+                   if r["job"] not in wanted]
+    started, load_start = time.time(), os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="speed-tuning-"))
+    saved = dict(os.environ)
+    with LocalCluster(workers=2, cores=1, memory="1536m", directory=tmp / "cluster") as cluster:
+        os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
+        jar, lib = spark_examples_classpath()
+        props = write_properties(tmp / "app.properties", {
+            **cluster.app_properties(), "spark.ui.enabled": "false", "spark.executor.memory": "768m",
+            "spark.driver.extraClassPath": f"{jar}{os.pathsep}{lib}", "spark.executor.extraClassPath": f"{jar}{os.pathsep}{lib}"})
+        try:
+            for name, kind, net, conf, options, undo in [c for c in SPARK_CORPUS if not wanted or c[0] in wanted]:
+                job = [spark_script("spark-submit"), "--properties-file", str(props),
+                       *[w for k, v in conf.items() for w in ("--conf", f"{k}={v}")], "--class", MAIN_CLASS, jar,
+                       "--conf", net, "--data", f"synthetic:{args.examples}", "--features", "64", "--labels", "10",
+                       *options, "--epochs", "1", "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
+                load_before = os.getloadavg()
+                t0 = time.monotonic()
+                doc = tune_speed(job, tmp / name, max_runs=args.max_runs, timeout_s=900)
+                wall = time.monotonic() - t0
+                s = doc["speed"]
+                row = {"job": name, "kind": kind, "network": net, "options": options, "spark_conf": conf,
+                       "bad_setting_undone_by": sorted(undo), "verdict": s["verdict"], "exit_code": doc["exit_code"],
+                       "ratio": s["ratio"], "interval": s["interval"], "changes": s["changes"], "paste": s["paste"],
+                       "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")}
+                                 for t in s["tried"]],
+                       "spark_cluster": doc.get("spark_cluster"), "probe": doc.get("probe"),
+                       "run_log": [{k: r.get(k) for k in ("side", "setup", "iterations_per_s", "executors_iterations_per_s", "ok", "why")}
+                                   for r in s["run_log"]],
+                       "extra_runs": s["extra_runs"], "wall_s": round(wall, 1),
+                       "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
+                if kind == "bad":
+                    row["found"] = any(c["setting"] in undo for c in s["changes"])
+                if s["changes"]:
+                    row["recheck"] = recheck(job, {}, s["changes"], tmp / f"{name}-recheck", args.recheck_runs)
+                    row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
+                    row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
+                else:
+                    row["false_claim"] = row["left_slower"] = False
+                results.append(row)
+                print(f"{name:36s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
+                      f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
+                      f"recheck {row.get('recheck', {}).get('ratio')}", flush=True)
+                _write(args.out, results, started, load_start, args, {}, spark=True)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    _write(args.out, results, started, load_start, args, {}, spark=True)
+
+
+def _write(path: Path, results: list[dict], started: float, load_start, args, threads: dict, spark: bool = False) -> None:
     bad = [r for r in results if r["kind"] == "bad"]
     well = [r for r in results if r["kind"] == "well"]
     speedups = [r["ratio"] if r["verdict"] == "verified" else 1.0 for r in bad]
@@ -223,6 +311,9 @@ def _write(path: Path, results: list[dict], started: float, load_start, args, th
            "cpu_priority": args.cpu_priority,
            "settings": {"seconds": args.seconds, "max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
            "well_set_threads": threads,
+           **({"spark": {"cluster": "loopback standalone, 2 workers of 1 core", "job": "examples/spark TrainOnSpark, "
+                         "parameter averaging (direct), 1 epoch, batch 32 per worker", "examples": args.examples,
+                         "speed": "sum of the executors' iterations per second"}} if spark else {}),
            "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
            "summary": summary, "jobs": results}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,8 +52,10 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
 
     The job is any command that starts JVMs (java, a shell command, mvn, gradle, spark-submit);
     the recommended flags reach its JVMs through JAVA_TOOL_OPTIONS (on the command line for a
-    plain `java` command, replacing the job's own memory flags). Ctrl-C or SIGTERM ends the job
-    and reports the partial tune (exit 130 / 143).
+    plain `java` command, replacing the job's own memory flags). A spark-submit job on a cluster gets
+    them as Spark settings; with --speed, each change reaches its executors as spark.executorEnv.* and
+    spark.executor.extraJavaOptions, and its speed is the executors' sum. Ctrl-C or SIGTERM ends the
+    job and reports the partial tune (exit 130 / 143).
 
     \b
     Exit status:
@@ -92,18 +94,6 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
             raise click.UsageError(f"{', '.join(given)} belong to the memory tune; --speed runs its own A/B "
                                    f"(--max-runs): run `pyd4j tune` without --speed for memory flags"
                                    + ("" if and_memory else ", or add --memory for --total"))
-        from pyd4j.profile.command import JobCommand  # noqa: PLC0415
-
-        if and_memory and JobCommand.parse(list(job)).kind == "spark-submit":
-            raise click.UsageError("--speed --memory does not take a spark-submit job: the memory tune of a Spark job "
-                                   "recommends Spark settings (spark.executor.memory, ...), not JVM flags the speed "
-                                   "runs can carry; run `pyd4j tune` and `pyd4j tune --speed` one after the other")
-        from pyd4j.profile.speed import check_launcher  # noqa: PLC0415
-
-        try:
-            check_launcher(list(job))
-        except JobCommandError as err:
-            raise click.UsageError(str(err)) from None
         memory_doc = _memory_first(list(job), out_dir, interval_ms, total, headroom, timeout_s, as_json) \
             if and_memory else None
         _speed(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json, memory_doc)
@@ -177,17 +167,19 @@ def _speed(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: int, 
         check_run_dir(Path(speed_dir))
     from pyd4j.profile.signals import Stopped  # noqa: PLC0415
 
-    base = memory_doc["recommended"] if memory_doc else []
+    # on top of the memory tune's verified settings: JVM flags, or Spark settings for a spark-submit job
+    spark = bool(memory_doc and memory_doc.get("spark_conf"))
+    base = memory_doc["recommended"] if memory_doc and not spark else []
     with stop_on_signals():
         try:
             doc = tune_speed(job, speed_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs,
-                             base_jvm=base)
+                             base_jvm=base, base_spark=memory_doc["spark_conf"] if spark else None)
         except Stopped as err:
             click.echo(f"stopped ({err.name}): the job and everything it started were ended; no change is "
                        f"recommended from an unfinished comparison", err=True)
             sys.exit(err.exit_code)
     if memory_doc is not None:
-        for key in ("probe", "base_jvm_options", "error"):
+        for key in ("probe", "base_jvm_options", "base_spark_conf", "spark_cluster", "error"):
             if key in doc:
                 memory_doc.setdefault("speed_tune", {})[key] = doc[key]
         memory_doc["speed_tune"]["out"] = doc["out"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pyd4j.profile import ab
+from pyd4j.profile import ab, spark_speed
 from pyd4j.profile.command import JobCommand, JobCommandError
 from pyd4j.profile.diagnose import stderr_tail
 from pyd4j.profile.launch import default_run_dir, profile_job
@@ -40,6 +40,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # Every run, both sides: no live-set inspections (full collections) and no allocation sites, which
 # cost time the job would not spend without pyd4j.
 QUIET_AGENT = ("live=0", "sites=0")
+RUN_TIMEOUT_MIN_S = 120.0   # the least time a run after the first gets when the user gave no --timeout
 
 
 @dataclass(frozen=True)
@@ -132,49 +133,78 @@ class Measured:
     timeline: Timeline | None = None
     run_dir: str | None = None
     no_progress: bool = False     # finished cleanly, too few iterations to measure a speed
+    per_executor: list[float | None] = field(default_factory=list)   # a Spark cluster job: each executor's rate
 
 
 def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None,
-               base_jvm: Sequence[str] = ()) -> Runner:
+               base_jvm: Sequence[str] = (), base_spark: dict[str, str] | None = None) -> Runner:
     """Runs the job once per call under the agent with a setup, each run in its own directory.
     `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
-    of every A/B; a setup's own -Xmx follows them and so wins."""
+    of every A/B; a setup's own -Xmx follows them and so wins. `base_spark`: the same for a spark-submit
+    job, Spark settings (the memory tune's), the job's own memory flags dropped. A spark-submit job on a cluster gets
+    the setup as executor settings and is measured on its executors (pyd4j.profile.spark_speed).
+    Without `timeout_s`, every run after the first is stopped at 5x the first run's wall time (at
+    least RUN_TIMEOUT_MIN_S): a change that hangs the job costs a bounded time."""
     counter = [0]
+    limit = [timeout_s]
     java = JobCommand.parse(job).java
+    cluster = spark_speed.cluster_submit(job)
+    if base_jvm and Path(job[0]).name == "spark-submit":
+        raise JobCommandError("memory flags cannot be given to a spark-submit job as JVM options; the memory tune "
+                              "of a Spark job gives Spark settings (base_spark)")
 
     def run(setup: Setup, side: str) -> Measured:
         counter[0] += 1
         run_dir = out_dir / f"run-{counter[0]:03d}-{side}"
         opts = setup.jvm_options()
         drop = setup.drop_memory_flags()
-        if base_jvm:
-            opts, drop = [*base_jvm, *opts], True
-        elif drop and java is not None:
-            kept = [f for f in java.memory_flags() if not f.startswith(("-Xmx", "-Xms"))]
-            opts = kept + opts
-        result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
-                             drop_memory_flags=drop, timeout_s=timeout_s, env_changes=setup.env())
-        t = result.timeline
-        ips = t.iterations_per_second()
-        note = nd4j_note(t)
+        per_executor: list[float | None] = []
+        if cluster is not None:
+            # the setup reaches the executors; the driver (spark-submit's JVM) gets the quiet agent alone
+            result = profile_job(job, run_dir, interval_ms=interval_ms, timeout_s=limit[0],
+                                 extra_jvm_options=["-Dpyd4j.agent=" + ",".join(QUIET_AGENT)],
+                                 spark_conf=spark_speed.merged(base_spark or {}, spark_speed.executor_conf(setup.env(), opts)),
+                                 drop_memory_flags=bool(base_spark))
+            ips, lanes, per_executor = spark_speed.executor_speed(result.lanes)
+            t = lanes[0] if lanes else result.timeline
+            notes = [nd4j_note(lane) for lane in lanes]
+        else:
+            if base_jvm:
+                opts, drop = [*base_jvm, *opts], True
+            elif drop and java is not None:
+                kept = [f for f in java.memory_flags() if not f.startswith(("-Xmx", "-Xms"))]
+                opts = kept + opts
+            result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
+                                 drop_memory_flags=drop or bool(base_spark), timeout_s=limit[0], env_changes=setup.env(),
+                                 spark_conf=base_spark or None)
+            t = result.timeline
+            ips = t.iterations_per_second()
+            notes = [nd4j_note(t)]
+        if limit[0] is None:
+            limit[0] = max(RUN_TIMEOUT_MIN_S, 5 * result.wall_s)
+
+        def measured(ok: bool, why: str, no_progress: bool = False) -> Measured:
+            return Measured(ips, ok, why, t, str(run_dir), no_progress, per_executor)
         # a change that did not take: what ran was another build or BLAS, and its speed says nothing of this one
-        if setup.build() and note is not None and f"/{setup.build()}/" not in note.get("native_library", ""):
-            return Measured(ips, False, f"ND4J loaded {note.get('native_library') or 'no native library it reported'}, "
-                                        f"not the {setup.build()} build", t, str(run_dir))
-        if setup.blas() and note is not None and note.get("blas") != setup.blas():
-            return Measured(ips, False, f"ND4J's BLAS calls went to {note.get('blas') or 'a BLAS it did not report'} "
-                                        f"({note.get('blas_library') or '?'}), not {setup.blas()}", t, str(run_dir))
+        for note in (n for n in notes if n is not None):
+            if setup.build() and f"/{setup.build()}/" not in note.get("native_library", ""):
+                return measured(False, f"ND4J loaded {note.get('native_library') or 'no native library it reported'}, "
+                                       f"not the {setup.build()} build")
+            if setup.blas() and note.get("blas") != setup.blas():
+                return measured(False, f"ND4J's BLAS calls went to {note.get('blas') or 'a BLAS it did not report'} "
+                                       f"({note.get('blas_library') or '?'}), not {setup.blas()}")
         if result.stopped_by == "timeout" and ips:
-            return Measured(ips, True, "stopped at the timeout", t, str(run_dir))
+            return measured(True, "stopped at the timeout")
         if not result.ok:
-            tail = stderr_tail(t)   # what the job said last: why a job that never trained failed
-            return Measured(ips, False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else "")
-                            + (f": {' | '.join(tail)}" if tail else ""), t, str(run_dir))
+            tail = stderr_tail(result.timeline if cluster is not None else t)   # what the job said last
+            return measured(False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else "")
+                            + (f": {' | '.join(tail)}" if tail else ""))
         if not ips:
+            if cluster is not None:
+                return measured(False, spark_speed.no_executor_lane(result.lanes))
             # exited cleanly: too slow to measure in the job's run (a fixed-time job), not broken
-            return Measured(None, False, f"trained {t.iterations()} iteration(s), too few to measure a speed", t,
-                            str(run_dir), no_progress=True)
-        return Measured(ips, True, "", t, str(run_dir))
+            return measured(False, f"trained {t.iterations()} iteration(s), too few to measure a speed", no_progress=True)
+        return measured(True, "")
     return run
 
 
@@ -409,8 +439,7 @@ def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callab
     def run() -> float:
         for _ in range(2 if side == "before" else 1):
             m = runner(setup, side)
-            record.append({"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s,
-                           "ok": m.ok, "why": m.why, "run_dir": m.run_dir})
+            record.append(_logged(side, setup, m))
             if not (m.ok and m.no_progress):
                 break
         if m.ok and m.no_progress:
@@ -419,6 +448,15 @@ def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callab
             raise ab.RunFailed(m.why or "no speed measured")
         return m.iterations_per_s
     return run
+
+
+def _logged(side: str, setup: Setup, m: Measured) -> dict:
+    """A run as the run log keeps it."""
+    row = {"side": side, "setup": setup.label(), "iterations_per_s": m.iterations_per_s, "ok": m.ok, "why": m.why,
+           "run_dir": m.run_dir}
+    if m.per_executor:
+        row["executors_iterations_per_s"] = m.per_executor
+    return row
 
 
 def greedy(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison]
@@ -465,39 +503,22 @@ def change_of(row: dict) -> Change:
                   maven=row.get("maven", ""), build=row.get("build", ""), blas=row.get("blas", ""))
 
 
-def check_launcher(job: list[str]) -> None:
-    """Refuses a job whose training JVMs the speed runs' changes cannot reach: spark-submit to a cluster,
-    whose executors are started by the cluster with its environment (tune --speed changes the job's
-    environment and JVM options, which reach spark-submit's own JVMs and a local[N] driver)."""
-    if not job or Path(job[0]).name != "spark-submit":
-        return
-    from pyd4j.profile.spark_submit import SparkSubmit  # noqa: PLC0415
-
-    submit = SparkSubmit.parse(job)
-    if submit.local_threads() is None:
-        raise JobCommandError(
-            f"tune --speed does not take a spark-submit job on a cluster (master {submit.master}): its executors "
-            f"are started by the cluster, which the speed runs' environment and JVM options do not reach, and each "
-            f"executor's iterations are its own; tune its settings with the same job on --master local[N] (training "
-            f"in the driver), then give the kept ones to the executors (spark.executorEnv.*, "
-            f"spark.executor.extraJavaOptions)")
-
-
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
                ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = (),
-               features: tuple[str, ...] | None = None) -> dict:
+               features: tuple[str, ...] | None = None, base_spark: dict[str, str] | None = None) -> dict:
     """Probe the job, try the candidates, combine what is proved; the `speed` document. `base_jvm`:
-    memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's). `only`:
+    memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's); `base_spark`: its
+    Spark settings, for a spark-submit job. `only`:
     try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
     explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default: this machine's)."""
     started = time.monotonic()
-    check_launcher(job)
     command = JobCommand.parse(job)
+    cluster = spark_speed.cluster_submit(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
     out.mkdir(parents=True, exist_ok=True)
-    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm)
+    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm, base_spark)
     env = dict(os.environ if env is None else env)
     n_cores = n_cores or cores()
     if ram_bytes is None:
@@ -507,11 +528,33 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
 
         ram_bytes = min(x for x in (cgroup_limit_bytes(), psutil.virtual_memory().total) if x)
     runs: list[dict] = []
+
+    def compare(a: Setup, b: Setup) -> ab.Comparison:
+        return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
+
+    def speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str,
+                  kept: Setup | None = None, note: str | None = None) -> dict:
+        d = _speed_doc(final, rows, trials, verdict, runs, started, kept=kept, note=note)
+        if cluster is not None:
+            changes = kept.changes if kept else ()
+            conf = spark_speed.executor_conf(Setup(changes).env(), [o for c in changes for o in c.jvm])
+            # what the executors need is Spark settings, not this shell's environment or JVM options
+            d["paste"].update(environment={}, jvm_options=[], spark_conf=conf, spark_submit=spark_speed.paste(conf))
+        return d
+
     first = runner(Setup(), "probe")
-    runs.append({"side": "probe", "setup": Setup().label(), "iterations_per_s": first.iterations_per_s,
-                 "ok": first.ok, "why": first.why, "run_dir": first.run_dir})
+    runs.append(_logged("probe", Setup(), first))
     probe = probe_of(first)
+    if cluster is not None:
+        # the executors train: their environment is the job's spark.executorEnv.*, their cores Spark's
+        env = spark_speed.executor_env(cluster)
+        lane = first.timeline
+        n_cores = (lane.jvm.cores if lane is not None and lane.jvm is not None and lane.jvm.cores else None) or n_cores
     doc: dict = {"command": list(job), "out": str(out), "cores": n_cores, "base_jvm_options": list(base_jvm),
+                 "base_spark_conf": dict(base_spark or {}),
+                 "spark_cluster": None if cluster is None else {
+                     "master": cluster.master, "executor_cores": n_cores, "executor_environment": env,
+                     "speed": "the sum of the executors' iterations per second"},
                  "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
                            "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
                            "heap_max": probe.heap_max, "iterator": probe.iterator or None, "run_dir": probe.run_dir}}
@@ -529,22 +572,23 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     if mkl_note:
         doc["probe"]["mkl_not_tried"] = mkl_note
     if not probe.ok or not probe.iterations_per_s:
-        doc["speed"] = _speed_doc(None, [], [], "nothing to measure", runs, started,
-                                  note="the job as it is did not train; nothing was compared")
+        doc["speed"] = speed_doc(None, [], [], "nothing to measure", note="the job as it is did not train; nothing was compared")
         doc["error"] = (f"the job as it is did not train ({probe.why}); tune --speed needs a job that runs DL4J "
                         f"training iterations (fit()) and exits cleanly")
         doc["exit_code"] = EXIT_NOTHING
         return doc
     cands = candidates(probe, env, n_cores, ram_bytes, features)
+    if cluster is not None and any(c.replaces_memory_flags for c in cands):
+        cands = [c for c in cands if not c.replaces_memory_flags]
+        doc["probe"]["heap_not_tried"] = (
+            f"GC took {probe.gc_share:.0%} of the executors' training time, but an executor's heap is "
+            f"spark.executor.memory, which the workers must offer (else the application waits for resources): "
+            f"size it with `pyd4j tune` (the memory tune), then tune the speed again")
     if only is not None:
         cands = [c for c in cands if c.setting.split("=")[0] in only]
 
-    def compare(a: Setup, b: Setup) -> ab.Comparison:
-        return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
-
     if not cands:
-        doc["speed"] = _speed_doc(None, [], [], "no verified change", runs, started,
-                                  note="nothing in the probe run points at a setting pyd4j can change")
+        doc["speed"] = speed_doc(None, [], [], "no verified change", note="nothing in the probe run points at a setting pyd4j can change")
         doc["exit_code"] = EXIT_NO_CHANGE
         return doc
     try:
@@ -555,12 +599,11 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
             if final.verdict != "faster":
                 kept, rows = Setup(), []
     except ab.RunFailed as err:
-        doc["speed"] = _speed_doc(None, [], [], "no verified change", runs, started,
-                                  note=f"the job as it is failed during the comparison ({err.why}); no change can be verified")
+        doc["speed"] = speed_doc(None, [], [], "no verified change", note=f"the job as it is failed during the comparison ({err.why}); no change can be verified")
         doc["exit_code"] = EXIT_NO_CHANGE
         return doc
     verdict = "verified" if kept.changes else "no verified change"
-    doc["speed"] = _speed_doc(final if kept.changes else None, rows, trials, verdict, runs, started, kept=kept)
+    doc["speed"] = speed_doc(final if kept.changes else None, rows, trials, verdict, kept=kept)
     doc["exit_code"] = EXIT_VERIFIED if kept.changes else EXIT_NO_CHANGE
     return doc
 
@@ -594,7 +637,10 @@ def print_speed(doc: dict) -> None:
         return "-" if not iv else f"{iv[0]:.3f}-{iv[1]:.3f}" if iv[1] is not None else f"{iv[0]:.3f}-inf"
 
     probe = doc.get("probe") or {}
-    print(f"job as it is: {probe.get('iterations_per_s') or 0:.3g} iterations/s on {doc.get('cores')} cores"
+    spark = doc.get("spark_cluster")
+    where = (f"the sum over its executors ({spark['executor_cores']} cores each) on {spark['master']}" if spark
+             else f"on {doc.get('cores')} cores")
+    print(f"job as it is: {probe.get('iterations_per_s') or 0:.3g} iterations/s {where}"
           + (f"; ND4J: {probe['nd4j']}" if probe.get("nd4j") else ""))
     if probe.get("time_split"):
         from pyd4j.profile.timesplit import describe  # noqa: PLC0415
@@ -606,6 +652,8 @@ def print_speed(doc: dict) -> None:
         print(f"nd4j-native build not tried: {probe['build_not_tried']}")
     if probe.get("mkl_not_tried"):
         print(f"MKL not tried: {probe['mkl_not_tried']}")
+    if probe.get("heap_not_tried"):
+        print(f"heap not tried: {probe['heap_not_tried']}")
     if s["tried"]:
         print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
                     ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],
@@ -620,6 +668,8 @@ def print_speed(doc: dict) -> None:
             print("environment:  " + " ".join(f"{k}={v}" for k, v in p["environment"].items()))
         if p["jvm_options"]:
             print("JVM options:  " + " ".join(p["jvm_options"]))
+        if p.get("spark_submit"):
+            print("spark-submit: " + " ".join(p["spark_submit"]))
         for line in p["code"]:
             print("code:         " + line)
         for snippet in p.get("maven", []):

@@ -229,26 +229,69 @@ def test_fake_job_tune_speed_document_and_exit_codes(tmp_path):
     assert dead["exit_code"] == 1 and "did not train" in dead["error"]
 
 
-def test_spark_submit_on_a_cluster_is_refused_by_name_and_local_mode_is_taken(tmp_path):
-    import subprocess
-    import sys
-
-    from pyd4j.profile.command import JobCommandError
-    from pyd4j.profile.speed import check_launcher
+def test_spark_cluster_settings_are_what_a_user_pastes(tmp_path):
+    """Which spark-submit jobs are tuned through their executors' settings, and the settings a setup becomes."""
+    from pyd4j.profile import spark_speed
 
     app = ["--class", "com.acme.Train", "app.jar", "--epochs", "1"]
-    check_launcher(["spark-submit", "--master", "local[2]", *app])   # training in the driver: the runs reach it
-    check_launcher(["java", "-cp", "app.jar", "com.acme.Train"])
+    assert spark_speed.cluster_submit(["spark-submit", "--master", "local[2]", *app]) is None   # the driver trains
+    assert spark_speed.cluster_submit(["java", "-cp", "app.jar", "com.acme.Train"]) is None
     props = tmp_path / "app.properties"
-    props.write_text("spark.master spark://10.0.0.5:7077\n")
-    for cluster in (["spark-submit", "--master", "yarn", *app], ["spark-submit", "--properties-file", str(props), *app]):
-        with pytest.raises(JobCommandError, match=r"on a cluster \(master (yarn|spark://10\.0\.0\.5:7077)\).*--master local\[N\]"):
-            check_launcher(cluster)
-    # the CLI refuses it before any run, as a usage error (Spark's own spark-submit, as pyd4j installs it)
+    props.write_text("spark.master spark://10.0.0.5:7077\nspark.executorEnv.OMP_NUM_THREADS 8\n")
+    for job, master in ((["spark-submit", "--master", "yarn", "--conf", "spark.executorEnv.OMP_NUM_THREADS=8", *app], "yarn"),
+                        (["spark-submit", "--properties-file", str(props), *app], "spark://10.0.0.5:7077")):
+        submit = spark_speed.cluster_submit(job)
+        assert submit is not None and submit.master == master
+        assert spark_speed.executor_env(submit) == {"OMP_NUM_THREADS": "8"}
+    setup = Setup((Change("threads=1", "8", "OMP_NUM_THREADS=1", "", env=(("OMP_NUM_THREADS", "1"),)),
+                   Change("nd4j.periodic_gc", "on", "off", "", agent=("nd4j_periodic_gc=false",))))
+    conf = spark_speed.executor_conf(setup.env(), setup.jvm_options())
+    assert conf == {"spark.executorEnv.OMP_NUM_THREADS": "1",
+                    "spark.executor.extraJavaOptions": "-Dpyd4j.agent=live=0,sites=0,nd4j_periodic_gc=false"}
+    assert spark_speed.paste({"spark.executor.extraJavaOptions": "-Da=1 -Db=2"}) == \
+        ["--conf 'spark.executor.extraJavaOptions=-Da=1 -Db=2'"]
+    # on top of the memory tune's settings: JVM options appended, anything else replaced
+    base = {"spark.executor.memory": "1g", "spark.executor.extraJavaOptions": "-Dorg.bytedeco.javacpp.maxbytes=1g",
+            "spark.executorEnv.OMP_NUM_THREADS": "8"}
+    assert spark_speed.merged(base, conf) == {
+        "spark.executor.memory": "1g", "spark.executorEnv.OMP_NUM_THREADS": "1",
+        "spark.executor.extraJavaOptions": "-Dorg.bytedeco.javacpp.maxbytes=1g -Dpyd4j.agent=live=0,sites=0,nd4j_periodic_gc=false"}
+    # what Spark settings cannot carry is refused by name, never dropped
+    with pytest.raises(ValueError, match="OMP_NUM_THREADS.*cannot be removed"):
+        spark_speed.executor_conf({"OMP_NUM_THREADS": None}, [])
+    with pytest.raises(ValueError, match="-Xmx2g.*spark.executor.memory"):
+        spark_speed.executor_conf({}, ["-Xmx2g"])
+
+
+def test_fake_runner_tune_speed_of_a_spark_cluster_job(tmp_path, monkeypatch):
+    """tune_speed on a spark-submit job to a cluster (a fake runner): the candidates start from the executors'
+    environment (spark.executorEnv.*), not this shell's; the heap is not tried and says why; what to paste is
+    Spark settings."""
+    seen = []
+
+    def runner(setup: Setup, side: str) -> Measured:
+        seen.append(setup.env())
+        v = 30.0 if setup.env().get("OMP_NUM_THREADS") == "1" else 10.0
+        return Measured(v * (1 + 0.001 * len(side)), True, "", per_executor=[v / 2, v / 2])
+
+    from pyd4j.profile import speed
     from pyd4j.spark.install import spark_script
 
-    p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "tune", "--speed", "--out", str(tmp_path / "t"), "--",
-                        spark_script("spark-submit"), "--master", "spark://127.0.0.1:7077", *app], capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 2 and "does not take a spark-submit job on a cluster" in p.stderr, p.stderr
-    assert not (tmp_path / "t").exists()
+    job = [spark_script("spark-submit"), "--master", "spark://127.0.0.1:7077", "--conf",
+           "spark.executorEnv.OMP_NUM_THREADS=8", "--class", "com.acme.Train", "app.jar"]
+    real_probe = speed.probe_of
+
+    def probe_with_gc(m):   # the probe of an executor that spends 30% of its time in GC
+        p = real_probe(m)
+        p.gc_share, p.heap_max, p.nd4j = 0.3, 512 << 20, {"max_threads": 8}
+        return p
+    monkeypatch.setattr(speed, "probe_of", probe_with_gc)
+    doc = tune_speed(job, tmp_path / "t", runner=runner, env={"OMP_NUM_THREADS": "1"}, n_cores=1, ram_bytes=8 << 30)
+    s = doc["speed"]
+    assert doc["spark_cluster"]["executor_environment"] == {"OMP_NUM_THREADS": "8"}
+    assert "threads=1" in {t["setting"] for t in s["tried"]}          # this shell's OMP_NUM_THREADS=1 is not the executors'
+    assert "heap" not in {t["setting"] for t in s["tried"]} and "spark.executor.memory" in doc["probe"]["heap_not_tried"]
+    assert doc["exit_code"] == 0 and [c["setting"] for c in s["changes"]] == ["threads=1"]
+    assert s["paste"]["environment"] == {} and s["paste"]["spark_conf"] == {"spark.executorEnv.OMP_NUM_THREADS": "1"}
+    assert s["paste"]["spark_submit"] == ["--conf spark.executorEnv.OMP_NUM_THREADS=1"]
+    assert s["run_log"][0]["executors_iterations_per_s"] == [5.0, 5.0]

@@ -1,0 +1,138 @@
+"""`pyd4j tune --speed` on deeplearning4j-examples jobs, compiled unchanged from a checkout the user gives.
+
+The examples are DL4J's own (Apache 2.0), not pyd4j's, and are not vendored here: pass a checkout of
+github.com/deeplearning4j/deeplearning4j-examples (its `dl4j-examples` module targets DL4J 1.0.0-M2.1, the
+version pyd4j's class path carries). Each named class is compiled from `dl4j-examples/src/main/java` with
+javac's -sourcepath (it and what it uses, nothing else) against pyd4j's class path, and run as it is: its
+`main` with no arguments, its data made in the job, nothing downloaded.
+
+Per job, two tunes:
+- the job with a bad setting given from outside (by default `OMP_NUM_THREADS=8` on this machine's cores:
+  more OpenMP threads than cores), tuned; a kept change is re-measured by a fresh A/B (`--recheck-runs`
+  a side): a claim the fresh A/B does not reproduce (median ratio <= 1) is a false claim;
+- the job with what that tune kept (its environment pasted), tuned again: a well-set job, where any
+  claimed change must again survive a fresh A/B.
+
+    .venv/bin/python benchmarks/examples_speed.py --checkout DIR [--jobs quickstart.modeling.feedforward.regression.SumModel]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyd4j.jvm.classpath import classpath
+from pyd4j.profile.speed import tune_speed
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+from benchmarks.speed_tuning import recheck  # noqa: E402  (the corpus benchmark's fresh A/B)
+PACKAGE = "org.deeplearning4j.examples."
+SOURCES = "dl4j-examples/src/main/java"
+DEFAULT_JOBS = ["quickstart.modeling.feedforward.regression.SumModel"]
+THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
+
+
+def commit_of(checkout: Path) -> str:
+    """The checkout's commit, where it is a git work tree (else what the user said it is)."""
+    p = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else "unknown (not a git work tree)"
+
+
+def compile_jobs(checkout: Path, jobs: list[str], out: Path) -> None:
+    """javac the jobs (and the sources they use) from the checkout against pyd4j's class path."""
+    src = checkout / SOURCES
+    files = [src / (PACKAGE + job).replace(".", "/") for job in jobs]
+    missing = [str(f) + ".java" for f in files if not f.with_suffix(".java").exists()]
+    if missing:
+        raise SystemExit(f"not in the checkout: {', '.join(missing)}; give --checkout a deeplearning4j-examples checkout")
+    out.mkdir(parents=True, exist_ok=True)
+    cp = os.pathsep.join(str(p) for p in classpath())
+    p = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-sourcepath", str(src), "-cp", cp,
+                        *[str(f.with_suffix(".java")) for f in files]], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"javac failed:\n{p.stderr[-3000:]}")
+
+
+def tune(job: list[str], env: dict[str, str], out: Path, max_runs: int, recheck_runs: int, only: set[str]) -> dict:
+    saved = dict(os.environ)
+    try:
+        for k in THREADS:
+            os.environ.pop(k, None)
+        os.environ.update(env)
+        t0 = time.monotonic()
+        doc = tune_speed(job, out, max_runs=max_runs, only=only, timeout_s=1800)
+        wall = time.monotonic() - t0
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    s = doc["speed"]
+    row = {"environment": env, "verdict": s["verdict"], "exit_code": doc["exit_code"], "ratio": s["ratio"],
+           "interval": s["interval"], "changes": s["changes"], "paste": s["paste"],
+           "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")} for t in s["tried"]],
+           "probe": {k: (doc.get("probe") or {}).get(k) for k in ("iterations_per_s", "nd4j", "gc_share", "time_split")},
+           "extra_runs": s["extra_runs"], "wall_s": round(wall, 1)}
+    if s["changes"]:
+        row["recheck"] = recheck(job, {k: env.get(k) for k in THREADS}, s["changes"], out.parent / f"{out.name}-recheck",
+                                 recheck_runs)
+        row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
+        row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
+    else:
+        row["false_claim"] = row["left_slower"] = False
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkout", type=Path, required=True, help="a deeplearning4j-examples checkout (read only)")
+    ap.add_argument("--jobs", default=",".join(DEFAULT_JOBS), help=f"classes under {PACKAGE}, comma-separated")
+    ap.add_argument("--bad", default="OMP_NUM_THREADS=8", help="the bad setting, NAME=VALUE in the job's environment")
+    ap.add_argument("--only", default="threads,omp_wait_policy", help="kinds of setting tried (tune_speed's `only`)")
+    ap.add_argument("--commit", default=None, help="the examples' commit, where the checkout is not a clone of them")
+    ap.add_argument("--max-runs", type=int, default=6)
+    ap.add_argument("--recheck-runs", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "examples_speed.json")
+    args = ap.parse_args()
+    jobs = [j for j in args.jobs.split(",") if j]
+    tmp = Path(tempfile.mkdtemp(prefix="examples-speed-"))
+    compile_jobs(args.checkout, jobs, tmp / "classes")
+    cp = os.pathsep.join([str(tmp / "classes"), *(str(p) for p in classpath())])
+    name, _, value = args.bad.partition("=")
+    only = set(filter(None, args.only.split(",")))
+    started, load_start = time.time(), os.getloadavg()
+    results = []
+    for job_class in jobs:
+        job = ["java", "-cp", cp, PACKAGE + job_class]
+        bad = tune(job, {name: value}, tmp / f"{job_class}-bad", args.max_runs, args.recheck_runs, only)
+        bad["found"] = any(c["setting"].startswith("threads") for c in bad["changes"])
+        tuned_env = {name: value, **bad["paste"]["environment"]}
+        again = tune(job, tuned_env, tmp / f"{job_class}-tuned", args.max_runs, args.recheck_runs, only)
+        results.append({"job": PACKAGE + job_class, "bad": bad, "tuned_again": again})
+        print(f"{job_class}: bad {bad['verdict']} {bad['ratio']} {[c['setting'] for c in bad['changes']]} recheck "
+              f"{bad.get('recheck', {}).get('ratio')}; tuned again {again['verdict']} {again['ratio']} recheck "
+              f"{again.get('recheck', {}).get('ratio')}", flush=True)
+        doc = {"benchmark": "examples_speed", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+               "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
+               "load_average_at_start": [round(x, 2) for x in load_start],
+               "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+               "examples_commit": args.commit or commit_of(args.checkout), "bad_setting": args.bad, "only": sorted(only),
+               "settings": {"max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
+               "summary": {"bad_found": sum(r["bad"].get("found", False) for r in results), "jobs": len(results),
+                           "false_claims": sum(r[k]["false_claim"] for r in results for k in ("bad", "tuned_again")),
+                           "left_slower": sum(r[k]["left_slower"] for r in results for k in ("bad", "tuned_again")),
+                           "claims_on_tuned_jobs": sum(r["tuned_again"]["verdict"] == "verified" for r in results)},
+               "jobs": results}
+        text = json.dumps(doc, indent=2).replace(str(tmp) + "/", "<runs>/").replace(str(Path.home()) + "/", "~/")
+        text = text.replace(str(ROOT.parent) + "/", "")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
