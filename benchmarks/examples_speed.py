@@ -10,8 +10,10 @@ Per job, two tunes:
 - the job with a bad setting given from outside (by default `OMP_NUM_THREADS=8` on this machine's cores:
   more OpenMP threads than cores), tuned; a kept change is re-measured by a fresh A/B (`--recheck-runs`
   a side): a claim the fresh A/B does not reproduce (median ratio <= 1) is a false claim;
-- the job with what that tune kept (its environment pasted), tuned again: a well-set job, where any
-  claimed change must again survive a fresh A/B.
+- the job with what that tune kept (its environment and JVM options pasted), tuned again: a well-set job,
+  where any claimed change must again survive a fresh A/B.
+
+`tune --speed` runs at its defaults (every kind of setting; `--only` narrows them).
 
     .venv/bin/python benchmarks/examples_speed.py --checkout DIR [--jobs quickstart.modeling.feedforward.regression.SumModel]
 """
@@ -60,7 +62,7 @@ def compile_jobs(checkout: Path, jobs: list[str], out: Path) -> None:
         raise SystemExit(f"javac failed:\n{p.stderr[-3000:]}")
 
 
-def tune(job: list[str], env: dict[str, str], out: Path, max_runs: int, recheck_runs: int, only: set[str]) -> dict:
+def tune(job: list[str], env: dict[str, str], out: Path, max_runs: int, recheck_runs: int, only: set[str] | None) -> dict:
     saved = dict(os.environ)
     try:
         for k in THREADS:
@@ -93,10 +95,11 @@ def main() -> None:
     ap.add_argument("--checkout", type=Path, required=True, help="a deeplearning4j-examples checkout (read only)")
     ap.add_argument("--jobs", default=",".join(DEFAULT_JOBS), help=f"classes under {PACKAGE}, comma-separated")
     ap.add_argument("--bad", default="OMP_NUM_THREADS=8", help="the bad setting, NAME=VALUE in the job's environment")
-    ap.add_argument("--only", default="threads,omp_wait_policy", help="kinds of setting tried (tune_speed's `only`)")
+    ap.add_argument("--only", default="", help="kinds of setting tried, comma-separated (tune_speed's `only`; default: all)")
     ap.add_argument("--commit", default=None, help="the examples' commit, where the checkout is not a clone of them")
     ap.add_argument("--max-runs", type=int, default=6)
     ap.add_argument("--recheck-runs", type=int, default=4)
+    ap.add_argument("--merge", action="store_true", help="keep the other jobs' rows of the results file")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "examples_speed.json")
     args = ap.parse_args()
     jobs = [j for j in args.jobs.split(",") if j]
@@ -104,16 +107,25 @@ def main() -> None:
     compile_jobs(args.checkout, jobs, tmp / "classes")
     cp = os.pathsep.join([str(tmp / "classes"), *(str(p) for p in classpath())])
     name, _, value = args.bad.partition("=")
-    only = set(filter(None, args.only.split(",")))
+    only = set(filter(None, args.only.split(","))) or None
     started, load_start = time.time(), os.getloadavg()
     results = []
+    if args.merge and args.out.exists():   # rows of an earlier run, each with the time it was measured
+        earlier = json.loads(args.out.read_text())
+        results = [{**r, "measured": r.get("measured", earlier["started"])} for r in earlier["jobs"]
+                   if r["job"] not in {PACKAGE + j for j in jobs}]
     for job_class in jobs:
         job = ["java", "-cp", cp, PACKAGE + job_class]
         bad = tune(job, {name: value}, tmp / f"{job_class}-bad", args.max_runs, args.recheck_runs, only)
         bad["found"] = any(c["setting"].startswith("threads") for c in bad["changes"])
+        # the job as the tune left it: its environment and JVM options pasted (a code or Maven paste is not
+        # applied to a job whose code and build are DL4J's; such changes are listed as not applied)
         tuned_env = {name: value, **bad["paste"]["environment"]}
-        again = tune(job, tuned_env, tmp / f"{job_class}-tuned", args.max_runs, args.recheck_runs, only)
-        results.append({"job": PACKAGE + job_class, "bad": bad, "tuned_again": again})
+        tuned_job = ["java", *bad["paste"]["jvm_options"], *job[1:]]
+        again = tune(tuned_job, tuned_env, tmp / f"{job_class}-tuned", args.max_runs, args.recheck_runs, only)
+        again["not_applied"] = bad["paste"]["code"] + bad["paste"]["maven"]
+        results.append({"job": PACKAGE + job_class, "bad": bad, "tuned_again": again,
+                        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         print(f"{job_class}: bad {bad['verdict']} {bad['ratio']} {[c['setting'] for c in bad['changes']]} recheck "
               f"{bad.get('recheck', {}).get('ratio')}; tuned again {again['verdict']} {again['ratio']} recheck "
               f"{again.get('recheck', {}).get('ratio')}", flush=True)
@@ -121,7 +133,7 @@ def main() -> None:
                "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
                "load_average_at_start": [round(x, 2) for x in load_start],
                "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-               "examples_commit": args.commit or commit_of(args.checkout), "bad_setting": args.bad, "only": sorted(only),
+               "examples_commit": args.commit or commit_of(args.checkout), "bad_setting": args.bad, "only": sorted(only) if only else "all",
                "settings": {"max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
                "summary": {"bad_found": sum(r["bad"].get("found", False) for r in results), "jobs": len(results),
                            "false_claims": sum(r[k]["false_claim"] for r in results for k in ("bad", "tuned_again")),

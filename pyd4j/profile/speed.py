@@ -433,20 +433,24 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
 
 # -- the tune -------------------------------------------------------------------------------------
 
-def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callable[[], float]:
-    """One run of one side as the A/B wants it; a run of the job as it is that finished cleanly but
-    too slowly to measure (a stall on a busy machine) is run once more before the comparison gives up."""
+def _side(runner: Runner, setup: Setup, side: str, record: list[dict], failures: dict[str, int]) -> Callable[[], float]:
+    """One run of one side as the A/B wants it. A run that fails is run again, once per setup: one
+    failure (a native crash now and then, a stall on a busy machine) stays in the run log and in the
+    tune's `failed_runs`, printed; a second failure of the same setup means it breaks the job. A clean
+    run too slow to measure (a fixed-time job on a busy machine) ends as NoProgress: slower."""
     def run() -> float:
-        for _ in range(2 if side == "before" else 1):
+        label = setup.label()
+        while True:
             m = runner(setup, side)
             record.append(_logged(side, setup, m))
-            if not (m.ok and m.no_progress):
+            if m.ok and m.iterations_per_s:
+                return m.iterations_per_s
+            failures[label] = failures.get(label, 0) + 1
+            if failures[label] > 1:
                 break
-        if m.ok and m.no_progress:
+        if m.no_progress:
             raise ab.NoProgress(m.why)
-        if not m.ok or not m.iterations_per_s:
-            raise ab.RunFailed(m.why or "no speed measured")
-        return m.iterations_per_s
+        raise ab.RunFailed(f"{label}: {m.why or 'no speed measured'}")
     return run
 
 
@@ -528,9 +532,11 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
 
         ram_bytes = min(x for x in (cgroup_limit_bytes(), psutil.virtual_memory().total) if x)
     runs: list[dict] = []
+    failures: dict[str, int] = {}
 
     def compare(a: Setup, b: Setup) -> ab.Comparison:
-        return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
+        return ab.compare(_side(runner, a, "before", runs, failures), _side(runner, b, "after", runs, failures),
+                          min_runs, max_runs)
 
     def speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str,
                   kept: Setup | None = None, note: str | None = None) -> dict:
@@ -599,7 +605,7 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
             if final.verdict != "faster":
                 kept, rows = Setup(), []
     except ab.RunFailed as err:
-        doc["speed"] = speed_doc(None, [], [], "no verified change", note=f"the job as it is failed during the comparison ({err.why}); no change can be verified")
+        doc["speed"] = speed_doc(None, [], [], "no verified change", note=f"a run failed twice during the comparison ({err.why}); no change can be verified")
         doc["exit_code"] = EXIT_NO_CHANGE
         return doc
     verdict = "verified" if kept.changes else "no verified change"
@@ -619,7 +625,8 @@ def _speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict]
         elif c.agent:
             paste["code"].append(c.paste)
     fd = final.to_dict() if final else None
-    return {"verdict": verdict, "ratio": fd["ratio"] if fd else None, "interval": fd["interval"] if fd else None,
+    failed = [{k: r.get(k) for k in ("side", "setup", "why", "run_dir")} for r in runs[1:] if not r["ok"]]
+    return {"verdict": verdict, "failed_runs": failed, "ratio": fd["ratio"] if fd else None, "interval": fd["interval"] if fd else None,
             "changes": rows, "tried": trials, "paste": paste, "runs": len(runs),
             "extra_runs": max(0, len(runs) - 1), "run_log": runs, "wall_s": round(time.monotonic() - started, 1),
             "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
@@ -677,6 +684,9 @@ def print_speed(doc: dict) -> None:
     else:
         print(f"{s['verdict']}" + (f": {s['note']}" if s.get("note") else
                                    ": no change was proved faster by the A/B; nothing is recommended"))
+    for r in s.get("failed_runs") or []:
+        print(f"warning: a run of {r['setup']} failed ({r['why']}); the A/B ran it again (a second failure of the "
+              f"same setting counts it as breaking the job); its output: {r['run_dir']}")
     if doc.get("error"):
         print(f"error: {doc['error']}")
     print(f"cost: {s['extra_runs']} runs after the first, {s['wall_s']:.0f} s; runs in {doc['out']}")

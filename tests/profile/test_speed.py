@@ -295,3 +295,64 @@ def test_fake_runner_tune_speed_of_a_spark_cluster_job(tmp_path, monkeypatch):
     assert s["paste"]["environment"] == {} and s["paste"]["spark_conf"] == {"spark.executorEnv.OMP_NUM_THREADS": "1"}
     assert s["paste"]["spark_submit"] == ["--conf spark.executorEnv.OMP_NUM_THREADS=1"]
     assert s["run_log"][0]["executors_iterations_per_s"] == [5.0, 5.0]
+
+
+def test_fake_profile_job_runs_after_the_first_are_bounded_by_the_first(tmp_path, monkeypatch):
+    """Without --timeout, every run after the first stops at 5x the first run's wall time (120 s at least),
+    so a change that hangs the job costs a bounded time; a given --timeout is kept for every run."""
+    from types import SimpleNamespace
+
+    from pyd4j.profile import speed
+
+    given = []
+
+    def fake_profile_job(job, run_dir, timeout_s=None, **_):
+        given.append(timeout_s)
+        timeline = SimpleNamespace(iterations_per_second=lambda: 5.0, notes=[], iterations=lambda: 10)
+        return SimpleNamespace(timeline=timeline, wall_s=60.0, stopped_by=None, ok=True, returncode=0, lanes=[timeline])
+    monkeypatch.setattr(speed, "profile_job", fake_profile_job)
+    job = ["java", "-cp", "x.jar", "Main"]
+    run = speed.job_runner(job, tmp_path / "a")
+    for side in ("probe", "before", "after"):
+        assert run(Setup(), side).iterations_per_s == 5.0
+    assert given == [None, 300.0, 300.0]
+    given.clear()
+    run = speed.job_runner(job, tmp_path / "b", timeout_s=45)
+    run(Setup(), "probe")
+    run(Setup(), "before")
+    assert given == [45, 45]
+
+
+def test_fake_runner_one_crash_is_run_again_and_reported_two_break_the_setting(tmp_path):
+    """A run that fails once (a native crash now and then) is run again and reported; the same setting
+    failing twice is a setting that breaks the job (dropped), and the job as it is failing twice ends the
+    tune with no change, naming what failed."""
+    job = ["java", "-cp", "x.jar", "Main"]
+
+    def runner_failing(times: dict[str, int]):
+        left = dict(times)
+
+        def run(setup: Setup, side: str) -> Measured:
+            label = setup.label()
+            if left.get(label, 0) > 0 and side != "probe":
+                left[label] -= 1
+                return Measured(None, False, "exit code 134 (SIGSEGV in libnd4jcpu.so)")
+            v = 30.0 if setup.env().get("OMP_NUM_THREADS") == "1" else 10.0
+            return Measured(v * (1 + 0.001 * len(side)), True, "")
+        return run
+
+    once = tune_speed(job, tmp_path / "a", runner=runner_failing({"threads=1=OMP_NUM_THREADS=1": 1}), env={},
+                      n_cores=1, ram_bytes=8 << 30, only={"threads"})
+    s = once["speed"]
+    assert once["exit_code"] == 0 and [c["setting"] for c in s["changes"]] == ["threads=1"]
+    assert [r["setup"] for r in s["failed_runs"]] == ["threads=1=OMP_NUM_THREADS=1"]
+    assert "SIGSEGV" in s["failed_runs"][0]["why"]
+
+    twice = tune_speed(job, tmp_path / "b", runner=runner_failing({"threads=1=OMP_NUM_THREADS=1": 2}), env={},
+                       n_cores=1, ram_bytes=8 << 30, only={"threads"})
+    assert twice["exit_code"] == 3 and twice["speed"]["changes"] == []
+    assert twice["speed"]["tried"][0]["verdict"] == "broken" and "SIGSEGV" in twice["speed"]["tried"][0]["reason"]
+
+    base = tune_speed(job, tmp_path / "c", runner=runner_failing({"the job as it is": 2}), env={},
+                      n_cores=1, ram_bytes=8 << 30, only={"threads"})
+    assert base["exit_code"] == 3 and "failed twice" in base["speed"]["note"] and "the job as it is" in base["speed"]["note"]
