@@ -68,7 +68,7 @@ class Finding:
 
     kind: str            # oom-heap, oom-javacpp-maxbytes, oom-javacpp-maxphysicalbytes, oom-direct,
     #                      oom-metaspace, killed (OOM killer), killed-signal (not memory), leak-offheap, leak-heap, gc-pressure, workspace-spill,
-    #                      crash, near-limit, plan-not-applied, prefetch-died
+    #                      crash, native-crash, native-memory, near-limit, plan-not-applied, prefetch-died
     severity: str        # error | warning | info
     title: str
     evidence: list[str]
@@ -298,7 +298,13 @@ def _oom(t: Timeline) -> list[Finding]:
             ))
     code = t.exit_code
     signum = _signal_of(t)
-    if not out and signum is not None and not t.meta.get("interrupted"):
+    fatal = _fatal_error(t) if not out and code not in (None, 0) and not t.meta.get("interrupted") else None
+    if fatal is not None:   # the JVM's own report: it aborted itself (134), no one killed it
+        summary = fatal.summary()
+        out.append(Finding("native-crash" if fatal.kind == "crash" else "native-memory", "error",
+                           f"{summary[0].upper()}{summary[1:]} (exit status {code})", fatal.evidence(), fatal.fix(),
+                           [], {"exit_status": code, "pid": fatal.pid}))
+    elif not out and signum is not None and not t.meta.get("interrupted"):
         out.append(_killed(t, code, signum))
     elif not out and code not in (None, 0) and not t.meta.get("interrupted") \
             and not any(e.get("then") == "exit" for e in plan_refusals(t)):   # the plan-not-applied finding says why
@@ -311,6 +317,15 @@ def _oom(t: Timeline) -> list[Finding]:
         out.append(Finding("crash", "error", f"The job exited with code {code}", msgs or ["see stderr.log in the run directory"],
                            "read the job's stderr.log; no memory limit was reported as the cause"))
     return out
+
+
+def _fatal_error(t: Timeline):
+    """The JVM fatal error report of this lane's JVM in the run's output (any JVM's when the lane has no pid)."""
+    from pyd4j.profile import fatal_error  # noqa: PLC0415
+
+    found = fatal_error.find(t.run_dir) if t.run_dir is not None else []
+    pid = t.jvm.pid if t.jvm is not None else None
+    return next((f for f in found if pid is None or f.pid in (None, pid)), None)
 
 
 def _signal_of(t: Timeline) -> int | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pyd4j.profile import ab, spark_speed
+from pyd4j.profile import ab, fatal_error, spark_speed
 from pyd4j.profile.command import JobCommand, JobCommandError
 from pyd4j.profile.diagnose import stderr_tail
 from pyd4j.profile.launch import default_run_dir, profile_job
@@ -196,7 +196,8 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
         if result.stopped_by == "timeout" and ips:
             return measured(True, "stopped at the timeout")
         if not result.ok:
-            tail = stderr_tail(result.timeline if cluster is not None else t)   # what the job said last
+            fatal = fatal_error.find(run_dir)   # a JVM that crashed says why on stdout, not in its last stderr lines
+            tail = [fatal[0].summary()] if fatal else stderr_tail(result.timeline if cluster is not None else t)
             return measured(False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else "")
                             + (f": {' | '.join(tail)}" if tail else ""))
         if not ips:
