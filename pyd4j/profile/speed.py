@@ -464,14 +464,15 @@ def _logged(side: str, setup: Setup, m: Measured) -> dict:
     return row
 
 
-def greedy(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison]
+def greedy(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison], trials: list[dict] | None = None
            ) -> tuple[Setup, list[dict], list[dict], ab.Comparison | None]:
     """Screen each candidate against the job as it is, then combine the faster ones best first,
     each kept only if it is faster again on top of those kept. Returns the kept setup, the kept
     changes (with the comparison that proved each), every trial and the comparison that proved
-    the first kept change against the job as it is."""
+    the first kept change against the job as it is. `trials` (filled as they finish) keeps them
+    for the caller when a comparison raises."""
     base = Setup()
-    trials: list[dict] = []
+    trials = [] if trials is None else trials
     proved: list[tuple[Change, ab.Comparison]] = []
     for change in cands:
         c = compare(base, base.plus(change))
@@ -598,15 +599,16 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
         doc["speed"] = speed_doc(None, [], [], "no verified change", note="nothing in the probe run points at a setting pyd4j can change")
         doc["exit_code"] = EXIT_NO_CHANGE
         return doc
+    trials: list[dict] = []
     try:
-        kept, rows, trials, final = greedy(cands, compare)
+        kept, rows, trials, final = greedy(cands, compare, trials)
         if len(kept.changes) > 1:
             final = compare(Setup(), kept)
             trials.append({"setting": "all kept", "after": kept.label(), "on_top_of": Setup().label(), **final.to_dict()})
             if final.verdict != "faster":
                 kept, rows = Setup(), []
     except ab.RunFailed as err:
-        doc["speed"] = speed_doc(None, [], [], "no verified change", note=f"a run failed twice during the comparison ({err.why}); no change can be verified")
+        doc["speed"] = speed_doc(None, [], trials, "no verified change", note=f"a run failed twice during the comparison ({err.why}); no change can be verified")
         doc["exit_code"] = EXIT_NO_CHANGE
         return doc
     verdict = "verified" if kept.changes else "no verified change"

@@ -356,3 +356,18 @@ def test_fake_runner_one_crash_is_run_again_and_reported_two_break_the_setting(t
     base = tune_speed(job, tmp_path / "c", runner=runner_failing({"the job as it is": 2}), env={},
                       n_cores=1, ram_bytes=8 << 30, only={"threads"})
     assert base["exit_code"] == 3 and "failed twice" in base["speed"]["note"] and "the job as it is" in base["speed"]["note"]
+    assert base["speed"]["tried"] == []      # the first trial's comparison raised: none finished
+
+    calls = {"n": 0}
+
+    def base_fails_late(setup: Setup, side: str) -> Measured:   # the job as it is breaks in the second trial
+        if setup.label() == "the job as it is" and side == "before":
+            calls["n"] += 1
+            if calls["n"] > 4:
+                return Measured(None, False, "exit code 134 (SIGSEGV in libnd4jcpu.so)")
+        return Measured(10.0 * (1 + 0.001 * len(side) + 0.0001 * calls["n"]), True, "")
+    late = tune_speed(job, tmp_path / "d", runner=base_fails_late, env={}, n_cores=2, ram_bytes=8 << 30,
+                      only={"threads"})
+    # the trial that finished before the job broke is kept in the document, with its verdict
+    assert late["exit_code"] == 3 and [t["setting"] for t in late["speed"]["tried"]] == ["threads=2"]
+    assert late["speed"]["tried"][0]["runs"] == 8   # 4 a side
