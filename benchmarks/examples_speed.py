@@ -79,7 +79,7 @@ def tune(job: list[str], env: dict[str, str], out: Path, max_runs: int, recheck_
            "interval": s["interval"], "changes": s["changes"], "paste": s["paste"],
            "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")} for t in s["tried"]],
            "probe": {k: (doc.get("probe") or {}).get(k) for k in ("iterations_per_s", "nd4j", "gc_share", "time_split")},
-           "extra_runs": s["extra_runs"], "wall_s": round(wall, 1)}
+           "failed_runs": s.get("failed_runs", []), "extra_runs": s["extra_runs"], "wall_s": round(wall, 1)}
     if s["changes"]:
         row["recheck"] = recheck(job, {k: env.get(k) for k in THREADS}, s["changes"], out.parent / f"{out.name}-recheck",
                                  recheck_runs)
