@@ -648,7 +648,8 @@ def print_speed(doc: dict) -> None:
 
     probe = doc.get("probe") or {}
     spark = doc.get("spark_cluster")
-    where = (f"the sum over its executors ({spark['executor_cores']} cores each) on {spark['master']}" if spark
+    cores_each = spark and f"{spark['executor_cores']} core{'s' if spark['executor_cores'] != 1 else ''} each"
+    where = (f"the sum over its executors ({cores_each}) on {spark['master']}" if spark
              else f"on {doc.get('cores')} cores")
     print(f"job as it is: {probe.get('iterations_per_s') or 0:.3g} iterations/s {where}"
           + (f"; ND4J: {probe['nd4j']}" if probe.get("nd4j") else ""))
