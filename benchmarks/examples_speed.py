@@ -34,7 +34,7 @@ from pyd4j.profile.speed import tune_speed
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
-from benchmarks.speed_tuning import recheck  # noqa: E402  (the corpus benchmark's fresh A/B)
+from benchmarks.speed_tuning import claim_checked, tune_row  # noqa: E402  (the corpus benchmark's rows and re-check)
 PACKAGE = "org.deeplearning4j.examples."
 SOURCES = "dl4j-examples/src/main/java"
 DEFAULT_JOBS = ["quickstart.modeling.feedforward.regression.SumModel"]
@@ -75,18 +75,10 @@ def tune(job: list[str], env: dict[str, str], out: Path, max_runs: int, recheck_
         os.environ.clear()
         os.environ.update(saved)
     s = doc["speed"]
-    row = {"environment": env, "verdict": s["verdict"], "exit_code": doc["exit_code"], "ratio": s["ratio"],
-           "interval": s["interval"], "changes": s["changes"], "paste": s["paste"],
-           "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")} for t in s["tried"]],
+    row = {"environment": env, **tune_row(doc), "paste": s["paste"],
            "probe": {k: (doc.get("probe") or {}).get(k) for k in ("iterations_per_s", "nd4j", "gc_share", "time_split")},
-           "failed_runs": s.get("failed_runs", []), "extra_runs": s["extra_runs"], "wall_s": round(wall, 1)}
-    if s["changes"]:
-        row["recheck"] = recheck(job, {k: env.get(k) for k in THREADS}, s["changes"], out.parent / f"{out.name}-recheck",
-                                 recheck_runs)
-        row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
-        row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
-    else:
-        row["false_claim"] = row["left_slower"] = False
+           "failed_runs": s.get("failed_runs", []), "wall_s": round(wall, 1)}
+    claim_checked(row, job, {k: env.get(k) for k in THREADS}, out.parent / f"{out.name}-recheck", recheck_runs)
     return row
 
 

@@ -150,6 +150,26 @@ def recheck(job: list[str], env: dict, kept: list[dict], out: Path, runs: int) -
     return c.to_dict()
 
 
+def tune_row(doc: dict) -> dict:
+    """What a benchmark keeps of one tune's document: its verdict, kept changes and trials."""
+    s = doc["speed"]
+    return {"verdict": s["verdict"], "exit_code": doc["exit_code"], "ratio": s["ratio"], "interval": s["interval"],
+            "changes": s["changes"],
+            "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")} for t in s["tried"]],
+            "extra_runs": s["extra_runs"]}
+
+
+def claim_checked(row: dict, job: list[str], env: dict, out: Path, runs: int) -> None:
+    """A kept change re-measured by a fresh A/B (`recheck`): a claim it does not reproduce (median ratio <= 1)
+    is a false claim, one under 0.98 left the job slower. No kept change: neither."""
+    if row["changes"]:
+        row["recheck"] = recheck(job, env, row["changes"], out, runs)
+        row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
+        row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
+    else:
+        row["false_claim"] = row["left_slower"] = False
+
+
 def _apply(env: dict) -> None:
     for k, v in env.items():
         if v is None:
@@ -200,23 +220,13 @@ def main() -> None:
             os.environ.clear()
             os.environ.update(saved)
         s = doc["speed"]
-        kept = s["changes"]
         row = {"job": name, "kind": kind, "network": net, "options": options, "jvm": jvm,
-               "environment": {k: v for k, v in env.items()}, "bad_setting_undone_by": sorted(undo),
-               "verdict": s["verdict"], "exit_code": doc["exit_code"], "ratio": s["ratio"], "interval": s["interval"],
-               "changes": s["changes"],
-               "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")} for t in s["tried"]],
-               "probe": doc.get("probe"), "extra_runs": s["extra_runs"], "wall_s": round(wall, 1),
+               "environment": {k: v for k, v in env.items()}, "bad_setting_undone_by": sorted(undo), **tune_row(doc),
+               "probe": doc.get("probe"), "wall_s": round(wall, 1),
                "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
         if kind == "bad":
             row["found"] = any(c["setting"] in undo for c in s["changes"])
-        if kept:
-            row["recheck"] = recheck(job, env, kept, tmp / f"{name}-recheck", args.recheck_runs)
-            row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
-            row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
-        else:
-            row["false_claim"] = False
-            row["left_slower"] = False
+        claim_checked(row, job, env, tmp / f"{name}-recheck", args.recheck_runs)
         results.append(row)
         print(f"{name:30s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
               f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
@@ -260,24 +270,15 @@ def spark_main(args) -> None:
                 wall = time.monotonic() - t0
                 s = doc["speed"]
                 row = {"job": name, "kind": kind, "network": net, "options": options, "spark_conf": conf,
-                       "bad_setting_undone_by": sorted(undo), "verdict": s["verdict"], "exit_code": doc["exit_code"],
-                       "ratio": s["ratio"], "interval": s["interval"], "changes": s["changes"], "paste": s["paste"],
-                       "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")}
-                                 for t in s["tried"]],
+                       "bad_setting_undone_by": sorted(undo), **tune_row(doc), "paste": s["paste"],
                        "spark_cluster": doc.get("spark_cluster"), "probe": doc.get("probe"),
                        "run_log": [{k: r.get(k) for k in ("side", "setup", "iterations_per_s", "executors_iterations_per_s", "ok", "why")}
                                    for r in s["run_log"]],
-                       "extra_runs": s["extra_runs"], "wall_s": round(wall, 1),
-                       "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "wall_s": round(wall, 1), "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
                 if kind == "bad":
                     row["found"] = any(c["setting"] in undo for c in s["changes"])
-                if s["changes"]:
-                    row["recheck"] = recheck(job, {}, s["changes"], tmp / f"{name}-recheck", args.recheck_runs)
-                    row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
-                    row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
-                else:
-                    row["false_claim"] = row["left_slower"] = False
+                claim_checked(row, job, {}, tmp / f"{name}-recheck", args.recheck_runs)
                 results.append(row)
                 print(f"{name:36s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
                       f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "

@@ -18,6 +18,7 @@ _NO_MEMORY = "There is insufficient memory for the Java Runtime Environment to c
 _SIGNAL = re.compile(r"^#\s+(SIG[A-Z]+)\s+\(0x[0-9a-f]+\) at pc=\S+, pid=(\d+)")
 _INTERNAL = re.compile(r"^#\s+Internal Error \((.*)\)")
 _FRAME = re.compile(r"^#\s+([CJjVv])\s+\[([^\]+]+)(?:\+0x[0-9a-f]+)?\]\s*(.*)$")
+TAIL_BYTES = 1 << 20   # the report is among the last lines a JVM prints: a long job's whole log is not read
 _JAVA_FRAME = re.compile(r"^[Jj]\s+(?:\d+\s+)?(?:c[12]\s+)?([\w$.]+)\(")
 
 
@@ -73,7 +74,9 @@ def find(run_dir: Path | str) -> list[FatalError]:
     for name in ("stdout.log", "stderr.log"):
         path = Path(run_dir) / name
         try:
-            text = path.read_text(errors="replace")
+            with path.open("rb") as f:
+                f.seek(max(0, path.stat().st_size - TAIL_BYTES))
+                text = f.read().decode(errors="replace")
         except OSError:
             continue
         if _HEADER not in text and _NO_MEMORY not in text:

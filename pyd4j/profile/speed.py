@@ -147,9 +147,10 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
     least RUN_TIMEOUT_MIN_S): a change that hangs the job costs a bounded time."""
     counter = [0]
     limit = [timeout_s]
-    java = JobCommand.parse(job).java
+    command = JobCommand.parse(job)
+    java = command.java
     cluster = spark_speed.cluster_submit(job)
-    if base_jvm and Path(job[0]).name == "spark-submit":
+    if base_jvm and command.kind == "spark-submit":
         raise JobCommandError("memory flags cannot be given to a spark-submit job as JVM options; the memory tune "
                               "of a Spark job gives Spark settings (base_spark)")
 
@@ -434,11 +435,12 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
 
 # -- the tune -------------------------------------------------------------------------------------
 
-def _side(runner: Runner, setup: Setup, side: str, record: list[dict], failures: dict[str, int]) -> Callable[[], float]:
+def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callable[[], float]:
     """One run of one side as the A/B wants it. A run that fails is run again, once per setup: one
     failure (a native crash now and then, a stall on a busy machine) stays in the run log and in the
-    tune's `failed_runs`, printed; a second failure of the same setup means it breaks the job. A clean
-    run too slow to measure (a fixed-time job on a busy machine) ends as NoProgress: slower."""
+    tune's `failed_runs`, printed; a second failure of the same setup (counted in the run log) means it
+    breaks the job. A clean run too slow to measure (a fixed-time job on a busy machine) ends as
+    NoProgress: slower."""
     def run() -> float:
         label = setup.label()
         while True:
@@ -446,8 +448,7 @@ def _side(runner: Runner, setup: Setup, side: str, record: list[dict], failures:
             record.append(_logged(side, setup, m))
             if m.ok and m.iterations_per_s:
                 return m.iterations_per_s
-            failures[label] = failures.get(label, 0) + 1
-            if failures[label] > 1:
+            if sum(1 for r in record if r["setup"] == label and r["side"] != "probe" and not r["ok"]) > 1:
                 break
         if m.no_progress:
             raise ab.NoProgress(m.why)
@@ -534,11 +535,9 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
 
         ram_bytes = min(x for x in (cgroup_limit_bytes(), psutil.virtual_memory().total) if x)
     runs: list[dict] = []
-    failures: dict[str, int] = {}
 
     def compare(a: Setup, b: Setup) -> ab.Comparison:
-        return ab.compare(_side(runner, a, "before", runs, failures), _side(runner, b, "after", runs, failures),
-                          min_runs, max_runs)
+        return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
 
     def speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str,
                   kept: Setup | None = None, note: str | None = None) -> dict:
