@@ -20,7 +20,11 @@ flags generated from half the estimate: must fail, and pyd4j must diagnose it as
 A job that survives on half flags (its halved heap was never used) is run again with the generated
 flags in the same half-size container.
 
-Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5] [--batches 32,256] [--networks mlp,...]
+With `--zoo LeNet,SqueezeNet,...` the same is done for models of DL4J's zoo, built by DL4J's code at
+the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder); `--networks ""` runs them alone.
+
+Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5]
+[--batches 32,256] [--networks mlp,...] [--zoo LeNet,...] [--configs DIR]
 Needs a writable memory cgroup (root, or a delegated cgroup).
 """
 
@@ -54,10 +58,10 @@ def options_for(fs: FlagSet) -> JvmOptions:
                          extra=["-XX:+AlwaysPreTouch"])
 
 
-def train(fs: FlagSet, network: str, batch: int, iterations: int, limit: int, timeout: float = 900) -> dict:
-    """TrainSynthetic with `fs`'s flags in a cgroup limited to `limit` bytes."""
+def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900) -> dict:
+    """TrainSynthetic with `fs`'s flags in a cgroup limited to `limit` bytes (`config`'s inputs in its .input.json)."""
     cmd = java_command(options_for(fs), "org.pyd4j.examples.TrainSynthetic",
-                       [str(NETWORKS / f"{network}.json"), str(batch), str(iterations)], extra_classpath=[examples_jar()])
+                       [str(config), str(batch), str(iterations)], extra_classpath=[examples_jar()])
     with tempfile.TemporaryDirectory() as scratch:  # DL4J writes its OOM crash dumps into the job's cwd
         c = run_limited(cmd, limit, timeout=timeout, cwd=scratch)
     line = next((l for l in reversed(c.stdout.splitlines()) if l.startswith("{")), None)
@@ -88,6 +92,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--networks", default=",".join(n for n, _ in RUNS))
+    parser.add_argument("--zoo", default="", help="models of DL4J's zoo to run too, e.g. LeNet,SqueezeNet,TinyYOLO")
+    parser.add_argument("--configs", help="build the zoo models' configurations into this folder (default: a temporary one)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
                         help="minibatches to run (a long run, many --iterations, at the small batches)")
     parser.add_argument("--max-container", default="8g", help="skip runs whose generated container limit is larger")
@@ -100,24 +106,43 @@ def main() -> None:
 
     max_container = parse_bytes(args.max_container, "--max-container")
     batches_wanted = {int(b) for b in args.batches.split(",") if b}
-    chosen = [(n, tuple(b for b in bs if b in batches_wanted)) for n, bs in RUNS if n in args.networks.split(",")]
+    chosen = [(n, NETWORKS / f"{n}.json", "examples/networks", tuple(b for b in bs if b in batches_wanted))
+              for n, bs in RUNS if n in args.networks.split(",")]
     rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
-    for network, batches in ([] if args.control_only else chosen):
-        base = estimate(NETWORKS / f"{network}.json", 1)
+    scratch = tempfile.TemporaryDirectory(prefix="pyd4j-flags-zoo-")
+    folder = Path(args.configs or scratch.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in [n for n in args.zoo.split(",") if n]:
+        import benchmarks.zoo_coverage as zc  # noqa: PLC0415 - only with --zoo
+
+        built = zc.build(name, 1, folder, 600)
+        if not built["built"]:
+            rows.append({"network": name, "source": "deeplearning4j-zoo", "status": "skipped",
+                         "skipped": f"not built: {built.get('skipped') or built.get('error', '')[-300:]}"})
+            continue
+        chosen.append((name, folder / f"{name}.json", f"deeplearning4j-zoo {built['size']}x{built['size']}",
+                       tuple(sorted(batches_wanted))))
+    for network, config, source, batches in ([] if args.control_only else chosen):
+        try:
+            base = estimate(config, 1)
+        except Exception as err:  # noqa: BLE001 - recorded (a zoo model fit() cannot train); the benchmark goes on
+            rows.append({"network": network, "source": source, "status": "skipped", "skipped": f"not estimated: {err}"[:600]})
+            print(f"{network:13s} skipped: {rows[-1]['skipped'][:200]}", flush=True)
+            continue
         for batch in batches:
             est = base.at_batch(batch)
             fs = flags(est, refuse=False)
             if fs.container_bytes > max_container:
-                rows.append({"network": network, "batch": batch, "status": "skipped",
+                rows.append({"network": network, "source": source, "batch": batch, "status": "skipped",
                              "skipped": f"generated container limit {fs.container_bytes / MiB:.0f} MiB > --max-container "
                                         f"{max_container / MiB:.0f} MiB", "generated_container_bytes": fs.container_bytes})
                 print(f"{network:13s} b={batch:5d} skipped: {rows[-1]['skipped']}", flush=True)
                 continue
-            r = train(fs, network, batch, args.iterations, fs.container_bytes, timeout=args.max_seconds)
+            r = train(fs, config, batch, args.iterations, fs.container_bytes, timeout=args.max_seconds)
             measured_offheap = r.get("peak_native_bytes", 0) - r.get("baseline_native_bytes", 0)
             need = need_of(r)
             row = {
-                "network": network, "batch": batch, "iterations": args.iterations, "status": r["status"],
+                "network": network, "source": source, "batch": batch, "iterations": args.iterations, "status": r["status"],
                 "failure": r["failure"], "diagnosis": r["diagnosis"], "flags": fs.args(),
                 "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
                 "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
@@ -144,15 +169,18 @@ def main() -> None:
     # negative control: each network at its larger batch, container at half the generated limit and flags
     # generated from half the estimate. It must fail, and the failure must be diagnosed as memory exhaustion.
     controls = []
-    for network, batches in ([] if args.no_control else chosen):
-        batch = max(x["batch"] for x in rows if x["network"] == network and x["status"] != "skipped")
-        est = estimate(NETWORKS / f"{network}.json", batch)
+    for network, config, _, batches in ([] if args.no_control else chosen):
+        ran_batches = [x["batch"] for x in rows if x["network"] == network and x["status"] != "skipped"]
+        if not ran_batches:
+            continue
+        batch = max(ran_batches)
+        est = estimate(config, batch)
         full = flags(est, refuse=False)
         half = flags(scaled(est, 0.5), refuse=False)
         limit = full.container_bytes // 2
         variants = [("half flags", half)]
         for variant, fs_run in variants:
-            r = train(fs_run, network, batch, args.iterations, limit, timeout=600)
+            r = train(fs_run, config, batch, args.iterations, limit, timeout=600)
             controls.append({"network": network, "batch": batch, "fraction": 0.5, "variant": variant,
                              "flags": fs_run.args(), "container_limit_bytes": limit,
                              "generated_container_bytes": full.container_bytes, "status": r["status"],
@@ -170,11 +198,18 @@ def main() -> None:
     errors = [abs(x["offheap_error"]) for x in ok if x["offheap_error"] is not None]
     ratios = [x["budget_ratio"] for x in ok if x["budget_ratio"]]
     summary = {
-        "runs": len(ran), "skipped": {f"{x['network']}@{x['batch']}": x["skipped"] for x in rows if x["status"] == "skipped"},
+        "runs": len(ran), "skipped": {f"{x['network']}@{x.get('batch', '-')}": x["skipped"] for x in rows if x["status"] == "skipped"},
         "ooms_under_generated_flags_and_container_limit": sum(1 for x in ran if x["status"] != "ok"),
         "offheap_within_20pct": sum(1 for e in errors if e <= 0.20), "max_abs_offheap_error": max(errors, default=None),
         "median_abs_offheap_error": sorted(errors)[len(errors) // 2] if errors else None,
         "budget_within_1_3x_need": sum(1 for x in ratios if 1 <= x <= TARGET_RATIO),
+        "budget_within_1_3x_need_by_source": {
+            src: f"{sum(1 for x in ok if x.get('source', 'examples/networks').split(' ')[0] == src and x['budget_ratio'] and 1 <= x['budget_ratio'] <= TARGET_RATIO)} of "
+                 f"{sum(1 for x in ok if x.get('source', 'examples/networks').split(' ')[0] == src)}"
+            for src in sorted({x.get("source", "examples/networks").split(" ")[0] for x in ok})},
+        # the JVM's own memory (peak RSS - heap - measured ND4J off-heap) against pyd4j's jvm_native term
+        "native_errors": {f"{x['network']}@{x['batch']}": round(x["predicted_native_bytes"] / x["measured_native_bytes"] - 1, 3)
+                          for x in ok if x.get("measured_native_bytes")},
         # a limit below the need as VmHWM counts it (file-backed pages the cgroup may reclaim) that did not OOM
         "budget_below_need": sum(1 for x in ratios if x < 1),
         "max_budget_ratio": max(ratios, default=None), "min_budget_ratio": min(ratios, default=None),

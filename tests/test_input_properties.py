@@ -122,7 +122,9 @@ def test_flags_from_any_estimate_are_sound_or_refused(est, total, headroom):
     assert all(t.bytes_at(est.batch) >= 0 for t in est.terms)  # a negative term is always refused
     assert all(f.bytes > 0 for f in fs.flags)
     assert fs.heap_bytes >= HEAP_MIN_BYTES
-    assert fs.heap_bytes + fs.maxbytes + fs.max_direct_bytes <= fs.maxphysicalbytes < fs.container_bytes
+    # maxphysicalbytes holds the heap, direct memory and the whole estimate off the heap (without headroom),
+    # and sits under the container limit
+    assert fs.heap_bytes + fs.max_direct_bytes + est.offheap_bytes + est.native_bytes <= fs.maxphysicalbytes < fs.container_bytes
     assert fs.container_bytes <= min(JAVA_LONG_MAX, parse_bytes(total))
     args = fs.args()
     assert args[0] == f"-Xms{jvm_size(fs.heap_bytes)}" and args[1] == f"-Xmx{jvm_size(fs.heap_bytes)}"

@@ -6,8 +6,9 @@ observed peaks) and a total budget, and works out:
     -Xms = -Xmx          the Java heap the job's objects need (ND4J data is not on the heap)
     maxbytes             ND4J off-heap estimate x (1 + headroom)
     MaxDirectMemorySize  small: NIO direct buffers only, which ND4J does not use for arrays
-    maxphysicalbytes     maxbytes + heap + direct + JVM native overhead x (1 + headroom)
-    container limit      maxphysicalbytes + margin (JavaCPP checks RSS only at its next allocation)
+    maxphysicalbytes     heap + direct + (off-heap + JVM native) x (1 + headroom), less the largest workspace
+    container limit      heap + direct + (off-heap + JVM native) x (1 + headroom) + margin (JavaCPP checks
+                         RSS only at its next Pointer: RSS passes maxphysicalbytes by up to a workspace)
 
 Which limit governs what (checked against ND4J/DL4J 1.0.0-M2.1 with JavaCPP 1.5.7, see
 tests/memory/test_limits.py): `-XX:MaxDirectMemorySize` bounds java.nio direct buffers and never
@@ -163,23 +164,38 @@ def _javacpp_part(est: Estimate) -> int | None:
         return None
 
 
+# pyd4j.sched.fitmem's terms for DL4J's workspaces: each is allocated in one piece, outside JavaCPP's check
+WORKSPACE_TERMS = ("activations", "working_memory", "epsilons")
+
+
 def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
-    """The sizes behind the flags. Floors keep every flag meaningful whatever the estimate: a heap
-    of at least HEAP_MIN_BYTES (an estimate without a heap term must not give -Xmx0) and a
-    maxbytes of at least MIN_MAXBYTES (0 means unlimited to JavaCPP)."""
+    """The sizes behind the flags.
+
+    Floors keep every flag meaningful whatever the estimate: a heap of at least HEAP_MIN_BYTES (an
+    estimate without a heap term must not give -Xmx0) and a maxbytes of at least MIN_MAXBYTES (0 means
+    unlimited to JavaCPP). The budget is what is resident: heap + direct + the whole off-heap estimate
+    (not maxbytes, a cap on part of it) + JVM native, the last two with headroom.
+
+    maxphysicalbytes is where JavaCPP collects ND4J's garbage (arrays whose Java objects the collector
+    has not found yet: without it a fit() holds ever more of them). JavaCPP checks RSS only when it
+    makes a Pointer, and a workspace is allocated in one piece without one, so RSS passes
+    maxphysicalbytes by up to the largest workspace before the check runs (ResNet50 at batch 32:
+    241 MiB over, with a 270 MiB activation workspace). It sits that far below the budget, and never
+    below the estimate without headroom, so the container limit holds the overshoot.
+    """
     javacpp = _javacpp_part(est)
     heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
     native = _mib_up(est.native_bytes * (1 + headroom))
-    if javacpp is None:
-        # an estimated network: all of its off-heap memory under maxbytes (harmless where JavaCPP does not count it)
-        maxbytes = max(_mib_up(est.offheap_bytes * (1 + headroom)), MIN_MAXBYTES)
-        maxphys = maxbytes + heap + max_direct + native
-    else:
-        maxbytes = max(_mib_up(javacpp * (1 + headroom)), MIN_MAXBYTES)
-        untracked = _mib_up((est.offheap_bytes - javacpp) * (1 + headroom))
-        maxphys = maxbytes + untracked + heap + max_direct + native
-    margin = max(CONTAINER_MARGIN_MIN, _mib_up(maxphys * CONTAINER_MARGIN_FRACTION))
-    return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, container=maxphys + margin, margin=margin)
+    offheap = _mib_up(est.offheap_bytes * (1 + headroom))
+    # an estimated network: all of its off-heap memory under maxbytes (harmless where JavaCPP does not count it)
+    maxbytes = max(_mib_up((est.offheap_bytes if javacpp is None else javacpp) * (1 + headroom)), MIN_MAXBYTES)
+    budget = offheap + heap + max_direct + native
+    margin = max(CONTAINER_MARGIN_MIN, _mib_up(budget * CONTAINER_MARGIN_FRACTION))
+    workspace = max((t.bytes_at(est.batch) for t in est.terms if t.name in WORKSPACE_TERMS), default=0)
+    unpadded = _mib_up(est.offheap_bytes + est.native_bytes) + heap + max_direct
+    maxphys = min(budget, max(unpadded, budget - _mib_up(workspace)))
+    return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, budget=budget,
+                workspace=workspace, container=budget + margin, margin=margin)
 
 
 def _check_estimate(est: Estimate) -> None:
@@ -270,14 +286,18 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              _maxbytes_reason(est, pct)),
         Flag("org.bytedeco.javacpp.maxphysicalbytes", f"-Dorg.bytedeco.javacpp.maxphysicalbytes={s['maxphysicalbytes']}",
              s["maxphysicalbytes"],
-             "the limit ND4J really hits (JavaCPP checks process RSS at every Pointer): maxbytes + "
-             + ("off-heap memory JavaCPP does not count + " if _javacpp_part(est) is not None else "")
-             + f"heap + direct + JVM native {human_bytes(est.native_bytes)} + {pct}"),
+             "the limit ND4J really hits (JavaCPP checks process RSS at every Pointer and collects ND4J's garbage "
+             f"there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
+             f"{human_bytes(est.native_bytes)} + {pct}"
+             + (f", less the largest workspace ({human_bytes(s['workspace'])}), by which RSS can pass it before the "
+                f"check runs" if s["maxphysicalbytes"] < s["budget"] else "")),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [
-        f"container memory limit {human_bytes(s['container'])} = maxphysicalbytes + {human_bytes(s['margin'])} margin: JavaCPP "
-        f"notices RSS over maxphysicalbytes only at its next allocation",
+        f"container memory limit {human_bytes(s['container'])} = heap + direct + ND4J off-heap and JVM native with "
+        f"headroom + {human_bytes(s['margin'])} margin (page tables, kernel memory); maxphysicalbytes "
+        f"{human_bytes(s['maxphysicalbytes'])} leaves {human_bytes(s['container'] - s['maxphysicalbytes'])} under it: JavaCPP "
+        f"notices RSS over maxphysicalbytes only at its next Pointer",
     ]
     gpu_need = _gpu_need(est, headroom) if gpu_b is not None else None
     result = FlagSet(model=est.model, batch=est.batch, dtype=est.dtype, mode=est.mode, headroom=headroom,
@@ -310,8 +330,8 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
 def _maxbytes_reason(est: Estimate, pct: str) -> str:
     javacpp = _javacpp_part(est)
     if javacpp is None:
-        return (f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom "
-                f"(JavaCPP's default would be -Xmx, unrelated to the network)")
+        return (f"JavaCPP-tracked off-heap: ND4J off-heap estimate {human_bytes(est.offheap_bytes)} + {pct} headroom, at "
+                f"least {human_bytes(MIN_MAXBYTES)} (JavaCPP's default would be -Xmx, unrelated to the network)")
     return (f"what JavaCPP counts: the job's JavaCPP Pointers peaked at {human_bytes(javacpp)} (measured exactly: arrays "
             f"built from Java arrays, Pointers it made) + {pct}, at least {human_bytes(MIN_MAXBYTES)}; the "
             f"{human_bytes(est.offheap_bytes - javacpp)} of libnd4j array buffers and other native memory are not "
@@ -401,12 +421,14 @@ SPARK_FETCH_TO_MEM = SPARK_MAX_DIRECT // 2
 # Spark's own share of an executor/driver JVM beyond a plain DL4J one (pyd4j.memory.estimate's model),
 # measured with pyd4j's agent on the digits MLP (1 MiB of ND4J memory, so the rest is Spark and the JVM)
 # on a loopback standalone cluster (1-core executors, JDK 17, Spark 3.5.8): executor live heap 43-45 MiB
-# vs DL4J's 35 MiB; executor RSS outside the heap 301-314 MiB vs 174 MiB for a plain DL4J JVM; driver
-# 45 MiB live heap and 256 MiB outside the heap. benchmarks/spark.py checks them on other networks.
+# vs DL4J's 35 MiB; executor RSS outside the heap 301-314 MiB; driver 45 MiB live heap and 256 MiB
+# outside the heap. The native constants are those figures less what pyd4j.memory.estimate's model
+# gives a plain DL4J JVM at Spark's 480 MiB heap on one core (122 MiB). benchmarks/spark.py checks them
+# on other networks.
 SPARK_EXECUTOR_LIVE_HEAP = 10 * MiB   # block manager, RPC endpoints, task and broadcast state
-SPARK_EXECUTOR_NATIVE = 132 * MiB     # Spark's classes (metaspace), Netty arenas, ~95 more threads, malloc arenas
+SPARK_EXECUTOR_NATIVE = 184 * MiB     # Spark's classes (metaspace), Netty arenas, ~95 more threads, malloc arenas
 SPARK_DRIVER_LIVE_HEAP = 10 * MiB
-SPARK_DRIVER_NATIVE = 82 * MiB
+SPARK_DRIVER_NATIVE = 134 * MiB
 
 
 @dataclass(frozen=True)

@@ -26,18 +26,18 @@ def test_hand_worked_executor_settings():
     # off-heap x 2 tasks = 2 x 200 = 400 MiB -> maxbytes 460 MiB.
     # heap: DL4J 256 + 1 more copy's layers 1 x 2 x 1 MiB x 2 = 4 + Spark 10 x 2 = 20 -> 280; reserve max(300, 480 - 280) = 300
     #   -> 580 MiB, aligned to 16 MiB: 592 MiB.
-    # native: JVM 36 + 16 + 16 + (32 + 2) x 0.25 + 38 + 5% of 580 (29) + 32 + 4 x 2 = 183.5; + Spark 132 = 315.5
-    #   x 1.15 = 362.8 -> 363 MiB.
-    # maxphysicalbytes = 460 + 592 + 64 (direct) + 363 = 1479 MiB; margin ceil(1479 x 0.05) = 74 -> container 1553 MiB.
+    # native: JVM 108 + 2% of 580 (11.6) + 4 x 2 = 127.6; + Spark 184 = 311.6 x 1.15 = 358.34 -> 359 MiB.
+    # budget = 460 + 592 + 64 (direct) + 359 = 1475 MiB; margin ceil(1475 x 0.05) = 74 -> container 1549 MiB.
+    # maxphysicalbytes = max(ceil(400 + 311.6) + 592 + 64 = 1368, 1475 - 200 (both tasks' activations) = 1275) = 1368 MiB.
     sf = spark_flags(hand_estimate(100), SparkShape(executors=2, executor_cores=2, worker_memory=4096 * MiB))
-    assert SPARK_EXECUTOR_NATIVE == 132 * MiB
+    assert SPARK_EXECUTOR_NATIVE == 184 * MiB
     assert sf.executor.maxbytes == 460 * MiB
     assert sf.executor.heap_bytes == 592 * MiB
-    assert sf.executor.maxphysicalbytes == 1479 * MiB
-    assert sf.executor_container_bytes == 1553 * MiB
+    assert sf.executor.maxphysicalbytes == 1368 * MiB
+    assert sf.executor_container_bytes == 1549 * MiB
     conf = sf.conf()
     assert conf["spark.executor.memory"] == "592m"
-    assert conf["spark.executor.memoryOverhead"] == f"{1553 - 592}m"
+    assert conf["spark.executor.memoryOverhead"] == f"{1549 - 592}m"
     assert conf["spark.executor.cores"] == "2" and conf["spark.cores.max"] == "4"
     assert conf["spark.executorEnv.OMP_NUM_THREADS"] == "1"
     assert "spark.task.cpus" not in conf  # one core per task is Spark's default
@@ -46,9 +46,9 @@ def test_hand_worked_executor_settings():
     assert "-XX:MaxDirectMemorySize=64m" in conf["spark.executor.extraJavaOptions"]
     opts = conf["spark.executor.extraJavaOptions"]
     assert "-Xmx" not in opts and "-Xms" not in opts  # Spark refuses -Xmx there; the heap is spark.executor.memory
-    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1479 * MiB}" in opts
+    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1368 * MiB}" in opts
     tokens = shlex.split(sf.render().replace("\\\n", " ").split("#")[0])
-    assert "spark.executor.memoryOverhead=961m" in tokens
+    assert "spark.executor.memoryOverhead=957m" in tokens
 
 
 def test_every_concurrent_task_trains_its_own_copy():
@@ -140,12 +140,13 @@ def test_hand_worked_settings_from_measured_executor():
     assert est.heap_bytes == SPARK_MIN_HEAP                       # 100 MiB measured, Spark insists on 480 MiB
     conf = sf.conf()
     assert conf["spark.executor.memory"] == "480m"
-    # overhead by hand: maxbytes max(20 x 1.15, 64) = 64 MiB; untracked (200 + 150) x 1.15 = 402.5 -> 403 MiB;
-    # native 90 x 1.15 = 103.5 -> 104 MiB; direct 64 MiB; maxphysicalbytes = 64 + 403 + 480 + 64 + 104 = 1115 MiB;
-    # container + max(16 MiB, 5% = 55.75 -> 56 MiB) = 1171 MiB; overhead = 1171 - 480 = 691 MiB
-    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1115 * MiB}" in conf["spark.executor.extraJavaOptions"]
-    assert conf["spark.executor.memoryOverhead"] == "691m"
-    # per-task split: 4 tasks: untracked (400 + 150) x 1.15 = 632.5 -> 633 MiB (+230; JavaCPP 40 MiB stays under the
-    # 64 MiB floor); maxphysicalbytes 1345 MiB, margin 5% = 67.25 -> 68 MiB (+12): overhead +242 MiB
+    # overhead by hand: maxbytes max(20 x 1.15, 64) = 64 MiB (a cap; its floor is not memory the job holds);
+    # off-heap (20 + 200 + 150) x 1.15 = 425.5 -> 426 MiB; native 90 x 1.15 = 103.5 -> 104 MiB; direct 64 MiB;
+    # maxphysicalbytes = 426 + 480 + 64 + 104 = 1074 MiB (no workspace measured: nothing taken off);
+    # container + max(16 MiB, 5% = 53.7 -> 54 MiB) = 1128 MiB; overhead = 1128 - 480 = 648 MiB
+    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1074 * MiB}" in conf["spark.executor.extraJavaOptions"]
+    assert conf["spark.executor.memoryOverhead"] == "648m"
+    # per-task split: 4 tasks: off-heap (40 + 400 + 150) x 1.15 = 678.5 -> 679 MiB (+253); maxphysicalbytes 1327 MiB,
+    # margin 5% = 66.35 -> 67 MiB (+13): overhead +266 MiB
     _, sf4 = settings(4)
-    assert sf4.executor_overhead_bytes - sf.executor_overhead_bytes == 242 * MiB
+    assert sf4.executor_overhead_bytes - sf.executor_overhead_bytes == 266 * MiB
