@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--spark", action="store_true", help="the DL4J-on-Spark corpus on a two-worker loopback cluster")
     ap.add_argument("--examples", type=int, default=8192, help="with --spark: synthetic examples per job run (one epoch)")
     ap.add_argument("--merge", action="store_true", help="with --spark: keep the other jobs' rows of the results file")
+    ap.add_argument("--cli-memory", action="store_true", help="with --spark: run `pyd4j tune --speed --memory --json -- "
+                    "spark-submit ...` end to end on the first bad job instead (results/speed_memory_spark.json)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.spark:
@@ -265,6 +267,9 @@ def spark_main(args) -> None:
                        "--conf", net, "--data", f"synthetic:{args.examples}", "--features", "64", "--labels", "10",
                        *options, "--epochs", "1", "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
                 load_before = os.getloadavg()
+                if args.cli_memory:
+                    cli_memory_row(job, name, tmp / name, args)
+                    return
                 t0 = time.monotonic()
                 doc = tune_speed(job, tmp / name, max_runs=args.max_runs, timeout_s=900)
                 wall = time.monotonic() - t0
@@ -288,6 +293,49 @@ def spark_main(args) -> None:
             os.environ.clear()
             os.environ.update(saved)
     _write(args.out, results, started, load_start, args, {}, spark=True)
+
+
+def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
+    """`pyd4j tune --speed --memory --json -- <spark-submit job>` as a user runs it: the memory tune's
+    verdict and Spark settings, the speed tune's verdict on top of them, and whether every speed run's
+    executors ran with the memory tune's JavaCPP limits (read from their timelines)."""
+    import sys  # noqa: PLC0415
+
+    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
+    from pyd4j.profile.spark_executors import executor_lanes  # noqa: PLC0415
+
+    t0, load_before = time.monotonic(), os.getloadavg()
+    p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "tune", "--speed", "--memory", "--json", "--max-runs",
+                        str(args.max_runs), "--out", str(out), "--", *job], capture_output=True, text=True, timeout=5400)
+    wall = time.monotonic() - t0
+    doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
+    speed = doc.get("speed") or {}
+    opts = (doc.get("spark_conf") or {}).get("spark.executor.extraJavaOptions", "")
+    wanted = {k: int(v) for k, v in re.findall(r"-Dorg\.bytedeco\.javacpp\.(maxbytes|maxphysicalbytes)=(\d+)", opts)}
+    held = []
+    for run in speed.get("run_log", []):
+        lanes = executor_lanes(Timeline.load_lanes(run["run_dir"])) if run.get("run_dir") else []
+        limits = [t.limits() for t in lanes]
+        held.append({"side": run["side"], "executors": len(lanes),
+                     "javacpp_max": sorted({lim.get("javacpp_max") for lim in limits}),
+                     "javacpp_max_physical": sorted({lim.get("javacpp_max_physical") for lim in limits})})
+    row = {"job": name, "command": "pyd4j tune --speed --memory --json -- spark-submit ...", "exit_code": p.returncode,
+           "memory_exit_code": doc.get("memory_exit_code"), "memory_outcome": doc.get("outcome"),
+           "memory_spark_conf": doc.get("spark_conf"), "memory_tune_limits": wanted,
+           "speed_verdict": speed.get("verdict"), "speed_ratio": speed.get("ratio"), "speed_interval": speed.get("interval"),
+           "speed_changes": [{k: c.get(k) for k in ("setting", "ratio", "interval")} for c in speed.get("changes", [])],
+           "paste": speed.get("paste"), "extra_runs": speed.get("extra_runs"),
+           "speed_runs_with_memory_limits": sum(1 for h in held if h["executors"] and h["javacpp_max"] == [wanted.get("maxbytes")]
+                                                and h["javacpp_max_physical"] == [wanted.get("maxphysicalbytes")]),
+           "speed_runs": len(held), "speed_runs_executors": held, "stderr_tail": p.stderr[-1500:],
+           "wall_s": round(wall, 1), "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+           "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out_file = args.out.parent / "speed_memory_spark.json"
+    out_file.write_text(_portable(json.dumps({"benchmark": "speed_tuning --spark --cli-memory", "cores": os.cpu_count(),
+                                              "cluster": "loopback standalone, 2 workers of 1 core", "job": row}, indent=2)))
+    print(f"{name}: exit {p.returncode}, memory {row['memory_outcome']}, speed {row['speed_verdict']} {row['speed_ratio']}, "
+          f"{row['speed_runs_with_memory_limits']} of {row['speed_runs']} speed runs with the memory tune's limits, "
+          f"{wall:.0f}s", flush=True)
 
 
 def _write(path: Path, results: list[dict], started: float, load_start, args, threads: dict, spark: bool = False) -> None:
