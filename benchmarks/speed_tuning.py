@@ -324,6 +324,8 @@ def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
            "memory_spark_conf": doc.get("spark_conf"), "memory_tune_limits": wanted,
            "speed_verdict": speed.get("verdict"), "speed_ratio": speed.get("ratio"), "speed_interval": speed.get("interval"),
            "speed_changes": [{k: c.get(k) for k in ("setting", "ratio", "interval")} for c in speed.get("changes", [])],
+           "speed_tried": [{k: t.get(k) for k in ("setting", "verdict", "ratio", "interval", "runs")} for t in speed.get("tried", [])],
+           "executor_environment": (doc.get("speed_tune") or {}).get("spark_cluster", {}).get("executor_environment"),
            "paste": speed.get("paste"), "extra_runs": speed.get("extra_runs"),
            "speed_runs_with_memory_limits": sum(1 for h in held if h["executors"] and h["javacpp_max"] == [wanted.get("maxbytes")]
                                                 and h["javacpp_max_physical"] == [wanted.get("maxphysicalbytes")]),

@@ -37,9 +37,11 @@ def cluster_submit(job: Sequence[str]) -> SparkSubmit | None:
     return submit if submit.local_threads() is None else None
 
 
-def executor_env(submit: SparkSubmit) -> dict[str, str]:
-    """The executors' environment the job's command sets (spark.executorEnv.*)."""
-    return {k[len(EXECUTOR_ENV):]: v for k, v in submit.settings().items() if k.startswith(EXECUTOR_ENV)}
+def executor_env(submit: SparkSubmit, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The executors' environment: what the job's command sets (spark.executorEnv.*), and over it the
+    settings every run adds (`base`: the memory tune's, which set OMP_NUM_THREADS to the executor's cores)."""
+    conf = {**submit.settings(), **(base or {})}
+    return {k[len(EXECUTOR_ENV):]: v for k, v in conf.items() if k.startswith(EXECUTOR_ENV)}
 
 
 def executor_conf(env: dict[str, str | None], jvm_options: Sequence[str]) -> dict[str, str]:

@@ -553,8 +553,9 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     runs.append(_logged("probe", Setup(), first))
     probe = probe_of(first)
     if cluster is not None:
-        # the executors train: their environment is the job's spark.executorEnv.*, their cores Spark's
-        env = spark_speed.executor_env(cluster)
+        # the executors train: their environment is the job's spark.executorEnv.* with every run's base
+        # settings over it (a candidate the base already sets would be an A/B of two equal setups), their cores Spark's
+        env = spark_speed.executor_env(cluster, base_spark)
         lane = first.timeline
         n_cores = (lane.jvm.cores if lane is not None and lane.jvm is not None and lane.jvm.cores else None) or n_cores
     doc: dict = {"command": list(job), "out": str(out), "cores": n_cores, "base_jvm_options": list(base_jvm),

@@ -243,6 +243,9 @@ def test_spark_cluster_settings_are_what_a_user_pastes(tmp_path):
         submit = spark_speed.cluster_submit(job)
         assert submit is not None and submit.master == master
         assert spark_speed.executor_env(submit) == {"OMP_NUM_THREADS": "8"}
+        # every run's base settings (the memory tune's) come after the job's: theirs is what the executors get
+        assert spark_speed.executor_env(submit, {"spark.executorEnv.OMP_NUM_THREADS": "1", "spark.executor.memory": "1g"}) \
+            == {"OMP_NUM_THREADS": "1"}
     setup = Setup((Change("threads=1", "8", "OMP_NUM_THREADS=1", "", env=(("OMP_NUM_THREADS", "1"),)),
                    Change("nd4j.periodic_gc", "on", "off", "", agent=("nd4j_periodic_gc=false",))))
     conf = spark_speed.executor_conf(setup.env(), setup.jvm_options())
@@ -295,6 +298,13 @@ def test_fake_runner_tune_speed_of_a_spark_cluster_job(tmp_path, monkeypatch):
     assert s["paste"]["environment"] == {} and s["paste"]["spark_conf"] == {"spark.executorEnv.OMP_NUM_THREADS": "1"}
     assert s["paste"]["spark_submit"] == ["--conf spark.executorEnv.OMP_NUM_THREADS=1"]
     assert s["run_log"][0]["executors_iterations_per_s"] == [5.0, 5.0]
+    # tune --speed --memory: the memory tune's Spark settings already give the executors 1 thread, so threads=1
+    # is not tried (it would compare two equal setups); the probe then reads 1 thread on the executors
+    monkeypatch.setattr(speed, "probe_of", lambda m: (lambda p: (setattr(p, "nd4j", {"max_threads": 1}), p)[1])(real_probe(m)))
+    based = tune_speed(job, tmp_path / "b", runner=runner, env={}, n_cores=1, ram_bytes=8 << 30,
+                       base_spark={"spark.executorEnv.OMP_NUM_THREADS": "1"})
+    assert based["spark_cluster"]["executor_environment"] == {"OMP_NUM_THREADS": "1"}
+    assert not {t["setting"] for t in based["speed"]["tried"]} & {"threads=1"}, based["speed"]["tried"]
 
 
 def test_fake_profile_job_runs_after_the_first_are_bounded_by_the_first(tmp_path, monkeypatch):
