@@ -187,7 +187,8 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
     native = _mib_up(est.native_bytes * (1 + headroom))
     offheap = _mib_up(est.offheap_bytes * (1 + headroom))
-    # an estimated network: all of its off-heap memory under maxbytes (harmless where JavaCPP does not count it)
+    # what JavaCPP counts where it was measured; for an estimated network all of its off-heap memory
+    # (harmless where JavaCPP does not count it)
     maxbytes = max(_mib_up((est.offheap_bytes if javacpp is None else javacpp) * (1 + headroom)), MIN_MAXBYTES)
     budget = offheap + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(budget * CONTAINER_MARGIN_FRACTION))
@@ -289,8 +290,8 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              "the limit ND4J really hits (JavaCPP checks process RSS at every Pointer and collects ND4J's garbage "
              f"there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
              f"{human_bytes(est.native_bytes)} + {pct}"
-             + (f", less the largest workspace ({human_bytes(s['workspace'])}), by which RSS can pass it before the "
-                f"check runs" if s["maxphysicalbytes"] < s["budget"] else "")),
+             + (f", less the largest workspace ({human_bytes(s['workspace'])}: RSS can pass it by that much before the "
+                f"check runs), never under the estimate without headroom" if s["maxphysicalbytes"] < s["budget"] else "")),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [
