@@ -109,12 +109,13 @@ def main() -> None:
     chosen = [(n, NETWORKS / f"{n}.json", "examples/networks", tuple(b for b in bs if b in batches_wanted))
               for n, bs in RUNS if n in args.networks.split(",")]
     rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
-    scratch = tempfile.TemporaryDirectory(prefix="pyd4j-flags-zoo-")
-    folder = Path(args.configs or scratch.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in [n for n in args.zoo.split(",") if n]:
+    zoo = [n for n in args.zoo.split(",") if n]
+    scratch = tempfile.TemporaryDirectory(prefix="pyd4j-flags-zoo-") if zoo and not args.configs else None
+    folder = Path(args.configs or (scratch.name if scratch else "."))
+    for name in zoo:
         import benchmarks.zoo_coverage as zc  # noqa: PLC0415 - only with --zoo
 
+        folder.mkdir(parents=True, exist_ok=True)
         built = zc.build(name, 1, folder, 600)
         if not built["built"]:
             rows.append({"network": name, "source": "deeplearning4j-zoo", "status": "skipped",
@@ -193,6 +194,9 @@ def main() -> None:
                 # it survived on half a heap it did not use: keep the generated flags, halve only the container
                 variants.append(("generated flags", full))
 
+    def family(x: dict) -> str:   # "examples/networks" or "deeplearning4j-zoo" (without the input size)
+        return x.get("source", "examples/networks").split(" ")[0]
+
     ok = [x for x in rows if x["status"] == "ok"]
     ran = [x for x in rows if x["status"] != "skipped"]
     errors = [abs(x["offheap_error"]) for x in ok if x["offheap_error"] is not None]
@@ -204,9 +208,9 @@ def main() -> None:
         "median_abs_offheap_error": sorted(errors)[len(errors) // 2] if errors else None,
         "budget_within_1_3x_need": sum(1 for x in ratios if 1 <= x <= TARGET_RATIO),
         "budget_within_1_3x_need_by_source": {
-            src: f"{sum(1 for x in ok if x.get('source', 'examples/networks').split(' ')[0] == src and x['budget_ratio'] and 1 <= x['budget_ratio'] <= TARGET_RATIO)} of "
-                 f"{sum(1 for x in ok if x.get('source', 'examples/networks').split(' ')[0] == src)}"
-            for src in sorted({x.get("source", "examples/networks").split(" ")[0] for x in ok})},
+            src: f"{sum(1 for x in ok if family(x) == src and x['budget_ratio'] and 1 <= x['budget_ratio'] <= TARGET_RATIO)} of "
+                 f"{sum(1 for x in ok if family(x) == src)}"
+            for src in sorted({family(x) for x in ok})},
         # the JVM's own memory (peak RSS - heap - measured ND4J off-heap) against pyd4j's jvm_native term
         "native_errors": {f"{x['network']}@{x['batch']}": round(x["predicted_native_bytes"] / x["measured_native_bytes"] - 1, 3)
                           for x in ok if x.get("measured_native_bytes")},

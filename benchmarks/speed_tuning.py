@@ -29,6 +29,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -299,8 +300,6 @@ def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
     """`pyd4j tune --speed --memory --json -- <spark-submit job>` as a user runs it: the memory tune's
     verdict and Spark settings, the speed tune's verdict on top of them, and whether every speed run's
     executors ran with the memory tune's JavaCPP limits (read from their timelines)."""
-    import sys  # noqa: PLC0415
-
     from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
     from pyd4j.profile.spark_executors import executor_lanes  # noqa: PLC0415
 

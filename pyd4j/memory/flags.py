@@ -29,6 +29,7 @@ from typing import Any
 from pyd4j.inputs import JAVA_LONG_MAX
 from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, check_batch
 from pyd4j.output import human_bytes
+from pyd4j.sched.fitmem import WORKSPACE_TERMS
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 MiB = 1024**2
@@ -162,10 +163,6 @@ def _javacpp_part(est: Estimate) -> int | None:
         return est.term_bytes(JAVACPP_TERM)
     except KeyError:
         return None
-
-
-# pyd4j.sched.fitmem's terms for DL4J's workspaces: each is allocated in one piece, outside JavaCPP's check
-WORKSPACE_TERMS = ("activations", "working_memory", "epsilons")
 
 
 def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
