@@ -331,9 +331,17 @@ def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
            "speed_runs": len(held), "speed_runs_executors": held, "stderr_tail": p.stderr[-1500:],
            "wall_s": round(wall, 1), "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    row["examples"] = args.examples
+    row["code"] = "commit " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                             text=True).stdout.strip()
+    # every run is kept: each is one measurement of the same command, at the code and job size it names
     out_file = args.out.parent / "speed_memory_spark.json"
-    out_file.write_text(_portable(json.dumps({"benchmark": "speed_tuning --spark --cli-memory", "cores": os.cpu_count(),
-                                              "cluster": "loopback standalone, 2 workers of 1 core", "job": row}, indent=2)))
+    doc = json.loads(out_file.read_text()) if out_file.exists() else {
+        "benchmark": "speed_tuning --spark --cli-memory", "cores": os.cpu_count(),
+        "cluster": "loopback standalone, 2 workers of 1 core", "runs": []}
+    row["run"] = len(doc["runs"]) + 1
+    doc["runs"].append(row)
+    out_file.write_text(_portable(json.dumps(doc, indent=2)))
     print(f"{name}: exit {p.returncode}, memory {row['memory_outcome']}, speed {row['speed_verdict']} {row['speed_ratio']}, "
           f"{row['speed_runs_with_memory_limits']} of {row['speed_runs']} speed runs with the memory tune's limits, "
           f"{wall:.0f}s", flush=True)

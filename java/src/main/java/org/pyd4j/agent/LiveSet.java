@@ -38,6 +38,12 @@ import javax.management.ObjectName;
  *       libnd4j + JavaCPP bytes held over the last {@value #RECENT_SAMPLES} samples (an upper bound of
  *       what is kept: garbage only adds to it), or the lowest heap after the last young collections,
  *       is {@value #SUSPECT_MIN_MIB} MiB (and a tenth) over the last point's value;</li>
+ *   <li>in a JVM that has not trained (a Spark driver, a job that only predicts, one still loading its
+ *       data), whose verdict is judged on seconds: one every {@value #IDLE_GAP_MS} ms and at most
+ *       {@value #IDLE_PAUSE_SHARE} of the wall time until {@value #NEEDED_POINTS} points were taken and
+ *       the ones after the first span {@value #NEEDED_SPAN_SECONDS} s
+ *       (pyd4j.profile.diagnose.LEAK_MIN_SECONDS): at the regular pace a short job ends before it has
+ *       them;</li>
  *   <li>otherwise every {@code intervalMs} and at most {@code live_share} (0.5%) of the wall time.</li>
  * </ul>
  * After the collection it waits until ND4J's and JavaCPP's deallocator threads have freed what the
@@ -52,6 +58,11 @@ final class LiveSet implements Runnable {
     /** Iterations the points after the warm-up one must span (pyd4j.profile.diagnose.LEAK_MIN_ITERATIONS). */
     static final int NEEDED_SPAN_ITERATIONS = 20;
     static final int SPAN_GAP_ITERATIONS = 5;
+    /** Seconds the points after the first must span in a JVM that has not trained (LEAK_MIN_SECONDS). */
+    static final int NEEDED_SPAN_SECONDS = 20;
+    static final long IDLE_GAP_MS = 2000;
+    /** Pause share allowed for the points a JVM that has not trained still needs (it waits on nothing it computes). */
+    static final double IDLE_PAUSE_SHARE = 0.05;
     static final int RECENT_SAMPLES = 20;
     static final int SUSPECT_MIN_MIB = 8;
     private static final long NEED_MIN_GAP_NANOS = 1_000_000_000L;
@@ -132,6 +143,10 @@ final class LiveSet implements Runnable {
     private long lastPointIterations = -1;
     /** Iteration count at the second training point: the first one the verdict keeps after warm-up (-1 before). */
     private long spanStartIterations = -1;
+    /** Points taken before any iteration, and the wall times (ms) of the second of them and of the last. */
+    private int idlePoints;
+    private long idleSpanStartMs = -1;
+    private long idleLastMs = -1;
     /** Off-heap bytes held (libnd4j + JavaCPP) and collector heap usage at the last point; -1 before it. */
     private long lastKept = -1;
     private long lastHeapAfter = -1;
@@ -272,6 +287,10 @@ final class LiveSet implements Runnable {
 
     /** When the next inspection is due, and why early (null: the regular pace). Holds {@code lock}. */
     private long nextDue(long iterations) {
+        if (iterations == 0 && (idlePoints < NEEDED_POINTS || idleLastMs - idleSpanStartMs < NEEDED_SPAN_SECONDS * 1000L)) {
+            if (suspicion == null) suspicion = "needed-idle";
+            return lastPointNanos + Math.max(IDLE_GAP_MS * 1_000_000L, (long) (lastPauseNanos / IDLE_PAUSE_SHARE));
+        }
         boolean training = iterations >= 1 && iterations > lastPointIterations;
         if (training && suspicion == null && trainingPoints < NEEDED_POINTS) suspicion = "needed";
         if (training && suspicion == null && spanStartIterations >= 1
@@ -542,6 +561,8 @@ final class LiveSet implements Runnable {
             if (heapAfterGc >= 0) lastHeapAfter = heapAfterGc;
             if (iterations >= 1 && iterations > lastPointIterations && ++trainingPoints == 2) spanStartIterations = iterations;
             lastPointIterations = iterations;
+            if (iterations == 0 && ++idlePoints == 2) idleSpanStartMs = t;
+            if (iterations == 0) idleLastMs = t;
             suspicion = null;
             recentHeld.clear();
             recentYoung.clear();
