@@ -321,6 +321,7 @@ def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
     row = {"job": name, "command": "pyd4j tune --speed --memory --json -- spark-submit ...", "exit_code": p.returncode,
            "memory_exit_code": doc.get("memory_exit_code"), "memory_outcome": doc.get("outcome"),
            "memory_spark_conf": doc.get("spark_conf"), "memory_tune_limits": wanted,
+           "memory_not_verified_because": doc.get("not_verified_because"),
            "speed_verdict": speed.get("verdict"), "speed_ratio": speed.get("ratio"), "speed_interval": speed.get("interval"),
            "speed_changes": [{k: c.get(k) for k in ("setting", "ratio", "interval")} for c in speed.get("changes", [])],
            "speed_tried": [{k: t.get(k) for k in ("setting", "verdict", "ratio", "interval", "runs")} for t in speed.get("tried", [])],

@@ -634,8 +634,10 @@ def _leaks(t: Timeline) -> list[Finding]:
             "not-enough-data", "info", "Not enough data to judge memory leaks",
             [f"{v.label}: {v.reason}" for v in unknown],
             "leaks are judged on memory left after full collections, over iterations; the agent measures it "
-            "as often as a verdict needs (about 6 points in the first minute of training): let the job train "
-            "longer, and check that the agent's live points were not switched off (-Dpyd4j.agent=live=0); "
+            "as often as a verdict needs (about 6 points in the first minute of training; in a JVM that does not "
+            f"train, such as a Spark driver, points over {LEAK_MIN_SECONDS} s after its first, so it must live about half "
+            "a minute): let the job train longer, and check that the agent's live points were not switched off "
+            "(-Dpyd4j.agent=live=0); "
             "no leak is reported without that evidence",
             [], {"live_points": len(t.live_points), "iterations": t.iterations()},
         ))

@@ -414,9 +414,12 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
         out.append(prefetch)
     if probe.explicit_gc_share is not None and probe.explicit_gc_share > GC_SHARE:
         # The job's System.gc() calls become no-ops; ND4J's CPU arrays are still freed after the
-        # ordinary collections (its deallocators follow reference queues, not System.gc()).
+        # ordinary collections (its deallocators follow reference queues, not System.gc()). So does
+        # JavaCPP's at maxphysicalbytes: under memory limits (tune --speed --memory) it is not tried.
         out.append(Change("explicit_gc", "System.gc() honoured", "-XX:+DisableExplicitGC",
-                          f"collections the job asked for (System.gc()) took {probe.explicit_gc_share:.0%} of the training time",
+                          f"collections the job asked for (System.gc()) took {probe.explicit_gc_share:.0%} of the training "
+                          f"time (JavaCPP's collection at maxphysicalbytes is turned off too: under memory limits, remove "
+                          f"the job's System.gc() calls instead)",
                           jvm=("-XX:+DisableExplicitGC",), paste="-XX:+DisableExplicitGC"))
     if probe.gc_share is not None and probe.gc_share - (probe.explicit_gc_share or 0) > GC_SHARE and probe.heap_max:
         bigger = probe.heap_max * 4
@@ -592,6 +595,13 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
             f"GC took {probe.gc_share:.0%} of the executors' training time, but an executor's heap is "
             f"spark.executor.memory, which the workers must offer (else the application waits for resources): "
             f"size it with `pyd4j tune` (the memory tune), then tune the speed again")
+    if (base_jvm or base_spark) and any(c.setting == "explicit_gc" for c in cands):
+        cands = [c for c in cands if c.setting != "explicit_gc"]
+        doc["probe"]["explicit_gc_not_tried"] = (
+            f"collections the job asked for (System.gc()) took {probe.explicit_gc_share:.0%} of the training time, "
+            f"but -XX:+DisableExplicitGC also turns off the collection JavaCPP asks for at maxphysicalbytes, which "
+            f"holds the memory tune's limits (an array's memory is freed only once its Java object is collected): "
+            f"remove the job's own System.gc() calls instead")
     if only is not None:
         cands = [c for c in cands if c.setting.split("=")[0] in only]
 
@@ -665,6 +675,8 @@ def print_speed(doc: dict) -> None:
         print(f"MKL not tried: {probe['mkl_not_tried']}")
     if probe.get("heap_not_tried"):
         print(f"heap not tried: {probe['heap_not_tried']}")
+    if probe.get("explicit_gc_not_tried"):
+        print(f"-XX:+DisableExplicitGC not tried: {probe['explicit_gc_not_tried']}")
     if s["tried"]:
         print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
                     ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],

@@ -2,7 +2,8 @@
 concurrently: a job that keeps every prediction is found, at its line, within its first minutes; a
 job whose cache grows and then levels off is judged and not called a leak; a slow job (a second an
 iteration) is judged from the points the agent takes for it, not from a regular one that may come after
-it ends."""
+it ends; a job that never trains (it only predicts, and keeps every prediction) is judged on seconds from
+the points the agent takes for it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from pyd4j.profile.diagnose import diagnose, leak_verdicts
-from tests.profile.conftest import DEADLINE_S, Stopper, corpus_command, leak_site_line, offheap_leak_found, \
+from tests.profile.conftest import DEADLINE_S, PROJECT_ROOT, Stopper, corpus_command, leak_site_line, offheap_leak_found, \
     run_concurrently, verdicts_reached
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -34,18 +35,32 @@ def default_runs(runs_root):
         command = corpus_command(name, *jvm, min_iterations=20, stop=stop)
         return lambda: profile_job(command, root / lane, on_sample=stopper, timeout_s=DEADLINE_S)
 
-    stop = root / "keep-predictions.stop"
-    user_job = ["java", "-cp", corpus_command("mlp")[2], "org.deeplearning4j.examples.pyd4jfixture.KeepPredictions", str(stop)]
     return run_concurrently({
         "leak-list": job("leak-list", lambda t: offheap_leak_found(t) or verdicts_reached(t), 0),
-        "keep-predictions": lambda: profile_job(user_job, root / "keep-predictions", timeout_s=DEADLINE_S,
-                                                on_sample=Stopper(root / "keep-predictions", stop,
-                                                                  lambda t: offheap_leak_found(t) or verdicts_reached(t))),
+        "keep-predictions": fixture_job(root, "KeepPredictions", lambda t: offheap_leak_found(t) or verdicts_reached(t)),
         # long enough after the cache is full for the verdict to see it level off
         "plateau": job("plateau", lambda t: verdicts_reached(t) and t.iterations() >= 6 * CACHE_ENTRIES, 30,
                        lambda t: jcmd.update(histogram_now(t))),
         "slow": job("mlp", verdicts_reached, 0, jvm=(f"-Dcorpus.pauseMs={SLOW_PAUSE_MS}",), lane="slow"),
+        "serve-and-keep": fixture_job(root, "ServeAndKeep", lambda t: offheap_leak_found(t) or verdicts_reached(t)),
     }) | {"jcmd": jcmd}
+
+
+def fixture_job(root, name: str, enough):
+    """One of the user-style fixtures (org.deeplearning4j.examples.pyd4jfixture.<name> <stopFile>), profiled
+    at the agent's defaults until `enough` holds."""
+    from pyd4j.profile import profile_job
+
+    stop = root / f"{name}.stop"
+    command = ["java", "-cp", corpus_command("mlp")[2], f"org.deeplearning4j.examples.pyd4jfixture.{name}", str(stop)]
+    return lambda: profile_job(command, root / name, timeout_s=DEADLINE_S,
+                               on_sample=Stopper(root / name, stop, enough))
+
+
+def fixture_line(name: str, marker: str) -> int:
+    """The line of the fixture's source marked `LEAK SITE <marker>`."""
+    source = PROJECT_ROOT / f"tests/fixtures/java/src/main/java/org/deeplearning4j/examples/pyd4jfixture/{name}.java"
+    return next(i for i, text in enumerate(source.read_text().splitlines(), start=1) if f"LEAK SITE {marker}" in text)
 
 
 def histogram_now(t) -> dict:
@@ -125,11 +140,9 @@ def test_user_code_is_told_by_its_classpath_entry_not_its_package(default_runs, 
     """A job in org.deeplearning4j.examples.* (as deeplearning4j-examples' are), from a jar that is not a
     library's: its line is the user's, in the finding and in the report."""
     from pyd4j.profile.report import write_report
-    from tests.profile.conftest import PROJECT_ROOT
 
     run = finished(default_runs, "keep-predictions")
-    source = PROJECT_ROOT / "tests/fixtures/java/src/main/java/org/deeplearning4j/examples/pyd4jfixture/KeepPredictions.java"
-    line = next(i for i, text in enumerate(source.read_text().splitlines(), start=1) if "LEAK SITE keep-predictions" in text)
+    line = fixture_line("KeepPredictions", "keep-predictions")
     leaks = [f for f in diagnose(run.timeline) if f.kind == "leak-offheap"]
     assert leaks, [(v.status, v.reason) for v in leak_verdicts(run.timeline)]
     site = f"KeepPredictions.java:{line})"
@@ -152,3 +165,23 @@ def test_the_reported_live_heap_is_what_jcmd_measures(default_runs):
     print(f"agent {point['heap_live']} B vs jcmd GC.class_histogram {jcmd['total']} B")
     assert point["heap_live"] == pytest.approx(jcmd["total"], rel=0.02)
     assert t.peaks()["heap_live"] == max(p["heap_live"] for p in t.live_points) >= point["heap_live"]
+
+
+def test_a_job_that_never_trains_is_judged_on_seconds_from_points_taken_for_it(default_runs):
+    """A JVM that never trains (an inference job here; a Spark driver) is judged on seconds: the agent
+    takes the points that verdict needs (why = "needed-idle", one every IDLE_GAP_MS at most) instead of
+    waiting for its regular pace, which a short job outlives; a job that keeps every prediction is found at
+    its line from those points alone."""
+    from pyd4j.profile.diagnose import LEAK_MIN_SECONDS
+
+    t = finished(default_runs, "serve-and-keep").timeline
+    assert t.iterations() == 0
+    idle = [p for p in t.live_points if p.get("why") == "needed-idle"]
+    assert len(idle) >= 6, [(p["t"], p.get("why")) for p in t.live_points]
+    gaps = np.diff([p["t"] for p in idle])
+    assert (gaps >= 1990).all(), gaps   # IDLE_GAP_MS (2 s) after the previous point ended
+    assert (idle[-1]["t"] - idle[1]["t"]) / 1000 >= LEAK_MIN_SECONDS
+    judged = t.until(idle[-1]["t"] + 1)
+    leaks = [f for f in diagnose(judged) if f.kind == "leak-offheap"]
+    assert leaks, [(v.status, v.reason) for v in leak_verdicts(judged)]
+    assert leaks[0].numbers["site"].endswith(f"ServeAndKeep.java:{fixture_line('ServeAndKeep', 'serve-and-keep')})")

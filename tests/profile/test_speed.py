@@ -307,6 +307,33 @@ def test_fake_runner_tune_speed_of_a_spark_cluster_job(tmp_path, monkeypatch):
     assert not {t["setting"] for t in based["speed"]["tried"]} & {"threads=1"}, based["speed"]["tried"]
 
 
+def test_fake_runner_disable_explicit_gc_is_not_tried_under_memory_limits(tmp_path, monkeypatch):
+    """A job whose own System.gc() calls take half its time: alone, -XX:+DisableExplicitGC is tried and kept;
+    on top of a memory tune's limits (tune --speed --memory) it is not tried, and the document says why:
+    it would also turn off the collection JavaCPP asks for at maxphysicalbytes, which holds those limits."""
+    from pyd4j.profile import speed
+
+    def runner(setup: Setup, side: str) -> Measured:
+        v = 20.0 if "-XX:+DisableExplicitGC" in setup.jvm_options() else 10.0
+        return Measured(v * (1 + 0.001 * len(side)), True, "")
+
+    real_probe = speed.probe_of
+
+    def probe_with_system_gc(m):
+        p = real_probe(m)
+        p.gc_share, p.explicit_gc_share, p.heap_max, p.nd4j = 0.5, 0.5, 512 << 20, {"max_threads": 1}
+        return p
+    monkeypatch.setattr(speed, "probe_of", probe_with_system_gc)
+    job = ["java", "-cp", "x.jar", "Main"]
+    alone = tune_speed(job, tmp_path / "a", runner=runner, env={"OMP_NUM_THREADS": "1"}, n_cores=1, ram_bytes=8 << 30)
+    assert [c["setting"] for c in alone["speed"]["changes"]] == ["explicit_gc"]
+    assert "maxphysicalbytes" in alone["speed"]["changes"][0]["reason"]
+    limited = tune_speed(job, tmp_path / "m", runner=runner, env={"OMP_NUM_THREADS": "1"}, n_cores=1, ram_bytes=8 << 30,
+                         base_jvm=["-Xmx512m", "-Dorg.bytedeco.javacpp.maxphysicalbytes=1073741824"])
+    assert "explicit_gc" not in {t["setting"] for t in limited["speed"]["tried"]}
+    assert limited["exit_code"] == 3 and "maxphysicalbytes" in limited["probe"]["explicit_gc_not_tried"]
+
+
 def test_fake_profile_job_runs_after_the_first_are_bounded_by_the_first(tmp_path, monkeypatch):
     """Without --timeout, every run after the first stops at 5x the first run's wall time (120 s at least),
     so a change that hangs the job costs a bounded time; a given --timeout is kept for every run."""
