@@ -561,6 +561,25 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
     ex, ey = envelope(t, what, unit)
     if verdict.status == "leak" and ex.size:
         trend = verdict.trend
+        needed = max(min_growth, min_relative * max(float(np.nanmin(y)), 0.0))
+        # Kept memory is never released, so all of it is in what is held at every later moment. Where the
+        # job later held less than a point had counted as kept (by half a leak's growth or more), the
+        # points caught memory it releases later; and where, past the middle of the points, it held less
+        # than a leak adding `needed` at a steady rate over them would keep by then, there is no such leak.
+        ok = ~np.isnan(y)
+        first_x = float(np.nanmin(x[ok]))
+        share = (ex - first_x) / max(trend.last_x - first_x, 1e-9)
+        overstated = np.array([bool(((x[ok] <= xm) & (y[ok] - ym >= needed / 2)).any()) for xm, ym in zip(ex, ey)])
+        refuted = overstated & (share >= 0.5) & (share <= 1) & (ey < needed * share)
+        if refuted.any():
+            i = int(np.flatnonzero(refuted)[np.argmin(ey[refuted])])
+            counted = float(np.nanmax(y[ok][x[ok] <= ex[i]]))
+            return LeakVerdict("no-leak", label, trend,
+                               f"the live points rose {human_bytes(trend.growth)}, but at {unit} {ex[i]:.0f} the job held "
+                               f"{human_bytes(ey[i])} in all (an upper bound of what it keeps), after a point had counted "
+                               f"{human_bytes(counted)} as kept, and where a leak adding {human_bytes(needed)} over the "
+                               f"points at a steady rate would keep {human_bytes(needed * share[i])}: the points caught "
+                               f"memory the job releases later")
         end = max(float(np.nanmax(ex)), trend.last_x)
         start = float(np.nanmin(x[~np.isnan(y)]))
         late = ex >= (start + end) / 2

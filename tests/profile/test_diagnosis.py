@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyd4j.profile import Timeline, diagnose
-from pyd4j.profile.diagnose import fit_trend
+from pyd4j.profile.diagnose import fit_trend, leak_verdicts
 from tests.profile.conftest import fixture_command
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -176,3 +176,30 @@ def test_gc_pressure_leaves_out_the_collections_made_to_measure_the_live_set(tmp
     overall, worst = gc_share(t)
     assert overall == pytest.approx(0.5 / 20, abs=0.01)
     assert worst < 0.1
+
+
+def _made_up_training(tmp_path, held, kept_at_point):
+    """Made-up timeline (our own logic only): 1000 iterations in 100 s, a sample every 100 ms (one an iteration)
+    holding `held(i, k)` off-heap bytes, a live point every 50 iterations saying `kept_at_point(i)`."""
+    from pyd4j.profile.timeline import Timeline
+
+    t0 = 1_000_000
+    samples = [{"type": "sample", "t": t0 + 100 * k, "iterations": k, "nd4j_live": held(k, k)} for k in range(1001)]
+    points = [{"type": "live", "t": t0 + 100 * i + 50, "trigger": "inspection", "iterations": i,
+               "heap_live": 50 << 20, "heap_after_gc": 60 << 20, "nd4j_live": kept_at_point(i)}
+              for i in range(0, 1001, 50)]
+    return Timeline(tmp_path, {"t": t0}, samples, [], [], [], [], None, live_points=points)
+
+
+def test_fake_points_that_caught_memory_released_later_are_no_leak(tmp_path):
+    """Live points rising 1 -> 31 MiB while, between them, the job often holds 1 MiB in all (what a Spark
+    executor showed: memory it releases later was counted as kept): no leak, and the reason says where the
+    job held less than a point had counted. The same points over samples that never fall below them: a leak."""
+    mib = 1 << 20
+    rising = lambda i: mib + 30 * mib * i // 1000  # noqa: E731
+    released = _made_up_training(tmp_path, lambda i, k: mib if k % 20 else rising(i) + 8 * mib, rising)
+    verdict = leak_verdicts(released)[1]
+    assert verdict.status == "no-leak", verdict.reason
+    assert "releases later" in verdict.reason and "after a point had counted" in verdict.reason
+    kept = _made_up_training(tmp_path, lambda i, k: rising(i) + (k % 7) * mib, rising)
+    assert leak_verdicts(kept)[1].status == "leak", leak_verdicts(kept)[1].reason

@@ -1,0 +1,91 @@
+"""Do pyd4j's memory limits still hold with -XX:+DisableExplicitGC, the speed tune's fix for a job's own System.gc()?
+
+`tune --speed` offers -XX:+DisableExplicitGC when the collections a job asks for take its time. The flag
+also turns off the collection JavaCPP asks for when ND4J's memory reaches maxphysicalbytes, and `pyd4j
+flags` sizes maxphysicalbytes below the container on the understanding that this collection frees the
+garbage arrays in time. So `tune --speed --memory` does not try it. This benchmark is the evidence: each
+network trains under its generated flags in a memory cgroup at the generated container limit
+(`flags_accuracy.train`, the same runs as `flags_accuracy.py`), once as generated and once with
+-XX:+DisableExplicitGC added, the two runs back to back.
+
+Writes benchmarks/results/explicit_gc_limits.json. Usage: python benchmarks/explicit_gc_limits.py
+[--runs deep_cnn_bn@32:200,Darknet19@32:200,UNet@32:3] (NAME@BATCH:ITERATIONS; zoo models are built by
+DL4J's code, example networks read from examples/networks). Needs a writable memory cgroup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import benchmarks.flags_accuracy as fa  # noqa: E402
+from pyd4j.jvm import JvmOptions  # noqa: E402
+from pyd4j.memory.estimate import estimate  # noqa: E402
+from pyd4j.memory.flags import flags  # noqa: E402
+
+MiB = 1024**2
+VARIANTS = {"generated flags": [], "generated flags + -XX:+DisableExplicitGC": ["-XX:+DisableExplicitGC"]}
+
+
+def config_of(name: str, folder: Path) -> Path:
+    """An example network's configuration, or a zoo model built by DL4J's code at the smallest input it builds at."""
+    local = fa.NETWORKS / f"{name}.json"
+    if local.exists():
+        return local
+    import benchmarks.zoo_coverage as zc  # noqa: PLC0415
+
+    built = zc.build(name, 1, folder, 600)
+    if not built["built"]:
+        raise SystemExit(f"{name}: not built: {built.get('skipped') or built.get('error', '')[-300:]}")
+    return folder / f"{name}.json"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default="deep_cnn_bn@32:200,Darknet19@32:200,UNet@32:3")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "explicit_gc_limits.json")
+    args = ap.parse_args()
+    rows = []
+    started, load = time.time(), os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="pyd4j-explicit-gc-") as folder:
+        for spec in args.runs.split(","):
+            name, rest = spec.split("@")
+            batch, iterations = (int(x) for x in (rest.split(":") + ["3"])[:2])
+            config = config_of(name, Path(folder))
+            fs = flags(estimate(config, batch), refuse=False)
+            for variant, extra in VARIANTS.items():
+                fa.options_for = lambda f, extra=extra: JvmOptions.of(
+                    heap_initial=f.heap_bytes, heap_max=f.heap_bytes, max_direct_memory=f.max_direct_bytes,
+                    javacpp_maxbytes=f.maxbytes, javacpp_maxphysicalbytes=f.maxphysicalbytes,
+                    extra=["-XX:+AlwaysPreTouch", *extra])
+                r = fa.train(fs, config, batch, iterations, fs.container_bytes)
+                row = {"network": name, "batch": batch, "iterations": iterations, "variant": variant,
+                       "flags": [*fs.args(), *extra], "status": r["status"], "failure": r["failure"],
+                       "diagnosis": r["diagnosis"], "container_bytes": fs.container_bytes,
+                       "maxphysicalbytes": fs.maxphysicalbytes, "cgroup_peak_bytes": r.get("cgroup_peak_bytes"),
+                       "peak_rss_bytes": r.get("peak_rss_bytes"), "cgroup_oom_kills": r.get("cgroup_oom_kills"),
+                       "wall_seconds": r.get("wall_seconds"), "iterations_done": r.get("iterations")}
+                rows.append(row)
+                print(f"{name:12s} b={batch:4d} x{iterations:<4d} {variant:44s} {r['status']:7s} "
+                      f"peak {(r.get('cgroup_peak_bytes') or 0) / MiB:7.1f} MiB (maxphysicalbytes "
+                      f"{fs.maxphysicalbytes / MiB:.0f}, container {fs.container_bytes / MiB:.0f})  {r['diagnosis'][:90]}",
+                      flush=True)
+    failed = {v: sum(1 for r in rows if r["variant"] == v and r["status"] != "ok") for v in VARIANTS}
+    doc = {"benchmark": "explicit_gc_limits", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
+           "load_average": [round(load[0], 2), round(os.getloadavg()[0], 2)],
+           "summary": {"runs_per_variant": len(rows) // len(VARIANTS), "failed": failed}, "runs": rows}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc["summary"]))
+
+
+if __name__ == "__main__":
+    main()

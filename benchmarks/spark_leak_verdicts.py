@@ -1,0 +1,103 @@
+"""Leak verdicts on DL4J-on-Spark executors: do the agent's live points measure what an executor keeps?
+
+A Spark executor of TrainOnSpark (the MLP, parameter averaging, synthetic data, a loopback cluster of
+two 1-core workers) is profiled for 1 and 3 epochs. For each executor the benchmark records its live
+points (what a full collection left, in off-heap arrays) and, after each, the least the executor held
+in all over the rest of the run (the samples' libnd4j + JavaCPP + workspace bytes, an upper bound of
+what it keeps at that moment: memory it keeps is never released). A point above what the executor
+held afterwards counted memory it released later. Then the leak verdicts pyd4j gives.
+
+Writes benchmarks/results/spark_leak_verdicts.json. Usage: python benchmarks/spark_leak_verdicts.py
+[--examples 32768] [--epochs 1,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MiB = 1024**2
+
+
+def executor_rows(run_dir: Path) -> list[dict]:
+    from pyd4j.profile.diagnose import envelope, leak_verdicts  # noqa: PLC0415
+    from pyd4j.profile.spark_executors import executor_lanes  # noqa: PLC0415
+    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
+
+    rows = []
+    for t in executor_lanes(Timeline.load_lanes(run_dir)):
+        ex, ey = envelope(t, "offheap", "iteration")
+        points = []
+        for p in t.live_points:
+            kept = (p.get("nd4j_live") or 0) + (p.get("javacpp_total") or 0) + (p.get("ws_bytes") or 0)
+            later = [y for x, y in zip(ex, ey) if x >= (p.get("iterations") or 0)]
+            points.append({"iterations": p.get("iterations"), "kept_bytes": kept, "arrays": p.get("nd4j_live_count"),
+                           "least_held_after_bytes": min(later) if later else None})
+        over = [p for p in points if p["least_held_after_bytes"] is not None and p["iterations"]]
+        rows.append({"pid": t.start.get("pid"), "iterations": t.iterations(), "live_points": points,
+                     "points_above_later_held": sum(1 for p in over if p["kept_bytes"] > p["least_held_after_bytes"]),
+                     "largest_excess_bytes": max((p["kept_bytes"] - p["least_held_after_bytes"] for p in over), default=None),
+                     "verdicts": [{"what": v.label, "status": v.status, "reason": v.reason} for v in leak_verdicts(t)]})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=32768)
+    ap.add_argument("--epochs", default="1,3")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "spark_leak_verdicts.json")
+    args = ap.parse_args()
+    from pyd4j.jvm.classpath import spark_examples_classpath  # noqa: PLC0415
+    from pyd4j.profile import profile_job  # noqa: PLC0415
+    from pyd4j.spark.cluster import LocalCluster  # noqa: PLC0415
+    from pyd4j.spark.install import spark_script, write_properties  # noqa: PLC0415
+    from pyd4j.spark.job import MAIN_CLASS  # noqa: PLC0415
+
+    started, load = time.time(), os.getloadavg()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="spark-leak-") as tmp_name:
+        tmp = Path(tmp_name)
+        saved = dict(os.environ)
+        try:
+            with LocalCluster(workers=2, cores=1, memory="1536m", directory=tmp / "cluster") as cluster:
+                os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
+                jar, lib = spark_examples_classpath()
+                props = write_properties(tmp / "app.properties", {
+                    **cluster.app_properties(), "spark.ui.enabled": "false", "spark.executor.memory": "768m",
+                    "spark.driver.extraClassPath": f"{jar}{os.pathsep}{lib}",
+                    "spark.executor.extraClassPath": f"{jar}{os.pathsep}{lib}"})
+                for epochs in (int(e) for e in args.epochs.split(",")):
+                    job = [spark_script("spark-submit"), "--properties-file", str(props),
+                           "--conf", "spark.executorEnv.OMP_NUM_THREADS=1", "--class", MAIN_CLASS, jar,
+                           "--conf", str(ROOT / "examples" / "data" / "digits_mlp.json"),
+                           "--data", f"synthetic:{args.examples}", "--features", "64", "--labels", "10",
+                           "--epochs", str(epochs), "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
+                    run = profile_job(job, tmp / f"epochs-{epochs}", timeout_s=1200)
+                    rows = executor_rows(tmp / f"epochs-{epochs}")
+                    runs.append({"epochs": epochs, "examples": args.examples, "exit_code": run.returncode, "executors": rows})
+                    for r in rows:
+                        print(f"{epochs} epoch(s), executor {r['pid']}: {r['iterations']} iterations, "
+                              f"{r['points_above_later_held']} of {len(r['live_points'])} points above what it held later "
+                              f"(largest by {(r['largest_excess_bytes'] or 0) / MiB:.1f} MiB); off-heap verdict "
+                              f"{r['verdicts'][1]['status']}: {r['verdicts'][1]['reason'][:160]}", flush=True)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    doc = {"benchmark": "spark_leak_verdicts", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
+           "load_average": [round(load[0], 2), round(os.getloadavg()[0], 2)],
+           "cluster": "loopback standalone, 2 workers of 1 core",
+           "job": "examples/spark TrainOnSpark, digits_mlp, parameter averaging (direct), batch 32 per worker", "runs": runs}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
