@@ -7,7 +7,7 @@ in all over the rest of the run (the samples' libnd4j + JavaCPP + workspace byte
 what it keeps at that moment: memory it keeps is never released). A point above what the executor
 held afterwards counted memory it released later. Then the leak verdicts pyd4j gives.
 
-Writes benchmarks/results/spark_leak_verdicts.json. Usage: python benchmarks/spark_leak_verdicts.py
+Adds a measurement to benchmarks/results/spark_leak_verdicts.json (each names its commit). Usage: python benchmarks/spark_leak_verdicts.py
 [--examples 32768] [--epochs 1,3]
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -96,7 +97,11 @@ def main() -> None:
            "load_average": [round(load[0], 2), round(os.getloadavg()[0], 2)],
            "cluster": "loopback standalone, 2 workers of 1 core",
            "job": "examples/spark TrainOnSpark, digits_mlp, parameter averaging (direct), batch 32 per worker", "runs": runs}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    # each measurement is kept, with the code it measured: the file compares agents across commits
+    doc["code"] = "commit " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                             text=True).stdout.strip()
+    earlier = json.loads(args.out.read_text())["measurements"] if args.out.exists() else []
+    args.out.write_text(json.dumps({"benchmark": "spark_leak_verdicts", "measurements": [*earlier, doc]}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,28 @@ final class Allocations {
     /** libnd4j buffer sizes by the address of their OpaqueDataBuffer, to subtract the right size on free. */
     private static final ConcurrentHashMap<Long, Long> nd4jSizes = new ConcurrentHashMap<>();
 
+    /**
+     * While the agent measures what a full collection left (from just before the collection until the
+     * reading, which waits for ND4J's deallocators): the libnd4j buffers allocated meanwhile, by address,
+     * and their bytes still live. The job goes on allocating during that wait (a Spark executor 40 MiB/s),
+     * and what it allocated after the collection is not what the collection left. Null between readings.
+     */
+    private static volatile ConcurrentHashMap<Long, Long> sinceCollection;
+    private static final AtomicLong nd4jSinceCollection = new AtomicLong();
+
+    /** Just before the collection a live point measures: buffers allocated from now on are told apart. */
+    static void collectionStarts() {
+        nd4jSinceCollection.set(0);
+        sinceCollection = new ConcurrentHashMap<>();
+    }
+
+    /** At the reading: {bytes, count} of the buffers allocated since collectionStarts() and still live; stops telling them apart. */
+    static long[] collectionEnds() {
+        ConcurrentHashMap<Long, Long> m = sinceCollection;
+        sinceCollection = null;
+        return m == null ? new long[]{0, 0} : new long[]{Math.max(0, nd4jSinceCollection.get()), m.size()};
+    }
+
     /** ND4J's DeallocatorService and its map of registered (not yet deallocated) objects. */
     static volatile Object deallocatorService;
     private static volatile Map<?, ?> registered;
@@ -144,6 +166,11 @@ final class Allocations {
         long live = nd4jLive.addAndGet(bytes);
         nd4jLiveCount.incrementAndGet();
         nd4jAllocated.addAndGet(bytes);
+        ConcurrentHashMap<Long, Long> fresh = sinceCollection;
+        if (fresh != null) {
+            fresh.put(address, bytes);
+            nd4jSinceCollection.addAndGet(bytes);
+        }
         raise(nd4jPeak, live);
         Sample s = maybeSample(ND4J, bytes);
         if (s != null) {
@@ -162,6 +189,8 @@ final class Allocations {
         nd4jLive.addAndGet(-bytes);
         nd4jLiveCount.decrementAndGet();
         nd4jFreed.addAndGet(bytes);
+        ConcurrentHashMap<Long, Long> fresh = sinceCollection;
+        if (fresh != null && fresh.remove(address) != null) nd4jSinceCollection.addAndGet(-bytes);
         if (!sampledNd4j.isEmpty()) {
             Sample s = sampledNd4j.remove(address);
             if (s != null) s.free();

@@ -47,7 +47,8 @@ import javax.management.ObjectName;
  *   <li>otherwise every {@code intervalMs} and at most {@code live_share} (0.5%) of the wall time.</li>
  * </ul>
  * After the collection it waits until ND4J's and JavaCPP's deallocator threads have freed what the
- * collection released, then records the heap, ND4J's buffers, JavaCPP's bytes, RSS and the largest
+ * collection released, then records the heap, ND4J's buffers (less those allocated since the collection
+ * began, which the job made meanwhile: {@code nd4j_new}), JavaCPP's bytes, RSS and the largest
  * classes, followed by the allocation sites still holding memory.
  */
 final class LiveSet implements Runnable {
@@ -375,6 +376,7 @@ final class LiveSet implements Runnable {
                 }
                 long now = System.nanoTime();
                 if (trigger != null) {
+                    Allocations.collectionStarts();  // the collection has ended: what is allocated from now on is not its
                     // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
                     long wait = MIN_GAP_NANOS - (now - lastPointNanos);
                     if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
@@ -387,6 +389,7 @@ final class LiveSet implements Runnable {
             } catch (InterruptedException e) {
                 return;
             } catch (Throwable e) {
+                Allocations.collectionEnds();
                 lastPointNanos = System.nanoTime();  // never disturb the job; try later
                 nextInspectionNanos = lastPointNanos + intervalNanos;
             }
@@ -412,6 +415,7 @@ final class LiveSet implements Runnable {
         synchronized (lock) {
             inspectionHeapAfter = -1;
         }
+        Allocations.collectionStarts();
         long start = System.nanoTime();
         diagnostic(server, name, "gcRun", RUN_CAUSE);
         long pause = System.nanoTime() - start;
@@ -534,6 +538,7 @@ final class LiveSet implements Runnable {
             if (heapAfterGc >= heapLive) freeSpace.add(heapAfterGc, heapAfterGc - heapLive);
         }
         long iterations = Hooks.iterations.get();
+        long[] fresh = Allocations.collectionEnds();  // allocated while the deallocators caught up: not what the collection left
         long rss = sampler.rss();
         Json j = new Json().put("type", "live").put("t", t).put("trigger", trigger).put("iterations", iterations)
                 .put("heap_live", heapLive).put("drain_ms", drainMs).put("rss", rss)
@@ -547,7 +552,9 @@ final class LiveSet implements Runnable {
         if (why != null) j.put("why", why);
         if (instances >= 0) j.put("instances", instances);
         if (Allocations.nd4jHooked) {
-            j.put("nd4j_live", Allocations.nd4jLive.get()).put("nd4j_live_count", Allocations.nd4jLiveCount.get());
+            j.put("nd4j_live", Math.max(0, Allocations.nd4jLive.get() - fresh[0]))
+                    .put("nd4j_live_count", Math.max(0, Allocations.nd4jLiveCount.get() - fresh[1]))
+                    .put("nd4j_new", fresh[0]);
         }
         if (sampler.workspaceBytes > 0) j.put("ws_bytes", sampler.workspaceBytes);
         JavaCpp.Counters c = JavaCpp.read(rss);
@@ -557,7 +564,7 @@ final class LiveSet implements Runnable {
         }
         synchronized (lock) {
             // the new reference for the rise checks, and what the schedule still needs
-            lastKept = held(c, sampler.workspaceBytes);
+            lastKept = held(c, sampler.workspaceBytes) - fresh[0];
             if (heapAfterGc >= 0) lastHeapAfter = heapAfterGc;
             if (iterations >= 1 && iterations > lastPointIterations && ++trainingPoints == 2) spanStartIterations = iterations;
             lastPointIterations = iterations;
