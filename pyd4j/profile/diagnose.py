@@ -581,8 +581,7 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
                                f"points at a steady rate would keep {human_bytes(needed * share[i])}: the points caught "
                                f"memory the job releases later")
         end = max(float(np.nanmax(ex)), trend.last_x)
-        start = float(np.nanmin(x[~np.isnan(y)]))
-        late = ex >= (start + end) / 2
+        late = ex >= (first_x + end) / 2
         late_trend = fit_trend(ex[late], ey[late], unit) if late.sum() >= 3 else None
         if late_trend is not None and late_trend.slope < LEAK_LATE_SHARE * trend.slope:
             return LeakVerdict("no-leak", label, trend,
