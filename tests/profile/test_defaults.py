@@ -43,16 +43,22 @@ def default_runs(runs_root):
                        lambda t: jcmd.update(histogram_now(t))),
         "slow": job("mlp", verdicts_reached, 0, jvm=(f"-Dcorpus.pauseMs={SLOW_PAUSE_MS}",), lane="slow"),
         "serve-and-keep": fixture_job(root, "ServeAndKeep", lambda t: offheap_leak_found(t) or verdicts_reached(t)),
+        "churn": fixture_job(root, "Churn", lambda t: len(inspections(t)) >= 6, package="org.pyd4j.fixtures"),
     }) | {"jcmd": jcmd}
 
 
-def fixture_job(root, name: str, enough):
-    """One of the user-style fixtures (org.deeplearning4j.examples.pyd4jfixture.<name> <stopFile>), profiled
-    at the agent's defaults until `enough` holds."""
+def inspections(t) -> list[dict]:
+    """The agent's own live points, taken once the deallocators were done."""
+    return [p for p in t.live_points if p.get("trigger") == "inspection" and p.get("offheap_drained")]
+
+
+def fixture_job(root, name: str, enough, package: str = "org.deeplearning4j.examples.pyd4jfixture"):
+    """A fixture job (`<package>.<name> <stopFile>`; by default one of the user-style ones), profiled at the
+    agent's defaults until `enough` holds."""
     from pyd4j.profile import profile_job
 
     stop = root / f"{name}.stop"
-    command = ["java", "-cp", corpus_command("mlp")[2], f"org.deeplearning4j.examples.pyd4jfixture.{name}", str(stop)]
+    command = ["java", "-cp", corpus_command("mlp")[2], f"{package}.{name}", str(stop)]
     return lambda: profile_job(command, root / name, timeout_s=DEADLINE_S,
                                on_sample=Stopper(root / name, stop, enough))
 
@@ -185,3 +191,18 @@ def test_a_job_that_never_trains_is_judged_on_seconds_from_points_taken_for_it(d
     leaks = [f for f in diagnose(judged) if f.kind == "leak-offheap"]
     assert leaks, [(v.status, v.reason) for v in leak_verdicts(judged)]
     assert leaks[0].numbers["site"].endswith(f"ServeAndKeep.java:{fixture_line('ServeAndKeep', 'serve-and-keep')})")
+
+
+def test_a_live_point_counts_what_the_collection_left_not_what_was_made_while_it_waited(default_runs):
+    """A job that keeps 8 MiB of arrays and makes 64 KiB garbage arrays all the time (Churn, tens of MiB a
+    second): each of the agent's live points counts the 8 MiB it keeps, with at most a few garbage arrays
+    alive at the collection, and leaves out what the job made while the agent waited for ND4J's
+    deallocators (nd4j_new). Before, a Spark executor's points counted 7-25 MiB of such arrays."""
+    mib = 1 << 20
+    t = finished(default_runs, "churn").timeline
+    points = inspections(t)[1:]   # the first may come before the job made its kept arrays
+    assert len(points) >= 5, [(p.get("trigger"), p.get("nd4j_live")) for p in t.live_points]
+    kept = 8 * mib
+    for p in points:
+        assert kept <= p["nd4j_live"] <= kept + 2 * mib, p
+    assert sum(p.get("nd4j_new", 0) for p in points) > 0, points
