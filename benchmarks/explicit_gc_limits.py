@@ -27,12 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.flags_accuracy as fa  # noqa: E402
-from pyd4j.jvm import JvmOptions  # noqa: E402
 from pyd4j.memory.estimate import estimate  # noqa: E402
 from pyd4j.memory.flags import flags  # noqa: E402
 
 MiB = 1024**2
-VARIANTS = {"generated flags": [], "generated flags + -XX:+DisableExplicitGC": ["-XX:+DisableExplicitGC"]}
+VARIANTS = {"generated flags": (), "generated flags + -XX:+DisableExplicitGC": ("-XX:+DisableExplicitGC",)}
 
 
 def config_of(name: str, folder: Path) -> Path:
@@ -62,11 +61,7 @@ def main() -> None:
             config = config_of(name, Path(folder))
             fs = flags(estimate(config, batch), refuse=False)
             for variant, extra in VARIANTS.items():
-                fa.options_for = lambda f, extra=extra: JvmOptions.of(
-                    heap_initial=f.heap_bytes, heap_max=f.heap_bytes, max_direct_memory=f.max_direct_bytes,
-                    javacpp_maxbytes=f.maxbytes, javacpp_maxphysicalbytes=f.maxphysicalbytes,
-                    extra=["-XX:+AlwaysPreTouch", *extra])
-                r = fa.train(fs, config, batch, iterations, fs.container_bytes)
+                r = fa.train(fs, config, batch, iterations, fs.container_bytes, extra_jvm=extra)
                 row = {"network": name, "batch": batch, "iterations": iterations, "variant": variant,
                        "flags": [*fs.args(), *extra], "status": r["status"], "failure": r["failure"],
                        "diagnosis": r["diagnosis"], "container_bytes": fs.container_bytes,

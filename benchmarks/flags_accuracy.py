@@ -52,15 +52,17 @@ TARGET_RATIO = 1.3
 MiB = 1024**2
 
 
-def options_for(fs: FlagSet) -> JvmOptions:
+def options_for(fs: FlagSet, extra: tuple[str, ...] = ()) -> JvmOptions:
     return JvmOptions.of(heap_initial=fs.heap_bytes, heap_max=fs.heap_bytes, max_direct_memory=fs.max_direct_bytes,
                          javacpp_maxbytes=fs.maxbytes, javacpp_maxphysicalbytes=fs.maxphysicalbytes,
-                         extra=["-XX:+AlwaysPreTouch"])
+                         extra=["-XX:+AlwaysPreTouch", *extra])
 
 
-def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900) -> dict:
-    """TrainSynthetic with `fs`'s flags in a cgroup limited to `limit` bytes (`config`'s inputs in its .input.json)."""
-    cmd = java_command(options_for(fs), "org.pyd4j.examples.TrainSynthetic",
+def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900,
+          extra_jvm: tuple[str, ...] = ()) -> dict:
+    """TrainSynthetic with `fs`'s flags (and `extra_jvm`) in a cgroup limited to `limit` bytes (`config`'s
+    inputs in its .input.json)."""
+    cmd = java_command(options_for(fs, extra_jvm), "org.pyd4j.examples.TrainSynthetic",
                        [str(config), str(batch), str(iterations)], extra_classpath=[examples_jar()])
     with tempfile.TemporaryDirectory() as scratch:  # DL4J writes its OOM crash dumps into the job's cwd
         c = run_limited(cmd, limit, timeout=timeout, cwd=scratch)

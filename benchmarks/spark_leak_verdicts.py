@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,50 +55,32 @@ def main() -> None:
     ap.add_argument("--epochs", default="1,3")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "spark_leak_verdicts.json")
     args = ap.parse_args()
-    from pyd4j.jvm.classpath import spark_examples_classpath  # noqa: PLC0415
+    from benchmarks.speed_tuning import commit, spark_cluster, train_on_spark  # noqa: PLC0415
     from pyd4j.profile import profile_job  # noqa: PLC0415
-    from pyd4j.spark.cluster import LocalCluster  # noqa: PLC0415
-    from pyd4j.spark.install import spark_script, write_properties  # noqa: PLC0415
-    from pyd4j.spark.job import MAIN_CLASS  # noqa: PLC0415
 
     started, load = time.time(), os.getloadavg()
     runs = []
     with tempfile.TemporaryDirectory(prefix="spark-leak-") as tmp_name:
         tmp = Path(tmp_name)
-        saved = dict(os.environ)
-        try:
-            with LocalCluster(workers=2, cores=1, memory="1536m", directory=tmp / "cluster") as cluster:
-                os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
-                jar, lib = spark_examples_classpath()
-                props = write_properties(tmp / "app.properties", {
-                    **cluster.app_properties(), "spark.ui.enabled": "false", "spark.executor.memory": "768m",
-                    "spark.driver.extraClassPath": f"{jar}{os.pathsep}{lib}",
-                    "spark.executor.extraClassPath": f"{jar}{os.pathsep}{lib}"})
-                for epochs in (int(e) for e in args.epochs.split(",")):
-                    job = [spark_script("spark-submit"), "--properties-file", str(props),
-                           "--conf", "spark.executorEnv.OMP_NUM_THREADS=1", "--class", MAIN_CLASS, jar,
-                           "--conf", str(ROOT / "examples" / "data" / "digits_mlp.json"),
-                           "--data", f"synthetic:{args.examples}", "--features", "64", "--labels", "10",
-                           "--epochs", str(epochs), "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
-                    run = profile_job(job, tmp / f"epochs-{epochs}", timeout_s=1200)
-                    rows = executor_rows(tmp / f"epochs-{epochs}")
-                    runs.append({"epochs": epochs, "examples": args.examples, "exit_code": run.returncode, "executors": rows})
-                    for r in rows:
-                        print(f"{epochs} epoch(s), executor {r['pid']}: {r['iterations']} iterations, "
-                              f"{r['points_above_later_held']} of {len(r['live_points'])} points above what it held later "
-                              f"(largest by {(r['largest_excess_bytes'] or 0) / MiB:.1f} MiB); off-heap verdict "
-                              f"{r['verdicts'][1]['status']}: {r['verdicts'][1]['reason'][:160]}", flush=True)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        with spark_cluster(tmp) as (props, jar):
+            for epochs in (int(e) for e in args.epochs.split(",")):
+                job = train_on_spark(props, jar, str(ROOT / "examples" / "data" / "digits_mlp.json"), args.examples,
+                                     {"spark.executorEnv.OMP_NUM_THREADS": "1"}, epochs=epochs)
+                run = profile_job(job, tmp / f"epochs-{epochs}", timeout_s=1200)
+                rows = executor_rows(tmp / f"epochs-{epochs}")
+                runs.append({"epochs": epochs, "examples": args.examples, "exit_code": run.returncode, "executors": rows})
+                for r in rows:
+                    print(f"{epochs} epoch(s), executor {r['pid']}: {r['iterations']} iterations, "
+                          f"{r['points_above_later_held']} of {len(r['live_points'])} points above what it held later "
+                          f"(largest by {(r['largest_excess_bytes'] or 0) / MiB:.1f} MiB); off-heap verdict "
+                          f"{r['verdicts'][1]['status']}: {r['verdicts'][1]['reason'][:160]}", flush=True)
     doc = {"benchmark": "spark_leak_verdicts", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
            "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
            "load_average": [round(load[0], 2), round(os.getloadavg()[0], 2)],
            "cluster": "loopback standalone, 2 workers of 1 core",
            "job": "examples/spark TrainOnSpark, digits_mlp, parameter averaging (direct), batch 32 per worker", "runs": runs}
     # each measurement is kept, with the code it measured: the file compares agents across commits
-    doc["code"] = "commit " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                             text=True).stdout.strip()
+    doc["code"] = commit()
     earlier = json.loads(args.out.read_text())["measurements"] if args.out.exists() else []
     args.out.write_text(json.dumps({"benchmark": "spark_leak_verdicts", "measurements": [*earlier, doc]}, indent=2) + "\n")
 

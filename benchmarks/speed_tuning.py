@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
@@ -238,13 +240,49 @@ def main() -> None:
     _write(args.out, results, started, load_start, args, well)
 
 
+@contextmanager
+def spark_cluster(tmp: Path) -> Iterator[tuple[Path, str]]:
+    """A loopback standalone cluster of two 1-core workers for examples/spark's TrainOnSpark: (its properties
+    file, the examples jar). This process's SPARK_* environment is the cluster's until the block ends."""
+    from pyd4j.jvm.classpath import spark_examples_classpath  # noqa: PLC0415
+    from pyd4j.spark.cluster import LocalCluster  # noqa: PLC0415
+    from pyd4j.spark.install import write_properties  # noqa: PLC0415
+
+    saved = dict(os.environ)
+    try:
+        with LocalCluster(workers=2, cores=1, memory="1536m", directory=tmp / "cluster") as cluster:
+            os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
+            jar, lib = spark_examples_classpath()
+            yield write_properties(tmp / "app.properties", {
+                **cluster.app_properties(), "spark.ui.enabled": "false", "spark.executor.memory": "768m",
+                "spark.driver.extraClassPath": f"{jar}{os.pathsep}{lib}",
+                "spark.executor.extraClassPath": f"{jar}{os.pathsep}{lib}"}), jar
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def train_on_spark(props: Path, jar: str, net: str, examples: int, conf: dict[str, str] | None = None,
+                   options: list[str] | tuple[str, ...] = (), epochs: int = 1) -> list[str]:
+    """The spark-submit command of TrainOnSpark on `net` with `examples` synthetic examples (64 features,
+    10 labels; `options` after them), parameter averaging, batch 32 per worker, on spark_cluster's cluster."""
+    from pyd4j.spark.install import spark_script  # noqa: PLC0415
+    from pyd4j.spark.job import MAIN_CLASS  # noqa: PLC0415
+
+    return [spark_script("spark-submit"), "--properties-file", str(props),
+            *[w for k, v in (conf or {}).items() for w in ("--conf", f"{k}={v}")], "--class", MAIN_CLASS, jar,
+            "--conf", net, "--data", f"synthetic:{examples}", "--features", "64", "--labels", "10",
+            *options, "--epochs", str(epochs), "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
+
+
+def commit() -> str:
+    """The code a result was measured on."""
+    return "commit " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                      text=True).stdout.strip()
+
+
 def spark_main(args) -> None:
     """The Spark corpus: each job's tune, then a fresh A/B of what it kept, on one two-worker cluster."""
-    from pyd4j.jvm.classpath import spark_examples_classpath
-    from pyd4j.spark.cluster import LocalCluster
-    from pyd4j.spark.install import spark_script, write_properties
-    from pyd4j.spark.job import MAIN_CLASS
-
     args.out = args.out or ROOT / "results" / "speed_tuning_spark.json"
     wanted = set(filter(None, args.jobs.split(",")))
     results: list[dict] = []
@@ -254,45 +292,32 @@ def spark_main(args) -> None:
                    if r["job"] not in wanted]
     started, load_start = time.time(), os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="speed-tuning-"))
-    saved = dict(os.environ)
-    with LocalCluster(workers=2, cores=1, memory="1536m", directory=tmp / "cluster") as cluster:
-        os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
-        jar, lib = spark_examples_classpath()
-        props = write_properties(tmp / "app.properties", {
-            **cluster.app_properties(), "spark.ui.enabled": "false", "spark.executor.memory": "768m",
-            "spark.driver.extraClassPath": f"{jar}{os.pathsep}{lib}", "spark.executor.extraClassPath": f"{jar}{os.pathsep}{lib}"})
-        try:
-            for name, kind, net, conf, options, undo in [c for c in SPARK_CORPUS if not wanted or c[0] in wanted]:
-                job = [spark_script("spark-submit"), "--properties-file", str(props),
-                       *[w for k, v in conf.items() for w in ("--conf", f"{k}={v}")], "--class", MAIN_CLASS, jar,
-                       "--conf", net, "--data", f"synthetic:{args.examples}", "--features", "64", "--labels", "10",
-                       *options, "--epochs", "1", "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
-                load_before = os.getloadavg()
-                if args.cli_memory:
-                    cli_memory_row(job, name, tmp / name, args)
-                    return
-                t0 = time.monotonic()
-                doc = tune_speed(job, tmp / name, max_runs=args.max_runs, timeout_s=900)
-                wall = time.monotonic() - t0
-                s = doc["speed"]
-                row = {"job": name, "kind": kind, "network": net, "options": options, "spark_conf": conf,
-                       "bad_setting_undone_by": sorted(undo), **tune_row(doc), "paste": s["paste"],
-                       "spark_cluster": doc.get("spark_cluster"), "probe": doc.get("probe"),
-                       "run_log": [{k: r.get(k) for k in ("side", "setup", "iterations_per_s", "executors_iterations_per_s", "ok", "why")}
-                                   for r in s["run_log"]],
-                       "wall_s": round(wall, 1), "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
-                if kind == "bad":
-                    row["found"] = any(c["setting"] in undo for c in s["changes"])
-                claim_checked(row, job, {}, tmp / f"{name}-recheck", args.recheck_runs)
-                results.append(row)
-                print(f"{name:36s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
-                      f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
-                      f"recheck {row.get('recheck', {}).get('ratio')}", flush=True)
-                _write(args.out, results, started, load_start, args, {}, spark=True)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+    with spark_cluster(tmp) as (props, jar):
+        for name, kind, net, conf, options, undo in [c for c in SPARK_CORPUS if not wanted or c[0] in wanted]:
+            job = train_on_spark(props, jar, net, args.examples, conf, options)
+            load_before = os.getloadavg()
+            if args.cli_memory:
+                cli_memory_row(job, name, tmp / name, args)
+                return
+            t0 = time.monotonic()
+            doc = tune_speed(job, tmp / name, max_runs=args.max_runs, timeout_s=900)
+            wall = time.monotonic() - t0
+            s = doc["speed"]
+            row = {"job": name, "kind": kind, "network": net, "options": options, "spark_conf": conf,
+                   "bad_setting_undone_by": sorted(undo), **tune_row(doc), "paste": s["paste"],
+                   "spark_cluster": doc.get("spark_cluster"), "probe": doc.get("probe"),
+                   "run_log": [{k: r.get(k) for k in ("side", "setup", "iterations_per_s", "executors_iterations_per_s", "ok", "why")}
+                               for r in s["run_log"]],
+                   "wall_s": round(wall, 1), "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
+            if kind == "bad":
+                row["found"] = any(c["setting"] in undo for c in s["changes"])
+            claim_checked(row, job, {}, tmp / f"{name}-recheck", args.recheck_runs)
+            results.append(row)
+            print(f"{name:36s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
+                  f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
+                  f"recheck {row.get('recheck', {}).get('ratio')}", flush=True)
+            _write(args.out, results, started, load_start, args, {}, spark=True)
     _write(args.out, results, started, load_start, args, {}, spark=True)
 
 
@@ -333,8 +358,7 @@ def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
            "wall_s": round(wall, 1), "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     row["examples"] = args.examples
-    row["code"] = "commit " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                             text=True).stdout.strip()
+    row["code"] = commit()
     # every run is kept: each is one measurement of the same command, at the code and job size it names
     out_file = args.out.parent / "speed_memory_spark.json"
     doc = json.loads(out_file.read_text()) if out_file.exists() else {

@@ -567,17 +567,20 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
         # points caught memory it releases later; and where, past the middle of the points, it held less
         # than a leak adding `needed` at a steady rate over them would keep by then, there is no such leak.
         ok = ~np.isnan(y)
-        first_x = float(np.nanmin(x[ok]))
+        px, py = x[ok], y[ok]
+        order = np.argsort(px, kind="stable")
+        px, most = px[order], np.maximum.accumulate(py[order])
+        before = np.searchsorted(px, ex, side="right")          # points at or before each window
+        counted = np.where(before > 0, most[np.maximum(before - 1, 0)], -np.inf)   # the most any of them counted
+        first_x = float(px[0])
         share = (ex - first_x) / max(trend.last_x - first_x, 1e-9)
-        overstated = np.array([bool(((x[ok] <= xm) & (y[ok] - ym >= needed / 2)).any()) for xm, ym in zip(ex, ey)])
-        refuted = overstated & (share >= 0.5) & (share <= 1) & (ey < needed * share)
+        refuted = (counted - ey >= needed / 2) & (share >= 0.5) & (share <= 1) & (ey < needed * share)
         if refuted.any():
             i = int(np.flatnonzero(refuted)[np.argmin(ey[refuted])])
-            counted = float(np.nanmax(y[ok][x[ok] <= ex[i]]))
             return LeakVerdict("no-leak", label, trend,
                                f"the live points rose {human_bytes(trend.growth)}, but at {unit} {ex[i]:.0f} the job held "
                                f"{human_bytes(ey[i])} in all (an upper bound of what it keeps), after a point had counted "
-                               f"{human_bytes(counted)} as kept, and where a leak adding {human_bytes(needed)} over the "
+                               f"{human_bytes(counted[i])} as kept, and where a leak adding {human_bytes(needed)} over the "
                                f"points at a steady rate would keep {human_bytes(needed * share[i])}: the points caught "
                                f"memory the job releases later")
         end = max(float(np.nanmax(ex)), trend.last_x)
