@@ -82,10 +82,11 @@ wheel: $(JAR)
 	@ls dist/*.whl
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_arenas flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_env batchnorm_backlog flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 	$(PY) benchmarks/speed_tuning.py --spark
+	$(PY) benchmarks/malloc_env.py --setting MALLOC_MMAP_THRESHOLD_=131072 --runs lenet@32,deep_cnn_bn@8,lstm@32,resnet_graph@16
 	@if [ -n "$(EXAMPLES)" ]; then $(PY) benchmarks/examples_speed.py --checkout "$(EXAMPLES)"; \
 	else echo "examples_speed not run: give EXAMPLES=<a deeplearning4j-examples checkout>"; fi
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import sys
 from dataclasses import replace
@@ -59,13 +60,14 @@ def options_for(fs: FlagSet, extra: tuple[str, ...] = ()) -> JvmOptions:
 
 
 def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900,
-          extra_jvm: tuple[str, ...] = ()) -> dict:
-    """TrainSynthetic with `fs`'s flags (and `extra_jvm`) in a cgroup limited to `limit` bytes (`config`'s
-    inputs in its .input.json)."""
+          extra_jvm: tuple[str, ...] = (), env: dict[str, str] | None = None) -> dict:
+    """TrainSynthetic with `fs`'s flags and environment (and `extra_jvm`, and `env` added to them) in a cgroup
+    limited to `limit` bytes (`config`'s inputs in its .input.json)."""
+    env = {**fs.environment, **(env or {})}
     cmd = java_command(options_for(fs, extra_jvm), "org.pyd4j.examples.TrainSynthetic",
                        [str(config), str(batch), str(iterations)], extra_classpath=[examples_jar()])
     with tempfile.TemporaryDirectory() as scratch:  # DL4J writes its OOM crash dumps into the job's cwd
-        c = run_limited(cmd, limit, timeout=timeout, cwd=scratch)
+        c = run_limited(cmd, limit, timeout=timeout, cwd=scratch, env={**os.environ, **env} if env else None)
     line = next((l for l in reversed(c.stdout.splitlines()) if l.startswith("{")), None)
     result = json.loads(line) if line else {"status": "killed" if c.oom_killed else "crashed", "error_class": "",
                                             "error": c.stderr[-500:]}
@@ -146,7 +148,7 @@ def main() -> None:
             need = need_of(r)
             row = {
                 "network": network, "source": source, "batch": batch, "iterations": args.iterations, "status": r["status"],
-                "failure": r["failure"], "diagnosis": r["diagnosis"], "flags": fs.args(),
+                "failure": r["failure"], "diagnosis": r["diagnosis"], "flags": fs.args(), "environment": fs.environment,
                 "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
                 "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
                 "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),

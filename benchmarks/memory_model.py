@@ -10,7 +10,8 @@ benchmarks/planned_training.py and zoo_coverage.py: TrainSynthetic warms up at b
 samples its memory every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread: the
 native peak, RSS less the JVM's committed heap and non-heap, with the RSS beside it), and
 `pyd4j estimate`'s off-heap prediction at the same batch: the fit() terms of `pyd4j.sched.fitmem`
-plus the data pipeline. Reports, per run, predicted / measured and the model's terms, DL4J's
+plus the data pipeline. The job runs in the environment the estimate assumes (`environment` of each
+row: glibc's mmap threshold fixed, as pyd4j's flags set it). Reports, per run, predicted / measured and the model's terms, DL4J's
 NetworkMemoryReport total beside it (the cross-check, not used), and the worst ratio. Target:
 within +-15%. Each run's row is written as soon as it is measured (an interrupted run keeps them).
 """
@@ -38,14 +39,15 @@ TARGET = 0.15
 MiB = 1024**2
 
 
-def measure(name: str, batch: int, iterations: int, folder: Path) -> dict:
-    """fit()'s peak above the idle JVM: native (RSS less the JVM's committed heap and non-heap, which
-    the model's off-heap figure is compared with: JIT code and metaspace grow in a long run and are
-    the JVM's, `pyd4j estimate`'s jvm_native term), the whole RSS, and the workspaces fit() learned."""
+def measure(name: str, batch: int, iterations: int, folder: Path, environment: dict[str, str]) -> dict:
+    """fit()'s peak above the idle JVM, in the environment the estimate assumes (glibc's malloc setting,
+    which pyd4j's flags set): native (RSS less the JVM's committed heap and non-heap, which the model's
+    off-heap figure is compared with: JIT code and metaspace grow in a long run and are the JVM's,
+    `pyd4j estimate`'s jvm_native term), the whole RSS, and the workspaces fit() learned."""
     import benchmarks.planned_training as pt
 
     pt.NETWORKS = folder
-    r = pt.run(name, batch, iterations, None, folder)
+    r = pt.run(name, batch, iterations, None, folder, extra_env=environment or None)
     return {"measured_bytes": int(r["native_above_idle_bytes"]), "measured_rss_bytes": int(r["peak_above_idle_bytes"]),
             "workspaces": r["workspaces"]}
 
@@ -55,7 +57,7 @@ def predict(config: Path, batch: int) -> dict:
 
     e = estimate(config, batch)
     fit = {t.name: t.bytes_at(batch) for t in e.terms if t.region == "offheap"}
-    return {"predicted_bytes": e.offheap_bytes, "terms": fit,
+    return {"predicted_bytes": e.offheap_bytes, "terms": fit, "environment": e.environment,
             "dl4j_report_bytes": sum(t.bytes_at(batch) for t in e.report_terms)}
 
 
@@ -103,14 +105,14 @@ def main() -> None:
             try:
                 row.update(predict(config, batch))
                 t = time.monotonic()
-                row.update(measure(name, batch, args.iterations, folder))
+                row.update(measure(name, batch, args.iterations, folder, row["environment"]))
                 row["seconds"] = round(time.monotonic() - t, 1)
                 row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
                 row["dl4j_report_over_measured"] = round(row["dl4j_report_bytes"] / row["measured_bytes"], 3)
                 if args.long:
                     t = time.monotonic()
                     row["long_iterations"] = args.long
-                    long = measure(name, batch, args.long, folder)
+                    long = measure(name, batch, args.long, folder, row["environment"])
                     row["measured_long_bytes"] = long["measured_bytes"]
                     row["measured_long_rss_bytes"] = long["measured_rss_bytes"]
                     row["long_seconds"] = round(time.monotonic() - t, 1)
@@ -162,7 +164,12 @@ def repredict(out: Path, configs: Path | None) -> None:
         else:
             print(f"{row['network']:14s} b={row['batch']:4d} kept: its configuration is not in --configs", flush=True)
             continue
-        row.update(predict(config, row["batch"]))
+        predicted = predict(config, row["batch"])
+        if predicted["environment"] != row.get("environment", {}):
+            print(f"{row['network']:14s} b={row['batch']:4d} kept: measured in the environment {row.get('environment', {})}, "
+                  f"the model now assumes {predicted['environment']}: measure it again", flush=True)
+            continue
+        row.update(predicted)
         row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 3)
         if row.get("measured_long_bytes"):
             row["ratio_long"] = round(row["predicted_bytes"] / row["measured_long_bytes"], 3)

@@ -317,7 +317,7 @@ def fits_in(name: str, batch: int, iterations: int, container: int, plan: dict |
     fs = flags(estimate(str(NETWORKS / f"{name}.json"), batch), total=container, refuse=False)
     timeline = Path(tempfile.mktemp(suffix=".jsonl"))   # not in `folder`: that may be the examples' own
     cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None, flags=fs.args())
-    r = run_limited(cmd, container, timeout=3600, env=env(), cwd=str(folder))
+    r = run_limited(cmd, container, timeout=3600, env=env(fs.environment), cwd=str(folder))
     if timeline.exists():
         timeline.unlink()
     if r.ok and '"status": "ok"' in (r.stdout or ""):

@@ -43,9 +43,14 @@ def print_estimate(est) -> None:
         report = {t.name: t.bytes_at(est.batch) for t in est.report_terms}
         model = est.breakdown()
         print_table("cross-check: DL4J's NetworkMemoryReport (not used: it leaves out workspace over-allocation and "
-                    "learning, preprocessors, prefetch buffers)", ["term", "DL4J report", "pyd4j"],
+                    "learning, batch normalization's backlog, preprocessors, prefetch buffers)", ["term", "DL4J report", "pyd4j"],
                     [(name, human_bytes(b), human_bytes(model[name]) if name in model else "-") for name, b in report.items()]
                     + [("total", human_bytes(sum(report.values())),
                         human_bytes(est.offheap_bytes - model.get("prefetch_buffers", 0)))])
     for note in est.notes:   # what the estimate could not take from DL4J, and what stands in for it
         click.echo(f"note: {note}")
+    if est.environment:
+        kept = est.without_environment
+        click.echo(f"note: the terms assume {' '.join(f'{k}={v}' for k, v in est.environment.items())} in the job's environment "
+                   f"(pyd4j flags writes it)" + (f"; without it glibc may keep up to {human_bytes(kept.bytes_at(est.batch))} "
+                                                 f"more ({kept.name})" if kept is not None else ""))

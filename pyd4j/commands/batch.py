@@ -36,10 +36,12 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
     fs = flags(est.at_batch(best), total=budget, headroom=headroom, gpu_mem=gpu_mem)
     doc = {"ok": True, "model": est.model, "mode": est.mode, "dtype": est.dtype, "largest_batch": best,
            "total_bytes": fs.total_bytes, "budget_bytes": fs.budget_bytes, "gpu_budget_bytes": fs.gpu_budget_bytes,
-           "gpu_need_bytes": fs.gpu_need_bytes, "flags": fs.args(), "breakdown": fs.breakdown}
+           "gpu_need_bytes": fs.gpu_need_bytes, "flags": fs.args(), "environment": fs.environment, "breakdown": fs.breakdown}
     if as_json:
         emit_json(doc)
     else:
         print_table(f"largest minibatch for {est.model}", ["batch", "needs", "budget"],
                     [(best, human_bytes(fs.total_bytes), human_bytes(fs.budget_bytes) if fs.budget_bytes else human_bytes(gpu_mem))])
+        if fs.environment:
+            click.echo(f"# in the job's environment: {' '.join(fs.environment_assignments())}")
         click.echo(" ".join(fs.args()))

@@ -1,6 +1,7 @@
 """`pyd4j flags`: JVM flags that hold a DL4J network, for java, Maven, Gradle, Spark or Kubernetes.
 
-`--json` keys: ok, flags (list of arguments), total_bytes (container limit), breakdown (term -> bytes),
+`--json` keys: ok, flags (list of arguments), environment (variables the job must start with:
+glibc's malloc setting the estimate assumes), total_bytes (container limit), breakdown (term -> bytes),
 sources (term -> dl4j-report / measured / estimate), reasons (argument -> why), heap_bytes, maxbytes,
 maxphysicalbytes, max_direct_bytes, budget_bytes, rendered (the chosen --format). A budget that cannot hold
 the network exits 3 with ok=false, needed_bytes, biggest_term and largest_batch.
@@ -11,6 +12,8 @@ failed job exits 4; a machine without a writable cgroup exits 2 and says why.
 """
 
 from __future__ import annotations
+
+import os
 
 import click
 
@@ -75,13 +78,17 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
         emit_json({"ok": True, **fs.to_dict(), "rendered": fs.render(fmt)})
         return
     print_estimate(est)
-    print_table("JVM flags", ["flag", "value", "reason"], [(f.name, f.arg, f.reason) for f in fs.flags])
+    print_table("JVM flags", ["flag", "value", "reason"], [(f.name, f.arg, f.reason) for f in fs.flags]
+                + [("environment", a, fs.environment_reason) for a in fs.environment_assignments()])
     for note in fs.notes:
         click.echo(note)
     if fs.budget_bytes:
         click.echo(f"budget {human_bytes(fs.budget_bytes)}: uses {human_bytes(fs.total_bytes)}, "
                    f"{human_bytes(fs.budget_bytes - fs.total_bytes)} to spare")
-    click.echo(f"\n{fs.render(fmt)}")
+    click.echo("")
+    if fmt == "args" and fs.environment:   # the other formats write the environment themselves
+        click.echo(f"# in the job's environment: {' '.join(fs.environment_assignments())}")
+    click.echo(fs.render(fmt))
 
 
 def verify_command(fs, job: list[str]) -> list[str]:
@@ -102,7 +109,8 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
         fail(str(err), as_json)
         return
     try:
-        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json)
+        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json,
+                             env={**os.environ, **fs.environment} if fs.environment else None)
     except ContainerError as err:
         fail(str(err), as_json)
         return
@@ -117,7 +125,8 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
         if own:
             click.echo(f"note: the job's own {' '.join(own)} replaced by the generated flags for this check", err=True)
         click.echo(f"{'PASS' if d.kind == 'ok' else 'FAIL'}: {d.message}")
-        click.echo(f"flags: {' '.join(fs.args())}; container limit {human_bytes(fs.container_bytes)}")
+        click.echo(f"flags: {' '.join([*fs.environment_assignments(), *fs.args()])}; container limit "
+                   f"{human_bytes(fs.container_bytes)}")
     if d.kind != "ok":
         raise SystemExit(4)
 

@@ -243,12 +243,13 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                      for p, r in results.items()},
     }
     if network_json:   # the same model `pyd4j estimate` and `flags` give DL4J's own fit()
-        from pyd4j.sched.fitmem import REFERENCE_BATCH, fit_terms
+        from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, fit_terms
 
         fit = fit_terms(build(REFERENCE_BATCH).with_profile("dl4j"))
         doc["dl4j_fit"] = {"bytes": sum(t.bytes_at(batch) for t in fit),
-                           "terms": {t.name: t.bytes_at(batch) for t in fit},
-                           "note": "DL4J's own fit() without a plan (pyd4j.sched.fitmem; the data pipeline not included)"}
+                           "terms": {t.name: t.bytes_at(batch) for t in fit}, "environment": MALLOC_ENV,
+                           "note": "DL4J's own fit() without a plan, in the environment pyd4j's flags set "
+                                   "(pyd4j.sched.fitmem; the data pipeline not included)"}
     if plot:
         _plot(plot, g.name, timelines, bound.lower_bound_bytes, cap)
         doc["plot"] = plot

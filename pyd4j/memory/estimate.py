@@ -92,6 +92,11 @@ class Estimate:
     notes: tuple[str, ...] = field(default_factory=tuple)
     report_terms: tuple[Term, ...] = field(default_factory=tuple)
     """DL4J's NetworkMemoryReport, term by term: a cross-check printed beside the terms, never summed."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """The job's environment the terms assume (glibc's malloc setting of pyd4j.sched.fitmem); pyd4j's
+    flags set it in every form they are written in."""
+    without_environment: Term | None = None
+    """What the job may hold on top of the terms when `environment` is not set."""
 
     def at_batch(self, batch: int) -> "Estimate":
         """The same network at another minibatch (every term is linear in the batch)."""
@@ -137,6 +142,8 @@ class Estimate:
         d = asdict(self)
         d["terms"] = [dict(asdict(t), bytes=t.bytes_at(self.batch)) for t in self.terms]
         d["report_terms"] = [dict(asdict(t), bytes=t.bytes_at(self.batch)) for t in self.report_terms]
+        if self.without_environment is not None:
+            d["without_environment"] = dict(asdict(self.without_environment), bytes=self.without_environment.bytes_at(self.batch))
         d.update(offheap_bytes=self.offheap_bytes, heap_bytes=self.heap_bytes,
                  native_bytes=self.native_bytes, total_bytes=self.total_bytes, breakdown=self.breakdown())
         return d
@@ -147,8 +154,10 @@ class Estimate:
         report = tuple(Term(**{k: v for k, v in t.items() if k != "bytes"}) for t in d.get("report_terms", ()))
         keys = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in d.items() if k in keys}
+        unset = d.get("without_environment")
         values.update(terms=terms, inputs=tuple(d.get("inputs", ())), notes=tuple(d.get("notes", ())),
-                      report_terms=report)
+                      report_terms=report, environment=dict(d.get("environment") or {}),
+                      without_environment=Term(**{k: v for k, v in unset.items() if k != "bytes"}) if unset else None)
         return cls(**values)
 
 
@@ -580,8 +589,13 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
 
     limits = _workspace_limits(loaded)
     ws_limit = max(limits.values())
+    environment: dict[str, str] = {}
+    unset: Term | None = None
     if mode == "train":
-        terms, cross = _fit_terms(loaded, in_types, batch, dtype, limits, report, report_gaps), report_terms
+        terms, unset = _fit_terms(loaded, in_types, batch, dtype, limits, report, report_gaps)
+        cross = report_terms
+        from pyd4j.sched.fitmem import MALLOC_ENV  # noqa: PLC0415
+        environment = dict(MALLOC_ENV)
     else:
         terms, cross = _inference_terms(loaded, report_terms, dtype, limits), []
 
@@ -620,13 +634,15 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
     return Estimate(model=loaded.name, model_kind=loaded.kind, batch=batch, dtype=dtype, mode=mode,
                     inputs=tuple(str(t) for t in in_types), parameter_count=n_params, layer_count=n_layers,
                     terms=tuple(terms), workspace_overallocation=ws_limit, prefetch_queue=prefetch_queue,
-                    cpu_count=cpus, notes=notes, report_terms=tuple(cross))
+                    cpu_count=cpus, notes=notes, report_terms=tuple(cross), environment=environment,
+                    without_environment=unset)
 
 
 def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report,
-               gaps: list[str]) -> list[Term]:
-    """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem)."""
-    from pyd4j.sched.fitmem import REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms  # noqa: PLC0415
+               gaps: list[str]) -> tuple[list[Term], Term]:
+    """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem); and what glibc
+    may keep on top without the model's malloc setting."""
+    from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms, learning_bytes  # noqa: PLC0415
 
     graph = _graph(loaded, in_types, REFERENCE_BATCH, report, gaps)   # terms per sample: any batch gives the same
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
@@ -636,8 +652,12 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
     except UnknownUpdater as err:
         raise EstimateError(f"{loaded.name}: {err}") from None
     scale = DTYPE_BYTES[dtype] / graph.layers[0].itemsize   # the graph is in the configuration's data type
+    setting = " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items())
+    unset = Term("kept_by_glibc", "offheap", "estimate", 0, int(round(learning_bytes(graph) * scale / graph.batch)),
+                 f"without {setting}: arrays DL4J frees while its workspaces learn their size, which glibc may keep "
+                 f"(5-108% of this measured)")
     return [replace(t, fixed_bytes=int(round(t.fixed_bytes * scale)), per_sample_bytes=int(round(t.per_sample_bytes * scale)),
-                    why=f"{t.why} (pyd4j.sched.fitmem)") for t in parts]
+                    why=f"{t.why} (pyd4j.sched.fitmem)") for t in parts], unset
 
 
 def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]):

@@ -18,24 +18,24 @@ iterations (benchmarks/memory_model.py):
 - the epsilon workspaces (`WS_LAYER_ACT_1/2` of a MultiLayerNetwork, alternating between even and
   odd layers; a ComputationGraph's pool `WS_LAYER_ACT_n`): the largest epsilon of each, 0.02 over;
   an ActivationLayer's backward step holds two input-sized arrays there (a copy and the result);
-- workspace learning: the working-memory and epsilon workspaces learn their size OVER_TIME with
-  spill policy REALLOCATE, and `WS_ALL_LAYERS_ACT` learns FIRST_LOOP, so while they learn, the
-  arrays are allocated outside them and freed to the C allocator, which keeps them resident: once
-  the working memory, the epsilons and the first iteration's activations.
+- batch normalization's backlog: DL4J's `BatchNormalization` leaves two arrays of its input's size
+  outside every workspace in each training iteration (measured: 2.0-2.1x its input per iteration on
+  deep_cnn_bn and TinyYOLO, 2.8x in the second; none on the same network without it). ND4J frees them
+  only when Java's collector finds their objects, so they pile up between collections: the model
+  counts two iterations of them (`BATCHNORM_BACKLOG_ITERATIONS`). A longer run holds more until a
+  collection; under pyd4j's flags JavaCPP collects at maxphysicalbytes.
 
-The learning term is an upper bound of what glibc keeps: it counts every freed array. A rule
-that glibc unmaps blocks over its 32 MiB mmap limit fit zoo LeNet at batch 1024 (580 MiB measured,
-1025 predicted) but not resnet_graph at batch 16, which holds the whole step (365 MiB, the peak
-already in the first iteration, the same with a 48 MiB heap): it was tried and reverted. With
-glibc's mmap threshold fixed at 128 KiB the same job holds 223 MiB.
+The model assumes glibc's mmap threshold fixed (`MALLOC_ENV`, which pyd4j's flags put into the job's
+environment). While DL4J's workspaces learn their size (OVER_TIME / FIRST_LOOP, spill REALLOCATE),
+the working memory, the epsilons and the first iteration's activations are allocated outside them and
+freed. With the threshold fixed, glibc gives every freed block over 128 KiB back to the system at
+once. With glibc's default (a threshold that rises to 32 MiB as blocks are freed) it kept 5-108% of
+them, and no rule found predicts how much: `learning_bytes` is the most it can keep, which the flags
+print as the cost of leaving the setting out.
 
-What the model leaves out (benchmarks/memory_model.py, `--long`): networks with batch normalization
-hold 20-50% more than the model over 3 iterations, and over a hundred iterations fit()'s native
-memory rises further on some networks. The first is memory freed to the C allocator and kept there
-(with glibc's mmap threshold fixed, deep_cnn_bn's peak falls below the model); which allocations feed
-it is not known yet. The second shrank with a smaller young generation on lenet (arrays freed only
-when the collector finds their Java objects). Capping glibc's arenas changes neither
-(benchmarks/malloc_arenas.py).
+What the model leaves out (benchmarks/memory_model.py, `--long`): over a hundred iterations the small,
+fast networks (lstm, policy_value, two_input) hold more, arrays freed only when the collector finds
+their Java objects (less with a smaller heap); and batch normalization's backlog beyond two iterations.
 
 Each term is `fixed + per_sample * batch`; the caller adds the data pipeline (features and labels
 of the minibatches in flight), which the graph does not know.
@@ -50,6 +50,14 @@ from pyd4j.sched.graph import Graph, LayerType
 
 Region = Literal["offheap", "heap", "native"]
 Source = Literal["dl4j-report", "measured", "estimate"]
+
+# glibc's setting the model assumes: the mmap threshold fixed at 128 KiB (its initial value, which glibc
+# otherwise raises up to 32 MiB as large blocks are freed), so freed arrays go back to the system.
+MALLOC_ENV: dict[str, str] = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+# Iterations of batch normalization's garbage the model counts (see the module's docstring).
+BATCHNORM_BACKLOG_ITERATIONS = 2
+BATCHNORM_ARRAYS_PER_ITERATION = 2
 
 # The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
 # batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
@@ -174,6 +182,7 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, 
     working = max([*fwd, *bwd, 0])
     arg = max(range(len(graph.layers)), key=lambda i: max(fwd[i], bwd[i])) if graph.layers else 0
     eps = epsilon_bytes(graph)
+    bn_inputs = batchnorm_input_bytes(graph)
 
     def per(x: float) -> int:
         return int(round(x / b))
@@ -191,11 +200,26 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, 
                 f"im2col, recomputed pre-activation, ...), +{ws.working_memory:g} over-allocation"),
         Term("epsilons", "offheap", "estimate", 0, per(eps * (1 + ws.epsilons)),
                 f"epsilon workspaces: the largest gradients held at once, +{ws.epsilons:g} over-allocation"),
-        Term("workspace_learning", "offheap", "estimate", 0, per(working + eps + acts),
-                "working memory, epsilons and the first iteration's activations allocated outside their workspaces "
-                "while those learn their size (OVER_TIME / FIRST_LOOP, spill REALLOCATE), freed to the C allocator, "
-                "which keeps them"),
+        Term("batchnorm_backlog", "offheap", "estimate", 0, per(bn_inputs * BATCHNORM_ARRAYS_PER_ITERATION
+                                                                 * BATCHNORM_BACKLOG_ITERATIONS),
+                f"{BATCHNORM_ARRAYS_PER_ITERATION} arrays of each batch normalization's input per iteration, freed only when "
+                f"Java's collector finds them: {BATCHNORM_BACKLOG_ITERATIONS} iterations of them"),
     )
+
+
+def batchnorm_input_bytes(graph: Graph) -> int:
+    """The inputs of the network's batch normalization layers, summed (the graph's batch)."""
+    return sum(graph.layers[j].out_bytes for layer in graph.layers if layer.type is LayerType.BN
+               for j in dict.fromkeys(layer.inputs))
+
+
+def learning_bytes(graph: Graph) -> int:
+    """What DL4J allocates outside its workspaces while they learn their size, and frees (the graph's
+    batch): the most glibc keeps of it without `MALLOC_ENV`."""
+    d = graph.deps
+    fwd, bwd, _ = d.step_ws if d.step_ws[0] else (d.ws_fwd, d.ws_bwd, d.ws_rc)
+    acts = sum(layer.out_bytes for layer in graph.layers if layer.type is not LayerType.DATA)
+    return max([*fwd, *bwd, 0]) + epsilon_bytes(graph) + acts
 
 
 def fit_bytes(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> int:

@@ -15,7 +15,7 @@ from pyd4j.sched.dl4j_json import graph_from_dl4j_json
 from pyd4j.sched.fitmem import UPDATER_STATE, fit_terms, updater_state_elements
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
-FIT_ONLY = ("parameters", "gradients", "updater_state", "activations", "working_memory", "epsilons", "workspace_learning")
+FIT_ONLY = ("parameters", "gradients", "updater_state", "activations", "working_memory", "epsilons", "batchnorm_backlog")
 
 
 def _graph(name: str, batch: int):

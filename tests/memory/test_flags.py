@@ -170,6 +170,48 @@ def test_format_k8s(fs):
     assert "JAVA_TOOL_OPTIONS" in out
 
 
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+@pytest.fixture
+def fs_env():
+    """Flags of an estimate that assumes an environment (as the fit() model's do): every format carries it."""
+    kept = Term("kept_by_glibc", "offheap", "estimate", 0, MiB, "hand")
+    return flags(dataclasses.replace(hand_estimate(100), environment=MALLOC, without_environment=kept), total="4g")
+
+
+def test_environment_in_every_format(fs_env):
+    import xml.etree.ElementTree as ET
+
+    import yaml
+
+    assert fs_env.environment == MALLOC and "100 MiB more" in fs_env.environment_reason
+    # env: one export per variable, then the JVM options, as a shell reads them
+    lines = [shlex.split(line) for line in fs_env.render("env").splitlines()]
+    assert lines[0] == ["export", "MALLOC_MMAP_THRESHOLD_=131072"]
+    assert lines[1] == ["export", "JAVA_TOOL_OPTIONS=" + " ".join(fs_env.args())]
+    # maven: both plugins' <environmentVariables>, in well-formed XML
+    root = ET.fromstring(f"<plugins>{fs_env.render('maven')}</plugins>")
+    found = [{e.tag: e.text for e in block} for block in root.iter("environmentVariables")]
+    assert found == [MALLOC, MALLOC]
+    # gradle: the map, given to Test and JavaExec tasks
+    gradle = fs_env.render("gradle")
+    assert "def nd4jEnvironment = ['MALLOC_MMAP_THRESHOLD_': '131072']" in gradle
+    assert gradle.count("environment nd4jEnvironment") == 2
+    # k8s: a container env entry beside JAVA_TOOL_OPTIONS
+    spec = yaml.safe_load(fs_env.render("k8s"))
+    assert {e["name"]: e["value"] for e in spec["env"]} == {**MALLOC, "JAVA_TOOL_OPTIONS": " ".join(fs_env.args())}
+    # args: the JVM options alone (the CLI prints the environment above them)
+    assert fs_env.render("args").split() == fs_env.args()
+    assert fs_env.to_dict()["environment"] == MALLOC
+
+
+def test_no_environment_no_trace(fs):
+    assert fs.environment == {}
+    assert "environmentVariables" not in fs.render("maven") and "nd4jEnvironment" not in fs.render("gradle")
+    assert fs.render("env").count("export") == 1
+
+
 def test_unknown_format(fs):
     with pytest.raises(ValueError, match="unknown format 'xml'"):
         fs.render("xml")

@@ -62,6 +62,24 @@ def test_every_concurrent_task_trains_its_own_copy():
     assert four.heap_bytes >= SPARK_MIN_HEAP and one.heap_bytes >= SPARK_MIN_HEAP
 
 
+def test_executors_get_the_environment_the_estimate_assumes():
+    """The fit() model assumes glibc's mmap threshold fixed: executors get it through spark.executorEnv, with
+    what glibc may keep without it scaled by the concurrent tasks; the driver, which does not train, not."""
+    import dataclasses
+
+    from pyd4j.memory.estimate import Term
+
+    kept = Term("kept_by_glibc", "offheap", "estimate", 0, MiB, "hand")
+    est = dataclasses.replace(hand_estimate(100), environment={"MALLOC_MMAP_THRESHOLD_": "131072"}, without_environment=kept)
+    sf = spark_flags(est, SparkShape(executors=1, executor_cores=2, worker_memory=8192 * MiB))
+    assert sf.conf()["spark.executorEnv.MALLOC_MMAP_THRESHOLD_"] == "131072"
+    assert "200 MiB more" in sf.settings()[[k for k, _, _ in sf.settings()].index("spark.executorEnv.MALLOC_MMAP_THRESHOLD_")][2]
+    assert sf.driver.environment == {}
+    assert "MALLOC_MMAP_THRESHOLD_=131072" in sf.render()
+    assert "spark.executorEnv.MALLOC_MMAP_THRESHOLD_" not in spark_flags(hand_estimate(100), SparkShape(
+        worker_memory=8192 * MiB)).conf()
+
+
 def test_small_network_gets_sparks_minimum_heap():
     sf = spark_flags(hand_estimate(1).at_batch(1), SparkShape(worker_memory=4096 * MiB))
     small = spark_executor_estimate(hand_estimate(1), SparkShape())

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pyd4j.sched.dl4j_json import graph_from_dl4j_json
-from pyd4j.sched.fitmem import UnknownUpdater, epsilon_bytes, fit_bytes, fit_terms, updater_state_elements
+from pyd4j.sched.fitmem import (UnknownUpdater, batchnorm_input_bytes, epsilon_bytes, fit_bytes, fit_terms, learning_bytes,
+                                updater_state_elements)
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
@@ -30,8 +31,20 @@ def test_mlp_by_hand():
     assert t["activations"].per_sample_bytes == round((512 + 256 + 10) * 4 * 1.05)
     assert t["working_memory"].per_sample_bytes == round(4 * 512 * 4 * 1.02)
     assert t["epsilons"].per_sample_bytes == round((784 + 512) * 4 * 1.02)
-    assert t["workspace_learning"].per_sample_bytes == (4 * 512 + 784 + 512 + 512 + 256 + 10) * 4
+    assert t["batchnorm_backlog"].per_sample_bytes == 0
+    assert learning_bytes(g) == (4 * 512 + 784 + 512 + 512 + 256 + 10) * 4 * 64
     assert fit_bytes(g) == sum(x.bytes_at(64) for x in t.values())
+
+
+def test_batchnorm_backlog_by_hand():
+    """deep_cnn_bn at batch 2: six batch normalizations, each after a convolution, on 32x32x32, 32x32x32,
+    64x16x16, 64x16x16, 128x8x8, 128x8x8 inputs; two arrays of each input per iteration, two iterations."""
+    doc = json.loads((NETWORKS / "deep_cnn_bn.json").read_text())
+    g = graph_from_dl4j_json(doc, 2, (3, 32, 32))
+    inputs = (2 * 32 * 32 * 32 + 2 * 64 * 16 * 16 + 2 * 128 * 8 * 8) * 4
+    assert batchnorm_input_bytes(g) == inputs * 2
+    t = {x.name: x for x in fit_terms(g)}
+    assert t["batchnorm_backlog"].per_sample_bytes == 2 * 2 * inputs
 
 
 @pytest.mark.parametrize(("updater", "per"), [("Sgd", 0), ("Nesterovs", 1), ("AMSGrad", 3)])
