@@ -4,8 +4,9 @@
         [--iterations 1,2,3,4,5] [--out benchmarks/results/batchnorm_backlog.json]
 
 Each run is the measuring job of benchmarks/planned_training.py (`TrainSynthetic`: DL4J's own fit()
-on random batches after a batch-1 warm-up, one OpenMP thread, a 512 MiB heap) for 1, 2, 3, ...
-iterations, in the environment pyd4j's flags set (glibc's mmap threshold fixed, so nothing freed stays
+on random batches after a batch-1 warm-up, one OpenMP thread, a 512 MiB heap, the agent taking no
+live points: their full collections would free the garbage measured) for 1, 2, 3, ... iterations, in
+the environment pyd4j's flags set (glibc's mmap threshold fixed, so nothing freed stays
 with the C allocator). Per run: the native peak above the idle JVM, and its rise from one iteration
 count to the next, against the inputs of the network's batch normalization layers (pyd4j.sched.fitmem).
 `deep_cnn_bn-without-bn` is deep_cnn_bn with its BatchNormalization layers left out (the control:
@@ -81,7 +82,7 @@ def main() -> None:
             pt.NETWORKS = folder
             peaks = []
             for n in counts:
-                r = pt.run(name, int(batch), n, None, folder, extra_env=MALLOC_ENV)
+                r = pt.run(name, int(batch), n, None, folder, extra_env=MALLOC_ENV, quiet=True)
                 peaks.append(r["native_above_idle_bytes"])
                 print(f"{spec:28s} {n:3d} iterations: native {peaks[-1] / MiB:8.1f} MiB", flush=True)
             rises = [b - a for a, b in zip(peaks, peaks[1:])]

@@ -6,8 +6,9 @@
 For each network -- the example networks (examples/networks) and models of DL4J's zoo built by
 DL4J's code at the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder) -- at two
 small batches: the peak of DL4J's unchanged `fit()` above the idle JVM (the job of
-benchmarks/planned_training.py and zoo_coverage.py: TrainSynthetic warms up at batch 1, then
-samples its memory every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread: the
+benchmarks/planned_training.py and zoo_coverage.py, with the agent taking no live points, whose full
+collections would free garbage fit() keeps: TrainSynthetic warms up at batch 1, then samples its
+memory every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread: the
 native peak, RSS less the JVM's committed heap and non-heap, with the RSS beside it), and
 `pyd4j estimate`'s off-heap prediction at the same batch: the fit() terms of `pyd4j.sched.fitmem`
 plus the data pipeline. The job runs in the environment the estimate assumes (`environment` of each
@@ -47,7 +48,7 @@ def measure(name: str, batch: int, iterations: int, folder: Path, environment: d
     import benchmarks.planned_training as pt
 
     pt.NETWORKS = folder
-    r = pt.run(name, batch, iterations, None, folder, extra_env=environment or None)
+    r = pt.run(name, batch, iterations, None, folder, extra_env=environment or None, quiet=True)
     return {"measured_bytes": int(r["native_above_idle_bytes"]), "measured_rss_bytes": int(r["peak_above_idle_bytes"]),
             "workspaces": r["workspaces"]}
 

@@ -128,18 +128,22 @@ def _scratch(plan) -> list[int]:
 
 
 def job_command(name: str, batch: int, iterations: int, timeline: Path, plan: str | None,
-                flags: list[str] | None = None) -> list[str]:
+                flags: list[str] | None = None, quiet: bool = False) -> list[str]:
     from pyd4j.jvm import JvmOptions, examples_jar, java_command
     from pyd4j.profile.launch import agent_option
+    from pyd4j.profile.speed import QUIET_AGENT
 
     # Heap fixed and pre-touched: it is resident in the idle baseline, so the peak above the idle
     # JVM is what training adds off-heap (ND4J's arrays and workspaces).
     options = JvmOptions.of(heap_max=HEAP, heap_initial=HEAP, extra=["-XX:+AlwaysPreTouch"]) if flags is None \
         else JvmOptions.of(extra=flags)
     agent = agent_option(100, out=timeline, plan=Path(plan) if plan else None)
+    # quiet: the agent times iterations but takes no live points, whose full collections would free garbage
+    # DL4J's unchanged fit() keeps
+    quieter = ["-Dpyd4j.agent=" + ",".join(QUIET_AGENT)] if quiet else []
     return java_command(options, "org.pyd4j.examples.TrainSynthetic",
                         [str(NETWORKS / f"{name}.json"), str(batch), str(iterations)],
-                        extra_classpath=[examples_jar()], jvm_args=[agent])
+                        extra_classpath=[examples_jar()], jvm_args=[agent, *quieter])
 
 
 def env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -171,9 +175,9 @@ def plan_stats(timeline: Path) -> dict | None:
 
 
 def run(name: str, batch: int, iterations: int, plan: dict | None, folder: Path,
-        extra_env: dict[str, str] | None = None) -> dict:
+        extra_env: dict[str, str] | None = None, quiet: bool = False) -> dict:
     timeline = Path(tempfile.mktemp(suffix=".jsonl"))   # not in `folder`: that may be the examples' own
-    cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None)
+    cmd = job_command(name, batch, iterations, timeline, plan["path"] if plan else None, quiet=quiet)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env(extra_env), cwd=folder)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:

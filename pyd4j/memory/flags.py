@@ -121,6 +121,8 @@ class FlagSet:
 # sized from it alone when an estimate has it; the rest of off-heap memory only counts in RSS.
 JAVACPP_TERM = "javacpp_peak"
 MIN_MAXBYTES = 64 * MiB
+FLOOR_HEADROOM_SHARE = 0.5
+"""maxphysicalbytes never sits below the estimate plus this share of the headroom (see _sizes)."""
 """The least maxbytes written: JavaCPP's own small Pointers (op arguments, shapes) in a job that makes
 no others; and never 0, which would mean "no limit" to JavaCPP."""
 
@@ -184,8 +186,11 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     has not found yet: without it a fit() holds ever more of them). JavaCPP checks RSS only when it
     makes a Pointer, and a workspace is allocated in one piece without one, so RSS passes
     maxphysicalbytes by up to the largest workspace before the check runs (ResNet50 at batch 32:
-    241 MiB over, with a 270 MiB activation workspace). It sits that far below the budget, and never
-    below the estimate without headroom, so the container limit holds the overshoot.
+    241 MiB over, with a 270 MiB activation workspace, when glibc kept freed arrays; 107 MiB at most in
+    35 runs since the flags fix its mmap threshold). It sits that far below the budget, and never below
+    the estimate with half the headroom: JavaCPP refuses an allocation when a collection does not bring
+    RSS under it, so live memory above it fails the job (AlexNet at batch 2048, 4% over the estimate,
+    with maxphysicalbytes at the estimate itself).
     """
     javacpp = _javacpp_part(est)
     heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
@@ -197,8 +202,8 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     budget = offheap + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(budget * CONTAINER_MARGIN_FRACTION))
     workspace = max((t.bytes_at(est.batch) for t in est.terms if t.name in WORKSPACE_TERMS), default=0)
-    unpadded = _mib_up(est.offheap_bytes + est.native_bytes) + heap + max_direct
-    maxphys = min(budget, max(unpadded, budget - _mib_up(workspace)))
+    floor = _mib_up((est.offheap_bytes + est.native_bytes) * (1 + headroom * FLOOR_HEADROOM_SHARE)) + heap + max_direct
+    maxphys = min(budget, max(floor, budget - _mib_up(workspace)))
     return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, budget=budget,
                 workspace=workspace, container=budget + margin, margin=margin)
 
@@ -295,7 +300,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              f"there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
              f"{human_bytes(est.native_bytes)} + {pct}"
              + (f", less the largest workspace ({human_bytes(s['workspace'])}: RSS can pass it by that much before the "
-                f"check runs), never under the estimate without headroom" if s["maxphysicalbytes"] < s["budget"] else "")),
+                f"check runs), never under the estimate with half the headroom" if s["maxphysicalbytes"] < s["budget"] else "")),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [

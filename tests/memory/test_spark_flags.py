@@ -33,7 +33,7 @@ def test_hand_worked_executor_settings():
     assert SPARK_EXECUTOR_NATIVE == 184 * MiB
     assert sf.executor.maxbytes == 460 * MiB
     assert sf.executor.heap_bytes == 592 * MiB
-    assert sf.executor.maxphysicalbytes == 1368 * MiB
+    assert sf.executor.maxphysicalbytes == 1421 * MiB
     assert sf.executor_container_bytes == 1549 * MiB
     conf = sf.conf()
     assert conf["spark.executor.memory"] == "592m"
