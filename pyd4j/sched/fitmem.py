@@ -19,8 +19,9 @@ iterations (benchmarks/memory_model.py):
   odd layers; a ComputationGraph's pool `WS_LAYER_ACT_n`): the largest epsilon of each, 0.02 over;
   an ActivationLayer's backward step holds two input-sized arrays there (a copy and the result);
 - batch normalization's backlog: DL4J's `BatchNormalization` leaves two arrays of its input's size
-  outside every workspace in each training iteration (measured: 2.0-2.1x its input per iteration on
-  deep_cnn_bn and TinyYOLO, 2.8x in the second; none on the same network without it). ND4J frees them
+  outside every workspace in each training iteration (benchmarks/batchnorm_backlog.py: 2.0-2.4x its
+  input per iteration on deep_cnn_bn and TinyYOLO, 2.8-2.9x in the second; none on the same network
+  without it). ND4J frees them
   only when Java's collector finds their objects, so they pile up between collections: the model
   counts two iterations of them (`BATCHNORM_BACKLOG_ITERATIONS`). A longer run holds more until a
   collection; under pyd4j's flags JavaCPP collects at maxphysicalbytes.
