@@ -152,6 +152,29 @@ def test_verify_passes_inserts_flags_and_fails_on_oom(tmp_path, capsys):
     assert "OOM killer" in doc["verify"]["diagnosis"]
 
 
+@needs_cgroup
+def test_fake_java_verify_starts_the_job_with_the_flags_environment(tmp_path, capsys, monkeypatch):
+    """The fit() model assumes glibc's mmap threshold fixed: `flags --verify` must start the job with it."""
+    import dataclasses
+    import json
+
+    from pyd4j.commands.flags import _verify
+    from pyd4j.memory.flags import flags
+
+    malloc = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    job = [fake_java(tmp_path, "import os, sys; sys.exit(0 if os.environ.get('MALLOC_MMAP_THRESHOLD_') == '131072' else 7)"),
+           "Main"]
+    fs = flags(dataclasses.replace(hand_estimate(1), environment=malloc), total="8g")
+    _verify(fs, job, 60, as_json=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] and doc["environment"] == malloc
+    # the same job under flags without the environment fails: the job really reads it
+    with pytest.raises(SystemExit) as info:
+        _verify(flags(hand_estimate(1), total="8g"), job, 60, as_json=True)
+    assert info.value.code == 4 and json.loads(capsys.readouterr().out)["verify"]["exit_code"] == 7
+
+
 def test_diagnose_reads_java_out_of_memory_errors():
     from pyd4j.memory.container import ContainerResult, diagnose
 
