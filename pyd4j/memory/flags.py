@@ -187,7 +187,9 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     makes a Pointer, and a workspace is allocated in one piece without one, so RSS passes
     maxphysicalbytes by up to the largest workspace before the check runs (ResNet50 at batch 32:
     241 MiB over, with a 270 MiB activation workspace, when glibc kept freed arrays; 107 MiB at most in
-    35 runs since the flags fix its mmap threshold). It sits that far below the budget, and never below
+    35 runs since the flags fix its mmap threshold). About 45 MiB of any such excess are file-backed pages:
+    JavaCPP's physicalBytes is resident memory less shared pages, so maxphysicalbytes bounds anonymous
+    memory (benchmarks/README.md, long runs). It sits that far below the budget, and never below
     the estimate with half the headroom: JavaCPP refuses an allocation when a collection does not bring
     RSS under it, so live memory above it fails the job (AlexNet at batch 2048, 4% over the estimate,
     with maxphysicalbytes at the estimate itself).
