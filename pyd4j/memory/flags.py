@@ -29,7 +29,6 @@ from typing import Any
 from pyd4j.inputs import JAVA_LONG_MAX
 from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, check_batch
 from pyd4j.output import human_bytes
-from pyd4j.sched.fitmem import WORKSPACE_TERMS
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 MiB = 1024**2
@@ -121,10 +120,12 @@ class FlagSet:
 # sized from it alone when an estimate has it; the rest of off-heap memory only counts in RSS.
 JAVACPP_TERM = "javacpp_peak"
 MIN_MAXBYTES = 64 * MiB
-FLOOR_HEADROOM_SHARE = 0.5
-"""maxphysicalbytes never sits below the estimate plus this share of the headroom (see _sizes)."""
 """The least maxbytes written: JavaCPP's own small Pointers (op arguments, shapes) in a job that makes
 no others; and never 0, which would mean "no limit" to JavaCPP."""
+JVM_FILE_PAGES = 45 * MiB
+"""The JVM's resident pages mapped from files (the JDK's, libnd4j's, OpenBLAS's and JavaCPP's libraries:
+RssFile 45.4 MiB in a training JVM). JavaCPP's physicalBytes() leaves them out (resident less shared
+pages), so maxphysicalbytes is the budget less them."""
 
 
 def measured_estimate(offheap_bytes: int, heap_bytes: int, native_bytes: int, model: str = "measured",
@@ -183,16 +184,13 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     (not maxbytes, a cap on part of it) + JVM native, the last two with headroom.
 
     maxphysicalbytes is where JavaCPP collects ND4J's garbage (arrays whose Java objects the collector
-    has not found yet: without it a fit() holds ever more of them). JavaCPP checks RSS only when it
-    makes a Pointer, and a workspace is allocated in one piece without one, so RSS passes
-    maxphysicalbytes by up to the largest workspace before the check runs (ResNet50 at batch 32:
-    241 MiB over, with a 270 MiB activation workspace, when glibc kept freed arrays; 107 MiB at most in
-    35 runs since the flags fix its mmap threshold). About 45 MiB of any such excess are file-backed pages:
-    JavaCPP's physicalBytes is resident memory less shared pages, so maxphysicalbytes bounds anonymous
-    memory (benchmarks/README.md, long runs). It sits that far below the budget, and never below
-    the estimate with half the headroom: JavaCPP refuses an allocation when a collection does not bring
-    RSS under it, so live memory above it fails the job (AlexNet at batch 2048, 4% over the estimate,
-    with maxphysicalbytes at the estimate itself).
+    has not found yet: without it a fit() holds ever more of them) and where it refuses an allocation a
+    collection cannot make room for. JavaCPP 1.5.7 counts resident memory less shared pages, so it is the
+    budget less the JVM's file-backed pages: JavaCPP collects when the process's RSS reaches the budget,
+    and the container's margin holds what is allocated before its next check. (An earlier rule kept it
+    below the budget by the largest workspace, from 241 MiB of RSS over it on ResNet50 while glibc kept
+    freed arrays: 45 MiB of those were the file pages; with glibc's mmap threshold fixed the charge passed
+    it by 23 MiB at most in 36 runs, 7 in 200-iteration runs, benchmarks/README.md.)
     """
     javacpp = _javacpp_part(est)
     heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
@@ -203,11 +201,9 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     maxbytes = max(_mib_up((est.offheap_bytes if javacpp is None else javacpp) * (1 + headroom)), MIN_MAXBYTES)
     budget = offheap + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(budget * CONTAINER_MARGIN_FRACTION))
-    workspace = max((t.bytes_at(est.batch) for t in est.terms if t.name in WORKSPACE_TERMS), default=0)
-    floor = _mib_up((est.offheap_bytes + est.native_bytes) * (1 + headroom * FLOOR_HEADROOM_SHARE)) + heap + max_direct
-    maxphys = min(budget, max(floor, budget - _mib_up(workspace)))
+    maxphys = budget - JVM_FILE_PAGES
     return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, budget=budget,
-                workspace=workspace, container=budget + margin, margin=margin)
+                container=budget + margin, margin=margin)
 
 
 def _check_estimate(est: Estimate) -> None:
@@ -298,18 +294,16 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              _maxbytes_reason(est, pct)),
         Flag("org.bytedeco.javacpp.maxphysicalbytes", f"-Dorg.bytedeco.javacpp.maxphysicalbytes={s['maxphysicalbytes']}",
              s["maxphysicalbytes"],
-             "the limit ND4J really hits (JavaCPP checks process RSS at every Pointer and collects ND4J's garbage "
-             f"there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
-             f"{human_bytes(est.native_bytes)} + {pct}"
-             + (f", less the largest workspace ({human_bytes(s['workspace'])}: RSS can pass it by that much before the "
-                f"check runs), never under the estimate with half the headroom" if s["maxphysicalbytes"] < s["budget"] else "")),
+             "the limit ND4J really hits (JavaCPP checks the process's memory at every Pointer and collects ND4J's "
+             f"garbage there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
+             f"{human_bytes(est.native_bytes)} + {pct}, less the JVM's {human_bytes(JVM_FILE_PAGES)} of file-backed "
+             "pages, which JavaCPP does not count: it collects when the process's RSS reaches that budget"),
     )
     sources = {t.name: t.source for t in est.terms}
     notes = [
         f"container memory limit {human_bytes(s['container'])} = heap + direct + ND4J off-heap and JVM native with "
-        f"headroom + {human_bytes(s['margin'])} margin (page tables, kernel memory); maxphysicalbytes "
-        f"{human_bytes(s['maxphysicalbytes'])} leaves {human_bytes(s['container'] - s['maxphysicalbytes'])} under it: JavaCPP "
-        f"notices RSS over maxphysicalbytes only at its next Pointer",
+        f"headroom + {human_bytes(s['margin'])} margin (page tables, kernel memory, and what is allocated between "
+        f"JavaCPP's checks: it notices memory over maxphysicalbytes only at its next Pointer)",
     ]
     env_reason = _environment_reason(est) if est.environment else ""
     gpu_need = _gpu_need(est, headroom) if gpu_b is not None else None

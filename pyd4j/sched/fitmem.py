@@ -166,11 +166,6 @@ def epsilon_bytes(graph: Graph) -> int:
     return peak
 
 
-# fit_terms' terms for DL4J's workspaces: each is allocated in one piece (pyd4j.memory.flags keeps
-# maxphysicalbytes that far under the container limit, as RSS passes it by that much before JavaCPP checks)
-WORKSPACE_TERMS = ("activations", "working_memory", "epsilons")
-
-
 def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, ...]:
     """What DL4J's fit() holds for `graph` (built at any batch; the terms are per sample and fixed)."""
     b = graph.batch

@@ -31,17 +31,16 @@ def hand_estimate(batch: int = 100) -> Estimate:
 def test_hand_worked_flags():
     # batch 100: off-heap 200 MiB -> maxbytes 230 MiB; native 280 x 1.15 = 322 MiB;
     # budget = 230 + 256 (heap) + 16 (direct) + 322 = 824 MiB; margin max(16, ceil(41.2)) = 42 -> container 866 MiB.
-    # maxphysicalbytes: the budget less the largest workspace (activations, 100 MiB) = 724 MiB, but never under the
-    # estimate with half the headroom, (200 + 280) x 1.075 = 516 + 256 + 16 = 788 MiB -> 788 MiB
+    # maxphysicalbytes: the budget less the JVM's 45 MiB of file-backed pages, which JavaCPP does not count: 779 MiB
     fs = flags(hand_estimate(100), total="4g", headroom=0.15)
     assert fs.maxbytes == 230 * MiB
     assert fs.heap_bytes == 256 * MiB
     assert fs.max_direct_bytes == 16 * MiB
-    assert fs.maxphysicalbytes == 788 * MiB
+    assert fs.maxphysicalbytes == 779 * MiB
     assert fs.container_bytes == fs.total_bytes == 866 * MiB
     assert fs.args() == ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=16m",
                          f"-Dorg.bytedeco.javacpp.maxbytes={230 * MiB}",
-                         f"-Dorg.bytedeco.javacpp.maxphysicalbytes={788 * MiB}"]
+                         f"-Dorg.bytedeco.javacpp.maxphysicalbytes={779 * MiB}"]
     assert all(f.reason for f in fs.flags)
     assert "NIO" in fs.flags[2].reason or "nio" in fs.flags[2].reason
 
@@ -53,11 +52,11 @@ def test_jvm_native_hand_worked():
     assert jvm_native_bytes(1024 * MiB, 16) == int(192.48 * MiB)
 
 
-def test_maxphysicalbytes_below_the_budget_by_the_largest_workspace():
+def test_maxphysicalbytes_is_the_budget_less_the_jvms_file_pages():
     # 1 GiB of parameters, a 600 MiB activation workspace at batch 100; heap 256, native 280 MiB.
     # budget = ceil(1624 x 1.15 = 1867.6) = 1868 + 256 + 16 + 322 = 2462 MiB; container + ceil(123.1) = 124 -> 2586 MiB.
-    # maxphysicalbytes = max(ceil((1624 + 280) x 1.075) = 2047 + 256 + 16 = 2319, 2462 - 600 = 1862) = 2319: the
-    # estimate with half the headroom wins
+    # maxphysicalbytes = 2462 - 45 = 2417 MiB, however large the workspace: JavaCPP counts resident memory less
+    # file-backed pages, so it collects when RSS reaches the budget
     terms = (
         Term("parameters", "offheap", "estimate", 1024 * MiB, 0, "hand"),
         Term("activations", "offheap", "estimate", 0, 6 * MiB, "hand"),
@@ -66,16 +65,8 @@ def test_maxphysicalbytes_below_the_budget_by_the_largest_workspace():
     )
     est = dataclasses.replace(hand_estimate(100), terms=terms)
     fs = flags(est, total="8g")
-    assert fs.container_bytes == 2586 * MiB and fs.maxphysicalbytes == 2319 * MiB
-    small = dataclasses.replace(est, terms=(*terms[:1], Term("activations", "offheap", "estimate", 0, 1 * MiB, "hand"),
-                                            *terms[2:], Term("epsilons", "offheap", "estimate", 0, 5 * MiB, "hand")))
-    # epsilons 500 MiB is now the largest workspace: budget 2462, less 500 = 1962; the floor 2319 wins again
-    assert flags(small, total="8g").maxphysicalbytes == 2319 * MiB
-    tiny = dataclasses.replace(est, terms=(*terms[:1], Term("activations", "offheap", "estimate", 0, 1 * MiB, "hand"),
-                                           *terms[2:]))
-    # off-heap 1124 MiB: budget ceil(1292.6) = 1293 + 594 = 1887; less 100 = 1787 > floor ceil(1404 x 1.075) + 272 = 1782
-    assert flags(tiny, total="8g").maxphysicalbytes == 1787 * MiB
-    assert "less the largest workspace" in flags(tiny, total="8g").flags[4].reason
+    assert fs.container_bytes == 2586 * MiB and fs.maxphysicalbytes == 2417 * MiB
+    assert "file-backed" in fs.flags[4].reason and "45 MiB" in fs.flags[4].reason
 
 
 def test_zero_headroom_and_heap_rounding():
@@ -84,7 +75,7 @@ def test_zero_headroom_and_heap_rounding():
     fs = flags(Estimate(**{**est.__dict__, "terms": terms}), total="8g", headroom=0.0)
     assert fs.maxbytes == 200 * MiB
     assert fs.heap_bytes == 304 * MiB  # 300 MiB rounded up to 16 MiB (19 x 16)
-    assert fs.maxphysicalbytes == (200 + 304 + 16 + 280) * MiB
+    assert fs.maxphysicalbytes == (200 + 304 + 16 + 280 - 45) * MiB
 
 
 def test_largest_batch_hand_worked():
@@ -134,7 +125,7 @@ def test_gpu_budget():
 def test_measured_estimate():
     fs = flags(measured_estimate(100 * MiB, 512 * MiB, 200 * MiB), total="4g", headroom=0.1)
     assert fs.maxbytes == 110 * MiB and fs.heap_bytes == 512 * MiB
-    assert fs.maxphysicalbytes == (110 + 512 + 16 + 220) * MiB
+    assert fs.maxphysicalbytes == (110 + 512 + 16 + 220 - 45) * MiB
 
 
 # ----------------------------------------------------------------------------- formats

@@ -28,13 +28,12 @@ def test_hand_worked_executor_settings():
     #   -> 580 MiB, aligned to 16 MiB: 592 MiB.
     # native: JVM 108 + 2% of 580 (11.6) + 4 x 2 = 127.6; + Spark 184 = 311.6 x 1.15 = 358.34 -> 359 MiB.
     # budget = 460 + 592 + 64 (direct) + 359 = 1475 MiB; margin ceil(1475 x 0.05) = 74 -> container 1549 MiB.
-    # maxphysicalbytes = max(ceil((400 + 311.6) x 1.075) + 592 + 64 = 1421, 1475 - 200 (both tasks' activations) = 1275)
-    # = 1421 MiB: the estimate with half the headroom.
+    # maxphysicalbytes = the budget less the JVM's 45 MiB of file-backed pages = 1430 MiB.
     sf = spark_flags(hand_estimate(100), SparkShape(executors=2, executor_cores=2, worker_memory=4096 * MiB))
     assert SPARK_EXECUTOR_NATIVE == 184 * MiB
     assert sf.executor.maxbytes == 460 * MiB
     assert sf.executor.heap_bytes == 592 * MiB
-    assert sf.executor.maxphysicalbytes == 1421 * MiB
+    assert sf.executor.maxphysicalbytes == 1430 * MiB
     assert sf.executor_container_bytes == 1549 * MiB
     conf = sf.conf()
     assert conf["spark.executor.memory"] == "592m"
@@ -47,7 +46,7 @@ def test_hand_worked_executor_settings():
     assert "-XX:MaxDirectMemorySize=64m" in conf["spark.executor.extraJavaOptions"]
     opts = conf["spark.executor.extraJavaOptions"]
     assert "-Xmx" not in opts and "-Xms" not in opts  # Spark refuses -Xmx there; the heap is spark.executor.memory
-    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1421 * MiB}" in opts
+    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1430 * MiB}" in opts
     tokens = shlex.split(sf.render().replace("\\\n", " ").split("#")[0])
     assert "spark.executor.memoryOverhead=957m" in tokens
 
@@ -161,11 +160,11 @@ def test_hand_worked_settings_from_measured_executor():
     assert conf["spark.executor.memory"] == "480m"
     # overhead by hand: maxbytes max(20 x 1.15, 64) = 64 MiB (a cap; its floor is not memory the job holds);
     # off-heap (20 + 200 + 150) x 1.15 = 425.5 -> 426 MiB; native 90 x 1.15 = 103.5 -> 104 MiB; direct 64 MiB;
-    # maxphysicalbytes = 426 + 480 + 64 + 104 = 1074 MiB (no workspace measured: nothing taken off);
+    # budget = 426 + 480 + 64 + 104 = 1074 MiB; maxphysicalbytes = 1074 - 45 (the JVM's file-backed pages) = 1029 MiB;
     # container + max(16 MiB, 5% = 53.7 -> 54 MiB) = 1128 MiB; overhead = 1128 - 480 = 648 MiB
-    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1074 * MiB}" in conf["spark.executor.extraJavaOptions"]
+    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1029 * MiB}" in conf["spark.executor.extraJavaOptions"]
     assert conf["spark.executor.memoryOverhead"] == "648m"
-    # per-task split: 4 tasks: off-heap (40 + 400 + 150) x 1.15 = 678.5 -> 679 MiB (+253); maxphysicalbytes 1327 MiB,
+    # per-task split: 4 tasks: off-heap (40 + 400 + 150) x 1.15 = 678.5 -> 679 MiB (+253); budget 1327 MiB,
     # margin 5% = 66.35 -> 67 MiB (+13): overhead +266 MiB
     _, sf4 = settings(4)
     assert sf4.executor_overhead_bytes - sf.executor_overhead_bytes == 266 * MiB
