@@ -189,8 +189,9 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     budget less the JVM's file-backed pages: JavaCPP collects when the process's RSS reaches the budget,
     and the container's margin holds what is allocated before its next check. (An earlier rule kept it
     below the budget by the largest workspace, from 241 MiB of RSS over it on ResNet50 while glibc kept
-    freed arrays: 45 MiB of those were the file pages; with glibc's mmap threshold fixed the charge passed
-    it by 23 MiB at most in 36 runs, 7 in 200-iteration runs, benchmarks/README.md.)
+    freed arrays: 45 MiB of those were the file pages. With glibc's mmap threshold fixed and this rule, the
+    cgroup's charge passed it by 8 MiB at most in 36 runs and 7 in 200-iteration runs, which left at least
+    16 MiB under every container limit by VmHWM: benchmarks/README.md.)
     """
     javacpp = _javacpp_part(est)
     heap = max(_mib_up(est.heap_bytes, HEAP_ALIGN), HEAP_MIN_BYTES)
