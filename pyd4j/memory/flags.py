@@ -6,16 +6,17 @@ observed peaks) and a total budget, and works out:
     -Xms = -Xmx          the Java heap the job's objects need (ND4J data is not on the heap)
     maxbytes             ND4J off-heap estimate x (1 + headroom)
     MaxDirectMemorySize  small: NIO direct buffers only, which ND4J does not use for arrays
-    maxphysicalbytes     heap + direct + (off-heap + JVM native) x (1 + headroom), less the largest workspace
+    maxphysicalbytes     heap + direct + (off-heap + JVM native) x (1 + headroom), less the JVM's file-backed
+                         pages (JavaCPP counts resident memory less shared pages)
     container limit      heap + direct + (off-heap + JVM native) x (1 + headroom) + margin (JavaCPP checks
-                         RSS only at its next Pointer: RSS passes maxphysicalbytes by up to a workspace)
+                         only at its next Pointer: the margin holds what is allocated before it)
 
 Which limit governs what (checked against ND4J/DL4J 1.0.0-M2.1 with JavaCPP 1.5.7, see
 tests/memory/test_limits.py): `-XX:MaxDirectMemorySize` bounds java.nio direct buffers and never
 ND4J arrays. JavaCPP's `maxbytes` bounds the bytes of JavaCPP Pointers it tracks (`totalBytes`);
 ND4J's CPU backend allocates INDArray buffers inside libnd4j, outside that count. What stops an
 ND4J job is `maxphysicalbytes`: each time ND4J creates a Pointer, JavaCPP compares the process's
-resident memory (heap included) against it and throws "Cannot allocate new ...Pointer" /
+resident memory less shared pages (heap included) against it and throws "Cannot allocate new ...Pointer" /
 "Physical memory usage is too high". So maxphysicalbytes must cover heap + off-heap + JVM native.
 """
 
