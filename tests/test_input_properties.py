@@ -29,7 +29,7 @@ from pyd4j.memory.estimate import (
     parse_input_spec,
     read_sidecar,
 )
-from pyd4j.memory.flags import BudgetError, flags, largest_batch
+from pyd4j.memory.flags import JVM_FILE_PAGES, BudgetError, flags, largest_batch
 from pyd4j.profile.timeline import SERIES, Timeline
 from pyd4j.sched.dl4j_json import graph_from_dl4j_json
 from pyd4j.sched.graph import GraphError
@@ -122,9 +122,12 @@ def test_flags_from_any_estimate_are_sound_or_refused(est, total, headroom):
     assert all(t.bytes_at(est.batch) >= 0 for t in est.terms)  # a negative term is always refused
     assert all(f.bytes > 0 for f in fs.flags)
     assert fs.heap_bytes >= HEAP_MIN_BYTES
-    # maxphysicalbytes holds the heap, direct memory and the whole estimate off the heap (without headroom),
-    # and sits under the container limit
-    assert fs.heap_bytes + fs.max_direct_bytes + est.offheap_bytes + est.native_bytes <= fs.maxphysicalbytes < fs.container_bytes
+    # maxphysicalbytes holds the heap, direct memory and the whole estimate off the heap (without headroom), less
+    # the JVM's file-backed pages, part of its native memory, which JavaCPP does not count; and sits under the
+    # container limit
+    file_pages = min(JVM_FILE_PAGES, est.native_bytes)
+    assert fs.heap_bytes + fs.max_direct_bytes + est.offheap_bytes + est.native_bytes - file_pages <= fs.maxphysicalbytes \
+        < fs.container_bytes
     assert fs.container_bytes <= min(JAVA_LONG_MAX, parse_bytes(total))
     args = fs.args()
     assert args[0] == f"-Xms{jvm_size(fs.heap_bytes)}" and args[1] == f"-Xmx{jvm_size(fs.heap_bytes)}"

@@ -203,7 +203,7 @@ def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     maxbytes = max(_mib_up((est.offheap_bytes if javacpp is None else javacpp) * (1 + headroom)), MIN_MAXBYTES)
     budget = offheap + heap + max_direct + native
     margin = max(CONTAINER_MARGIN_MIN, _mib_up(budget * CONTAINER_MARGIN_FRACTION))
-    maxphys = budget - JVM_FILE_PAGES
+    maxphys = budget - min(JVM_FILE_PAGES, _mib_up(est.native_bytes))   # the file pages are part of JVM native
     return dict(maxbytes=maxbytes, heap=heap, native=native, maxphysicalbytes=maxphys, budget=budget,
                 container=budget + margin, margin=margin)
 
