@@ -50,7 +50,7 @@ def print_estimate(est) -> None:
     for note in est.notes:   # what the estimate could not take from DL4J, and what stands in for it
         click.echo(f"note: {note}")
     if est.environment:
-        kept = est.without_environment
-        click.echo(f"note: the terms assume {' '.join(f'{k}={v}' for k, v in est.environment.items())} in the job's environment "
-                   f"(pyd4j flags writes it)" + (f"; without it glibc may keep up to {human_bytes(kept.bytes_at(est.batch))} "
-                                                 f"more ({kept.name})" if kept is not None else ""))
+        from pyd4j.memory.estimate import assignments  # noqa: PLC0415  (loaded already: est is an Estimate)
+
+        click.echo(f"note: the terms assume {' '.join(assignments(est.environment))} in the job's environment (pyd4j "
+                   f"flags writes it): {est.environment_reason()}")

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
-from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, check_batch
+from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, assignments, check_batch
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
@@ -98,7 +98,7 @@ class FlagSet:
 
     def environment_assignments(self) -> list[str]:
         """The environment as NAME=VALUE words (for `env` or a shell line before `java`)."""
-        return [f"{k}={v}" for k, v in self.environment.items()]
+        return assignments(self.environment)
 
     def render(self, fmt: str = "args") -> str:
         """The flags in one of FORMATS."""
@@ -307,14 +307,13 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
         f"headroom + {human_bytes(s['margin'])} margin (page tables, kernel memory, and what is allocated between "
         f"JavaCPP's checks: it notices memory over maxphysicalbytes only at its next Pointer)",
     ]
-    env_reason = _environment_reason(est) if est.environment else ""
     gpu_need = _gpu_need(est, headroom) if gpu_b is not None else None
     result = FlagSet(model=est.model, batch=est.batch, dtype=est.dtype, mode=est.mode, headroom=headroom,
                      heap_bytes=s["heap"], max_direct_bytes=direct, maxbytes=s["maxbytes"],
                      maxphysicalbytes=s["maxphysicalbytes"], container_bytes=s["container"], budget_bytes=budget,
                      flags=flag_list, breakdown=est.breakdown(), sources=sources, gpu_budget_bytes=gpu_b,
                      gpu_need_bytes=gpu_need, notes=tuple(notes), environment=dict(est.environment),
-                     environment_reason=env_reason)
+                     environment_reason=est.environment_reason())
     if not refuse:
         return result
     over_host = budget is not None and s["container"] > budget
@@ -335,15 +334,6 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
             needed_bytes=needed, budget_bytes=have, biggest_term=biggest.name, largest_batch=best,
             breakdown=est.breakdown())
     return result
-
-
-def _environment_reason(est: Estimate) -> str:
-    kept = est.without_environment
-    return ("glibc's mmap threshold fixed, so the arrays DL4J frees (while its workspaces learn their size, and "
-            "batch normalization's) go back to the system; the flags are sized for that (measured: 2-30% less memory, "
-            "up to 3% slower)" + (
-                f" (without it glibc may keep up to {human_bytes(kept.bytes_at(est.batch))} more, over the container limit)"
-                if kept is not None else ""))
 
 
 def _maxbytes_reason(est: Estimate, pct: str) -> str:

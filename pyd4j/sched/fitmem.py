@@ -172,11 +172,8 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, 
     item = graph.layers[0].itemsize if graph.layers else 4
     params = sum(layer.param_bytes for layer in graph.layers)
     state = updater_state_elements(graph) * item
-    acts = sum(layer.out_bytes for layer in graph.layers if layer.type is not LayerType.DATA)
-    d = graph.deps
-    fwd, bwd, _ = d.step_ws if d.step_ws[0] else (d.ws_fwd, d.ws_bwd, d.ws_rc)
-    working = max([*fwd, *bwd, 0])
-    arg = max(range(len(graph.layers)), key=lambda i: max(fwd[i], bwd[i])) if graph.layers else 0
+    acts = _activation_bytes(graph)
+    working, arg = _working_memory(graph)
     eps = epsilon_bytes(graph)
     bn_inputs = batchnorm_input_bytes(graph)
 
@@ -212,10 +209,20 @@ def batchnorm_input_bytes(graph: Graph) -> int:
 def learning_bytes(graph: Graph) -> int:
     """What DL4J allocates outside its workspaces while they learn their size, and frees (the graph's
     batch): the most glibc keeps of it without `MALLOC_ENV`."""
+    return _working_memory(graph)[0] + epsilon_bytes(graph) + _activation_bytes(graph)
+
+
+def _activation_bytes(graph: Graph) -> int:
+    """Every layer's output (what WS_ALL_LAYERS_ACT holds), the graph's batch."""
+    return sum(layer.out_bytes for layer in graph.layers if layer.type is not LayerType.DATA)
+
+
+def _working_memory(graph: Graph) -> tuple[int, int]:
+    """The largest step's working memory (the graph's batch) and the index of the layer it is in."""
     d = graph.deps
     fwd, bwd, _ = d.step_ws if d.step_ws[0] else (d.ws_fwd, d.ws_bwd, d.ws_rc)
-    acts = sum(layer.out_bytes for layer in graph.layers if layer.type is not LayerType.DATA)
-    return max([*fwd, *bwd, 0]) + epsilon_bytes(graph) + acts
+    arg = max(range(len(graph.layers)), key=lambda i: max(fwd[i], bwd[i])) if graph.layers else 0
+    return max([*fwd, *bwd, 0]), arg
 
 
 def fit_bytes(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> int:
