@@ -24,7 +24,7 @@ With `--zoo LeNet,SqueezeNet,...` the same is done for models of DL4J's zoo, bui
 the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder); `--networks ""` runs them alone.
 
 Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5]
-[--batches 32,256] [--networks mlp,...] [--zoo LeNet,...] [--configs DIR]
+[--batches 32,256] [--networks mlp,...] [--zoo LeNet,...] [--configs DIR] [--merge]
 Needs a writable memory cgroup (root, or a delegated cgroup).
 """
 
@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--no-control", action="store_true", help="leave out the negative control")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "flags_accuracy.json"))
     parser.add_argument("--control-only", action="store_true", help="rerun only the negative control, keep the runs in --out")
+    parser.add_argument("--merge", action="store_true", help="replace in --out the rows (and, unless --no-control, the "
+                        "controls) of the networks run, keep the others")
     args = parser.parse_args()
     from pyd4j.units import parse_bytes
 
@@ -197,6 +199,12 @@ def main() -> None:
             if r["status"] == "ok" and variant == "half flags":
                 # it survived on half a heap it did not use: keep the generated flags, halve only the container
                 variants.append(("generated flags", full))
+
+    if args.merge:
+        old = json.loads(Path(args.out).read_text())
+        ran = {x["network"] for x in rows}
+        rows = [x for x in old["runs"] if x["network"] not in ran] + rows
+        controls = [c for c in old["negative_control"] if c["network"] not in ran or args.no_control] + controls
 
     def family(x: dict) -> str:   # "examples/networks" or "deeplearning4j-zoo" (without the input size)
         return x.get("source", "examples/networks").split(" ")[0]

@@ -1,11 +1,13 @@
 """What one glibc malloc setting changes in a DL4J fit(): memory and speed.
 
-    .venv/bin/python benchmarks/malloc_env.py [--setting MALLOC_ARENA_MAX=2] [--runs lenet@32,lstm@32,deep_cnn_bn@8]
-        [--iterations 150] [--pairs 3] [--out benchmarks/results/malloc_arenas.json]
+    .venv/bin/python benchmarks/malloc_env.py [--setting MALLOC_ARENA_MAX=2] [--baseline NAME=VALUE]
+        [--runs lenet@32,lstm@32,deep_cnn_bn@8] [--iterations 150] [--pairs 3] [--out benchmarks/results/malloc_arenas.json]
 
 Settings measured: `MALLOC_ARENA_MAX=2` (at most two malloc arenas; `results/malloc_arenas.json`) and
 `MALLOC_MMAP_THRESHOLD_=131072` (glibc's mmap threshold fixed, which pyd4j's generated flags set;
-`results/malloc_mmap_threshold.json`). Each run is the unchanged measuring job of
+`results/malloc_mmap_threshold.json`); with `--baseline MALLOC_MMAP_THRESHOLD_=131072` the "default" side
+runs with that setting instead of glibc's defaults (`results/malloc_mmap_threshold_65536.json`: a lower
+threshold against the one the flags set). Each run is the unchanged measuring job of
 benchmarks/planned_training.py (`TrainSynthetic`: DL4J's own fit() on random batches, one OpenMP
 thread, heap fixed and pre-touched) for `--iterations` iterations, once with glibc's defaults and once
 with the setting, the two sides alternating (default first in even pairs, set first in odd ones)
@@ -44,34 +46,43 @@ def one(name: str, batch: int, iterations: int, setting: dict[str, str] | None) 
             "iterations_per_s": r["iterations_per_s"], "seconds": r["seconds"]}
 
 
+def parse_setting(option: str, text: str) -> dict[str, str]:
+    name_value = text.split("=", 1)
+    if len(name_value) != 2 or name_value[0] not in OUTPUTS or not name_value[1].isdigit():
+        sys.exit(f"{option} {text!r}: give NAME=NUMBER with NAME one of {', '.join(OUTPUTS)}, e.g. MALLOC_ARENA_MAX=2")
+    return {name_value[0]: name_value[1]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--setting", default="MALLOC_ARENA_MAX=2", help="NAME=VALUE, one of " + ", ".join(OUTPUTS))
+    ap.add_argument("--baseline", help="NAME=VALUE the default side runs with (default: glibc's own defaults)")
     ap.add_argument("--runs", default="lenet@32,lstm@32,deep_cnn_bn@8")
     ap.add_argument("--iterations", type=int, default=150)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--out", help="default: benchmarks/results/ + the setting's file (" + ", ".join(OUTPUTS.values()) + ")")
     args = ap.parse_args()
-    name_value = args.setting.split("=", 1)
-    if len(name_value) != 2 or name_value[0] not in OUTPUTS or not name_value[1].isdigit():
-        sys.exit(f"--setting {args.setting!r}: give NAME=NUMBER with NAME one of {', '.join(OUTPUTS)}, e.g. MALLOC_ARENA_MAX=2")
-    setting = {name_value[0]: name_value[1]}
+    setting = parse_setting("--setting", args.setting)
+    baseline = parse_setting("--baseline", args.baseline) if args.baseline else None
     # the default side runs with glibc's own defaults: nothing of this process's environment may change them
     for var in OUTPUTS:
         os.environ.pop(var, None)
         if var in os.environ.get("PYD4J_BENCH_ENV", ""):
             sys.exit(f"PYD4J_BENCH_ENV sets {var}: unset it, this benchmark sets it per side")
     doc: dict = {"benchmark": "malloc_env", "meta": {"iterations": args.iterations, "pairs": args.pairs,
-                                                     "omp_threads": 1, "setting": setting, "machine": platform.platform(),
+                                                     "omp_threads": 1, "setting": setting,
+                                                     "baseline": baseline or "glibc defaults", "machine": platform.platform(),
                                                         "cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
                  "networks": {}}
-    out = Path(args.out or ROOT / "benchmarks" / "results" / OUTPUTS[name_value[0]])
+    if args.out is None and baseline:
+        sys.exit("--baseline: give --out too (the default file holds the comparison with glibc's defaults)")
+    out = Path(args.out or ROOT / "benchmarks" / "results" / OUTPUTS[next(iter(setting))])
     for spec in args.runs.split(","):
         name, batch = spec.split("@")
         rows: dict[str, list[dict]] = {"default": [], "set": []}
         for pair in range(args.pairs):
             for side in (("default", "set") if pair % 2 == 0 else ("set", "default")):
-                rows[side].append(one(name, int(batch), args.iterations, setting if side == "set" else None))
+                rows[side].append(one(name, int(batch), args.iterations, setting if side == "set" else baseline))
                 r = rows[side][-1]
                 print(f"{spec:16s} pair {pair} {side:8s} native {r['native_above_idle_bytes'] / MiB:7.1f} MiB "
                       f"{r['iterations_per_s'] or 0:7.2f} it/s", flush=True)

@@ -335,24 +335,29 @@ def _bad_network(network_json: str, e: Exception) -> click.BadParameter:
 
 def _probe(network_json: str, doc: dict, batch: int):
     """What DL4J says of the network's opaque steps (`pyd4j.memory.probe`, as pyd4j.train.fit asks it of
-    a live network), probed once at `batch` on the network built from the file and carried to the
-    other batches a search tries (`scaled_info`). A network DL4J cannot build or run is an error
-    naming the file."""
+    a live network), on the network built from the file: probed at `batch`, as pyd4j.train.fit probes it,
+    and at any other batch (a search, DL4J's own fit() at the reference batch) from the line through
+    probes at two small batches (`fitted`), as `pyd4j estimate` does, so that the two give one figure
+    for fit(). A network DL4J cannot build or run is an error naming the file."""
     from pyd4j.jvm.errors import JavaError
-    from pyd4j.memory.probe import of_configuration
-    from pyd4j.sched.dl4j_json import scaled_info
+    from pyd4j.memory.probe import FIT_BATCHES, fitted, of_configuration
 
     run = of_configuration(doc, network_json)
-    probed: dict = {}
+    line = fitted(run)
+    exact: dict = {}
 
     def probe(shapes: list[tuple[int, ...]]) -> dict:
-        if "info" not in probed:
-            try:
-                probed["info"] = run([(batch, *s[1:]) for s in shapes])
-            except (ValueError, JavaError) as e:   # EstimateError (DL4J cannot read it), or DL4J's own failure
-                raise click.ClickException(f"{network_json}: DL4J's probe iteration of the network at batch {batch} "
-                                           f"failed: {e}") from None
-        return scaled_info(probed["info"], shapes[0][0] / batch)
+        at = [batch] if shapes[0][0] == batch else FIT_BATCHES
+        try:
+            if shapes[0][0] != batch:
+                return line(shapes)
+            key = tuple(map(tuple, shapes))
+            if key not in exact:
+                exact[key] = run(shapes)
+            return exact[key]
+        except (ValueError, JavaError) as e:   # EstimateError (DL4J cannot read it), or DL4J's own failure
+            raise click.ClickException(f"{network_json}: DL4J's probe iteration of the network at batch "
+                                       f"{' and '.join(map(str, at))} failed: {e}") from None
 
     return probe
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 
 from pyd4j.jvm.classpath import classpath
 from pyd4j.jvm.java import JavaInstall, find_java
 from pyd4j.jvm.options import JvmOptions, check_with_java
+from pyd4j.malloc import MallocSettingError, fix_in_process
 
 
 class JvmRestartError(RuntimeError):
@@ -33,6 +35,7 @@ class JvmInfo:
     options: JvmOptions
     classpath: tuple[str, ...]
     pid: int
+    malloc: str = ""   # glibc's setting the memory model assumes, as fixed in this process (pyd4j.malloc)
 
 
 _lock = threading.Lock()
@@ -71,6 +74,11 @@ def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
         cp = classpath()
         args = wanted.args()
         check_with_java(str(java.java), args)
+        try:   # before the JVM and ND4J allocate: DL4J's arrays in this process as in a job run with pyd4j's flags
+            malloc = fix_in_process()
+        except MallocSettingError as err:
+            warnings.warn(str(err), RuntimeWarning, stacklevel=2)
+            malloc = str(err)
         jpype.startJVM(str(java.libjvm), *args, classpath=cp, convertStrings=False, ignoreUnrecognized=False)
         import jpype.imports  # noqa: F401,PLC0415  (enables `from org.nd4j... import ...`)
 
@@ -79,7 +87,7 @@ def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
             jpype.JClass("org.nd4j.common.config.ND4JClassLoading").getNd4jClassloader()
         except Exception:  # noqa: BLE001  (a classpath without ND4J: nothing to initialize)
             pass
-        _info = JvmInfo(java=java, options=wanted, classpath=tuple(cp), pid=os.getpid())
+        _info = JvmInfo(java=java, options=wanted, classpath=tuple(cp), pid=os.getpid(), malloc=malloc)
         return _info
 
 

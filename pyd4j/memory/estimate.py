@@ -3,7 +3,8 @@
 `estimate(model, batch, dtype, mode)` reads a MultiLayerConfiguration or ComputationGraphConfiguration
 (a DL4J JSON file, its text, or a live Java object) in the in-process JVM. Training, its off-heap
 terms are the one DL4J memory model `pyd4j.sched.fitmem` (the graph `pyd4j plan` plans, with the
-per-layer working memory measured with ND4J; parameters, gradients, updater state by updater
+per-layer working memory measured with ND4J, and for the layers it has no model of (LSTM, ...)
+probe iterations in DL4J, as `pyd4j plan` measures them; parameters, gradients, updater state by updater
 type, the workspaces fit() trains in with their over-allocation read from DL4J's network class,
 and what their learning leaves with the C allocator), plus AsyncDataSetIterator prefetch buffers;
 DL4J's own NetworkMemoryReport is kept beside them as a cross-check (`report_terms`, not summed).
@@ -680,7 +681,7 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str])
     """The planner's DL4J graph of the network at `batch`; shapes and parameter counts of the layers
     the planner has no rule for come from DL4J's own shape inference."""
     from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415
-    from pyd4j.sched.graph import GraphError  # noqa: PLC0415
+    from pyd4j.sched.graph import GraphError, LayerType  # noqa: PLC0415
 
     shapes = [_graph_shape(s) for s in loaded.inputs]
     doc = loaded.doc
@@ -688,12 +689,38 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str])
         steps = int(doc.get("tbpttFwdLength") or 0)
         doc = dict(doc, backpropType="Standard")
         shapes = [(s[0], min(s[1], steps)) if len(s) == 2 and steps > 0 else s for s in shapes]
+    shape = shapes if loaded.kind == "ComputationGraph" else shapes[0]
+    info = _dl4j_info(loaded, in_types, batch, report, gaps)
     try:
-        return graph_from_dl4j_json(doc, batch, shapes if loaded.kind == "ComputationGraph" else shapes[0],
-                                    profile="dl4j", info=_dl4j_info(loaded, in_types, batch, report, gaps))
+        graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=info)
+        if any(layer.type is LayerType.OPAQUE for layer in graph.layers):
+            graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=_probed(info, doc, graph, loaded.name, gaps))
+        return graph
     except GraphError as err:
         raise EstimateError(f"{loaded.name}: pyd4j's per-layer memory model cannot read this network ({err}); "
                             f"`pyd4j estimate --mode infer` gives DL4J's own report") from None
+
+
+def _probed(info: dict[str, dict[str, Any]], doc: dict[str, Any], graph, where: str,
+            gaps: list[str]) -> dict[str, dict[str, Any]]:
+    """`info` with the working memory of the graph's OPAQUE steps (the layers the planner has no
+    model of: LSTM, ...) measured by probe iterations in DL4J (`pyd4j.memory.probe.fitted`: the steps
+    DL4J's fit() runs, at two small batches) in place of DL4J's report's, which over-counts an
+    LSTM's by about 1.6x. `pyd4j plan` measures them the same way."""
+    from pyd4j.jvm.errors import JavaError  # noqa: PLC0415
+    from pyd4j.memory.probe import fitted, of_configuration  # noqa: PLC0415
+    from pyd4j.sched.graph import LayerType  # noqa: PLC0415
+
+    inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
+    try:
+        probed = fitted(of_configuration(doc, where))(inputs)
+    except (EstimateError, JavaError) as err:
+        opaque = ", ".join(layer.name for layer in graph.layers if layer.type is LayerType.OPAQUE)
+        gaps.append(f"DL4J's probe iteration of {where} failed ({err}); the working memory of the steps pyd4j has no "
+                    f"model of ({opaque}) is DL4J's report's instead")
+        return info
+    return {name: ({**v, "measured": probed[name]["measured"]} if "measured" in probed.get(name, {}) else v)
+            for name, v in info.items()}
 
 
 def _graph_shape(spec: dict[str, Any]) -> tuple[int, ...]:
@@ -708,7 +735,7 @@ def _graph_shape(spec: dict[str, Any]) -> tuple[int, ...]:
 def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]) -> dict[str, dict[str, Any]]:
     """Per layer or vertex name: DL4J's per-sample output shape and parameter count, and the
     working memory DL4J's own report gives it at `batch` -- the figures the planner uses for the
-    layers it has no rule or measurement of (its OPAQUE nodes)."""
+    layers it has no rule or measurement of (its OPAQUE nodes) until a probe measures them (`_probed`)."""
     from org.deeplearning4j.nn.conf import CacheMode  # noqa: PLC0415
     from org.deeplearning4j.nn.conf.memory import MemoryType, MemoryUseMode  # noqa: PLC0415
     from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415

@@ -74,3 +74,34 @@ def network(doc: dict[str, Any], where: str = "the network configuration") -> An
         net = net_cls(conf)
         net.init()
     return net
+
+
+# The batches `fitted` probes at: small, so that probing a large network costs little, and two, so
+# that a step's fixed part (its weights-sized arrays) is not scaled with the batch.
+FIT_BATCHES = (2, 8)
+
+
+def fitted(run: Probe, batches: tuple[int, int] = FIT_BATCHES) -> Probe:
+    """A probe that answers at any batch from two probes at small batches: each measured figure is
+    the line through the two (what a DL4J layer allocates is a fixed part plus a part per sample), so
+    a large batch is never run. Probes once per set of per-sample input shapes."""
+    lo_b, hi_b = batches
+    done: dict[tuple, tuple[dict, dict]] = {}
+
+    def at(inputs: Sequence[tuple[int, ...]]) -> dict[str, dict[str, Any]]:
+        per_sample = tuple(tuple(s[1:]) for s in inputs)
+        if per_sample not in done:
+            done[per_sample] = (run([(lo_b, *s) for s in per_sample]), run([(hi_b, *s) for s in per_sample]))
+        lo, hi = done[per_sample]
+        batch = inputs[0][0]
+        out: dict[str, dict[str, Any]] = {}
+        for name, v in hi.items():
+            low = lo.get(name, {}).get("measured")
+            if "measured" not in v or low is None:
+                out[name] = v
+                continue
+            out[name] = {**v, "measured": {k: max(0, int(round(low[k] + (x - low[k]) * (batch - lo_b) / (hi_b - lo_b))))
+                                           for k, x in v["measured"].items()}}
+        return out
+
+    return at

@@ -449,13 +449,6 @@ def probed_graph(text: str | dict[str, Any], batch: int = 32,
     return graph_from_dl4j_json(text, batch, input_shape, profile, info=probe(inputs))
 
 
-def scaled_info(info: dict[str, dict[str, Any]], factor: float) -> dict[str, dict[str, Any]]:
-    """A probe's answer carried to another batch size: the measured bytes times `factor` (the new batch
-    over the probed one: what DL4J's layers allocate grows with the batch); shapes are per example."""
-    return {name: ({**v, "measured": {k: int(b * factor) for k, b in v["measured"].items()}} if "measured" in v else v)
-            for name, v in info.items()}
-
-
 def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
     """One input shape (whole numbers), or one per network input (a sequence of shapes)."""
     if isinstance(given, (list, tuple)) and given and all(isinstance(d, (list, tuple)) for d in given):

@@ -47,14 +47,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pyd4j import malloc
 from pyd4j.sched.graph import Graph, LayerType
 
 Region = Literal["offheap", "heap", "native"]
 Source = Literal["dl4j-report", "measured", "estimate"]
 
-# glibc's setting the model assumes: the mmap threshold fixed at 128 KiB (its initial value, which glibc
-# otherwise raises up to 32 MiB as large blocks are freed), so freed arrays go back to the system.
-MALLOC_ENV: dict[str, str] = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+# glibc's setting the model assumes (pyd4j.malloc): the mmap threshold fixed at 128 KiB (its initial value,
+# which glibc otherwise raises up to 32 MiB as large blocks are freed), so freed arrays go back to the system.
+MALLOC_ENV = malloc.MALLOC_ENV
 
 # Iterations of batch normalization's garbage the model counts (see the module's docstring).
 BATCHNORM_BACKLOG_ITERATIONS = 2

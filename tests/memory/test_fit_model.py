@@ -39,6 +39,21 @@ def _network(name: str):
     return net
 
 
+def _learned_workspaces(net, features, labels, iterations: int = 3) -> dict[str, int]:
+    """The workspaces DL4J's own fit() has learned after `iterations` on these arrays."""
+    from org.nd4j.linalg.dataset import DataSet
+    from org.nd4j.linalg.factory import Nd4j
+
+    manager = Nd4j.getWorkspaceManager()
+    manager.destroyAllWorkspacesForCurrentThread()
+    try:
+        for _ in range(iterations):
+            net.fit(DataSet(features, labels))
+        return {str(w.getId()): int(w.getCurrentSize()) for w in manager.getAllWorkspacesForCurrentThread()}
+    finally:
+        manager.destroyAllWorkspacesForCurrentThread()
+
+
 @pytest.mark.jvm
 def test_updater_table_is_dl4js_state_size(jvm):
     import jpype
@@ -61,20 +76,12 @@ def test_workspaces_are_what_dl4j_fit_learns(jvm):
     """lenet at batch 16, three fit() iterations: the workspaces DL4J learned against the model's terms."""
     import jpype
     from org.nd4j.linalg.api.buffer import DataType
-    from org.nd4j.linalg.dataset import DataSet
     from org.nd4j.linalg.factory import Nd4j
 
     batch = 16
-    net = _network("lenet")
     shape = jpype.JArray(jpype.JLong)
-    manager = Nd4j.getWorkspaceManager()
-    manager.destroyAllWorkspacesForCurrentThread()
-    try:
-        for _ in range(3):
-            net.fit(DataSet(Nd4j.rand(DataType.FLOAT, shape([batch, 784])), Nd4j.rand(DataType.FLOAT, shape([batch, 10]))))
-        sizes = {str(w.getId()): int(w.getCurrentSize()) for w in manager.getAllWorkspacesForCurrentThread()}
-    finally:
-        manager.destroyAllWorkspacesForCurrentThread()
+    sizes = _learned_workspaces(_network("lenet"), Nd4j.rand(DataType.FLOAT, shape([batch, 784])),
+                                Nd4j.rand(DataType.FLOAT, shape([batch, 10])))
     terms = {t.name: t.bytes_at(batch) for t in fit_terms(_graph("lenet", batch))}
     assert sizes["WS_ALL_LAYERS_ACT"] == pytest.approx(terms["activations"], rel=0.01)
     assert sizes["WS_LAYER_ACT_1"] + sizes["WS_LAYER_ACT_2"] == pytest.approx(terms["epsilons"], rel=0.02)
@@ -84,7 +91,25 @@ def test_workspaces_are_what_dl4j_fit_learns(jvm):
 
 
 @pytest.mark.jvm
-@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet_graph"])
+@pytest.mark.parametrize("batch", [16, 96])
+def test_lstm_working_memory_is_what_dl4j_fit_learns(jvm, batch):
+    """An LSTM layer has no model in the planner: its working memory comes from probe iterations. Against
+    the workspace DL4J's fit() learns (the reports' figure is about 1.6x that)."""
+    import jpype
+    from org.nd4j.linalg.api.buffer import DataType
+    from org.nd4j.linalg.factory import Nd4j
+
+    shape = jpype.JArray(jpype.JLong)
+    sizes = _learned_workspaces(_network("lstm"), Nd4j.rand(DataType.FLOAT, shape([batch, 32, 50])),
+                                Nd4j.rand(DataType.FLOAT, shape([batch, 10, 50])))
+    e = estimate(NETWORKS / "lstm.json", batch)
+    assert e.term_bytes("working_memory") == pytest.approx(sizes["WS_LAYER_WORKING_MEM"], rel=0.08)
+    report = {t.name: t.bytes_at(batch) for t in e.report_terms}
+    assert report["working_memory"] > 1.3 * sizes["WS_LAYER_WORKING_MEM"]
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("name", ["mlp", "lenet", "resnet_graph", "lstm"])
 def test_plan_and_estimate_give_one_fit_figure(jvm, name):
     from pyd4j.commands.plan import command
 
