@@ -48,7 +48,7 @@ from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 
 NETWORKS = ROOT / "examples" / "networks"
 BATCHES = (32, 256, 2048)
-RUNS = [("mlp", BATCHES), ("lenet", BATCHES), ("deep_cnn_bn", BATCHES), ("lstm", BATCHES), ("resnet_graph", BATCHES)]
+EXAMPLES = ("mlp", "lenet", "deep_cnn_bn", "lstm", "resnet_graph")
 TARGET_RATIO = 1.3
 MiB = 1024**2
 
@@ -95,7 +95,7 @@ def need_of(r: dict) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--networks", default=",".join(n for n, _ in RUNS))
+    parser.add_argument("--networks", default=",".join(EXAMPLES))
     parser.add_argument("--zoo", default="", help="models of DL4J's zoo to run too, e.g. LeNet,SqueezeNet,TinyYOLO")
     parser.add_argument("--configs", help="build the zoo models' configurations into this folder (default: a temporary one)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
@@ -112,8 +112,8 @@ def main() -> None:
 
     max_container = parse_bytes(args.max_container, "--max-container")
     batches_wanted = {int(b) for b in args.batches.split(",") if b}
-    chosen = [(n, NETWORKS / f"{n}.json", "examples/networks", tuple(b for b in bs if b in batches_wanted))
-              for n, bs in RUNS if n in args.networks.split(",")]
+    chosen = [(n, NETWORKS / f"{n}.json", "examples/networks", tuple(sorted(batches_wanted)))
+              for n in EXAMPLES if n in args.networks.split(",")]
     rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
     zoo = [n for n in args.zoo.split(",") if n]
     scratch = tempfile.TemporaryDirectory(prefix="pyd4j-flags-zoo-") if zoo and not args.configs else None

@@ -203,3 +203,24 @@ def test_fake_points_that_caught_memory_released_later_are_no_leak(tmp_path):
     assert "releases later" in verdict.reason and "after a point had counted" in verdict.reason
     kept = _made_up_training(tmp_path, lambda i, k: rising(i) + (k % 7) * mib, rising)
     assert leak_verdicts(kept)[1].status == "leak", leak_verdicts(kept)[1].reason
+
+
+@pytest.mark.parametrize("threshold", [None, "131072"])
+def test_a_job_left_with_glibcs_moving_mmap_threshold_is_told(runs_root, threshold):
+    """The agent reads the training JVM's own environment: without the variable pyd4j's flags set, profile says
+    so and gives the setting; with it, nothing is said."""
+    import os
+
+    from pyd4j.jvm import classpath
+    from pyd4j.profile import profile_job
+    from tests.profile.conftest import FIXTURES_JAR
+
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+    run = profile_job(["java", "-cp", cp, "org.pyd4j.fixtures.SpeedJob", "mlp", "4"], runs_root / f"malloc-{threshold}",
+                      timeout_s=240, env_changes={"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": threshold})
+    assert run.ok
+    found = [f for f in diagnose(run.timeline) if f.kind == "malloc-threshold-default"]
+    if threshold is None:
+        assert len(found) == 1 and found[0].severity == "info" and "MALLOC_MMAP_THRESHOLD_=131072" in found[0].fix
+    else:
+        assert not found

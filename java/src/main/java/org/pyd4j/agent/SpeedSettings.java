@@ -242,6 +242,8 @@ final class SpeedSettings {
                         .put("max_threads", threads).put("cores", cores).put("training_workspace_mode", mode)
                         .put("native_library", libraries.get("nd4jcpu")).put("blas_library", libraries.get("openblas_nolapack"))
                         .put("blas", !libraries.get("mkl_rt").isEmpty() ? "mkl" : !libraries.get("openblas_nolapack").isEmpty() ? "openblas" : "")
+                        // glibc's mmap threshold as the job's environment sets it ("" = glibc's moving default)
+                        .put("malloc_mmap_threshold", System.getenv().getOrDefault("MALLOC_MMAP_THRESHOLD_", ""))
                         .close()).close());
     }
 }
