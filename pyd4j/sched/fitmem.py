@@ -17,7 +17,8 @@ iterations (benchmarks/memory_model.py):
   recomputed pre-activation, ...), learned over time: the largest step's, over-allocated by 0.02;
 - the epsilon workspaces (`WS_LAYER_ACT_1/2` of a MultiLayerNetwork, alternating between even and
   odd layers; a ComputationGraph's pool `WS_LAYER_ACT_n`): the largest epsilon of each, 0.02 over;
-  an ActivationLayer's backward step holds two input-sized arrays there (a copy and the result);
+  an ActivationLayer's backward step holds two input-sized arrays there (a copy and the result), an
+  LSTM's two and one time step's gate gradients;
 - batch normalization's backlog: DL4J's `BatchNormalization` leaves two arrays of its input's size
   outside every workspace in each training iteration (benchmarks/batchnorm_backlog.py: 2.0-2.4x its
   input per iteration on deep_cnn_bn and TinyYOLO, 2.8-2.9x in the second; none on the same network
@@ -60,6 +61,10 @@ MALLOC_ENV = malloc.MALLOC_ENV
 # Iterations of batch normalization's garbage the model counts (see the module's docstring).
 BATCHNORM_BACKLOG_ITERATIONS = 2
 BATCHNORM_ARRAYS_PER_ITERATION = 2
+
+# DL4J's LSTM layers (LSTMHelpers): their backward step leaves two input-sized arrays and one time step's four
+# gate gradients in the epsilon workspace (lstm at batches 8-128: 2.12x its input where the model said 1x).
+LSTM_CLASSES = ("LSTM", "GravesLSTM")
 
 # The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
 # batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
@@ -135,11 +140,14 @@ def _state_per_param(updater: str | None, where: str) -> int:
 
 def _epsilon(graph: Graph, i: int) -> int:
     """Bytes layer i's backward step puts in the epsilon workspace: its inputs' gradients (an
-    ActivationLayer: two input-sized arrays)."""
+    ActivationLayer: two input-sized arrays; an LSTM: two and one time step's gate gradients)."""
     layer = graph.layers[i]
     x = sum(graph.layers[j].out_bytes for j in dict.fromkeys(layer.inputs))
     if layer.type is LayerType.ACT and layer.attrs.get("variant") != "fused":
         return 2 * x
+    if layer.attrs.get("dl4j", {}).get("class") in LSTM_CLASSES:
+        batch, units = layer.out_shape[0], layer.out_shape[1]
+        return 2 * x + batch * 4 * units * layer.itemsize
     return x
 
 
@@ -190,8 +198,8 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, 
         Term("activations", "offheap", "estimate", 0, per(acts * (1 + ws.activations)),
                 f"WS_ALL_LAYERS_ACT: every layer's output, kept for backprop, +{ws.activations:g} over-allocation"),
         Term("working_memory", "offheap", "estimate", 0, per(working * (1 + ws.working_memory)),
-                f"WS_LAYER_WORKING_MEM: the largest step's working memory ({graph.layers[arg].name if graph.layers else '-'}: "
-                f"im2col, recomputed pre-activation, ...), +{ws.working_memory:g} over-allocation"),
+                f"WS_LAYER_WORKING_MEM: the largest step's working memory ({_step_source(graph, arg)}), "
+                f"+{ws.working_memory:g} over-allocation"),
         Term("epsilons", "offheap", "estimate", 0, per(eps * (1 + ws.epsilons)),
                 f"epsilon workspaces: the largest gradients held at once, +{ws.epsilons:g} over-allocation"),
         Term("batchnorm_backlog", "offheap", "estimate", 0, per(bn_inputs * BATCHNORM_ARRAYS_PER_ITERATION
@@ -199,6 +207,17 @@ def fit_terms(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> tuple[Term, 
                 f"{BATCHNORM_ARRAYS_PER_ITERATION} arrays of each batch normalization's input per iteration, freed only when "
                 f"Java's collector finds them: {BATCHNORM_BACKLOG_ITERATIONS} iterations of them"),
     )
+
+
+def _step_source(graph: Graph, i: int) -> str:
+    """Where the largest step's working memory comes from, for the term's explanation."""
+    if not graph.layers:
+        return "-"
+    layer = graph.layers[i]
+    if layer.type is LayerType.OPAQUE:
+        kind = layer.attrs.get("dl4j", {}).get("class", "?")
+        return f"{layer.name} ({kind}), a layer pyd4j has no model of: measured by probe iterations in DL4J"
+    return f"{layer.name}: im2col, recomputed pre-activation, ..."
 
 
 def batchnorm_input_bytes(graph: Graph) -> int:

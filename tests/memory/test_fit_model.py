@@ -104,6 +104,8 @@ def test_lstm_working_memory_is_what_dl4j_fit_learns(jvm, batch):
                                 Nd4j.rand(DataType.FLOAT, shape([batch, 10, 50])))
     e = estimate(NETWORKS / "lstm.json", batch)
     assert e.term_bytes("working_memory") == pytest.approx(sizes["WS_LAYER_WORKING_MEM"], rel=0.08)
+    # the epsilon workspaces: the second LSTM's step holds two input-sized arrays and a step's gate gradients
+    assert e.term_bytes("epsilons") == pytest.approx(sizes["WS_LAYER_ACT_1"] + sizes["WS_LAYER_ACT_2"], rel=0.03)
     report = {t.name: t.bytes_at(batch) for t in e.report_terms}
     assert report["working_memory"] > 1.3 * sizes["WS_LAYER_WORKING_MEM"]
 
