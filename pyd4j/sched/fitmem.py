@@ -220,6 +220,15 @@ def _step_source(graph: Graph, i: int) -> str:
     return f"{layer.name}: im2col, recomputed pre-activation, ..."
 
 
+def small_step_lstms(graph: Graph, batch: int, itemsize: int) -> list[tuple[str, int]]:
+    """The LSTM layers whose per-step arrays ([batch, units]) are smaller than the mmap threshold the model
+    assumes, with their size in bytes: once freed, glibc keeps them, which the model does not count
+    (benchmarks/README.md, the malloc section: lstm@128 held 1.9x the model's off-heap)."""
+    return [(layer.name, batch * layer.out_shape[1] * itemsize) for layer in graph.layers
+            if layer.attrs.get("dl4j", {}).get("class") in LSTM_CLASSES
+            and batch * layer.out_shape[1] * itemsize < malloc.MMAP_THRESHOLD_BYTES]
+
+
 def batchnorm_input_bytes(graph: Graph) -> int:
     """The inputs of the network's batch normalization layers, summed (the graph's batch)."""
     return sum(graph.layers[j].out_bytes for layer in graph.layers if layer.type is LayerType.BN

@@ -122,3 +122,17 @@ def test_plan_and_estimate_give_one_fit_figure(jvm, name):
     e = estimate(NETWORKS / f"{name}.json", 16)
     assert planned["terms"] == {k: e.term_bytes(k) for k in FIT_ONLY}
     assert planned["bytes"] == e.offheap_bytes - e.term_bytes("prefetch_buffers")
+
+
+@pytest.mark.jvm
+def test_an_lstm_whose_step_arrays_glibc_keeps_is_told_not_modelled(jvm):
+    """At batch 32 lstm's per-step arrays (32 x 128 floats = 16 KiB) are under the 128 KiB mmap threshold: the
+    estimate and the flags say the model does not count what glibc keeps; at 256 (128 KiB) they do not."""
+    from pyd4j.memory.estimate import UNMODELLED
+    from pyd4j.memory.flags import flags
+
+    small = estimate(NETWORKS / "lstm.json", 32)
+    said = [n for n in small.notes if n.startswith(UNMODELLED)]
+    assert len(said) == 1 and "layer0, layer1 (16 KiB, 16 KiB)" in said[0]
+    assert said[0] in flags(small, refuse=False).notes
+    assert not [n for n in estimate(NETWORKS / "lstm.json", 256).notes if n.startswith(UNMODELLED)]
