@@ -20,6 +20,7 @@ The dataclasses here import nothing from Java: only the functions that read a ne
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -29,7 +30,6 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pyd4j.inputs import JAVA_INT_MAX, InputError, parse_json, read_json, read_text
-from pyd4j.malloc import MMAP_THRESHOLD_BYTES
 from pyd4j.output import human_bytes, stdout_to_stderr
 from pyd4j.sched.fitmem import Region, Term
 
@@ -48,9 +48,6 @@ _DTYPE_ALIASES = {
 # The prefetch thread of ND4J's AsyncDataSetIterator / AsyncMultiDataSetIterator copies batches into a
 # workspace of at least this size (WorkspaceConfiguration minSize 10485760, read with javap).
 PREFETCH_WORKSPACE_MIN_BYTES = 10 * MiB
-
-# How a note about memory the model knows it does not count begins (the flags repeat such notes).
-UNMODELLED = "NOT in this estimate"
 
 # AsyncDataSetIterator queue DL4J's fit() uses when it wraps an async-capable iterator.
 DL4J_FIT_PREFETCH_QUEUE = 2
@@ -663,17 +660,9 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
                gaps: list[str]) -> tuple[list[Term], Term]:
     """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem); and what glibc
     may keep on top without the model's malloc setting."""
-    from pyd4j.sched.fitmem import (  # noqa: PLC0415
-        MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms, learning_bytes, small_step_lstms)
+    from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms, learning_bytes  # noqa: PLC0415
 
     graph = _graph(loaded, in_types, REFERENCE_BATCH, report, gaps)   # terms per sample: any batch gives the same
-    small = small_step_lstms(graph, batch, DTYPE_BYTES[dtype])
-    if small:
-        gaps.append(f"{UNMODELLED}: at batch {batch} the per-step arrays of {', '.join(n for n, _ in small)} "
-                    f"({', '.join(human_bytes(b) for _, b in small)}) are under glibc's mmap threshold, so once freed "
-                    f"they stay with glibc; measured on two LSTM networks at batches 32-128 after 3 iterations, off-heap "
-                    f"1.8-1.9x this model's (the flags held them, 6-14 MiB to spare over 200 iterations). Where the "
-                    f"per-step arrays reach {human_bytes(MMAP_THRESHOLD_BYTES)}, the model was within 12%")
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
                        epsilons=limits["WS_LAYER_ACT_X_CONFIG"])
     try:
@@ -686,6 +675,7 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
                  f"without {setting}: arrays DL4J frees while its workspaces learn their size, which glibc may keep "
                  f"(5-108% of this measured)")
     return [replace(t, fixed_bytes=int(round(t.fixed_bytes * scale)), per_sample_bytes=int(round(t.per_sample_bytes * scale)),
+                    below_batch=None if t.below_batch is None else math.ceil(t.below_batch / scale),   # pieces scale too
                     why=f"{t.why} (pyd4j.sched.fitmem)") for t in parts], unset
 
 

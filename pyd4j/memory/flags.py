@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
-from pyd4j.memory.estimate import HEAP_MIN_BYTES, UNMODELLED, Estimate, EstimateError, Term, assignments, check_batch
+from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, assignments, check_batch
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
@@ -306,7 +306,6 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
         f"container memory limit {human_bytes(s['container'])} = heap + direct + ND4J off-heap and JVM native with "
         f"headroom + {human_bytes(s['margin'])} margin (page tables, kernel memory, and what is allocated between "
         f"JavaCPP's checks: it notices memory over maxphysicalbytes only at its next Pointer)",
-        *(n for n in est.notes if n.startswith(UNMODELLED)),
     ]
     gpu_need = _gpu_need(est, headroom) if gpu_b is not None else None
     result = FlagSet(model=est.model, batch=est.batch, dtype=est.dtype, mode=est.mode, headroom=headroom,
@@ -481,7 +480,7 @@ class SparkShape:
 
 def _scaled_term(term: Term, times: int, why: str) -> Term:
     return Term(term.name, term.region, term.source, term.fixed_bytes * times, term.per_sample_bytes * times,
-                f"{term.why}; {why}" if times != 1 else term.why)
+                f"{term.why}; {why}" if times != 1 else term.why, below_batch=term.below_batch)
 
 
 def _reserved_term(heap_so_far: int, role: str) -> Term:
