@@ -25,7 +25,11 @@ iterations (benchmarks/memory_model.py):
   without it). ND4J frees them
   only when Java's collector finds their objects, so they pile up between collections: the model
   counts two iterations of them (`BATCHNORM_BACKLOG_ITERATIONS`). A longer run holds more until a
-  collection; under pyd4j's flags JavaCPP collects at maxphysicalbytes.
+  collection; under pyd4j's flags JavaCPP collects at maxphysicalbytes;
+- what glibc keeps of an LSTM's working memory: made outside the workspace while it learns, in per-step
+  [batch, units] pieces, which stay with glibc once freed when they are under the mmap threshold below:
+  each LSTM layer's working memory once more, only at batches whose pieces are under it
+  (benchmarks/lstm_steps.py: 1.1-1.2, 2.0-2.1 and 3.0-3.1 working memories on LSTMs of 1-3 layers).
 
 The model assumes glibc's mmap threshold fixed (`MALLOC_ENV`, which pyd4j's flags put into the job's
 environment). While DL4J's workspaces learn their size (OVER_TIME / FIRST_LOOP, spill REALLOCATE),
