@@ -12,8 +12,9 @@ Inference keeps DL4J's report corrected for what it omits. Then the JVM's own he
 overhead. Every term says where its number comes from: `dl4j-report` (DL4J's report), `measured`
 (read from the running JVM or machine), or `estimate` (pyd4j's model, stated in `why`).
 
-Every term is linear in the minibatch (`fixed + per_sample * batch`), so `Estimate.at_batch()`
-re-evaluates without the JVM; `pyd4j.memory.flags` and the batch advisor rely on that.
+Every term is linear in the minibatch (`fixed + per_sample * batch`; one, what glibc keeps of an LSTM's
+per-step pieces, is zero from the batch at which they reach glibc's mmap threshold), so
+`Estimate.at_batch()` re-evaluates without the JVM; `pyd4j.memory.flags` and the batch advisor rely on that.
 The dataclasses here import nothing from Java: only the functions that read a network start a JVM.
 """
 
@@ -117,7 +118,7 @@ class Estimate:
                     f"limit)" if kept is not None else ""))
 
     def at_batch(self, batch: int) -> "Estimate":
-        """The same network at another minibatch (every term is linear in the batch)."""
+        """The same network at another minibatch (every term is linear in the batch, or zero from its below_batch on)."""
         check_batch(batch)
         return replace(self, batch=int(batch))
 
