@@ -55,16 +55,21 @@ def test_the_live_heap_past_the_last_histogram_is_what_jcmd_measures(tmp_path):
     # the agent's own histograms (the inspections that count instances) stopped at live_max_heap, and it said so;
     # its inspections above it take a second full collection instead
     inspections = [p for p in t.live_points if p["trigger"] == "inspection" and "instances" in p]
-    assert len(inspections) >= 2 and max(p["heap_after_gc"] for p in inspections) <= 2 * (LAST_HISTOGRAM_MIB << 20)
+    # the heap after the collection comes with the JVM's GC notification, which a loaded machine may deliver
+    # after the point is written: judged on the points that carry it
+    sized = [p["heap_after_gc"] for p in inspections if "heap_after_gc" in p]
+    assert len(inspections) >= 2 and sized and max(sized) <= 2 * (LAST_HISTOGRAM_MIB << 20), inspections
     note = next((n for n in t.notes if "live_max_heap" in n.get("text", "")), None)
     assert note is not None, t.notes
     # the agent decides by the heap in use before its collection, garbage included, so a point without a
     # histogram may end under live_max_heap after it; each comes at or after the note of the first one,
     # and its live heap (usage less the fitted free space) is under its usage
     above = [p for p in t.live_points if p["trigger"] == "inspection" and "instances" not in p]
-    assert above and all(p["t"] >= note["t"] and p["heap_live"] < p["heap_after_gc"] for p in above), above
+    assert above and all(p["t"] >= note["t"] for p in above), above
+    assert any("heap_after_gc" in p for p in above), above
+    assert all(p["heap_live"] < p["heap_after_gc"] for p in above if "heap_after_gc" in p), above
     point, total = taken["point"], taken["total"]
-    assert point["heap_after_gc"] >= 2 * max(p["heap_after_gc"] for p in inspections)
+    assert point["heap_after_gc"] >= 2 * max(sized)
     print(f"agent {point['heap_live']} B vs jcmd GC.class_histogram {total} B; usage {point['heap_after_gc']} B")
     # the usage itself is a fifth above the objects: the correction is what makes the figure right
     assert point["heap_after_gc"] > 1.1 * total
