@@ -1,6 +1,6 @@
 """What does glibc keep of an LSTM's working memory, and does the memory model count it?
 
-    .venv/bin/python benchmarks/lstm_steps.py [--layers 1,2,3] [--batches 64,128,256] [--runs 3]
+    .venv/bin/python benchmarks/lstm_steps.py [--layers 1,2,3] [--batches 8,16,32,64,128,256] [--runs 3]
         [--out benchmarks/results/lstm_steps.json]
 
 While DL4J's working-memory workspace learns its size, an LSTM layer makes its working memory outside it in
@@ -49,7 +49,7 @@ def with_layers(count: int, folder: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", default="1,2,3")
-    ap.add_argument("--batches", default="64,128,256")
+    ap.add_argument("--batches", default="8,16,32,64,128,256")
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lstm_steps.json"))
