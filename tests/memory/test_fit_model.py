@@ -141,3 +141,24 @@ def test_what_glibc_keeps_of_an_lstms_step_pieces_is_counted_below_the_threshold
     assert e.term_bytes("lstm_steps_kept_by_glibc") == pytest.approx(2 * e.term_bytes("working_memory") / 1.02, rel=0.05)
     assert e.at_batch(256).term_bytes("lstm_steps_kept_by_glibc") == 0
     assert "lstm_steps_kept_by_glibc" not in {t.name for t in fit_terms(_graph("lenet", 64))}
+
+
+@pytest.mark.jvm
+def test_fake_failing_probe_falls_back_to_dl4js_report_and_says_so(jvm, monkeypatch):
+    """A probe DL4J cannot run (faked here: the probe raises as DL4J's failure would) leaves the estimate on DL4J's
+    report for the layers pyd4j has no model of, and the estimate's notes name the failure and the layers."""
+    import pyd4j.memory.probe as probe_module
+    from pyd4j.jvm.errors import JavaError
+
+    def failing(doc, where="the network configuration"):
+        def run(inputs):
+            raise JavaError("op lstmLayer failed", "java.lang.RuntimeException")
+        return run
+
+    monkeypatch.setattr(probe_module, "of_configuration", failing)
+    e = estimate(NETWORKS / "lstm.json", 32)
+    said = [n for n in e.notes if "probe iteration" in n]
+    assert len(said) == 1 and "op lstmLayer failed" in said[0] and "layer0, layer1" in said[0] and "report" in said[0]
+    report = {t.name: t.bytes_at(32) for t in e.report_terms}
+    # DL4J's report's working memory (1.6x what fit() learns) stands in, with the model's 2% over-allocation
+    assert e.term_bytes("working_memory") == pytest.approx(report["working_memory"] * 1.02, rel=0.02)
