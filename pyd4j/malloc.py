@@ -6,7 +6,8 @@ size come from its heap and stay resident when freed. DL4J frees many large arra
 its workspaces learn their size, batch normalization's), so a fixed threshold returns them at once
 (pyd4j.sched.fitmem). A child JVM gets the setting as an environment variable (pyd4j's flags write
 it); the in-process JVM lives in this Python process, whose C library read its environment at
-start, so `fix_in_process` sets the same threshold with glibc's `mallopt`.
+start, so `fix_in_process` sets the same threshold with glibc's `mallopt`. (The planned trainer does the
+same in a job's JVM when it attaches: org.pyd4j.train.ReturnFreedMemory.)
 """
 
 from __future__ import annotations

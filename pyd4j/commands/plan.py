@@ -347,17 +347,18 @@ def _probe(network_json: str, doc: dict, batch: int):
     exact: dict = {}
 
     def probe(shapes: list[tuple[int, ...]]) -> dict:
-        at = [batch] if shapes[0][0] == batch else FIT_BATCHES
+        given = shapes[0][0] == batch
         try:
-            if shapes[0][0] != batch:
+            if not given:
                 return line(shapes)
             key = tuple(map(tuple, shapes))
             if key not in exact:
                 exact[key] = run(shapes)
             return exact[key]
         except (ValueError, JavaError) as e:   # EstimateError (DL4J cannot read it), or DL4J's own failure
-            raise click.ClickException(f"{network_json}: DL4J's probe iteration of the network at batch "
-                                       f"{' and '.join(map(str, at))} failed: {e}") from None
+            at = str(batch) if given else " and ".join(map(str, FIT_BATCHES))
+            raise click.ClickException(f"{network_json}: DL4J's probe iteration of the network at batch {at} "
+                                       f"failed: {e}") from None
 
     return probe
 

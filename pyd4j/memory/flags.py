@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
@@ -479,8 +479,8 @@ class SparkShape:
 
 
 def _scaled_term(term: Term, times: int, why: str) -> Term:
-    return Term(term.name, term.region, term.source, term.fixed_bytes * times, term.per_sample_bytes * times,
-                f"{term.why}; {why}" if times != 1 else term.why, below_batch=term.below_batch)
+    return replace(term, fixed_bytes=term.fixed_bytes * times, per_sample_bytes=term.per_sample_bytes * times,
+                   why=f"{term.why}; {why}" if times != 1 else term.why)
 
 
 def _reserved_term(heap_so_far: int, role: str) -> Term:

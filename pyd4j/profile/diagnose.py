@@ -125,7 +125,7 @@ def _no_iterations(t: Timeline) -> list[Finding]:
 def _malloc_threshold(t: Timeline) -> list[Finding]:
     """A training JVM whose environment leaves glibc's mmap threshold to move: the arrays DL4J frees
     may stay resident, which pyd4j's memory model (and the flags sized from it) assume they do not."""
-    nd4j = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), None)
+    nd4j = t.nd4j_settings()
     if nd4j is None or "malloc_mmap_threshold" not in nd4j or nd4j["malloc_mmap_threshold"]:
         return []   # not a training JVM, an agent that does not say, or the threshold set
     setting = " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items())

@@ -168,7 +168,7 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                                  drop_memory_flags=bool(base_spark))
             ips, lanes, per_executor = spark_speed.executor_speed(result.lanes)
             t = lanes[0] if lanes else result.timeline
-            notes = [nd4j_note(lane) for lane in lanes]
+            notes = [lane.nd4j_settings() for lane in lanes]
         else:
             if base_jvm:
                 opts, drop = [*base_jvm, *opts], True
@@ -180,7 +180,7 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                                  spark_conf=base_spark or None)
             t = result.timeline
             ips = t.iterations_per_second()
-            notes = [nd4j_note(t)]
+            notes = [t.nd4j_settings()]
         if limit[0] is None:
             limit[0] = max(RUN_TIMEOUT_MIN_S, 5 * result.wall_s)
 
@@ -210,19 +210,13 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
     return run
 
 
-def nd4j_note(t: Timeline) -> dict | None:
-    """The agent's report at the first fit(): ND4J's settings, the build and the BLAS it loaded (None:
-    no fit() reported)."""
-    return next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), None)
-
-
 def probe_of(m: Measured) -> Probe:
     """The probe's evidence from its timeline."""
     p = Probe(m.iterations_per_s, m.ok, m.why, run_dir=m.run_dir)
     t = m.timeline
     if t is None:
         return p
-    p.nd4j = nd4j_note(t) or {}
+    p.nd4j = t.nd4j_settings() or {}
     p.iterator = next((n["iterator"] for n in t.notes if isinstance(n.get("iterator"), dict)), {})
     _, gc_ms = t.gc_totals()
     marks = sorted([(s["t"], s["iterations"]) for s in t.samples if s.get("iterations")]

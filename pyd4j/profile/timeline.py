@@ -403,6 +403,11 @@ class Timeline:
             "cgroup": self.meta.get("cgroup_limit_bytes"),
         }
 
+    def nd4j_settings(self) -> dict | None:
+        """The agent's report at the first fit(): ND4J's settings, the build and BLAS it loaded, the job's
+        malloc setting (None: no fit() reported)."""
+        return next((n["nd4j"] for n in self.notes if isinstance(n.get("nd4j"), dict)), None)
+
     def iterations(self) -> int:
         """Training iterations the job completed (0 if it has no DL4J listener hook)."""
         counts = [s.get("iterations", 0) for s in self.samples]

@@ -29,7 +29,7 @@ def time_split(t: Timeline) -> dict[str, Any] | None:
     pause = sum(float(e.get("duration_ms", 0)) for e in gc)
     explicit = sum(float(e.get("duration_ms", 0)) for e in gc if e.get("cause") == "System.gc()")
     window = max(end - start, 1.0)
-    nd4j = next((n["nd4j"] for n in t.notes if isinstance(n.get("nd4j"), dict)), {})
+    nd4j = t.nd4j_settings() or {}
     threads = [s.get("threads") for s in t.samples if isinstance(s.get("threads"), (int, float))]
     spread = {q: round(float(last[f"data_{q}_ms"]), 3) for q in ("p50", "p90", "p99") if f"data_{q}_ms" in last}
     return {

@@ -233,15 +233,14 @@ def _lstm_step_terms(graph: Graph) -> list[Term]:
     size, an LSTM makes its working memory outside it in per-step pieces ([batch, units] arrays), and pieces
     under the mmap threshold the model assumes stay with glibc once freed. Each LSTM layer's working memory,
     at batches whose pieces are under the threshold (one term per threshold batch)."""
-    d = graph.deps
-    fwd, bwd, _ = d.step_ws if d.step_ws[0] else (d.ws_fwd, d.ws_bwd, d.ws_rc)
+    working = _step_working_memory(graph)
     groups: dict[int, list[int]] = {}
     for layer in graph.layers:
         if layer.attrs.get("dl4j", {}).get("class") in LSTM_CLASSES:
             piece = layer.out_shape[1] * layer.itemsize           # one sample's share of a [batch, units] piece
             groups.setdefault(-(-malloc.MMAP_THRESHOLD_BYTES // piece), []).append(layer.id)
     return [Term("lstm_steps_kept_by_glibc" + (f"_below_{cutoff}" if len(groups) > 1 else ""), "offheap", "estimate", 0,
-                 int(round(sum(max(fwd[i], bwd[i]) for i in ids) / graph.batch)),
+                 int(round(sum(working[i] for i in ids) / graph.batch)),
                  f"the working memory of {', '.join(graph.layers[i].name for i in ids)} once more: made outside the "
                  f"workspace while it learns its size, in per-step pieces under glibc's mmap threshold, which glibc keeps "
                  f"(measured on LSTMs of 1, 2 and 3 layers at batches 64 and 128: 1.1-1.2, 2.0-2.1 and 3.0-3.1 times one "
@@ -267,12 +266,18 @@ def _activation_bytes(graph: Graph) -> int:
     return sum(layer.out_bytes for layer in graph.layers if layer.type is not LayerType.DATA)
 
 
-def _working_memory(graph: Graph) -> tuple[int, int]:
-    """The largest step's working memory (the graph's batch) and the index of the layer it is in."""
+def _step_working_memory(graph: Graph) -> list[int]:
+    """Each layer's working memory, the larger of its forward and backward step's (the graph's batch)."""
     d = graph.deps
     fwd, bwd, _ = d.step_ws if d.step_ws[0] else (d.ws_fwd, d.ws_bwd, d.ws_rc)
-    arg = max(range(len(graph.layers)), key=lambda i: max(fwd[i], bwd[i])) if graph.layers else 0
-    return max([*fwd, *bwd, 0]), arg
+    return [max(f, b) for f, b in zip(fwd, bwd)]
+
+
+def _working_memory(graph: Graph) -> tuple[int, int]:
+    """The largest step's working memory (the graph's batch) and the index of the layer it is in."""
+    per_layer = _step_working_memory(graph)
+    arg = max(range(len(per_layer)), key=per_layer.__getitem__) if per_layer else 0
+    return max([*per_layer, 0]), arg
 
 
 def fit_bytes(graph: Graph, ws: FitWorkspaces = FitWorkspaces()) -> int:

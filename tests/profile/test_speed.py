@@ -345,7 +345,7 @@ def test_fake_profile_job_runs_after_the_first_are_bounded_by_the_first(tmp_path
 
     def fake_profile_job(job, run_dir, timeout_s=None, **_):
         given.append(timeout_s)
-        timeline = SimpleNamespace(iterations_per_second=lambda: 5.0, notes=[], iterations=lambda: 10)
+        timeline = SimpleNamespace(iterations_per_second=lambda: 5.0, notes=[], nd4j_settings=lambda: None, iterations=lambda: 10)
         return SimpleNamespace(timeline=timeline, wall_s=60.0, stopped_by=None, ok=True, returncode=0, lanes=[timeline])
     monkeypatch.setattr(speed, "profile_job", fake_profile_job)
     job = ["java", "-cp", "x.jar", "Main"]

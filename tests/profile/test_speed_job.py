@@ -82,7 +82,7 @@ def test_tune_speed_tries_the_nd4j_build_for_this_cpu_and_checks_it_loaded(tmp_p
     for r in s["run_log"]:
         from pyd4j.profile.timeline import Timeline
 
-        loaded = next(n["nd4j"] for n in Timeline.load(r["run_dir"]).notes if isinstance(n.get("nd4j"), dict))
+        loaded = Timeline.load(r["run_dir"]).nd4j_settings()
         assert f"/{best if r['side'] == 'after' else 'linux-x86_64'}/" in loaded["native_library"], (r, loaded)
         # the job's own class path was not touched: the build came from the agent
         command = json.loads((Path(r["run_dir"]) / "run.json").read_text())["command"]
@@ -112,7 +112,7 @@ def test_tune_speed_tries_mkl_for_nd4js_blas_and_checks_it_was_called(tmp_path, 
     assert trial["setting"] == "blas" and trial["after"].startswith("MKL"), s["tried"]
     assert trial["verdict"] in ("faster", "slower", "same", "undecided"), trial   # never "broken": MKL was called
     for r in s["run_log"]:
-        loaded = next(n["nd4j"] for n in Timeline.load(r["run_dir"]).notes if isinstance(n.get("nd4j"), dict))
+        loaded = Timeline.load(r["run_dir"]).nd4j_settings()
         assert loaded["blas"] == ("mkl" if r["side"] == "after" else "openblas"), (r, loaded)
         command = json.loads((Path(r["run_dir"]) / "run.json").read_text())["command"]
         assert ("-Dorg.bytedeco.openblas.load=mkl_rt" in command) == (r["side"] == "after")

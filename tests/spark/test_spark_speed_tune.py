@@ -17,7 +17,7 @@ import pytest
 
 from pyd4j.jvm.classpath import spark_examples_classpath
 from pyd4j.profile.spark_executors import executor_lanes
-from pyd4j.profile.speed import nd4j_note, tune_speed
+from pyd4j.profile.speed import tune_speed
 from pyd4j.profile.timeline import Timeline
 from pyd4j.spark.cluster import LocalCluster
 from pyd4j.spark.install import spark_script, write_properties
@@ -57,7 +57,7 @@ def test_speed_tune_reaches_the_executors_of_a_cluster_job(jvm, tmp_path, monkey
         assert run["ok"] and len(rates) == 2 and all(r and r > 0 for r in rates), run
         assert run["iterations_per_s"] == pytest.approx(sum(rates)), run
         lanes = executor_lanes(Timeline.load_lanes(run["run_dir"]))
-        threads = {nd4j_note(t)["max_threads"] for t in lanes}
+        threads = {t.nd4j_settings()["max_threads"] for t in lanes}
         assert len(lanes) == 2 and threads == ({1} if run["side"] == "after" else {8}), (run["side"], threads)
         assert {t.limits()["javacpp_max"] for t in lanes} == {900 * 1024**2}, run["side"]   # the base settings held
     if doc["speed"]["verdict"] == "verified":   # what to paste is the Spark setting, not this shell's environment
