@@ -697,31 +697,31 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str])
     try:
         graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=info)
         if any(layer.type is LayerType.OPAQUE for layer in graph.layers):
-            graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=_probed(info, doc, graph, loaded.name, gaps))
+            graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=_probed(info, doc, graph, loaded.name))
         return graph
     except GraphError as err:
         raise EstimateError(f"{loaded.name}: pyd4j's per-layer memory model cannot read this network ({err}); "
                             f"`pyd4j estimate --mode infer` gives DL4J's own report") from None
 
 
-def _probed(info: dict[str, dict[str, Any]], doc: dict[str, Any], graph, where: str,
-            gaps: list[str]) -> dict[str, dict[str, Any]]:
+def _probed(info: dict[str, dict[str, Any]], doc: dict[str, Any], graph, where: str) -> dict[str, dict[str, Any]]:
     """`info` with the working memory of the graph's OPAQUE steps (the layers the planner has no
     model of: LSTM, ...) measured by probe iterations in DL4J (`pyd4j.memory.probe.fitted`: the steps
     DL4J's fit() runs, at two small batches) in place of DL4J's report's, which over-counts an
     LSTM's by about 1.6x. `pyd4j plan` measures them the same way."""
     from pyd4j.jvm.errors import JavaError  # noqa: PLC0415
-    from pyd4j.memory.probe import fitted, of_configuration  # noqa: PLC0415
+    from pyd4j.memory.probe import FIT_BATCHES, fitted, of_configuration  # noqa: PLC0415
     from pyd4j.sched.graph import LayerType  # noqa: PLC0415
 
     inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
     try:
         probed = fitted(of_configuration(doc, where))(inputs)
-    except (EstimateError, JavaError) as err:
+    except (EstimateError, JavaError) as err:   # no quiet fallback to DL4J's report, which over-counts an LSTM 1.6x
         opaque = ", ".join(layer.name for layer in graph.layers if layer.type is LayerType.OPAQUE)
-        gaps.append(f"DL4J's probe iteration of {where} failed ({err}); the working memory of the steps pyd4j has no "
-                    f"model of ({opaque}) is DL4J's report's instead")
-        return info
+        raise EstimateError(f"{where}: DL4J's probe iterations (batches {' and '.join(map(str, FIT_BATCHES))}) failed "
+                            f"({err}); pyd4j measures the working memory of the layers it has no model of ({opaque}) "
+                            "with them. Check that DL4J can train the network (a custom layer's jar goes on "
+                            "PYD4J_CLASSPATH); `pyd4j estimate --mode infer` gives DL4J's own report") from None
     return {name: ({**v, "measured": probed[name]["measured"]} if "measured" in probed.get(name, {}) else v)
             for name, v in info.items()}
 
