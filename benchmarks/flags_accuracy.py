@@ -3,7 +3,7 @@
 For each example network (examples/networks) at minibatches 32, 256 and 2048 (`pyd4j flags --verify`'s
 run, the batches the machine can hold: a batch whose generated container limit exceeds
 `--max-container` is recorded as skipped, with that limit): estimate, generate flags,
-train a fixed number of iterations in a child JVM started with exactly those flags
+train a fixed number of iterations in a child JVM started with exactly those flags (the collector they pin too)
 (org.pyd4j.examples.TrainSynthetic; -XX:+AlwaysPreTouch added so the whole heap is resident from the
 start, the worst case for RSS) inside a fresh memory cgroup limited to the generated container limit
 (pyd4j.memory.container: the kernel OOM-kills the job if the whole budget is too small), and compare:
@@ -56,7 +56,7 @@ MiB = 1024**2
 def options_for(fs: FlagSet, extra: tuple[str, ...] = ()) -> JvmOptions:
     return JvmOptions.of(heap_initial=fs.heap_bytes, heap_max=fs.heap_bytes, max_direct_memory=fs.max_direct_bytes,
                          javacpp_maxbytes=fs.maxbytes, javacpp_maxphysicalbytes=fs.maxphysicalbytes,
-                         extra=["-XX:+AlwaysPreTouch", *extra])
+                         extra=[*(f.arg for f in fs.flags if f.name == "collector"), "-XX:+AlwaysPreTouch", *extra])
 
 
 def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900,

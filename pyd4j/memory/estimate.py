@@ -55,14 +55,22 @@ DL4J_FIT_PREFETCH_QUEUE = 2
 
 # JVM native overhead model: the process's resident memory besides the heap and ND4J's arrays (what
 # a container limit and maxphysicalbytes must hold for the JVM itself). Measured as RSS, not NMT's
-# committed memory: NMT commits G1's tables and thread stacks that are never touched (NMT says ~98 MiB
-# committed outside an 80 MiB heap; resident is less). Measured by benchmarks/flags_accuracy.py as peak
-# RSS - heap (pre-touched) - ND4J's off-heap growth, JDK 17, 2 CPUs, default glibc: 113-127 MiB on eight
-# models of DL4J's zoo at batch 32 (the calibration set; heaps 80-208 MiB), 105-132 MiB on the example
-# networks (the check). No heap dependence shows at these heaps.
-JVM_NATIVE_BASE_BYTES = 108 * MiB  # classes + CDS, JIT code, G1's fixed tables, thread stacks, libnd4j/oneDNN/OpenBLAS code
-GC_OVERHEAD_FRACTION = 0.02       # G1's per-heap tables: mark bitmap 1/64 of the heap + card table and offset table 1/256
-NATIVE_PER_CPU_BYTES = 4 * MiB    # per OpenMP worker: GEMM packing buffer and malloc arena (not measured beyond 2 CPUs)
+# committed memory: NMT commits G1's tables and thread stacks that are never touched. Measured by
+# benchmarks/flags_accuracy.py as peak RSS - heap (pre-touched) - ND4J's off-heap growth, JDK 17, 2 CPUs:
+# 102-118 MiB on 3-layer networks, 141 MiB on ResNet50 (175 vertices) under the Serial collector. It grows
+# with the network (ND4J's cached shape and op descriptors, oneDNN's primitives, JIT code): base + per layer,
+# least squares over 51 runs of 14 networks (residual sd 3.9 MiB, measured/model at most 1.09).
+JVM_NATIVE_BASE_BYTES = 100 * MiB    # classes + CDS, JIT code, thread stacks, libnd4j/oneDNN/OpenBLAS code
+NATIVE_PER_LAYER_BYTES = 160 * 1024  # per layer/vertex: ND4J's cached shapes and op descriptors, oneDNN primitives
+NATIVE_PER_CPU_BYTES = 4 * MiB       # per OpenMP worker: GEMM packing buffer and malloc arena (not measured beyond 2 CPUs)
+# The collector: G1's remembered sets and marking tables are resident in proportion to the heap; Serial's are
+# not (0.3-1.4 MiB by NMT). Measured against Serial on the same runs (benchmarks/collector_choice.py): 3.3-4.7% of
+# the heap. The JVM picks G1 itself only on a "server-class machine": 2 or more CPUs and 1792 MiB or more of
+# memory, which in a container is its limit; pyd4j's flags pin the collector they were sized for.
+G1_TABLES_FRACTION = 0.05
+G1_TERM = "g1_tables"
+SERVER_CLASS_BYTES = 1792 * MiB      # JDK: is_server_class_machine() needs 2 GiB less 256 MiB
+SERVER_CLASS_CPUS = 2
 
 # Java heap model (estimate): DL4J/ND4J objects besides the data, which lives off-heap.
 HEAP_BASE_BYTES = 32 * MiB        # ND4J environment, configs, INDArray wrappers: 9-12 MiB used after a batch-1 warm-up, x~3
@@ -638,11 +646,7 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
                       + (f" + {HEAP_PER_STEP_BYTES // 1024} KiB x {steps} steps x {n_layers} layers" if steps else "")
                       + f") x {HEAP_GC_FACTOR:g} for the collector, at least {HEAP_MIN_BYTES // MiB} MiB"))
     cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    native = jvm_native_bytes(heap, cpus)
-    terms.append(Term("jvm_native", "native", "estimate", native, 0,
-                      f"the JVM's and native libraries' resident memory: {JVM_NATIVE_BASE_BYTES // MiB} MiB (classes, JIT "
-                      f"code, G1's tables, threads, libnd4j/oneDNN/OpenBLAS; measured as RSS, 113-127 MiB on DL4J's zoo) + "
-                      f"{GC_OVERHEAD_FRACTION:.0%} of heap + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs"))
+    terms += jvm_native_terms(heap, cpus, n_layers)
     notes = (
         ("training terms are pyd4j's model of DL4J's fit() (pyd4j.sched.fitmem, the graph `pyd4j plan` plans); "
          "DL4J's NetworkMemoryReport is the cross-check beside them" if mode == "train" else
@@ -792,9 +796,28 @@ def _inference_terms(loaded: _Loaded, report: list[Term], dtype: str, limits: di
     return terms
 
 
-def jvm_native_bytes(heap_bytes: int, cpus: int) -> int:
-    """The JVM's and native libraries' resident memory outside the heap and ND4J's arrays."""
-    return JVM_NATIVE_BASE_BYTES + int(heap_bytes * GC_OVERHEAD_FRACTION) + NATIVE_PER_CPU_BYTES * cpus
+def jvm_native_bytes(cpus: int, layers: int) -> int:
+    """The JVM's and native libraries' resident memory outside the heap and ND4J's arrays, under any collector."""
+    return JVM_NATIVE_BASE_BYTES + NATIVE_PER_LAYER_BYTES * layers + NATIVE_PER_CPU_BYTES * cpus
+
+
+def jvm_native_terms(heap_bytes: int, cpus: int, layers: int) -> list[Term]:
+    """The JVM's own resident memory: what any collector needs, and G1's tables (which flags drop where they pin
+    the Serial collector)."""
+    return [Term("jvm_native", "native", "estimate", jvm_native_bytes(cpus, layers), 0,
+                 f"the JVM's and native libraries' resident memory: {JVM_NATIVE_BASE_BYTES // MiB} MiB (classes, JIT code, "
+                 f"threads, libnd4j/oneDNN/OpenBLAS) + {NATIVE_PER_LAYER_BYTES // 1024} KiB x {layers} layers (ND4J's "
+                 f"cached shapes, oneDNN's primitives) + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs; measured as "
+                 f"RSS, 102-141 MiB from 3 to 175 layers"),
+            Term(G1_TERM, "native", "estimate", int(heap_bytes * G1_TABLES_FRACTION), 0,
+                 f"G1's remembered sets and marking tables, {G1_TABLES_FRACTION:.0%} of the heap, measured against the "
+                 f"Serial collector; only where the JVM runs G1 (the JVM's default with {SERVER_CLASS_CPUS}+ CPUs and "
+                 f"{SERVER_CLASS_BYTES // MiB}+ MiB)")]
+
+
+def collector(container_bytes: int, cpus: int) -> str:
+    """The collector a JDK 17 JVM picks by itself in a container of `container_bytes` with `cpus` CPUs."""
+    return "G1" if cpus >= SERVER_CLASS_CPUS and container_bytes >= SERVER_CLASS_BYTES else "Serial"
 
 
 def _layer_count(loaded: _Loaded) -> int:

@@ -10,6 +10,8 @@ observed peaks) and a total budget, and works out:
                          pages (JavaCPP counts resident memory less shared pages)
     container limit      heap + direct + (off-heap + JVM native) x (1 + headroom) + margin (JavaCPP checks
                          only at its next Pointer: the margin holds what is allocated before it)
+    collector            the one the JVM picks itself in that container (Serial below 1792 MiB or 2 CPUs,
+                         else G1), pinned: G1's tables are resident memory the sizes must know about
 
 Which limit governs what (checked against ND4J/DL4J 1.0.0-M2.1 with JavaCPP 1.5.7, see
 tests/memory/test_limits.py): `-XX:MaxDirectMemorySize` bounds java.nio direct buffers and never
@@ -28,7 +30,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
-from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, assignments, check_batch
+from pyd4j.memory.estimate import (G1_TERM, HEAP_MIN_BYTES, SERVER_CLASS_BYTES, SERVER_CLASS_CPUS, Estimate, EstimateError,
+                                   Term, assignments, check_batch, collector)
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
@@ -87,6 +90,8 @@ class FlagSet:
     environment: dict[str, str] = field(default_factory=dict)
     """Environment variables the job must start with: the flags are sized for them."""
     environment_reason: str = ""
+    collector: str | None = None
+    """The garbage collector the flags pin ("Serial" or "G1"), None where they leave the JVM's choice (Spark)."""
 
     @property
     def total_bytes(self) -> int:
@@ -176,6 +181,30 @@ def _javacpp_part(est: Estimate) -> int | None:
         return None
 
 
+def with_collector(est: Estimate, headroom: float, max_direct: int) -> tuple[Estimate, str | None]:
+    """The estimate under the collector the JVM would pick in the container its flags ask for, and that collector.
+
+    Sized first without G1's tables: a container that stays under the JVM's server-class line runs Serial (the
+    JVM's own choice there, which the flags then pin); one over it runs G1 and keeps its tables. An estimate
+    without a G1 term (measured) is left as it is, with no collector."""
+    if not any(t.name == G1_TERM for t in est.terms):
+        return est, None
+    serial = replace(est, terms=tuple(t for t in est.terms if t.name != G1_TERM))
+    gc = collector(_sizes(serial, headroom, max_direct)["container"], est.cpu_count)
+    return (serial, gc) if gc == "Serial" else (est, gc)
+
+
+def _collector_flag(gc: str, est: Estimate) -> Flag:
+    if gc == "Serial":
+        return Flag("collector", "-XX:+UseSerialGC", 0,
+                    f"the collector the JVM picks by itself in this container (under {SERVER_CLASS_BYTES // MiB} MiB or "
+                    f"{SERVER_CLASS_CPUS} CPUs), pinned so the job gets it wherever these flags go: G1, its choice on a "
+                    f"larger machine, keeps its tables resident (measured ~5% of the heap), which these sizes leave out")
+    return Flag("collector", "-XX:+UseG1GC", 0,
+                f"the collector the JVM picks by itself in this container ({SERVER_CLASS_CPUS}+ CPUs, "
+                f"{SERVER_CLASS_BYTES // MiB}+ MiB), pinned; its tables ({human_bytes(est.term_bytes(G1_TERM))}) are in the sizes")
+
+
 def _sizes(est: Estimate, headroom: float, max_direct: int) -> dict[str, int]:
     """The sizes behind the flags.
 
@@ -235,7 +264,7 @@ def default_total() -> int:
 
 def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | str | None = None,
                   headroom: float = DEFAULT_HEADROOM, max_direct: int | str = DEFAULT_MAX_DIRECT,
-                  limit: int = 1 << 24) -> int:
+                  limit: int = 1 << 24, pin_collector: bool = True) -> int:
     """The largest minibatch whose flags fit `total` host memory (and `gpu_mem` device memory); 0 if none."""
     if not 0 <= headroom <= 4:
         raise EstimateError(f"headroom {headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)")
@@ -248,6 +277,8 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
         e = est.at_batch(b)
         if e.total_bytes * 5 > JAVA_LONG_MAX:
             return False
+        if pin_collector:
+            e, _ = with_collector(e, headroom, direct)
         if total_b is not None and _sizes(e, headroom, direct)["container"] > total_b:
             return False
         return gpu_b is None or _gpu_need(e, headroom) <= gpu_b
@@ -267,8 +298,10 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
 
 def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAULT_HEADROOM,
           gpu_mem: int | str | None = None, max_direct: int | str = DEFAULT_MAX_DIRECT,
-          refuse: bool = True) -> FlagSet:
+          refuse: bool = True, pin_collector: bool = True) -> FlagSet:
     """JVM flags that hold `est` with `headroom` to spare, checked against `total` (default: cgroup limit / RAM).
+
+    With `pin_collector` the flags pin the collector the JVM would pick in their container (see with_collector).
 
     Raises BudgetError when the budget cannot hold them (refuse=False returns the flags anyway).
     """
@@ -281,6 +314,8 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     budget = _size(total, "total budget") if total is not None else default_total()
     gpu_b = _size(gpu_mem, "GPU memory budget")
     direct = _size(max_direct, "MaxDirectMemorySize")
+    asked = est
+    est, gc = with_collector(est, headroom, direct) if pin_collector else (est, None)
     s = _sizes(est, headroom, direct)
     pct = f"{headroom:.0%}"
     flag_list = (
@@ -300,7 +335,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              f"garbage there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
              f"{human_bytes(est.native_bytes)} + {pct}, less the JVM's {human_bytes(JVM_FILE_PAGES)} of file-backed "
              "pages, which JavaCPP does not count: it collects when the process's RSS reaches that budget"),
-    )
+    ) + ((_collector_flag(gc, est),) if gc else ())
     sources = {t.name: t.source for t in est.terms}
     notes = [
         f"container memory limit {human_bytes(s['container'])} = heap + direct + ND4J off-heap and JVM native with "
@@ -313,14 +348,14 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
                      maxphysicalbytes=s["maxphysicalbytes"], container_bytes=s["container"], budget_bytes=budget,
                      flags=flag_list, breakdown=est.breakdown(), sources=sources, gpu_budget_bytes=gpu_b,
                      gpu_need_bytes=gpu_need, notes=tuple(notes), environment=dict(est.environment),
-                     environment_reason=est.environment_reason())
+                     environment_reason=est.environment_reason(), collector=gc)
     if not refuse:
         return result
     over_host = budget is not None and s["container"] > budget
     over_gpu = gpu_b is not None and gpu_need > gpu_b
     if over_host or over_gpu:
-        best = largest_batch(est, total=budget if over_host or total is not None else None, gpu_mem=gpu_b,
-                             headroom=headroom, max_direct=direct)
+        best = largest_batch(asked, total=budget if over_host or total is not None else None, gpu_mem=gpu_b,
+                             headroom=headroom, max_direct=direct, pin_collector=pin_collector)
         needed, have, where = (s["container"], budget, "memory budget") if over_host else (gpu_need, gpu_b, "GPU memory")
         biggest = est.biggest_term() if over_host else max(
             (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch), default=est.biggest_term())
@@ -494,7 +529,7 @@ def _reserved_term(heap_so_far: int, role: str) -> Term:
 def spark_executor_estimate(est: Estimate, shape: SparkShape) -> Estimate:
     """One executor's memory: `concurrent_tasks` copies of `est` (the network training at the batch per worker)
     off the heap, DL4J's and Spark's objects on the heap, the JVM's and Spark's native memory."""
-    from pyd4j.memory.estimate import HEAP_GC_FACTOR, HEAP_PER_LAYER_BYTES, jvm_native_bytes  # noqa: PLC0415
+    from pyd4j.memory.estimate import HEAP_GC_FACTOR, HEAP_PER_LAYER_BYTES, jvm_native_terms  # noqa: PLC0415
 
     tasks = shape.concurrent_tasks
     copies = f"x {tasks} concurrent tasks, each training its own copy"
@@ -510,11 +545,9 @@ def spark_executor_estimate(est: Estimate, shape: SparkShape) -> Estimate:
                      f"~{SPARK_EXECUTOR_LIVE_HEAP // MiB} MiB x {HEAP_GC_FACTOR:g}, measured"))
     heap.append(_reserved_term(sum(t.fixed_bytes for t in heap), "executor"))
     heap_total = sum(t.bytes_at(est.batch) for t in heap)
-    native = jvm_native_bytes(heap_total, shape.executor_cores)
     terms += heap
-    terms.append(Term("jvm_native", "native", "estimate", native, 0,
-                      f"the JVM's and ND4J's native memory for a {heap_total // MiB} MiB heap on {shape.executor_cores} "
-                      f"cores (pyd4j.memory.estimate.jvm_native_bytes)"))
+    # a Spark JVM runs G1 (the JVM's choice on any worker of 2+ cores and 1792+ MiB; the flags leave it alone)
+    terms += jvm_native_terms(heap_total, shape.executor_cores, est.layer_count)   # ND4J's caches are per process
     terms.append(Term("spark_executor_native", "native", "measured", SPARK_EXECUTOR_NATIVE, 0,
                       "Spark in the executor beyond a plain DL4J JVM: its classes, Netty buffers, ~95 more threads; "
                       "measured"))
@@ -530,7 +563,7 @@ def spark_executor_estimate(est: Estimate, shape: SparkShape) -> Estimate:
 def spark_driver_estimate(est: Estimate, cores: int = 1) -> Estimate:
     """The driver (client mode): the master copy of the network (parameters, updater state) and the averaged
     parameters coming back, DL4J's and Spark's objects, the JVM's and Spark's native memory."""
-    from pyd4j.memory.estimate import HEAP_GC_FACTOR, jvm_native_bytes  # noqa: PLC0415
+    from pyd4j.memory.estimate import HEAP_GC_FACTOR, jvm_native_terms  # noqa: PLC0415
 
     keep = {"parameters": "the master copy of the network", "updater_state": "the master copy's updater state",
             "gradients": "averaged parameters coming back from the workers (one parameter-sized array)"}
@@ -542,8 +575,7 @@ def spark_driver_estimate(est: Estimate, cores: int = 1) -> Estimate:
     heap.append(_reserved_term(sum(t.fixed_bytes for t in heap), "driver"))
     heap_total = sum(t.fixed_bytes for t in heap)
     terms += heap
-    terms.append(Term("jvm_native", "native", "estimate", jvm_native_bytes(heap_total, cores), 0,
-                      f"the JVM's and ND4J's native memory for a {heap_total // MiB} MiB heap"))
+    terms += jvm_native_terms(heap_total, cores, est.layer_count)
     terms.append(Term("spark_driver_native", "native", "measured", SPARK_DRIVER_NATIVE, 0,
                       "Spark in the driver beyond a plain DL4J JVM: its classes, Netty buffers, scheduler threads; measured"))
     return Estimate(model=est.model, model_kind=est.model_kind, batch=est.batch, dtype=est.dtype, mode=est.mode,
@@ -667,12 +699,14 @@ def spark_flags(est: Estimate, shape: SparkShape, headroom: float = DEFAULT_HEAD
     per_executor = worker // shape.executors_per_worker
     exec_est = spark_executor_estimate(est, shape)
     driver_est = spark_driver_estimate(est)
-    executor = flags(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False)
+    executor = flags(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False,
+                     pin_collector=False)
     driver = flags(driver_est, total=None if refuse else per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT,
-                   refuse=False)
+                   refuse=False, pin_collector=False)
     result = SparkFlags(shape, executor, driver, exec_est, driver_est)
     if refuse and executor.container_bytes > per_executor:
-        best_batch = largest_batch(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT)
+        best_batch = largest_batch(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT,
+                                   pin_collector=False)
         best_cores = _largest_cores(est, shape, per_executor, headroom)
         # the term the shape multiplies (ND4J memory per concurrent task), not Spark's fixed reserve
         biggest = max((t for t in exec_est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(exec_est.batch))
@@ -724,5 +758,6 @@ def spark_measured_estimate(per_task_javacpp: int, per_task_offheap: int, fixed_
 def spark_measured_flags(executor: Estimate, driver: Estimate, shape: SparkShape,
                          headroom: float = DEFAULT_HEADROOM) -> SparkFlags:
     """Spark settings from measured executor and driver estimates (spark_measured_estimate), by the one flag generator."""
-    return SparkFlags(shape, flags(executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False),
-                      flags(driver, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False), executor, driver)
+    return SparkFlags(shape, flags(executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False, pin_collector=False),
+                      flags(driver, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False, pin_collector=False),
+                      executor, driver)

@@ -24,6 +24,9 @@ _WITH_VALUE = {"-cp", "-classpath", "--class-path", "-p", "--module-path", "--up
 # Memory flags pyd4j tune owns: dropped from the user's command when recommended ones are added.
 MEMORY_FLAG_PREFIXES = ("-Xmx", "-Xms", "-XX:MaxDirectMemorySize=", "-Dorg.bytedeco.javacpp.maxbytes=",
                         "-Dorg.bytedeco.javacpp.maxphysicalbytes=", "-XX:MaxRAMPercentage=")
+# Options that choose the garbage collector: a JVM refuses two, so generated flags that pin one replace the user's.
+COLLECTOR_OPTIONS = ("-XX:+UseSerialGC", "-XX:+UseParallelGC", "-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseShenandoahGC",
+                     "-XX:+UseEpsilonGC", "-XX:+UseConcMarkSweepGC")
 
 
 class JobCommandError(ValueError):
@@ -75,8 +78,11 @@ class JavaCommand:
 
     def argv(self, extra_options: list[str] | tuple[str, ...] = (), drop_memory_flags: bool = False) -> list[str]:
         """The command line, with extra JVM options placed before the user's own (so the user's
-        win) unless drop_memory_flags removes the user's memory flags first."""
-        own = [o for o in self.jvm_options if not (drop_memory_flags and o.startswith(MEMORY_FLAG_PREFIXES))]
+        win) unless drop_memory_flags removes the user's memory flags first (and the user's collector, where
+        the extra options choose one)."""
+        pinned = any(o in COLLECTOR_OPTIONS for o in extra_options)
+        own = [o for o in self.jvm_options if not (drop_memory_flags and (o.startswith(MEMORY_FLAG_PREFIXES)
+                                                                          or (pinned and o in COLLECTOR_OPTIONS)))]
         return [self.java, *extra_options, *own, *self.main]
 
     def memory_flags(self) -> list[str]:

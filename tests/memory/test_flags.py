@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pyd4j.memory.estimate import Estimate, EstimateError, Term, jvm_native_bytes
+from pyd4j.memory.estimate import Estimate, EstimateError, Term, jvm_native_bytes, jvm_native_terms
 from pyd4j.memory.flags import BudgetError, flags, largest_batch, measured_estimate
 
 MiB = 1024**2
@@ -46,10 +46,57 @@ def test_hand_worked_flags():
 
 
 def test_jvm_native_hand_worked():
-    # 80 MiB heap, 2 CPUs: base 108 + 2% x 80 = 1.6 + 4 x 2 CPUs = 8  ->  117.6 MiB
-    assert jvm_native_bytes(80 * MiB, 2) == int(117.6 * MiB)
-    # 16 CPUs, 1 GiB heap: 108 + 20.48 + 64 = 192.48 MiB
-    assert jvm_native_bytes(1024 * MiB, 16) == int(192.48 * MiB)
+    # 2 CPUs, 3 layers: base 100 + 160 KiB x 3 = 0.46875 + 4 x 2 CPUs = 8  ->  108.46875 MiB
+    assert jvm_native_bytes(2, 3) == int(108.46875 * MiB)
+    # 16 CPUs, 175 layers: 100 + 27.34375 + 64 = 191.34375 MiB
+    assert jvm_native_bytes(16, 175) == int(191.34375 * MiB)
+    # G1's tables: 5% of the heap, a separate term
+    native, g1 = jvm_native_terms(416 * MiB, 2, 175)
+    assert native.bytes_at(1) == jvm_native_bytes(2, 175) and g1.name == "g1_tables" and g1.bytes_at(1) == int(20.8 * MiB)
+
+
+def with_g1(est: Estimate, heap: int) -> Estimate:
+    """`est` with pyd4j's JVM native terms for `heap` in place of its hand-written one (2 CPUs, 3 layers)."""
+    terms = tuple(t for t in est.terms if t.name != "jvm_native") + tuple(jvm_native_terms(heap, 2, 3))
+    return dataclasses.replace(est, terms=terms, cpu_count=2)
+
+
+def test_small_container_pins_serial_and_leaves_g1s_tables_out():
+    # batch 100: off-heap 200 MiB -> 230; heap 256; native 108.47 x 1.15 = 124.74 -> 125 MiB (G1's 12.8 MiB left out);
+    # budget 230 + 256 + 16 + 125 = 627, margin 32 -> container 659 MiB, under the JVM's 1792 MiB server-class line
+    fs = flags(with_g1(hand_estimate(100), 256 * MiB), total="8g")
+    assert fs.collector == "Serial" and fs.args()[-1] == "-XX:+UseSerialGC"
+    assert fs.container_bytes == 659 * MiB and "g1_tables" not in fs.breakdown
+    assert "1792 MiB" in fs.flags[-1].reason
+
+
+def test_large_container_pins_g1_and_counts_its_tables():
+    # batch 1500: off-heap 1600 MiB -> 1840; heap 256; native (108.47 + 12.8) x 1.15 = 139.46 -> 140;
+    # budget 1840 + 256 + 16 + 140 = 2252, margin ceil(112.6) = 113 -> container 2365 MiB
+    fs = flags(with_g1(hand_estimate(1500), 256 * MiB), total="8g")
+    assert fs.collector == "G1" and "-XX:+UseG1GC" in fs.args() and "-XX:+UseSerialGC" not in fs.args()
+    assert fs.container_bytes == 2365 * MiB and fs.breakdown["g1_tables"] == int(12.8 * MiB)
+
+
+def test_one_cpu_runs_serial_however_large():
+    est = dataclasses.replace(with_g1(hand_estimate(1500), 256 * MiB), cpu_count=1)
+    assert flags(est, total="8g").collector == "Serial"
+
+
+def test_largest_batch_follows_the_collector_across_the_line():
+    # the batch where the container crosses 1792 MiB switches to G1 and its tables: largest_batch sizes each batch
+    # as flags() would
+    est = with_g1(hand_estimate(1), 256 * MiB)
+    best = largest_batch(est, total="2g")
+    assert flags(est.at_batch(best), total="2g").container_bytes <= 2048 * MiB
+    with pytest.raises(BudgetError):
+        flags(est.at_batch(best + 1), total="2g")
+    assert flags(est.at_batch(best), total="2g").collector == "G1"
+
+
+def test_measured_estimates_pin_no_collector():
+    fs = flags(measured_estimate(100 * MiB, 200 * MiB, 150 * MiB), total="8g")
+    assert fs.collector is None and not any("GC" in a for a in fs.args())
 
 
 def test_maxphysicalbytes_is_the_budget_less_the_jvms_file_pages():

@@ -17,6 +17,14 @@ def test_split_options_main_and_args():
     assert JavaCommand.parse(["/j/bin/java", "-jar", "job.jar", "x"]).title == "job.jar"
 
 
+def test_a_pinned_collector_replaces_the_users_and_only_then():
+    # a JVM refuses two collectors: generated flags that pin one drop the user's; flags that pin none keep it
+    c = JavaCommand.parse(["/usr/bin/java", "-XX:+UseParallelGC", "-Xmx2g", "-XX:+UseStringDeduplication", "Main"])
+    assert c.argv(["-Xmx1g", "-XX:+UseSerialGC"], drop_memory_flags=True) == \
+        ["/usr/bin/java", "-Xmx1g", "-XX:+UseSerialGC", "-XX:+UseStringDeduplication", "Main"]
+    assert c.argv(["-Xmx1g"], drop_memory_flags=True) == ["/usr/bin/java", "-Xmx1g", "-XX:+UseParallelGC", "-XX:+UseStringDeduplication", "Main"]
+
+
 @pytest.mark.parametrize("argv, words", [
     ([], ["after `--`"]),
     (["python", "x.py"], ["'python'", "java"]),
