@@ -86,6 +86,11 @@ def scaled(est: Estimate, factor: float) -> Estimate:
     return replace(est, terms=terms)
 
 
+def sized_native(est: Estimate, fs: FlagSet) -> int:
+    """The JVM's own memory the flags were sized for: G1's tables only where they pin G1."""
+    return est.native_bytes - (est.term_bytes("g1_tables") if fs.collector == "Serial" else 0)
+
+
 def need_of(r: dict) -> int | None:
     """What the run really needed: peak RSS, or the cgroup's peak charge when higher (page tables, kernel)."""
     values = [v for v in (r.get("peak_rss_bytes"), r.get("cgroup_peak_bytes")) if v]
@@ -154,7 +159,7 @@ def main() -> None:
                 "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
                 "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
                 "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),
-                "predicted_native_bytes": est.native_bytes,
+                "predicted_native_bytes": sized_native(est, fs), "collector": fs.collector,
                 "measured_native_bytes": (r["peak_rss_bytes"] - fs.heap_bytes - measured_offheap)
                 if r.get("peak_rss_bytes") else None,
                 "generated_container_bytes": fs.container_bytes, "maxphysicalbytes": fs.maxphysicalbytes,
