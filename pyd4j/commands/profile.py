@@ -97,7 +97,7 @@ def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_js
             run = profile_job(list(command.argv), out_dir, interval_ms=interval_ms,
                               transport="socket" if use_socket else "file",
                               on_sample=view.update if view else None, on_jvm=view.jvm if view else None,
-                              timeout_s=timeout_s)
+                              timeout_s=timeout_s, describe=True)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
     if run.stopped_by == "timeout":
@@ -147,6 +147,7 @@ def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | Non
                script_error: str | None = None) -> dict:
     """Summary (and report) of the run, whole or partial, printed; returns the summary."""
     from pyd4j.output import emit_json  # noqa: PLC0415
+    from pyd4j.profile.networks import save_networks  # noqa: PLC0415
     from pyd4j.profile.report import summary, write_report  # noqa: PLC0415
     from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
 
@@ -155,6 +156,11 @@ def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | Non
                    f"the partial run is summarised and reported", err=True)
     lanes = Timeline.load_lanes(run_dir)
     doc = summary(lanes)
+    try:
+        doc["networks"] = save_networks(run_dir, lanes)
+    except OSError as err:
+        doc["networks_error"] = f"could not write the job's networks into {run_dir}: {err.strerror or err}"
+        click.echo(f"error: {doc['networks_error']}", err=True)
     if script_error:
         doc.update(ok=False, error=script_error)
     if report:
@@ -217,6 +223,9 @@ def _print_summary(doc: dict) -> None:
         click.echo("no problems found (no OOM, leak, GC pressure or workspace spills)")
     for e in doc.get("write_errors", []):
         click.echo(f"warning: {e['message']}", err=True)
+    for net in doc.get("networks", []):
+        click.echo(f"network: {net['kind']} at batch {net['batch']} saved as {net['path']}; "
+                   + (f"its memory and JVM flags: {net['flags']}" if "flags" in net else net["inputs_error"]))
     if "report" in doc:
         click.echo(f"report: {doc['report']['html']}")
     click.echo(f"run directory: {doc['run_dir']}")

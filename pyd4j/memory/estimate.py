@@ -335,6 +335,32 @@ def _derive_inputs(doc: dict[str, Any], kind: str) -> list[dict[str, Any]] | Non
     return None
 
 
+def inputs_from_shapes(doc: dict[str, Any], shapes: list[list[int]]) -> list[dict[str, Any]]:
+    """The input types (sidecar entries) of a network from the shapes of a batch it trained on: what a profiled
+    job's network needs to be estimated. 2-d [batch, size] is feed-forward (a MultiLayerNetwork's first
+    FeedForwardToCnn preprocessor makes it a flattened image), 3-d a time series, 4-d an image, in the layout
+    the configuration names (NCHW / NCW, DL4J's defaults, unless it uses NHWC / NWC)."""
+    text = json.dumps(doc)
+    derived = _derive_inputs(doc, "ComputationGraph" if "vertices" in doc else "MultiLayerNetwork") or []
+    out = []
+    for k, shape in enumerate(shapes):
+        dims = [int(d) for d in shape[1:]]
+        where = f"input {k}'s shape {list(shape)}"
+        if len(dims) == 1:
+            same = [d for d in derived if _input_elements(d) == dims[0]] if k == 0 else []
+            out.append(same[0] if same else check_input_spec({"type": "feedForward", "size": dims[0]}, where))
+        elif len(dims) == 2:
+            size, steps = (dims[1], dims[0]) if '"NWC"' in text else (dims[0], dims[1])
+            out.append(check_input_spec({"type": "recurrent", "size": size, "timeSeriesLength": steps}, where))
+        elif len(dims) == 3:
+            c, h, w = (dims[2], dims[0], dims[1]) if '"NHWC"' in text else (dims[0], dims[1], dims[2])
+            out.append(check_input_spec({"type": "convolutional", "height": h, "width": w, "channels": c}, where))
+        else:
+            raise EstimateError(f"{where} has {len(shape)} dimensions; pyd4j reads 2 (feed-forward), 3 (time series) "
+                                f"or 4 (images): give the input type with --input")
+    return out
+
+
 def _input_type(spec: dict[str, Any]):
     from org.deeplearning4j.nn.conf.inputs import InputType  # noqa: PLC0415
 

@@ -1,0 +1,128 @@
+"""`pyd4j flags` on deeplearning4j-examples jobs: the network a job trained, sized from a profile, and the unchanged
+job run under the flags inside a memory cgroup at the generated container limit.
+
+The examples are DL4J's own (Apache 2.0), not pyd4j's, and are not vendored here: pass a checkout of
+github.com/deeplearning4j/deeplearning4j-examples (`dl4j-examples` targets DL4J 1.0.0-M2.1, the version of
+pyd4j's class path). Each named class is compiled unchanged (`examples_speed.py`'s javac) and, as a user would:
+
+1. `pyd4j profile -- java ... Job`: the job as it is (glibc's defaults, the JVM's own heap); the profile saves
+   the network it trained (`network-1.json` and its input sidecar) and its peak RSS;
+2. `pyd4j flags --model network-1.json --batch B` at the batch it trained on;
+3. `pyd4j flags --verify`'s run: the job with those flags and environment, in a fresh cgroup at the generated
+   container limit, under GNU time for its peak RSS (VmHWM) where /usr/bin/time is present.
+
+Per job: the estimate's terms, the container limit, the collector, the run's outcome and diagnosis, need =
+max(VmHWM, the cgroup's peak charge) and container / need (the flags target: at most 1.3, never under 1).
+
+    .venv/bin/python benchmarks/examples_flags.py --checkout DIR [--jobs advanced.modelling.alphagozero.AlphaGoZeroTrainer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.examples_speed import PACKAGE, compile_jobs  # noqa: E402
+from pyd4j.jvm.classpath import classpath  # noqa: E402
+
+MiB = 1024**2
+CLI = "import sys; from pyd4j.cli import main; main(sys.argv[1:], prog_name='pyd4j')"
+DEFAULT_JOBS = ["advanced.modelling.alphagozero.AlphaGoZeroTrainer", "advanced.modelling.seq2seq.AdditionModelWithSeq2Seq",
+                "quickstart.modeling.feedforward.regression.SumModel"]
+GNU_TIME = "/usr/bin/time"
+
+
+def pyd4j(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def verify(fs: dict, job: list[str], timeout: float) -> dict:
+    """flags --verify's run (the job's own memory flags replaced by the generated ones, as
+    pyd4j.commands.flags.verify_command does, in a cgroup at the container limit), with VmHWM."""
+    from pyd4j.memory.container import diagnose, run_limited  # noqa: PLC0415
+    from pyd4j.profile.command import JavaCommand  # noqa: PLC0415
+
+    command = JavaCommand.parse(job).argv(fs["flags"], drop_memory_flags=True)
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss:
+        timed = [GNU_TIME, "-f", "%M", "-o", rss.name, *command] if Path(GNU_TIME).exists() else command
+        r = run_limited(timed, fs["container_bytes"], timeout=timeout, env={**os.environ, **fs["environment"]})
+        text = rss.read().strip().splitlines()
+    hwm = int(text[-1]) * 1024 if text and text[-1].isdigit() else None
+    d = diagnose(r)
+    return {"kind": d.kind, "diagnosis": d.message, "memory_exhausted": d.memory_exhausted, "exit_code": r.exit_code,
+            "seconds": round(r.seconds, 1), "cgroup_peak_bytes": r.peak_bytes, "vmhwm_bytes": hwm,
+            "stderr_tail": r.stderr[-400:] if d.kind != "ok" else ""}
+
+
+def one(job_class: str, classes: Path, out: Path, timeout: float) -> dict:
+    cp = os.pathsep.join([str(classes), *(str(p) for p in classpath())])
+    job = [shutil.which("java") or "java", "-cp", cp, PACKAGE + job_class]
+    run_dir = out / job_class.rsplit(".", 1)[-1]
+    t0 = time.monotonic()
+    p = pyd4j(["profile", "--json", "--no-report", "--out", str(run_dir), "--", *job], timeout)
+    row: dict = {"job": PACKAGE + job_class, "profile_seconds": round(time.monotonic() - t0, 1)}
+    try:
+        prof = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {**row, "status": "profile failed", "error": p.stderr[-800:]}
+    row.update(profile_exit_code=prof.get("exit_code"), profile_iterations=prof.get("iterations"),
+               profile_peak_rss_bytes=prof["peaks"].get("rss"), networks=len(prof.get("networks", [])))
+    nets = [n for n in prof.get("networks", []) if "flags" in n]
+    if not nets:
+        return {**row, "status": "no network saved", "error": str(prof.get("networks"))}
+    net = nets[-1]
+    row.update(kind=net["kind"], batch=net["batch"], inputs=net["inputs"])
+    f = pyd4j(["flags", "--model", net["path"], "--batch", str(net["batch"]), "--json"], 600)
+    if f.returncode != 0:
+        return {**row, "status": "flags failed", "error": (f.stdout + f.stderr)[-800:]}
+    fs = json.loads(f.stdout)
+    row.update(flags=fs["flags"], environment=fs["environment"], collector=fs.get("collector"),
+               container_bytes=fs["container_bytes"], breakdown=fs["breakdown"])
+    v = verify(fs, job, timeout)
+    need = max(x for x in (v["vmhwm_bytes"], v["cgroup_peak_bytes"]) if x) if (v["vmhwm_bytes"] or v["cgroup_peak_bytes"]) else None
+    row.update(status="ok" if v["kind"] == "ok" else "failed", verify=v, need_bytes=need,
+               budget_ratio=round(fs["container_bytes"] / need, 3) if need else None)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkout", type=Path, required=True, help="a deeplearning4j-examples checkout")
+    ap.add_argument("--jobs", default=",".join(DEFAULT_JOBS), help=f"classes under {PACKAGE}, comma-separated")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "examples_flags.json"))
+    args = ap.parse_args()
+    jobs = [j for j in args.jobs.split(",") if j]
+    with tempfile.TemporaryDirectory(prefix="pyd4j-examples-flags-") as tmp:
+        compile_jobs(args.checkout, jobs, Path(tmp) / "classes")
+        rows = []
+        for job_class in jobs:
+            rows.append(one(job_class, Path(tmp) / "classes", Path(tmp), args.timeout))
+            r = rows[-1]
+            print(f"{job_class}: {r['status']} batch {r.get('batch')} container {(r.get('container_bytes') or 0) / MiB:.0f} MiB "
+                  f"need {(r.get('need_bytes') or 0) / MiB:.0f} MiB ratio {r.get('budget_ratio')} "
+                  f"{(r.get('verify') or {}).get('diagnosis', r.get('error', ''))[:160]}", flush=True)
+    ok = [r for r in rows if r["status"] == "ok"]
+    doc = {"benchmark": "examples_flags", "examples_commit": None, "load_average": os.getloadavg(),
+           "summary": {"jobs": len(rows), "ok": len(ok), "failed": [r["job"] for r in rows if r["status"] != "ok"],
+                       "within_1_3x": sum(1 for r in ok if r["budget_ratio"] and 1 <= r["budget_ratio"] <= 1.3),
+                       "ratios": {r["job"].rsplit(".", 1)[-1]: r["budget_ratio"] for r in ok}},
+           "jobs": rows}
+    head = subprocess.run(["git", "-C", str(args.checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    doc["examples_commit"] = head.stdout.strip() or None
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
