@@ -63,6 +63,12 @@ DL4J_FIT_PREFETCH_QUEUE = 2
 JVM_NATIVE_BASE_BYTES = 100 * MiB    # classes + CDS, JIT code, thread stacks, libnd4j/oneDNN/OpenBLAS code
 NATIVE_PER_LAYER_BYTES = 160 * 1024  # per layer/vertex: ND4J's cached shapes and op descriptors, oneDNN primitives
 NATIVE_PER_CPU_BYTES = 4 * MiB       # per OpenMP worker: GEMM packing buffer and malloc arena (not measured beyond 2 CPUs)
+# The JIT compiler's working memory: C2 compiles a job's hot loop in arenas that NMT counts as "Arena Chunk".
+# Its peak was 12-15 MiB in the 3-iteration runs the base above was fitted on, 27-35 MiB in jobs of 2000-3000
+# fast iterations (deeplearning4j-examples' SumModel, mlp) and 78 MiB in one of six SumModel runs, where a
+# generated flag set without this term was refused by JavaCPP (benchmarks/examples_flags.py). The term, with the
+# flags' headroom, holds that worst one: 48 MiB + 15% + the base's own 14 MiB and headroom.
+JIT_COMPILER_BYTES = 48 * MiB
 # The collector: G1's remembered sets and marking tables are resident in proportion to the heap; Serial's are
 # not (0.3-1.4 MiB by NMT). Measured against Serial on the same runs (benchmarks/collector_choice.py): 3.3-4.7% of
 # the heap. The JVM picks G1 itself only on a "server-class machine": 2 or more CPUs and 1792 MiB or more of
@@ -823,7 +829,8 @@ def _inference_terms(loaded: _Loaded, report: list[Term], dtype: str, limits: di
 
 
 def jvm_native_bytes(cpus: int, layers: int) -> int:
-    """The JVM's and native libraries' resident memory outside the heap and ND4J's arrays, under any collector."""
+    """The JVM's and native libraries' resident memory outside the heap and ND4J's arrays, under any collector
+    (the JIT compiler's peak not included: a term of its own)."""
     return JVM_NATIVE_BASE_BYTES + NATIVE_PER_LAYER_BYTES * layers + NATIVE_PER_CPU_BYTES * cpus
 
 
@@ -835,6 +842,9 @@ def jvm_native_terms(heap_bytes: int, cpus: int, layers: int) -> list[Term]:
                  f"threads, libnd4j/oneDNN/OpenBLAS) + {NATIVE_PER_LAYER_BYTES // 1024} KiB x {layers} layers (ND4J's "
                  f"cached shapes, oneDNN's primitives) + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs; measured as "
                  f"RSS, 102-141 MiB from 3 to 175 layers"),
+            Term("jit_compiler", "native", "measured", JIT_COMPILER_BYTES, 0,
+                 f"the JIT compiler's peak working memory beyond the base's, while C2 compiles the job's hot loop: "
+                 f"NMT's Arena Chunk peak 27-78 MiB in jobs of thousands of fast iterations, 12-15 MiB in short runs"),
             Term(G1_TERM, "native", "estimate", int(heap_bytes * G1_TABLES_FRACTION), 0,
                  f"G1's remembered sets and marking tables, {G1_TABLES_FRACTION:.0%} of the heap, measured against the "
                  f"Serial collector; only where the JVM runs G1 (the JVM's default with {SERVER_CLASS_CPUS}+ CPUs and "

@@ -26,20 +26,20 @@ def test_hand_worked_executor_settings():
     # off-heap x 2 tasks = 2 x 200 = 400 MiB -> maxbytes 460 MiB.
     # heap: DL4J 256 + 1 more copy's layers 1 x 2 x 1 MiB x 2 = 4 + Spark 10 x 2 = 20 -> 280; reserve max(300, 480 - 280) = 300
     #   -> 580 MiB, aligned to 16 MiB: 592 MiB.
-    # native: JVM 100 + 160 KiB x 2 layers (0.3125) + 4 x 2 CPUs = 108.3125; G1's tables 5% of 580 = 29 (a Spark JVM
-    # runs G1; the flags pin no collector); + Spark 184 = 321.3125 x 1.15 = 369.51 -> 370 MiB.
-    # budget = 460 + 592 + 64 (direct) + 370 = 1486 MiB; margin ceil(1486 x 0.05) = 75 -> container 1561 MiB.
-    # maxphysicalbytes = the budget less the JVM's 45 MiB of file-backed pages = 1441 MiB.
+    # native: JVM 100 + 160 KiB x 2 layers (0.3125) + 4 x 2 CPUs = 108.3125; the JIT's 48; G1's tables 5% of 580 = 29
+    # (a Spark JVM runs G1; the flags pin no collector); + Spark 184 = 369.3125 x 1.15 = 424.71 -> 425 MiB.
+    # budget = 460 + 592 + 64 (direct) + 425 = 1541 MiB; margin ceil(1541 x 0.05) = 78 -> container 1619 MiB.
+    # maxphysicalbytes = the budget less the JVM's 45 MiB of file-backed pages = 1496 MiB.
     sf = spark_flags(hand_estimate(100), SparkShape(executors=2, executor_cores=2, worker_memory=4096 * MiB))
     assert SPARK_EXECUTOR_NATIVE == 184 * MiB
     assert sf.executor.maxbytes == 460 * MiB
     assert sf.executor.heap_bytes == 592 * MiB
-    assert sf.executor.maxphysicalbytes == 1441 * MiB
-    assert sf.executor_container_bytes == 1561 * MiB
+    assert sf.executor.maxphysicalbytes == 1496 * MiB
+    assert sf.executor_container_bytes == 1619 * MiB
     assert sf.executor.collector is None and "GC" not in conf_opts(sf)
     conf = sf.conf()
     assert conf["spark.executor.memory"] == "592m"
-    assert conf["spark.executor.memoryOverhead"] == f"{1561 - 592}m"
+    assert conf["spark.executor.memoryOverhead"] == f"{1619 - 592}m"
     assert conf["spark.executor.cores"] == "2" and conf["spark.cores.max"] == "4"
     assert conf["spark.executorEnv.OMP_NUM_THREADS"] == "1"
     assert "spark.task.cpus" not in conf  # one core per task is Spark's default
@@ -48,9 +48,9 @@ def test_hand_worked_executor_settings():
     assert "-XX:MaxDirectMemorySize=64m" in conf["spark.executor.extraJavaOptions"]
     opts = conf["spark.executor.extraJavaOptions"]
     assert "-Xmx" not in opts and "-Xms" not in opts  # Spark refuses -Xmx there; the heap is spark.executor.memory
-    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1441 * MiB}" in opts
+    assert f"-Dorg.bytedeco.javacpp.maxphysicalbytes={1496 * MiB}" in opts
     tokens = shlex.split(sf.render().replace("\\\n", " ").split("#")[0])
-    assert "spark.executor.memoryOverhead=969m" in tokens
+    assert "spark.executor.memoryOverhead=1027m" in tokens
 
 
 def conf_opts(sf) -> str:
