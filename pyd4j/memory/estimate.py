@@ -843,8 +843,8 @@ def jvm_native_terms(heap_bytes: int, cpus: int, layers: int) -> list[Term]:
                  f"cached shapes, oneDNN's primitives) + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs; measured as "
                  f"RSS, 102-141 MiB from 3 to 175 layers"),
             Term("jit_compiler", "native", "measured", JIT_COMPILER_BYTES, 0,
-                 f"the JIT compiler's peak working memory beyond the base's, while C2 compiles the job's hot loop: "
-                 f"NMT's Arena Chunk peak 27-78 MiB in jobs of thousands of fast iterations, 12-15 MiB in short runs"),
+                 "the JIT compiler's peak working memory beyond the base's, while C2 compiles the job's hot loop: "
+                 "NMT's Arena Chunk peak 27-78 MiB in jobs of thousands of fast iterations, 12-15 MiB in short runs"),
             Term(G1_TERM, "native", "estimate", int(heap_bytes * G1_TABLES_FRACTION), 0,
                  f"G1's remembered sets and marking tables, {G1_TABLES_FRACTION:.0%} of the heap, measured against the "
                  f"Serial collector; only where the JVM runs G1 (the JVM's default with {SERVER_CLASS_CPUS}+ CPUs and "
