@@ -136,10 +136,11 @@ _LOSS_LAYERS = ("LossLayer", "CnnLossLayer", "RnnLossLayer", "Cnn3DLossLayer", "
                 "CenterLossOutputLayer", "Yolo2OutputLayer")
 
 
-def _opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]],
-                  name: str) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+def _opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]], name: str,
+                  network_inputs: dict[str, tuple[int, ...]] | None = None) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """(output shape, parameter shapes) of an OPAQUE layer or vertex by DL4J's rules (NCHW maps,
-    NCW sequences); UnsupportedLayer where there is no rule (DL4J's shape inference then gives them)."""
+    NCW sequences; `network_inputs`: the graph's inputs by name, which some vertices refer to);
+    UnsupportedLayer where there is no rule (DL4J's shape inference then gives them)."""
     xs = shapes[0]
     n = xs[0]
     bias = bool(conf.get("hasBias", True))
@@ -220,6 +221,16 @@ def _opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]]
         if kind == "PoolHelperVertex":
             return (n, xs[1], xs[2] - 1, xs[3] - 1), ()
         return xs, ()
+    if kind == "LastTimeStepVertex":   # (N, C, T) -> (N, C): each example's last (unmasked) step
+        if len(xs) != 3:
+            raise GraphError(f"vertex {name!r} expects an (N, C, T) input, got {xs}")
+        return xs[:2], ()
+    if kind == "DuplicateToTimeSeriesVertex":   # (N, C) repeated over the steps of the network input it names
+        ref = (network_inputs or {}).get(str(conf.get("inputName")))
+        if ref is None or len(ref) != 3 or len(xs) != 2:
+            raise UnsupportedLayer(f"vertex {name!r} duplicates {xs} to the length of network input "
+                                   f"{conf.get('inputName')!r}, which is not a time series input here")
+        return (n, xs[1], ref[2]), ()
     if kind == "SubsetVertex":
         lo, hi = int(conf["from"]), int(conf["to"])
         return (n, hi - lo + 1, *xs[2:]), ()
@@ -354,14 +365,19 @@ class _Builder:
         g = self.g
         attrs["dl4j"]["class"] = kind
         known = self.info.get(name)
+        inputs = {layer.name: tuple(layer.out_shape) for layer in g.layers if layer.type is LayerType.DATA}
         try:
-            shape, params = _opaque_shape(kind, conf, [g.shape(x) for x in xs], name)
+            shape, params = _opaque_shape(kind, conf, [g.shape(x) for x in xs], name, inputs)
         except UnsupportedLayer:
             if known is None:
                 raise
             shape, params = None, None
         if known is not None:   # DL4J's own shape inference and parameter count win
-            shape = (g.batch, *known["shape"]) if known.get("shape") is not None else shape
+            dl4j = (g.batch, *known["shape"]) if known.get("shape") is not None else shape
+            # but not a series' length where the rule has one: DL4J's input types cannot carry it past a
+            # DuplicateToTimeSeriesVertex (which takes another input's length at run time; its type says 1)
+            same_series = shape is not None and dl4j is not None and len(shape) == len(dl4j) == 3 and shape[:2] == dl4j[:2]
+            shape = shape if same_series else dl4j
             if params is None or sum(math.prod(p) for p in params) != known.get("params", 0):
                 params = ((int(known["params"]),),) if known.get("params") else ()
             if known.get("measured"):

@@ -151,3 +151,33 @@ def test_cli_json_is_one_document_and_refusal_exits_nonzero(jvm):
     assert doc["ok"] is False and 0 < doc["largest_batch"] < 4096 and doc["biggest_term"]
     parsecs = run("flags", "--model", str(NETWORKS / "mlp.json"), "--batch", "8", "--total", "12 parsecs")
     assert parsecs.returncode == 2 and "12 parsecs" in parsecs.stderr
+
+
+@pytest.mark.jvm
+def test_a_series_duplicated_to_another_inputs_length_keeps_that_length(jvm):
+    """deeplearning4j-examples' seq2seq adder (AdditionModelWithSeq2Seq): the encoder's last step is duplicated to
+    the length of the second input ("sumOut") and merged with it. DL4J's input types say that length is 1; the
+    planner takes it from the input, so each step added to "sumOut" adds, per sample, the duplicated step (128),
+    the merge (14 + 128), the decoder's output (128) and the output layer's (14): 412 floats, +5% over-allocation."""
+    import jpype
+
+    NNC = jpype.JClass("org.deeplearning4j.nn.conf.NeuralNetConfiguration")
+    L = jpype.JPackage("org").deeplearning4j.nn.conf.layers
+    V = jpype.JPackage("org").deeplearning4j.nn.conf.graph.rnn
+    Act = jpype.JClass("org.nd4j.linalg.activations.Activation")
+    LF = jpype.JClass("org.nd4j.linalg.lossfunctions.LossFunctions$LossFunction")
+    Adam = jpype.JClass("org.nd4j.linalg.learning.config.Adam")
+    S = jpype.JArray(jpype.JString)
+    conf = (NNC.Builder().updater(Adam(1e-3)).graphBuilder().addInputs(S(["additionIn", "sumOut"]))
+            .addLayer("encoder", L.LSTM.Builder().nIn(14).nOut(128).activation(Act.TANH).build(), S(["additionIn"]))
+            .addVertex("lastTimeStep", V.LastTimeStepVertex("additionIn"), S(["encoder"]))
+            .addVertex("duplicateTimeStep", V.DuplicateToTimeSeriesVertex("sumOut"), S(["lastTimeStep"]))
+            .addLayer("decoder", L.LSTM.Builder().nIn(142).nOut(128).activation(Act.SOFTSIGN).build(),
+                      S(["sumOut", "duplicateTimeStep"]))
+            .addLayer("output", L.RnnOutputLayer.Builder().nIn(128).nOut(14).activation(Act.SOFTMAX)
+                      .lossFunction(LF.MCXENT).build(), S(["decoder"]))
+            .setOutputs(S(["output"])).build())
+    text = str(conf.toJson())
+    four = estimate(text, 10, input=["rnn:14x5", "rnn:14x4"]).breakdown()["activations"]
+    eight = estimate(text, 10, input=["rnn:14x5", "rnn:14x8"]).breakdown()["activations"]
+    assert eight - four == pytest.approx(10 * 4 * 412 * 4 * 1.05, abs=8)
