@@ -3,7 +3,6 @@ against the JVM's own ergonomics (-XX:+PrintFlagsFinal) inside real memory cgrou
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -25,6 +24,11 @@ def jvm_choice(limit: int) -> str:
 
 
 @needs_cgroup
+@pytest.mark.jvm
 @pytest.mark.parametrize("limit", [SERVER_CLASS_BYTES - 16 * MiB, SERVER_CLASS_BYTES + 16 * MiB])
-def test_the_jvm_picks_what_the_flags_pin_on_either_side_of_the_line(limit):
-    assert jvm_choice(limit) == collector(limit, os.cpu_count() or 1)
+def test_the_jvm_picks_what_the_flags_pin_on_either_side_of_the_line(jvm, limit):
+    import jpype
+
+    # the processors a JVM here sees (a CPU quota counts), as the child JVM sees them
+    cpus = int(jpype.JClass("java.lang.Runtime").getRuntime().availableProcessors())
+    assert jvm_choice(limit) == collector(limit, cpus)
