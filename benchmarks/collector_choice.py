@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -92,7 +93,7 @@ def main() -> None:
               f"G1/Serial speed {rows[-1]['g1_speed_over_serial_median']} {rows[-1]['g1_speed_over_serial_pairs']}", flush=True)
     extra = [r["g1_extra_over_heap"] for r in rows]
     doc = {"benchmark": "collector_choice",
-           "meta": {"iterations": args.iterations, "pairs": args.pairs, "cpus": __import__("os").cpu_count(),
+           "meta": {"iterations": args.iterations, "pairs": args.pairs, "cpus": os.cpu_count(),
                     "python": platform.python_version(), "model_fraction": G1_TABLES_FRACTION},
            "summary": {"g1_extra_over_heap": {r["network"]: r["g1_extra_over_heap"] for r in rows},
                        "g1_extra_over_heap_max": max(extra), "model_fraction": G1_TABLES_FRACTION,

@@ -7,7 +7,7 @@ pyd4j's class path). Each named class is compiled unchanged (`examples_speed.py`
 
 1. `pyd4j profile -- java ... Job`: the job as it is (glibc's defaults, the JVM's own heap); the profile saves
    the network it trained (`network-1.json` and its input sidecar) and its peak RSS;
-2. `pyd4j flags --model network-1.json --batch B` at the batch it trained on;
+2. `pyd4j flags --model network-1.json --batch B` at the batch it trained on (its functions, in process);
 3. `pyd4j flags --verify`'s run: the job with those flags and environment, in a fresh cgroup at the generated
    container limit, under GNU time for its peak RSS (VmHWM) where /usr/bin/time is present.
 
@@ -33,7 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.examples_speed import PACKAGE, compile_jobs  # noqa: E402
+from benchmarks.flags_accuracy import need_of  # noqa: E402
 from pyd4j.jvm.classpath import classpath  # noqa: E402
+from pyd4j.memory.estimate import EstimateError, estimate  # noqa: E402
+from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 
 MiB = 1024**2
 CLI = "import sys; from pyd4j.cli import main; main(sys.argv[1:], prog_name='pyd4j')"
@@ -46,16 +49,15 @@ def pyd4j(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def verify(fs: dict, job: list[str], timeout: float) -> dict:
-    """flags --verify's run (the job's own memory flags replaced by the generated ones, as
-    pyd4j.commands.flags.verify_command does, in a cgroup at the container limit), with VmHWM."""
+def verify(fs: FlagSet, job: list[str], timeout: float) -> dict:
+    """flags --verify's run (pyd4j.commands.flags.verify_command in a cgroup at the container limit), with VmHWM."""
+    from pyd4j.commands.flags import verify_command  # noqa: PLC0415
     from pyd4j.memory.container import diagnose, run_limited  # noqa: PLC0415
-    from pyd4j.profile.command import JavaCommand  # noqa: PLC0415
 
-    command = JavaCommand.parse(job).argv(fs["flags"], drop_memory_flags=True)
+    command = verify_command(fs, job)
     with tempfile.NamedTemporaryFile("r", suffix=".time") as rss:
         timed = [GNU_TIME, "-f", "%M", "-o", rss.name, *command] if Path(GNU_TIME).exists() else command
-        r = run_limited(timed, fs["container_bytes"], timeout=timeout, env={**os.environ, **fs["environment"]})
+        r = run_limited(timed, fs.container_bytes, timeout=timeout, env={**os.environ, **fs.environment})
         text = rss.read().strip().splitlines()
     hwm = int(text[-1]) * 1024 if text and text[-1].isdigit() else None
     d = diagnose(r)
@@ -82,16 +84,16 @@ def one(job_class: str, classes: Path, out: Path, timeout: float) -> dict:
         return {**row, "status": "no network saved", "error": str(prof.get("networks"))}
     net = nets[-1]
     row.update(kind=net["kind"], batch=net["batch"], inputs=net["inputs"])
-    f = pyd4j(["flags", "--model", net["path"], "--batch", str(net["batch"]), "--json"], 600)
-    if f.returncode != 0:
-        return {**row, "status": "flags failed", "error": (f.stdout + f.stderr)[-800:]}
-    fs = json.loads(f.stdout)
-    row.update(flags=fs["flags"], environment=fs["environment"], collector=fs.get("collector"),
-               container_bytes=fs["container_bytes"], breakdown=fs["breakdown"])
+    try:   # what `pyd4j flags --model network-1.json --batch B` computes
+        fs = flags(estimate(net["path"], net["batch"]), refuse=False)
+    except EstimateError as err:
+        return {**row, "status": "flags failed", "error": str(err)[-800:]}
+    row.update(flags=fs.args(), environment=fs.environment, collector=fs.collector,
+               container_bytes=fs.container_bytes, breakdown=fs.breakdown)
     v = verify(fs, job, timeout)
-    need = max(x for x in (v["vmhwm_bytes"], v["cgroup_peak_bytes"]) if x) if (v["vmhwm_bytes"] or v["cgroup_peak_bytes"]) else None
+    need = need_of({"peak_rss_bytes": v["vmhwm_bytes"], "cgroup_peak_bytes": v["cgroup_peak_bytes"]})
     row.update(status="ok" if v["kind"] == "ok" else "failed", verify=v, need_bytes=need,
-               budget_ratio=round(fs["container_bytes"] / need, 3) if need else None)
+               budget_ratio=round(fs.container_bytes / need, 3) if need else None)
     return row
 
 

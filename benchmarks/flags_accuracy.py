@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
 from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
 from pyd4j.memory.estimate import Estimate, estimate  # noqa: E402
-from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
+from pyd4j.memory.flags import FlagSet, flags, with_collector  # noqa: E402
 
 NETWORKS = ROOT / "examples" / "networks"
 BATCHES = (32, 256, 2048)
@@ -87,8 +87,8 @@ def scaled(est: Estimate, factor: float) -> Estimate:
 
 
 def sized_native(est: Estimate, fs: FlagSet) -> int:
-    """The JVM's own memory the flags were sized for: G1's tables only where they pin G1."""
-    return est.native_bytes - (est.term_bytes("g1_tables") if fs.collector == "Serial" else 0)
+    """The JVM's own memory the flags were sized for (under the collector they pin)."""
+    return with_collector(est, fs.headroom, fs.max_direct_bytes)[0].native_bytes
 
 
 def need_of(r: dict) -> int | None:

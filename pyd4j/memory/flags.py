@@ -759,6 +759,5 @@ def spark_measured_estimate(per_task_javacpp: int, per_task_offheap: int, fixed_
 def spark_measured_flags(executor: Estimate, driver: Estimate, shape: SparkShape,
                          headroom: float = DEFAULT_HEADROOM) -> SparkFlags:
     """Spark settings from measured executor and driver estimates (spark_measured_estimate), by the one flag generator."""
-    return SparkFlags(shape, flags(executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False, pin_collector=False),
-                      flags(driver, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False, pin_collector=False),
-                      executor, driver)
+    return SparkFlags(shape, flags(executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False),
+                      flags(driver, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False), executor, driver)

@@ -365,7 +365,8 @@ class _Builder:
         g = self.g
         attrs["dl4j"]["class"] = kind
         known = self.info.get(name)
-        inputs = {layer.name: tuple(layer.out_shape) for layer in g.layers if layer.type is LayerType.DATA}
+        inputs = ({layer.name: tuple(layer.out_shape) for layer in g.layers if layer.type is LayerType.DATA}
+                  if kind == "DuplicateToTimeSeriesVertex" else None)   # the one rule that names a network input
         try:
             shape, params = _opaque_shape(kind, conf, [g.shape(x) for x in xs], name, inputs)
         except UnsupportedLayer:
