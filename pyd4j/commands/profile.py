@@ -82,8 +82,13 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
     if any(f["kind"] == "no-data" for f in doc["findings"]):
         sys.exit(1)  # no measurements is never success
-    if doc.get("write_errors"):
-        sys.exit(1)  # a timeline cut short (disk full) is a partial run, never a complete one
+    if incomplete(doc):
+        sys.exit(1)
+
+
+def incomplete(doc: dict) -> bool:
+    """A timeline cut short (disk full), or a report or network file not written: not a whole run."""
+    return bool(doc.get("write_errors") or doc.get("report_error") or doc.get("networks_error"))
 
 
 def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json) -> tuple[Path, str | None]:

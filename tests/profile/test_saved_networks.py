@@ -64,3 +64,16 @@ def test_input_types_from_shapes_hand_worked():
         [{"type": "feedForward", "size": 10}, {"type": "feedForward", "size": 3}]
     with pytest.raises(EstimateError, match="5 dimensions.*--input"):
         inputs_from_shapes({"vertices": {}}, [[1, 2, 3, 4, 5]])
+
+
+def test_a_network_file_that_cannot_be_written_is_an_error_and_exit_1(tmp_path):
+    from pyd4j.commands.profile import _summarise, incomplete
+
+    run_dir = Path(profile(tmp_path, "mlp", 4)["run_dir"])
+    assert (run_dir / "network-1.json").is_file()
+    for f in run_dir.glob("network-1*"):
+        f.unlink()
+    (run_dir / "network-1.json").mkdir()   # a path the summary cannot write, as a full or read-only disk refuses
+    doc = _summarise(run_dir, report=False, as_json=True, stopped_by=None)
+    assert "could not write the job's networks" in doc["networks_error"] and "networks" not in doc
+    assert incomplete(doc)   # `pyd4j profile` exits 1 on it
