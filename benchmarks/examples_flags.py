@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.examples_speed import PACKAGE, compile_jobs  # noqa: E402
 from benchmarks.flags_accuracy import need_of  # noqa: E402
 from pyd4j.jvm.classpath import classpath  # noqa: E402
-from pyd4j.memory.estimate import EstimateError, estimate  # noqa: E402
+from pyd4j.memory.estimate import Estimate, EstimateError, estimate  # noqa: E402
 from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 
 MiB = 1024**2
@@ -66,7 +66,9 @@ def verify(fs: FlagSet, job: list[str], timeout: float) -> dict:
             "stderr_tail": r.stderr[-400:] if d.kind != "ok" else ""}
 
 
-def one(job_class: str, classes: Path, out: Path, timeout: float) -> dict:
+def profiled_flags(job_class: str, classes: Path, out: Path, timeout: float) -> tuple[dict, FlagSet | None, list[str], Estimate | None]:
+    """`pyd4j profile` the job as it is, then `pyd4j flags` for the network it saved: (row, flags, job, estimate);
+    flags None where a step failed (the row says which)."""
     cp = os.pathsep.join([str(classes), *(str(p) for p in classpath())])
     job = [shutil.which("java") or "java", "-cp", cp, PACKAGE + job_class]
     run_dir = out / job_class.rsplit(".", 1)[-1]
@@ -76,18 +78,26 @@ def one(job_class: str, classes: Path, out: Path, timeout: float) -> dict:
     try:
         prof = json.loads(p.stdout)
     except json.JSONDecodeError:
-        return {**row, "status": "profile failed", "error": p.stderr[-800:]}
+        return {**row, "status": "profile failed", "error": p.stderr[-800:]}, None, job, None
     row.update(profile_exit_code=prof.get("exit_code"), profile_iterations=prof.get("iterations"),
                profile_peak_rss_bytes=prof["peaks"].get("rss"), networks=len(prof.get("networks", [])))
     nets = [n for n in prof.get("networks", []) if "flags" in n]
     if not nets:
-        return {**row, "status": "no network saved", "error": str(prof.get("networks"))}
+        return {**row, "status": "no network saved", "error": str(prof.get("networks"))}, None, job, None
     net = nets[-1]
     row.update(kind=net["kind"], batch=net["batch"], inputs=net["inputs"])
     try:   # what `pyd4j flags --model network-1.json --batch B` computes
-        fs = flags(estimate(net["path"], net["batch"]), refuse=False)
+        est = estimate(net["path"], net["batch"])
+        fs = flags(est, refuse=False)
     except EstimateError as err:
-        return {**row, "status": "flags failed", "error": str(err)[-800:]}
+        return {**row, "status": "flags failed", "error": str(err)[-800:]}, None, job, None
+    return row, fs, job, est
+
+
+def one(job_class: str, classes: Path, out: Path, timeout: float) -> dict:
+    row, fs, job, _ = profiled_flags(job_class, classes, out, timeout)
+    if fs is None:
+        return row
     row.update(flags=fs.args(), environment=fs.environment, collector=fs.collector,
                container_bytes=fs.container_bytes, breakdown=fs.breakdown)
     v = verify(fs, job, timeout)

@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
 from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
-from pyd4j.memory.estimate import Estimate, estimate  # noqa: E402
-from pyd4j.memory.flags import FlagSet, flags, with_collector  # noqa: E402
+from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate  # noqa: E402
+from pyd4j.memory.flags import JIT_FLAG, FlagSet, flags, pinned_jvm  # noqa: E402
 
 NETWORKS = ROOT / "examples" / "networks"
 BATCHES = (32, 256, 2048)
@@ -56,7 +56,8 @@ MiB = 1024**2
 def options_for(fs: FlagSet, extra: tuple[str, ...] = ()) -> JvmOptions:
     return JvmOptions.of(heap_initial=fs.heap_bytes, heap_max=fs.heap_bytes, max_direct_memory=fs.max_direct_bytes,
                          javacpp_maxbytes=fs.maxbytes, javacpp_maxphysicalbytes=fs.maxphysicalbytes,
-                         extra=[*(f.arg for f in fs.flags if f.name == "collector"), "-XX:+AlwaysPreTouch", *extra])
+                         extra=[*(f.arg for f in fs.flags if f.name in ("collector", JIT_FLAG)), "-XX:+AlwaysPreTouch",
+                                *extra])
 
 
 def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900,
@@ -88,7 +89,12 @@ def scaled(est: Estimate, factor: float) -> Estimate:
 
 def sized_native(est: Estimate, fs: FlagSet) -> int:
     """The JVM's own memory the flags were sized for (under the collector they pin)."""
-    return with_collector(est, fs.headroom, fs.max_direct_bytes)[0].native_bytes
+    return pinned_jvm(est, fs.headroom, fs.max_direct_bytes)[0].native_bytes
+
+
+def sized_jit(est: Estimate, fs: FlagSet) -> int:
+    """The JIT compiler's term the flags were sized for (capped where they pin C2's node limit)."""
+    return pinned_jvm(est, fs.headroom, fs.max_direct_bytes)[0].term_bytes(LONG_RUN_TERM)
 
 
 def need_of(r: dict) -> int | None:
@@ -160,7 +166,7 @@ def main() -> None:
                 "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
                 "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),
                 "predicted_native_bytes": sized_native(est, fs), "collector": fs.collector,
-                "predicted_native_without_jit_bytes": sized_native(est, fs) - est.term_bytes("jit_compiler"),
+                "predicted_native_without_jit_bytes": sized_native(est, fs) - sized_jit(est, fs),
                 "measured_native_bytes": (r["peak_rss_bytes"] - fs.heap_bytes - measured_offheap)
                 if r.get("peak_rss_bytes") else None,
                 "generated_container_bytes": fs.container_bytes, "maxphysicalbytes": fs.maxphysicalbytes,

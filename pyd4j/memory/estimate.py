@@ -63,12 +63,18 @@ DL4J_FIT_PREFETCH_QUEUE = 2
 JVM_NATIVE_BASE_BYTES = 100 * MiB    # classes + CDS, JIT code, thread stacks, libnd4j/oneDNN/OpenBLAS code
 NATIVE_PER_LAYER_BYTES = 160 * 1024  # per layer/vertex: ND4J's cached shapes and op descriptors, oneDNN primitives
 NATIVE_PER_CPU_BYTES = 4 * MiB       # per OpenMP worker: GEMM packing buffer and malloc arena (not measured beyond 2 CPUs)
-# The JIT compiler's working memory: C2 compiles a job's hot loop in arenas that NMT counts as "Arena Chunk".
-# Its peak was 12-15 MiB in the 3-iteration runs the base above was fitted on, 27-35 MiB in jobs of 2000-3000
-# fast iterations (deeplearning4j-examples' SumModel, mlp) and 78 MiB in one of six SumModel runs, where a
-# generated flag set without this term was refused by JavaCPP (benchmarks/examples_flags.py). The term, with the
-# flags' headroom, holds that worst one: 48 MiB + 15% + the base's own 14 MiB and headroom.
-JIT_COMPILER_BYTES = 48 * MiB
+# What a long run holds beyond the base, which was fitted on 3-iteration runs: the JIT compiler's code and the
+# arenas C2 compiles the job's hot loop in (NMT's "Arena Chunk": 12-15 MiB in 3 iterations, 27-78 MiB in
+# deeplearning4j-examples' SumModel, 2000 fast iterations), and what else settles over thousands of iterations.
+# Measured as need - (heap + ND4J off-heap + base) over 300-3000 iterations with the heap pre-touched
+# (benchmarks/jit_cap.py): up to 55 MiB with the JDK's C2 (an LSTM; SumModel once refused by JavaCPP under flags
+# without this term), at most 37 MiB with C2's node limit pinned, which the flags for one JVM do.
+LONG_RUN_TERM = "long_run_native"
+LONG_RUN_BYTES = 48 * MiB            # the JDK's C2 (Spark's settings, which pin no JVM option)
+LONG_RUN_CAPPED_BYTES = 40 * MiB     # with -XX:MaxNodeLimit=JIT_NODE_LIMIT
+# C2's node limit (JDK default 80000) bounds the graph one compilation builds, and with it the compilation's arenas:
+# a method whose graph would grow past it is given up and keeps its C1 code.
+JIT_NODE_LIMIT = 20000
 # The collector: G1's remembered sets and marking tables are resident in proportion to the heap; Serial's are
 # not (0.3-1.4 MiB by NMT). Measured against Serial on the same runs (benchmarks/collector_choice.py): 3.3-4.7% of
 # the heap. The JVM picks G1 itself only on a "server-class machine": 2 or more CPUs and 1792 MiB or more of
@@ -842,9 +848,10 @@ def jvm_native_terms(heap_bytes: int, cpus: int, layers: int) -> list[Term]:
                  f"threads, libnd4j/oneDNN/OpenBLAS) + {NATIVE_PER_LAYER_BYTES // 1024} KiB x {layers} layers (ND4J's "
                  f"cached shapes, oneDNN's primitives) + {NATIVE_PER_CPU_BYTES // MiB} MiB x {cpus} CPUs; measured as "
                  f"RSS, 102-141 MiB from 3 to 175 layers"),
-            Term("jit_compiler", "native", "measured", JIT_COMPILER_BYTES, 0,
-                 "the JIT compiler's peak working memory beyond the base's, while C2 compiles the job's hot loop: "
-                 "NMT's Arena Chunk peak 27-78 MiB in jobs of thousands of fast iterations, 12-15 MiB in short runs"),
+            Term(LONG_RUN_TERM, "native", "measured", LONG_RUN_BYTES, 0,
+                 f"what a long run holds beyond the base (fitted on 3 iterations): the JIT compiler's code and C2's "
+                 f"arenas while it compiles the job's hot loop; measured up to 55 MiB over 300-3000 iterations, "
+                 f"{LONG_RUN_CAPPED_BYTES // MiB} MiB where C2's node limit is pinned (at most 37 MiB measured)"),
             Term(G1_TERM, "native", "estimate", int(heap_bytes * G1_TABLES_FRACTION), 0,
                  f"G1's remembered sets and marking tables, {G1_TABLES_FRACTION:.0%} of the heap, measured against the "
                  f"Serial collector; only where the JVM runs G1 (the JVM's default with {SERVER_CLASS_CPUS}+ CPUs and "

@@ -12,6 +12,8 @@ observed peaks) and a total budget, and works out:
                          only at its next Pointer: the margin holds what is allocated before it)
     collector            the one the JVM picks itself in that container (Serial below 1792 MiB or 2 CPUs,
                          else G1), pinned: G1's tables are resident memory the sizes must know about
+    JIT node limit       -XX:MaxNodeLimit, pinned: it bounds what C2 takes while it compiles a long job's hot
+                         loop, which the sizes must hold
 
 Which limit governs what (checked against ND4J/DL4J 1.0.0-M2.1 with JavaCPP 1.5.7, see
 tests/memory/test_limits.py): `-XX:MaxDirectMemorySize` bounds java.nio direct buffers and never
@@ -30,12 +32,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
-from pyd4j.memory.estimate import (G1_TERM, HEAP_MIN_BYTES, SERVER_CLASS_BYTES, SERVER_CLASS_CPUS, Estimate, EstimateError,
-                                   Term, assignments, check_batch, collector)
+from pyd4j.memory.estimate import (G1_TERM, HEAP_MIN_BYTES, JIT_NODE_LIMIT, LONG_RUN_BYTES, LONG_RUN_CAPPED_BYTES,
+                                   LONG_RUN_TERM, SERVER_CLASS_BYTES, SERVER_CLASS_CPUS, Estimate, EstimateError, Term,
+                                   assignments, check_batch, collector)
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 MiB = 1024**2
+JIT_FLAG = "jit_node_limit"
 HEAP_ALIGN = 16 * MiB            # -Xmx in whole 16 MiB: G1 regions are 1-4 MiB at these sizes, finer buys nothing
 DEFAULT_HEADROOM = 0.15          # estimate error seen in benchmarks/flags_accuracy.py is within +-21% off-heap
 DEFAULT_MAX_DIRECT = 16 * MiB    # NIO direct buffers only; NMT 'Other' (where they live) held 31 KB in DL4J training
@@ -181,17 +185,28 @@ def _javacpp_part(est: Estimate) -> int | None:
         return None
 
 
-def with_collector(est: Estimate, headroom: float, max_direct: int) -> tuple[Estimate, str | None]:
-    """The estimate under the collector the JVM would pick in the container its flags ask for, and that collector.
+def pinned_jvm(est: Estimate, headroom: float, max_direct: int) -> tuple[Estimate, str | None]:
+    """The estimate under the JVM settings the flags pin, and the collector they pin.
 
-    Sized first without G1's tables: a container that stays under the JVM's server-class line runs Serial (the
-    JVM's own choice there, which the flags then pin); one over it runs G1 and keeps its tables. An estimate
-    without a G1 term (measured) is left as it is, with no collector."""
+    The collector: sized first without G1's tables, a container that stays under the JVM's server-class line runs
+    Serial (the JVM's own choice there, which the flags then pin); one over it runs G1 and keeps its tables.
+    The JIT compiler: with C2's node limit pinned (-XX:MaxNodeLimit) a long run's term is the one measured so.
+    An estimate without these terms (measured) is left as it is, with no collector."""
     if not any(t.name == G1_TERM for t in est.terms):
         return est, None
-    serial = replace(est, terms=tuple(t for t in est.terms if t.name != G1_TERM))
+    terms = tuple(replace(t, fixed_bytes=LONG_RUN_CAPPED_BYTES) if t.name == LONG_RUN_TERM else t for t in est.terms)
+    capped = replace(est, terms=terms)
+    serial = replace(capped, terms=tuple(t for t in terms if t.name != G1_TERM))
     gc = collector(_sizes(serial, headroom, max_direct)["container"], est.cpu_count)
-    return (serial, gc) if gc == "Serial" else (est, gc)
+    return (serial, gc) if gc == "Serial" else (capped, gc)
+
+
+def _jit_flag() -> Flag:
+    return Flag(JIT_FLAG, f"-XX:MaxNodeLimit={JIT_NODE_LIMIT}", 0,
+                f"bounds the graph one C2 compilation may build (JDK default 80000; a method whose graph grows past it "
+                f"keeps its C1 code), and with it the compiler's arenas while it compiles the job's hot loop: a long run "
+                f"held up to 55 MiB beyond the base without it, at most 37 with it ({human_bytes(LONG_RUN_CAPPED_BYTES)} "
+                f"in the sizes instead of {human_bytes(LONG_RUN_BYTES)}), no slower (benchmarks/jit_cap.py)")
 
 
 def _collector_flag(gc: str, est: Estimate) -> Flag:
@@ -265,7 +280,7 @@ def default_total() -> int:
 
 def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | str | None = None,
                   headroom: float = DEFAULT_HEADROOM, max_direct: int | str = DEFAULT_MAX_DIRECT,
-                  limit: int = 1 << 24, pin_collector: bool = True) -> int:
+                  limit: int = 1 << 24, pin_jvm: bool = True) -> int:
     """The largest minibatch whose flags fit `total` host memory (and `gpu_mem` device memory); 0 if none."""
     if not 0 <= headroom <= 4:
         raise EstimateError(f"headroom {headroom!r} must be a fraction between 0 and 4 (0.15 = 15%)")
@@ -278,8 +293,8 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
         e = est.at_batch(b)
         if e.total_bytes * 5 > JAVA_LONG_MAX:
             return False
-        if pin_collector:
-            e, _ = with_collector(e, headroom, direct)
+        if pin_jvm:
+            e, _ = pinned_jvm(e, headroom, direct)
         if total_b is not None and _sizes(e, headroom, direct)["container"] > total_b:
             return False
         return gpu_b is None or _gpu_need(e, headroom) <= gpu_b
@@ -299,10 +314,11 @@ def largest_batch(est: Estimate, total: int | str | None = None, gpu_mem: int | 
 
 def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAULT_HEADROOM,
           gpu_mem: int | str | None = None, max_direct: int | str = DEFAULT_MAX_DIRECT,
-          refuse: bool = True, pin_collector: bool = True) -> FlagSet:
+          refuse: bool = True, pin_jvm: bool = True) -> FlagSet:
     """JVM flags that hold `est` with `headroom` to spare, checked against `total` (default: cgroup limit / RAM).
 
-    With `pin_collector` the flags pin the collector the JVM would pick in their container (see with_collector).
+    With `pin_jvm` the flags pin the collector the JVM would pick in their container and C2's node limit (see
+    pinned_jvm).
 
     Raises BudgetError when the budget cannot hold them (refuse=False returns the flags anyway).
     """
@@ -316,7 +332,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     gpu_b = _size(gpu_mem, "GPU memory budget")
     direct = _size(max_direct, "MaxDirectMemorySize")
     asked = est
-    est, gc = with_collector(est, headroom, direct) if pin_collector else (est, None)
+    est, gc = pinned_jvm(est, headroom, direct) if pin_jvm else (est, None)
     s = _sizes(est, headroom, direct)
     pct = f"{headroom:.0%}"
     flag_list = (
@@ -336,7 +352,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              f"garbage there): heap + direct + ND4J off-heap {human_bytes(est.offheap_bytes)} + {pct} + JVM native "
              f"{human_bytes(est.native_bytes)} + {pct}, less the JVM's {human_bytes(JVM_FILE_PAGES)} of file-backed "
              "pages, which JavaCPP does not count: it collects when the process's RSS reaches that budget"),
-    ) + ((_collector_flag(gc, est),) if gc else ())
+    ) + ((_jit_flag(), _collector_flag(gc, est)) if gc else ())
     sources = {t.name: t.source for t in est.terms}
     notes = [
         f"container memory limit {human_bytes(s['container'])} = heap + direct + ND4J off-heap and JVM native with "
@@ -356,7 +372,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     over_gpu = gpu_b is not None and gpu_need > gpu_b
     if over_host or over_gpu:
         best = largest_batch(asked, total=budget if over_host or total is not None else None, gpu_mem=gpu_b,
-                             headroom=headroom, max_direct=direct, pin_collector=pin_collector)
+                             headroom=headroom, max_direct=direct, pin_jvm=pin_jvm)
         needed, have, where = (s["container"], budget, "memory budget") if over_host else (gpu_need, gpu_b, "GPU memory")
         biggest = est.biggest_term() if over_host else max(
             (t for t in est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(est.batch), default=est.biggest_term())
@@ -701,13 +717,13 @@ def spark_flags(est: Estimate, shape: SparkShape, headroom: float = DEFAULT_HEAD
     exec_est = spark_executor_estimate(est, shape)
     driver_est = spark_driver_estimate(est)
     executor = flags(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT, refuse=False,
-                     pin_collector=False)
+                     pin_jvm=False)
     driver = flags(driver_est, total=None if refuse else per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT,
-                   refuse=False, pin_collector=False)
+                   refuse=False, pin_jvm=False)
     result = SparkFlags(shape, executor, driver, exec_est, driver_est)
     if refuse and executor.container_bytes > per_executor:
         best_batch = largest_batch(exec_est, total=per_executor, headroom=headroom, max_direct=SPARK_MAX_DIRECT,
-                                   pin_collector=False)
+                                   pin_jvm=False)
         best_cores = _largest_cores(est, shape, per_executor, headroom)
         # the term the shape multiplies (ND4J memory per concurrent task), not Spark's fixed reserve
         biggest = max((t for t in exec_est.terms if t.region == "offheap"), key=lambda t: t.bytes_at(exec_est.batch))

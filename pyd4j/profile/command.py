@@ -23,7 +23,7 @@ _WITH_VALUE = {"-cp", "-classpath", "--class-path", "-p", "--module-path", "--up
                "--patch-module", "--enable-native-access"}
 # Memory flags pyd4j tune owns: dropped from the user's command when recommended ones are added.
 MEMORY_FLAG_PREFIXES = ("-Xmx", "-Xms", "-XX:MaxDirectMemorySize=", "-Dorg.bytedeco.javacpp.maxbytes=",
-                        "-Dorg.bytedeco.javacpp.maxphysicalbytes=", "-XX:MaxRAMPercentage=")
+                        "-Dorg.bytedeco.javacpp.maxphysicalbytes=", "-XX:MaxRAMPercentage=", "-XX:MaxNodeLimit=")
 # Options that choose the garbage collector: a JVM refuses two, so generated flags that pin one replace the user's.
 COLLECTOR_OPTIONS = ("-XX:+UseSerialGC", "-XX:+UseParallelGC", "-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseShenandoahGC",
                      "-XX:+UseEpsilonGC", "-XX:+UseConcMarkSweepGC")

@@ -12,6 +12,7 @@ from pyd4j.memory.container import run_limited
 from pyd4j.memory.estimate import SERVER_CLASS_BYTES, collector
 
 from tests.memory.test_container import needs_cgroup
+from tests.memory.test_estimate import NETWORKS
 
 MiB = 1024**2
 
@@ -32,3 +33,19 @@ def test_the_jvm_picks_what_the_flags_pin_on_either_side_of_the_line(jvm, limit)
     # the processors a JVM here sees (a CPU quota counts), as the child JVM sees them
     cpus = int(jpype.JClass("java.lang.Runtime").getRuntime().availableProcessors())
     assert jvm_choice(limit) == collector(limit, cpus)
+
+
+@needs_cgroup
+@pytest.mark.jvm
+def test_the_jit_node_limit_the_flags_pin_reaches_the_jvm():
+    # the flags' -XX:MaxNodeLimit is a C2 option the JVM takes from the command line, beside the collector they pin
+    from pyd4j.memory.estimate import JIT_NODE_LIMIT, estimate
+    from pyd4j.memory.flags import flags
+
+    fs = flags(estimate(NETWORKS / "mlp.json", 32), total="8g")
+    assert f"-XX:MaxNodeLimit={JIT_NODE_LIMIT}" in fs.args()
+    out = run_limited([str(find_java().java), *fs.args(), "-XX:+PrintFlagsFinal", "-version"], 2 * fs.container_bytes,
+                      timeout=120)
+    assert out.exit_code == 0, out.stderr[-400:]
+    assert re.search(rf"\bMaxNodeLimit\s*=\s*{JIT_NODE_LIMIT}\s+\{{C2 product\}} \{{command line\}}", out.stdout)
+    assert re.search(r"\bUseSerialGC\s*=\s*true", out.stdout)

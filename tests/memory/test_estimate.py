@@ -40,7 +40,7 @@ def test_mlp_terms_against_hand_counts(jvm):
     # (queue 2 + 2) x (features + labels), in the prefetch thread's workspace of at least 10 MiB
     assert t["prefetch_buffers"] == 10 * 1024**2 + (784 + 10) * 4 * 4 * b
     assert "backend_overhead" not in t and "preprocessors" not in t
-    assert e.offheap_bytes == sum(v for k, v in t.items() if k not in ("java_heap", "jvm_native", "jit_compiler", "g1_tables"))
+    assert e.offheap_bytes == sum(v for k, v in t.items() if k not in ("java_heap", "jvm_native", "long_run_native", "g1_tables"))
     # DL4J's own report: a cross-check beside the model, not summed; it agrees on parameters and updater state
     report = {r.name: r.bytes_at(b) for r in e.report_terms}
     assert report["parameters"] == t["parameters"] and report["updater_state"] == t["updater_state"]
@@ -52,7 +52,7 @@ def test_mlp_terms_against_hand_counts(jvm):
     # the JVM's own: 100 MiB + 160 KiB x 3 layers + 4 MiB per CPU; G1's tables 5% of the heap (flags pin Serial
     # where the JVM would pick it, and drop them)
     assert t["jvm_native"] == jvm_native_bytes(e.cpu_count, 3) == 100 * 1024**2 + 3 * 160 * 1024 + e.cpu_count * 4 * 1024**2
-    assert t["g1_tables"] == int(70 * 1024**2 * 0.05) and t["jit_compiler"] == 48 * 1024**2
+    assert t["g1_tables"] == int(70 * 1024**2 * 0.05) and t["long_run_native"] == 48 * 1024**2
     assert e.total_bytes == e.offheap_bytes + e.heap_bytes + e.native_bytes
     back = Estimate.from_dict(e.to_dict())
     assert back == e

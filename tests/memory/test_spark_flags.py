@@ -36,7 +36,7 @@ def test_hand_worked_executor_settings():
     assert sf.executor.heap_bytes == 592 * MiB
     assert sf.executor.maxphysicalbytes == 1496 * MiB
     assert sf.executor_container_bytes == 1619 * MiB
-    assert sf.executor.collector is None and "GC" not in conf_opts(sf)
+    assert sf.executor.collector is None and "GC" not in conf_opts(sf) and "MaxNodeLimit" not in conf_opts(sf)
     conf = sf.conf()
     assert conf["spark.executor.memory"] == "592m"
     assert conf["spark.executor.memoryOverhead"] == f"{1619 - 592}m"

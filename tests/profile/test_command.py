@@ -25,6 +25,13 @@ def test_a_pinned_collector_replaces_the_users_and_only_then():
     assert c.argv(["-Xmx1g"], drop_memory_flags=True) == ["/usr/bin/java", "-Xmx1g", "-XX:+UseParallelGC", "-XX:+UseStringDeduplication", "Main"]
 
 
+def test_the_pinned_jit_node_limit_replaces_the_users():
+    # the user's own node limit comes after the generated options and would win: --verify drops it
+    c = JavaCommand.parse(["/usr/bin/java", "-XX:MaxNodeLimit=90000", "-Xss2m", "Main", "-XX:MaxNodeLimit=1"])
+    assert c.argv(["-XX:MaxNodeLimit=20000"], drop_memory_flags=True) == \
+        ["/usr/bin/java", "-XX:MaxNodeLimit=20000", "-Xss2m", "Main", "-XX:MaxNodeLimit=1"]
+
+
 @pytest.mark.parametrize("argv, words", [
     ([], ["after `--`"]),
     (["python", "x.py"], ["'python'", "java"]),

@@ -1,0 +1,143 @@
+"""The JIT compiler's memory in long jobs, with and without C2's node limit that `pyd4j flags` pins.
+
+C2 compiles a job's hot loop in arenas that the 3-iteration runs of `flags_accuracy.py` never reach: by NMT
+27-78 MiB in deeplearning4j-examples' SumModel (2000 fast iterations). `-XX:MaxNodeLimit` bounds the size of
+the graph one compilation may build (a larger one is given up and the method stays compiled by C1), and with
+it the compilation's arenas. Per job, under the flags `pyd4j flags` generates for it, runs alternate between
+the flags as generated and the same without the node limit (JDK default 80000), each in a memory cgroup
+with room to spare (twice the generated container limit: no run is cut short), with -XX:+AlwaysPreTouch (the
+whole heap resident, as the flags size it and as flags_accuracy.py runs), under GNU time:
+
+- need = max(VmHWM, the cgroup's peak charge), each side's median and largest;
+- above the model = need - what the flags were sized for without the JIT term and without headroom
+  (heap + direct + ND4J off-heap + the JVM's base): what the JIT compiler (and noise) took beyond the base;
+- speed: the job's wall time, without / with the node limit, per pair (median and range).
+
+Jobs: deeplearning4j-examples' SumModel (`--checkout`, profiled as a user would to get its network, see
+examples_flags.py) and pyd4j's TrainSynthetic on the example networks at many iterations.
+
+    .venv/bin/python benchmarks/jit_cap.py [--checkout DIR] [--pairs 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.examples_flags import GNU_TIME, profiled_flags  # noqa: E402
+from benchmarks.examples_speed import compile_jobs  # noqa: E402
+from benchmarks.flags_accuracy import NETWORKS, need_of  # noqa: E402
+from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
+from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
+from pyd4j.memory.estimate import Estimate, estimate  # noqa: E402
+from pyd4j.memory.flags import FlagSet, flags, pinned_jvm  # noqa: E402
+from pyd4j.commands.flags import verify_command  # noqa: E402
+
+MiB = 1024**2
+NODE_LIMIT = "-XX:MaxNodeLimit="
+SYNTHETIC = (("mlp", 32, 3000), ("lenet", 32, 1000), ("lstm", 32, 300))
+SUM_MODEL = "quickstart.modeling.feedforward.regression.SumModel"
+
+
+def run(command: list[str], fs: FlagSet, timeout: float) -> dict:
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss, tempfile.TemporaryDirectory() as cwd:
+        r = run_limited([GNU_TIME, "-f", "%M", "-o", rss.name, *command], 2 * fs.container_bytes, timeout=timeout,
+                        cwd=cwd, env={**os.environ, **fs.environment})
+        text = rss.read().strip().splitlines()
+    hwm = int(text[-1]) * 1024 if text and text[-1].isdigit() else None
+    d = diagnose(r)
+    return {"ok": d.kind == "ok", "diagnosis": d.message if d.kind != "ok" else "", "seconds": round(r.seconds, 2),
+            "need_bytes": need_of({"peak_rss_bytes": hwm, "cgroup_peak_bytes": r.peak_bytes})}
+
+
+def model_without_jit(est: Estimate, fs: FlagSet) -> int:
+    """What the flags hold for the job with the JIT term and the headroom left out."""
+    e, _ = pinned_jvm(est, fs.headroom, fs.max_direct_bytes)
+    return fs.heap_bytes + e.offheap_bytes + e.native_bytes - e.term_bytes("long_run_native")
+
+
+def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> dict:
+    capped = verify_command(fs, job)
+    capped.insert(1, "-XX:+AlwaysPreTouch")
+    limit = next((a for a in capped if a.startswith(NODE_LIMIT)), None)
+    if limit is None:
+        raise SystemExit(f"{name}: the generated flags carry no {NODE_LIMIT}: nothing to compare")
+    default = [a for a in capped if a != limit]
+    base = model_without_jit(est, fs)
+    sides: dict[str, list[dict]] = {"capped": [], "default": []}
+    for i in range(pairs):
+        for side in (("capped", "default") if i % 2 == 0 else ("default", "capped")):
+            sides[side].append(run(capped if side == "capped" else default, fs, timeout))
+            r = sides[side][-1]
+            print(f"{name} {side}: need {r['need_bytes'] / MiB:.0f} MiB, {r['seconds']} s {r['diagnosis'][:120]}",
+                  flush=True)
+    row: dict = {"job": name, "node_limit": limit, "container_bytes": fs.container_bytes, "collector": fs.collector,
+                 "model_without_jit_bytes": base, "jit_term_bytes": est.term_bytes("long_run_native"), "runs": sides}
+    for side, runs in sides.items():
+        needs = [r["need_bytes"] for r in runs if r["ok"] and r["need_bytes"]]
+        row[side] = {"failed": sum(not r["ok"] for r in runs),
+                     "need_median_bytes": int(statistics.median(needs)) if needs else None,
+                     "need_max_bytes": max(needs) if needs else None,
+                     "above_model_max_mib": round((max(needs) - base) / MiB, 1) if needs else None,
+                     "above_model_median_mib": round((statistics.median(needs) - base) / MiB, 1) if needs else None}
+    ratios = [d["seconds"] / c["seconds"] for c, d in zip(sides["capped"], sides["default"]) if c["ok"] and d["ok"]]
+    row["speed_capped_over_default"] = {"median": round(statistics.median(ratios), 3),
+                                        "range": [round(min(ratios), 3), round(max(ratios), 3)]} if ratios else None
+    row["ratio_container_over_capped_need_max"] = (round(fs.container_bytes / row["capped"]["need_max_bytes"], 3)
+                                                   if row["capped"]["need_max_bytes"] else None)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkout", type=Path, help="a deeplearning4j-examples checkout (SumModel); left out: not run")
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--synthetic", default=",".join(f"{n}@{b}x{i}" for n, b, i in SYNTHETIC),
+                    help="TrainSynthetic runs as NETWORK@BATCHxITERATIONS, comma-separated")
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "jit_cap.json"))
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pyd4j-jit-cap-") as tmp:
+        if args.checkout:
+            compile_jobs(args.checkout, [SUM_MODEL], Path(tmp) / "classes")
+            row, fs, job, est = profiled_flags(SUM_MODEL, Path(tmp) / "classes", Path(tmp), args.timeout)
+            if fs is None:
+                raise SystemExit(f"SumModel: {row['status']}: {row.get('error')}")
+            rows.append(ab("SumModel", est, fs, job, args.pairs, args.timeout))
+            write(args, rows)
+        for spec in (s for s in args.synthetic.split(",") if s):
+            name, rest = spec.split("@")
+            batch, iterations = (int(x) for x in rest.split("x"))
+            config = NETWORKS / f"{name}.json"
+            est = estimate(config, batch)
+            fs = flags(est, refuse=False)
+            job = java_command(JvmOptions.of(), "org.pyd4j.examples.TrainSynthetic", [str(config), str(batch), str(iterations)],
+                               extra_classpath=[examples_jar()])
+            rows.append(ab(f"{name}@{batch} x{iterations}", est, fs, job, args.pairs, args.timeout))
+            write(args, rows)
+    print(json.dumps(write(args, rows)["summary"], indent=2))
+
+
+def write(args: argparse.Namespace, rows: list[dict]) -> dict:
+    """The results so far (written after every job: a long run cut short keeps what it measured)."""
+    doc = {"benchmark": "jit_cap", "load_average": os.getloadavg(), "pairs": args.pairs, "jobs": rows,
+           "summary": {r["job"]: {"above_model_max_mib": {s: r[s]["above_model_max_mib"] for s in ("capped", "default")},
+                                  "failed": {s: r[s]["failed"] for s in ("capped", "default")},
+                                  "speed_capped_over_default": r["speed_capped_over_default"],
+                                  "container_over_capped_need_max": r["ratio_container_over_capped_need_max"]}
+                       for r in rows}}
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()
