@@ -90,8 +90,9 @@ bench: setup
 	$(PY) benchmarks/malloc_env.py --setting MALLOC_MMAP_THRESHOLD_=65536 --baseline MALLOC_MMAP_THRESHOLD_=131072 --iterations 100 --runs lstm@32,lstm@128,lenet@32,deep_cnn_bn@8,policy_value@16,resnet_graph@16 --out benchmarks/results/malloc_mmap_threshold_65536.json
 	$(PY) benchmarks/malloc_env.py --setting MALLOC_MMAP_THRESHOLD_=16384 --baseline MALLOC_MMAP_THRESHOLD_=131072 --iterations 100 --runs lstm@32,lstm@128,lenet@32,deep_cnn_bn@8,policy_value@16,resnet_graph@16 --out benchmarks/results/malloc_mmap_threshold_16384.json
 	@if [ -n "$(EXAMPLES)" ]; then $(PY) benchmarks/examples_speed.py --checkout "$(EXAMPLES)" && \
-	$(PY) benchmarks/examples_flags.py --checkout "$(EXAMPLES)"; \
-	else echo "examples_speed and examples_flags not run: give EXAMPLES=<a deeplearning4j-examples checkout>"; fi
+	$(PY) benchmarks/examples_flags.py --checkout "$(EXAMPLES)" && \
+	$(PY) benchmarks/jit_cap.py --checkout "$(EXAMPLES)"; \
+	else echo "examples_speed, examples_flags and jit_cap not run: give EXAMPLES=<a deeplearning4j-examples checkout>"; fi
 
 clean:
 	rm -rf .venv $(CUDA_VENV) java/target native/build $(CUDA_BUILD)
