@@ -79,7 +79,7 @@ def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeou
             r = sides[side][-1]
             print(f"{name} {side}: need {r['need_bytes'] / MiB:.0f} MiB, {r['seconds']} s {r['diagnosis'][:120]}",
                   flush=True)
-    row: dict = {"job": name, "node_limit": limit, "container_bytes": fs.container_bytes, "collector": fs.collector,
+    row: dict = {"job": name, "pairs": pairs, "node_limit": limit, "container_bytes": fs.container_bytes, "collector": fs.collector,
                  "model_without_jit_bytes": base, "jit_term_bytes": est.term_bytes("long_run_native"), "runs": sides}
     for side, runs in sides.items():
         needs = [r["need_bytes"] for r in runs if r["ok"] and r["need_bytes"]]
@@ -104,8 +104,10 @@ def main() -> None:
                     help="TrainSynthetic runs as NETWORK@BATCHxITERATIONS, comma-separated")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "jit_cap.json"))
+    ap.add_argument("--merge", action="store_true", help="keep the jobs already in --out that this run does not run")
     args = ap.parse_args()
-    rows = []
+    rows: list[dict] = []
+    kept = json.loads(Path(args.out).read_text())["jobs"] if args.merge and Path(args.out).exists() else []
     with tempfile.TemporaryDirectory(prefix="pyd4j-jit-cap-") as tmp:
         if args.checkout:
             compile_jobs(args.checkout, [SUM_MODEL], Path(tmp) / "classes")
@@ -113,7 +115,7 @@ def main() -> None:
             if fs is None:
                 raise SystemExit(f"SumModel: {row['status']}: {row.get('error')}")
             rows.append(ab("SumModel", est, fs, job, args.pairs, args.timeout))
-            write(args, rows)
+            write(args, rows, kept)
         for spec in (s for s in args.synthetic.split(",") if s):
             name, rest = spec.split("@")
             batch, iterations = (int(x) for x in rest.split("x"))
@@ -123,13 +125,15 @@ def main() -> None:
             job = java_command(JvmOptions.of(), "org.pyd4j.examples.TrainSynthetic", [str(config), str(batch), str(iterations)],
                                extra_classpath=[examples_jar()])
             rows.append(ab(f"{name}@{batch} x{iterations}", est, fs, job, args.pairs, args.timeout))
-            write(args, rows)
-    print(json.dumps(write(args, rows)["summary"], indent=2))
+            write(args, rows, kept)
+    print(json.dumps(write(args, rows, kept)["summary"], indent=2))
 
 
-def write(args: argparse.Namespace, rows: list[dict]) -> dict:
-    """The results so far (written after every job: a long run cut short keeps what it measured)."""
-    doc = {"benchmark": "jit_cap", "load_average": os.getloadavg(), "pairs": args.pairs, "jobs": rows,
+def write(args: argparse.Namespace, rows: list[dict], kept: list[dict]) -> dict:
+    """The results so far (written after every job: a long run cut short keeps what it measured), after the
+    kept rows of jobs this run does not run."""
+    rows = [r for r in kept if r["job"] not in {n["job"] for n in rows}] + rows
+    doc = {"benchmark": "jit_cap", "load_average": os.getloadavg(), "jobs": rows,
            "summary": {r["job"]: {"above_model_max_mib": {s: r[s]["above_model_max_mib"] for s in ("capped", "default")},
                                   "failed": {s: r[s]["failed"] for s in ("capped", "default")},
                                   "speed_capped_over_default": r["speed_capped_over_default"],
