@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--jobs", default=",".join(DEFAULT_JOBS), help=f"classes under {PACKAGE}, comma-separated")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "examples_flags.json"))
+    ap.add_argument("--merge", action="store_true", help="keep the rows in --out of the jobs this run does not run")
     args = ap.parse_args()
     jobs = [j for j in args.jobs.split(",") if j]
     with tempfile.TemporaryDirectory(prefix="pyd4j-examples-flags-") as tmp:
@@ -124,6 +125,9 @@ def main() -> None:
             print(f"{job_class}: {r['status']} batch {r.get('batch')} container {(r.get('container_bytes') or 0) / MiB:.0f} MiB "
                   f"need {(r.get('need_bytes') or 0) / MiB:.0f} MiB ratio {r.get('budget_ratio')} "
                   f"{(r.get('verify') or {}).get('diagnosis', r.get('error', ''))[:160]}", flush=True)
+    if args.merge and Path(args.out).exists():
+        ran = {r["job"] for r in rows}
+        rows = [r for r in json.loads(Path(args.out).read_text())["jobs"] if r["job"] not in ran] + rows
     ok = [r for r in rows if r["status"] == "ok"]
     doc = {"benchmark": "examples_flags", "examples_commit": None, "load_average": os.getloadavg(),
            "summary": {"jobs": len(rows), "ok": len(ok), "failed": [r["job"] for r in rows if r["status"] != "ok"],

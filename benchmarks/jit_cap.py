@@ -43,7 +43,7 @@ from pyd4j.commands.flags import verify_command  # noqa: E402
 
 MiB = 1024**2
 NODE_LIMIT = "-XX:MaxNodeLimit="
-SYNTHETIC = (("mlp", 32, 3000), ("lenet", 32, 1000), ("lstm", 32, 300))
+SYNTHETIC = (("mlp", 32, 3000), ("lenet", 32, 1000), ("lstm", 32, 1000))
 SUM_MODEL = "quickstart.modeling.feedforward.regression.SumModel"
 
 
