@@ -206,7 +206,8 @@ def _jit_flag() -> Flag:
                 f"bounds the graph one C2 compilation may build (JDK default 80000; a method whose graph grows past it "
                 f"keeps its C1 code), and with it the compiler's arenas while it compiles the job's hot loop: a long run "
                 f"held up to 59 MiB beyond the base without it, at most 36 with it ({human_bytes(LONG_RUN_CAPPED_BYTES)} "
-                f"in the sizes instead of {human_bytes(LONG_RUN_BYTES)}), no slower (benchmarks/jit_cap.py)")
+                f"in the sizes instead of {human_bytes(LONG_RUN_BYTES)}); speed 0.96-1.06 of the JDK's default, within the runs' "
+                f"noise (benchmarks/jit_cap.py)")
 
 
 def _collector_flag(gc: str, est: Estimate) -> Flag:
