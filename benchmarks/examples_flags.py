@@ -49,17 +49,24 @@ def pyd4j(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def run_timed(command: list[str], limit: int, fs: FlagSet, timeout: float, cwd: str | None = None):
+    """`command` with `fs`'s environment in a cgroup limited to `limit` bytes, under GNU time where present:
+    (run_limited's result, VmHWM in bytes or None)."""
+    from pyd4j.memory.container import run_limited  # noqa: PLC0415
+
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss:
+        timed = [GNU_TIME, "-f", "%M", "-o", rss.name, *command] if Path(GNU_TIME).exists() else command
+        r = run_limited(timed, limit, timeout=timeout, cwd=cwd, env={**os.environ, **fs.environment})
+        text = rss.read().strip().splitlines()
+    return r, (int(text[-1]) * 1024 if text and text[-1].isdigit() else None)
+
+
 def verify(fs: FlagSet, job: list[str], timeout: float) -> dict:
     """flags --verify's run (pyd4j.commands.flags.verify_command in a cgroup at the container limit), with VmHWM."""
     from pyd4j.commands.flags import verify_command  # noqa: PLC0415
-    from pyd4j.memory.container import diagnose, run_limited  # noqa: PLC0415
+    from pyd4j.memory.container import diagnose  # noqa: PLC0415
 
-    command = verify_command(fs, job)
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss:
-        timed = [GNU_TIME, "-f", "%M", "-o", rss.name, *command] if Path(GNU_TIME).exists() else command
-        r = run_limited(timed, fs.container_bytes, timeout=timeout, env={**os.environ, **fs.environment})
-        text = rss.read().strip().splitlines()
-    hwm = int(text[-1]) * 1024 if text and text[-1].isdigit() else None
+    r, hwm = run_timed(verify_command(fs, job), fs.container_bytes, fs, timeout)
     d = diagnose(r)
     return {"kind": d.kind, "diagnosis": d.message, "memory_exhausted": d.memory_exhausted, "exit_code": r.exit_code,
             "seconds": round(r.seconds, 1), "cgroup_peak_bytes": r.peak_bytes, "vmhwm_bytes": hwm,

@@ -32,13 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.examples_flags import GNU_TIME, profiled_flags  # noqa: E402
+from benchmarks.examples_flags import profiled_flags, run_timed  # noqa: E402
 from benchmarks.examples_speed import compile_jobs  # noqa: E402
-from benchmarks.flags_accuracy import NETWORKS, need_of  # noqa: E402
+from benchmarks.flags_accuracy import NETWORKS, need_of, sized_jit, sized_native  # noqa: E402
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
-from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
-from pyd4j.memory.estimate import Estimate, estimate  # noqa: E402
-from pyd4j.memory.flags import FlagSet, flags, pinned_jvm  # noqa: E402
+from pyd4j.memory.container import diagnose  # noqa: E402
+from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate  # noqa: E402
+from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 from pyd4j.commands.flags import verify_command  # noqa: E402
 
 MiB = 1024**2
@@ -48,20 +48,16 @@ SUM_MODEL = "quickstart.modeling.feedforward.regression.SumModel"
 
 
 def run(command: list[str], fs: FlagSet, timeout: float) -> dict:
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss, tempfile.TemporaryDirectory() as cwd:
-        r = run_limited([GNU_TIME, "-f", "%M", "-o", rss.name, *command], 2 * fs.container_bytes, timeout=timeout,
-                        cwd=cwd, env={**os.environ, **fs.environment})
-        text = rss.read().strip().splitlines()
-    hwm = int(text[-1]) * 1024 if text and text[-1].isdigit() else None
+    with tempfile.TemporaryDirectory() as cwd:   # DL4J writes its OOM crash dumps into the job's cwd
+        r, hwm = run_timed(command, 2 * fs.container_bytes, fs, timeout, cwd=cwd)
     d = diagnose(r)
     return {"ok": d.kind == "ok", "diagnosis": d.message if d.kind != "ok" else "", "seconds": round(r.seconds, 2),
             "need_bytes": need_of({"peak_rss_bytes": hwm, "cgroup_peak_bytes": r.peak_bytes})}
 
 
 def model_without_jit(est: Estimate, fs: FlagSet) -> int:
-    """What the flags hold for the job with the JIT term and the headroom left out."""
-    e, _ = pinned_jvm(est, fs.headroom, fs.max_direct_bytes)
-    return fs.heap_bytes + e.offheap_bytes + e.native_bytes - e.term_bytes("long_run_native")
+    """What the flags hold for the job with the long-run term and the headroom left out."""
+    return fs.heap_bytes + est.offheap_bytes + sized_native(est, fs) - sized_jit(est, fs)
 
 
 def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> dict:
@@ -80,7 +76,7 @@ def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeou
             print(f"{name} {side}: need {r['need_bytes'] / MiB:.0f} MiB, {r['seconds']} s {r['diagnosis'][:120]}",
                   flush=True)
     row: dict = {"job": name, "pairs": pairs, "node_limit": limit, "container_bytes": fs.container_bytes, "collector": fs.collector,
-                 "model_without_jit_bytes": base, "jit_term_bytes": est.term_bytes("long_run_native"), "runs": sides}
+                 "model_without_jit_bytes": base, "jit_term_bytes": est.term_bytes(LONG_RUN_TERM), "runs": sides}
     for side, runs in sides.items():
         needs = [r["need_bytes"] for r in runs if r["ok"] and r["need_bytes"]]
         row[side] = {"failed": sum(not r["ok"] for r in runs),
