@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
 from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
 from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate  # noqa: E402
-from pyd4j.memory.flags import JIT_FLAG, FlagSet, flags, pinned_jvm  # noqa: E402
+from pyd4j.memory.flags import JIT_FLAG, FlagSet, flags  # noqa: E402
 
 NETWORKS = ROOT / "examples" / "networks"
 BATCHES = (32, 256, 2048)
@@ -85,16 +85,6 @@ def scaled(est: Estimate, factor: float) -> Estimate:
     terms = tuple(replace(t, fixed_bytes=int(t.fixed_bytes * factor), per_sample_bytes=int(t.per_sample_bytes * factor))
                   for t in est.terms)
     return replace(est, terms=terms)
-
-
-def sized_native(est: Estimate, fs: FlagSet) -> int:
-    """The JVM's own memory the flags were sized for (under the collector they pin)."""
-    return pinned_jvm(est, fs.headroom, fs.max_direct_bytes)[0].native_bytes
-
-
-def sized_jit(est: Estimate, fs: FlagSet) -> int:
-    """The JIT compiler's term the flags were sized for (capped where they pin C2's node limit)."""
-    return pinned_jvm(est, fs.headroom, fs.max_direct_bytes)[0].term_bytes(LONG_RUN_TERM)
 
 
 def need_of(r: dict) -> int | None:
@@ -165,8 +155,8 @@ def main() -> None:
                 "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
                 "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
                 "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),
-                "predicted_native_bytes": sized_native(est, fs), "collector": fs.collector,
-                "predicted_native_without_jit_bytes": sized_native(est, fs) - sized_jit(est, fs),
+                "predicted_native_bytes": fs.sized.native_bytes, "collector": fs.collector,
+                "predicted_native_without_jit_bytes": fs.sized.native_bytes - fs.sized.term_bytes(LONG_RUN_TERM),
                 "measured_native_bytes": (r["peak_rss_bytes"] - fs.heap_bytes - measured_offheap)
                 if r.get("peak_rss_bytes") else None,
                 "generated_container_bytes": fs.container_bytes, "maxphysicalbytes": fs.maxphysicalbytes,
@@ -176,7 +166,7 @@ def main() -> None:
                 "cgroup_oom_kills": r.get("cgroup_oom_kills"),
                 "measured_peak_javacpp_total_bytes": r.get("peak_javacpp_total_bytes"),
                 "measured_peak_javacpp_physical_bytes": r.get("peak_physical_bytes"),
-                "breakdown": est.breakdown(), "dl4j_report_offheap_bytes": sum(t.bytes_at(batch) for t in est.report_terms),
+                "breakdown": fs.breakdown, "dl4j_report_offheap_bytes": sum(t.bytes_at(batch) for t in est.report_terms),
                 "train_seconds": r.get("seconds"), "raw": r,
             }
             rows.append(row)

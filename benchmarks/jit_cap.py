@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.examples_flags import profiled_flags, run_timed  # noqa: E402
 from benchmarks.examples_speed import compile_jobs  # noqa: E402
-from benchmarks.flags_accuracy import NETWORKS, need_of, sized_jit, sized_native  # noqa: E402
+from benchmarks.flags_accuracy import NETWORKS, need_of  # noqa: E402
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
 from pyd4j.memory.container import diagnose  # noqa: E402
 from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate  # noqa: E402
@@ -57,7 +57,7 @@ def run(command: list[str], fs: FlagSet, timeout: float) -> dict:
 
 def model_without_jit(est: Estimate, fs: FlagSet) -> int:
     """What the flags hold for the job with the long-run term and the headroom left out."""
-    return fs.heap_bytes + est.offheap_bytes + sized_native(est, fs) - sized_jit(est, fs)
+    return fs.heap_bytes + est.offheap_bytes + fs.sized.native_bytes - fs.sized.term_bytes(LONG_RUN_TERM)
 
 
 def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> dict:
@@ -76,7 +76,7 @@ def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeou
             print(f"{name} {side}: need {r['need_bytes'] / MiB:.0f} MiB, {r['seconds']} s {r['diagnosis'][:120]}",
                   flush=True)
     row: dict = {"job": name, "pairs": pairs, "node_limit": limit, "container_bytes": fs.container_bytes, "collector": fs.collector,
-                 "model_without_jit_bytes": base, "jit_term_bytes": est.term_bytes(LONG_RUN_TERM), "runs": sides}
+                 "model_without_jit_bytes": base, "jit_term_bytes": fs.sized.term_bytes(LONG_RUN_TERM), "runs": sides}
     for side, runs in sides.items():
         needs = [r["need_bytes"] for r in runs if r["ok"] and r["need_bytes"]]
         row[side] = {"failed": sum(not r["ok"] for r in runs),
@@ -123,6 +123,10 @@ def main() -> None:
             rows.append(ab(f"{name}@{batch} x{iterations}", est, fs, job, args.pairs, args.timeout))
             write(args, rows, kept)
     print(json.dumps(write(args, rows, kept)["summary"], indent=2))
+    failed = {r["job"]: {s: r[s]["failed"] for s in ("capped", "default")} for r in rows
+              if r["capped"]["failed"] or r["default"]["failed"]}
+    if failed:
+        raise SystemExit(f"runs failed (per job and side: {failed}); their figures leave them out: see 'runs' in {args.out}")
 
 
 def write(args: argparse.Namespace, rows: list[dict], kept: list[dict]) -> dict:

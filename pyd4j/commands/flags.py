@@ -36,6 +36,9 @@ from pyd4j.output import emit_json, fail, human_bytes, print_table
               help="With --format spark: memory each worker (node) has for its executors, e.g. 16g (default: --total).")
 @click.option("--executors-per-worker", default=None, type=params.COUNT, help="With --format spark: executors sharing a worker.")
 @click.option("--task-cpus", default=None, type=params.COUNT, help="With --format spark: spark.task.cpus (cores per task).")
+@click.option("--no-pin", is_flag=True,
+              help="Pin neither C2's node limit nor the collector (for a JVM that refuses them: OpenJ9, a VM without "
+                   "C2); the sizes then hold what a long run needs without the node limit, and G1's tables.")
 @click.option("--verify", is_flag=True,
               help="Run the Java job given after -- with these flags inside a container at the generated limit.")
 @click.option("--timeout", default=3600.0, show_default=True, type=params.SECONDS, help="With --verify: seconds before the job is killed.")
@@ -43,7 +46,7 @@ from pyd4j.output import emit_json, fail, human_bytes, print_table
 def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch: int, as_json: bool, batch: int,
             total: int | None, gpu_mem: int | None, headroom: float, fmt: str, executors: int | None,
             executor_cores: int | None, worker_memory: int | None, executors_per_worker: int | None,
-            task_cpus: int | None, verify: bool, timeout: float, job: tuple[str, ...]) -> None:
+            task_cpus: int | None, no_pin: bool, verify: bool, timeout: float, job: tuple[str, ...]) -> None:
     """JVM flags (-Xmx, maxbytes, maxphysicalbytes, ...) that hold a DL4J network, each with its reason."""
     from pyd4j.memory.estimate import estimate  # noqa: PLC0415
     from pyd4j.memory.flags import BudgetError, flags  # noqa: PLC0415
@@ -66,7 +69,7 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
         _spark(est, executors, executor_cores, worker_memory or total, executors_per_worker, task_cpus, headroom, as_json)
         return
     try:
-        fs = flags(est, total=total, headroom=headroom, gpu_mem=gpu_mem)
+        fs = flags(est, total=total, headroom=headroom, gpu_mem=gpu_mem, pin_jvm=not no_pin)
     except BudgetError as err:
         fail(str(err), as_json, code=3, needed_bytes=err.needed_bytes, budget_bytes=err.budget_bytes,
              biggest_term=err.biggest_term, largest_batch=err.largest_batch, breakdown=err.breakdown)
@@ -77,7 +80,7 @@ def command(model: str, input_spec: str | None, dtype: str, mode: str, prefetch:
     if as_json:
         emit_json({"ok": True, **fs.to_dict(), "rendered": fs.render(fmt)})
         return
-    print_estimate(est)
+    print_estimate(fs.sized)
     print_table("JVM flags", ["flag", "value", "reason"], [(f.name, f.arg, f.reason) for f in fs.flags]
                 + [("environment", a, fs.environment_reason) for a in fs.environment_assignments()])
     for note in fs.notes:
@@ -108,9 +111,10 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
     except JobCommandError as err:
         fail(str(err), as_json)
         return
+    env = {**os.environ, **fs.environment} if fs.environment else None
+    _check_jvm_takes(fs, command[0], env, as_json)
     try:
-        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json,
-                             env={**os.environ, **fs.environment} if fs.environment else None)
+        result = run_limited(command, fs.container_bytes, timeout=timeout, capture=as_json, env=env)
     except ContainerError as err:
         fail(str(err), as_json)
         return
@@ -129,6 +133,25 @@ def _verify(fs, job: list[str], timeout: float, as_json: bool) -> None:
                    f"{human_bytes(fs.container_bytes)}")
     if d.kind != "ok":
         raise SystemExit(4)
+
+
+def _check_jvm_takes(fs, java: str, env: dict[str, str] | None, as_json: bool) -> None:
+    """Ask the job's JVM whether it starts with the flags before the job runs: a JVM that refuses an option
+    (OpenJ9 or a VM without C2 refuse HotSpot's) fails here with the option named and the fix, exit 4."""
+    from pyd4j.jvm.options import refusal  # noqa: PLC0415
+
+    refused = refusal(java, fs.args(), env)
+    if refused is None:
+        return
+    message, options = refused
+    pinned = [a for a in options if a in fs.pinned_args()]
+    if pinned:
+        fail(f"the job's JVM ({java}) refuses {' '.join(pinned)}, which these flags pin for HotSpot's server VM "
+             f"(C2's node limit, the collector): {message.rstrip('.')}. Rerun with --no-pin: the flags then leave the compiler and "
+             f"the collector to the JVM and size for what a long run holds without the node limit",
+             as_json, code=4, refused_options=pinned)
+    fail(f"the job's JVM ({java}) refuses the generated flags {' '.join(options or fs.args())}: {message}",
+         as_json, code=4, refused_options=options)
 
 
 def _spark(est, executors: int | None, cores: int | None, worker_memory: int | None, per_worker: int | None,

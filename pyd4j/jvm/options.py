@@ -102,17 +102,39 @@ class JvmOptions:
         return out
 
 
+def refusal(java: str, args: list[str], env: dict[str, str] | None = None) -> tuple[str, list[str]] | None:
+    """What `java` says when it will not start with `args` (its error lines, and the options it names as
+    unrecognized), or None when it starts. A throwaway `java ... -version`: nothing of the job runs."""
+    if not args:
+        return None
+    try:
+        result = subprocess.run([java, *args, "-version"], capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        return f"`{java} ... -version` did not end within 120 s", []
+    except OSError as err:
+        return f"`{java}` could not be started: {err}", []
+    if result.returncode == 0:
+        return None
+    message = " ".join(line for line in result.stderr.splitlines() if "Error" in line or "Unrecognized" in line or "Invalid" in line)
+    named = {_xx_name(n) for n in _UNRECOGNIZED.findall(result.stderr)}
+    return message or result.stderr.strip()[-400:], [a for a in args if a.startswith("-XX:") and _xx_name(a[4:]) in named]
+
+
+_UNRECOGNIZED = re.compile(r"Unrecognized VM option '([^']+)'")   # HotSpot: 'UseFoo' for -XX:+UseFoo, 'Foo=1' for -XX:Foo=1
+
+
+def _xx_name(option: str) -> str:
+    return option.lstrip("+-").split("=")[0]
+
+
 def check_with_java(java: str, args: list[str]) -> None:
     """Let `java` itself reject a typo ('Unrecognized VM option ...') before we commit to a JVM.
 
     An in-process JVM that fails to start cannot be started again, so we ask a throwaway one first.
     """
-    if not args:
-        return
-    result = subprocess.run([java, *args, "-version"], capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        message = " ".join(line for line in result.stderr.splitlines() if "Error" in line or "Unrecognized" in line or "Invalid" in line)
+    refused = refusal(java, args)
+    if refused is not None:
         raise JvmOptionError(
-            f"the JVM rejects the options {args}: {message or result.stderr.strip()[-400:]}; "
+            f"the JVM rejects the options {args}: {refused[0]}; "
             f"fix the spelling (see `java -X` and `java -XX:+PrintFlagsFinal -version`)"
         )

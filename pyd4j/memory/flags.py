@@ -40,6 +40,7 @@ from pyd4j.units import SizeError, jvm_size, parse_bytes
 
 MiB = 1024**2
 JIT_FLAG = "jit_node_limit"
+COLLECTOR_FLAG = "collector"
 HEAP_ALIGN = 16 * MiB            # -Xmx in whole 16 MiB: G1 regions are 1-4 MiB at these sizes, finer buys nothing
 DEFAULT_HEADROOM = 0.15          # estimate error seen in benchmarks/flags_accuracy.py is within +-21% off-heap
 DEFAULT_MAX_DIRECT = 16 * MiB    # NIO direct buffers only; NMT 'Other' (where they live) held 31 KB in DL4J training
@@ -96,6 +97,8 @@ class FlagSet:
     environment_reason: str = ""
     collector: str | None = None
     """The garbage collector the flags pin ("Serial" or "G1"), None where they leave the JVM's choice (Spark)."""
+    sized: Estimate | None = field(default=None, repr=False, compare=False)
+    """The estimate the sizes come from: the network's, with the terms the pinned JVM settings change."""
 
     @property
     def total_bytes(self) -> int:
@@ -104,6 +107,11 @@ class FlagSet:
 
     def args(self) -> list[str]:
         return [f.arg for f in self.flags]
+
+    def pinned_args(self) -> list[str]:
+        """The HotSpot options these flags pin (C2's node limit, the collector): a JVM other than HotSpot's
+        server VM (OpenJ9, a minimal VM without C2) may refuse them."""
+        return [f.arg for f in self.flags if f.name in (JIT_FLAG, COLLECTOR_FLAG)]
 
     def environment_assignments(self) -> list[str]:
         """The environment as NAME=VALUE words (for `env` or a shell line before `java`)."""
@@ -119,7 +127,8 @@ class FlagSet:
         return _RENDERERS[fmt](self)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, sized=None))
+        d.pop("sized")
         d["flags"] = self.args()
         d["reasons"] = {f.arg: f.reason for f in self.flags}
         d["total_bytes"] = self.total_bytes
@@ -212,12 +221,12 @@ def _jit_flag() -> Flag:
 
 def _collector_flag(gc: str, est: Estimate) -> Flag:
     if gc == "Serial":
-        return Flag("collector", "-XX:+UseSerialGC", 0,
+        return Flag(COLLECTOR_FLAG, "-XX:+UseSerialGC", 0,
                     f"the collector the JVM picks by itself in this container (under {SERVER_CLASS_BYTES // MiB} MiB, or "
                     f"fewer than {SERVER_CLASS_CPUS} CPUs), pinned so the job gets it wherever these flags go: G1, its "
                     f"choice on a larger machine, keeps its tables resident (measured 3.3-4.7% of the heap more), which "
                     f"these sizes leave out")
-    return Flag("collector", "-XX:+UseG1GC", 0,
+    return Flag(COLLECTOR_FLAG, "-XX:+UseG1GC", 0,
                 f"the collector the JVM picks by itself in this container ({SERVER_CLASS_CPUS}+ CPUs, "
                 f"{SERVER_CLASS_BYTES // MiB}+ MiB), pinned; its tables ({human_bytes(est.term_bytes(G1_TERM))}) are in the sizes")
 
@@ -366,7 +375,7 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
                      maxphysicalbytes=s["maxphysicalbytes"], container_bytes=s["container"], budget_bytes=budget,
                      flags=flag_list, breakdown=est.breakdown(), sources=sources, gpu_budget_bytes=gpu_b,
                      gpu_need_bytes=gpu_need, notes=tuple(notes), environment=dict(est.environment),
-                     environment_reason=est.environment_reason(), collector=gc)
+                     environment_reason=est.environment_reason(), collector=gc, sized=est)
     if not refuse:
         return result
     over_host = budget is not None and s["container"] > budget

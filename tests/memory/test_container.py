@@ -11,7 +11,7 @@ from pyd4j.memory import container
 from pyd4j.memory.container import ContainerError, ContainerUnavailable, leftover_groups, run_limited
 # Imported at collection: pytest rewrites test modules with ast.parse, which CPython 3.11 can refuse
 # ("AST constructor recursion depth mismatch") when it first happens mid-session after JVM callbacks.
-from tests.memory.test_flags import hand_estimate
+from tests.memory.test_flags import hand_estimate, with_g1
 
 MiB = 1024**2
 CAN, WHERE = container.available()
@@ -121,9 +121,11 @@ def test_unwritable_v1_group_is_reported_with_its_path(tmp_path):
 # ----------------------------------------------------------------------------- pyd4j flags --verify
 
 def fake_java(tmp_path, body: str):
-    """A stand-in `java` (no JVM needed): prints its arguments, then runs `body` in Python."""
+    """A stand-in `java` (no JVM needed): answers `-version` (verify asks it first whether it takes the flags),
+    else prints its arguments, then runs `body` in Python."""
     path = tmp_path / "java"
-    path.write_text(f"#!/bin/sh\necho \"ARGS $*\"\nexec {sys.executable} -c \"{body}\"\n")
+    path.write_text(f"#!/bin/sh\nfor a; do last=$a; done\n[ \"$last\" = -version ] && exit 0\n"
+                    f"echo \"ARGS $*\"\nexec {sys.executable} -c \"{body}\"\n")
     path.chmod(0o755)
     return str(path)
 
@@ -196,3 +198,35 @@ def test_diagnose_reads_java_out_of_memory_errors():
                              oom_kill_count=1, failcnt=3, peak_bytes=512 * MiB, seconds=1.0)
     assert diagnose(killed).kind == "container_oom_kill" and diagnose(killed).memory_exhausted
     assert diagnose(ended(code=0)).kind == "ok"
+
+
+@needs_cgroup
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_fake_jvm_without_c2_verify_names_the_refused_pinned_option_and_the_fix(tmp_path, capsys, as_json):
+    """A JVM without HotSpot's C2 (a minimal VM, OpenJ9) refuses -XX:MaxNodeLimit: verify asks it first and
+    ends 4 naming the option and --no-pin, without starting the job; with pin_jvm=False it runs."""
+    import json
+
+    from pyd4j.commands.flags import _verify
+    from pyd4j.memory.flags import flags
+
+    path = tmp_path / "java"   # answers like HotSpot's launcher does when an -XX option is unknown to its VM
+    path.write_text("#!/bin/sh\nfor a; do case $a in -XX:MaxNodeLimit=*) "
+                    "echo \"Unrecognized VM option 'MaxNodeLimit=20000'\" >&2; "
+                    "echo 'Error: Could not create the Java Virtual Machine.' >&2; exit 1;; esac; done\n"
+                    f"for a; do last=$a; done\n[ \"$last\" = -version ] && exit 0\ntouch {tmp_path / 'ran'}\n")
+    path.chmod(0o755)
+    pinned = flags(with_g1(hand_estimate(1), 256 * MiB), total="8g")
+    assert pinned.pinned_args() == ["-XX:MaxNodeLimit=20000", "-XX:+UseSerialGC"]
+    with pytest.raises(SystemExit) as info:
+        _verify(pinned, [str(path), "-cp", "a.jar", "Main"], 60, as_json=as_json)
+    assert info.value.code == 4 and not (tmp_path / "ran").exists()
+    out, err = capsys.readouterr()
+    message = json.loads(out)["error"] if as_json else err
+    assert "-XX:MaxNodeLimit=20000" in message and "Unrecognized VM option" in message and "--no-pin" in message
+    if as_json:
+        assert json.loads(out)["refused_options"] == ["-XX:MaxNodeLimit=20000"]
+    unpinned = flags(with_g1(hand_estimate(1), 256 * MiB), total="8g", pin_jvm=False)
+    assert unpinned.pinned_args() == [] and unpinned.container_bytes > pinned.container_bytes
+    _verify(unpinned, [str(path), "-cp", "a.jar", "Main"], 60, as_json=True)
+    assert json.loads(capsys.readouterr().out)["ok"] and (tmp_path / "ran").exists()

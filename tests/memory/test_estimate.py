@@ -145,6 +145,13 @@ def test_cli_json_is_one_document_and_refusal_exits_nonzero(jvm):
     assert ok.returncode == 0, ok.stderr
     doc = json.loads(ok.stdout)
     assert doc["flags"][1].startswith("-Xmx") and doc["total_bytes"] > 0 and "parameters" in doc["breakdown"]
+    # the table shows the terms the flags were sized from: the long-run term under the pinned node limit, and
+    # no G1 tables beside a pinned Serial collector
+    assert doc["collector"] == "Serial" and doc["breakdown"]["long_run_native"] == 40 * 1024**2
+    table = run("flags", "--model", str(NETWORKS / "mlp.json"), "--batch", "32", "--total", "8g")
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if "long_run_native" in line)
+    assert "40 MiB" in row and "g1_tables" not in table.stdout
     refused = run("flags", "--model", str(NETWORKS / "deep_cnn_bn.json"), "--batch", "4096", "--total", "2g", "--json")
     assert refused.returncode == 3
     doc = json.loads(refused.stdout)

@@ -72,6 +72,13 @@ def test_small_container_pins_serial_and_leaves_g1s_tables_out():
     assert fs.container_bytes == 707 * MiB and "g1_tables" not in fs.breakdown
     assert fs.breakdown["long_run_native"] == 40 * MiB
     assert "1792 MiB" in fs.flags[-1].reason
+    assert fs.sized.breakdown() == fs.breakdown   # what `pyd4j flags` prints as the terms is what it sized
+    # --no-pin: native (108.47 + 48 without the node limit + 12.8 G1) x 1.15 = 194.7 -> 195; budget 230 + 256 + 16
+    # + 195 = 697, margin ceil(34.85) = 35 -> 732 MiB, and no HotSpot option
+    free = flags(with_g1(hand_estimate(100), 256 * MiB), total="8g", pin_jvm=False)
+    assert free.container_bytes == 732 * MiB and free.collector is None and free.pinned_args() == []
+    assert free.breakdown["long_run_native"] == 48 * MiB and "g1_tables" in free.breakdown
+    assert not any(a.startswith("-XX:MaxNodeLimit") or a.endswith("GC") for a in free.args())
 
 
 def test_large_container_pins_g1_and_counts_its_tables():
