@@ -32,6 +32,12 @@ def network_options(func: Callable) -> Callable:
     return func
 
 
+no_pin_option = click.option(
+    "--no-pin", is_flag=True,
+    help="Pin neither C2's node limit nor the collector (for a JVM that refuses them: OpenJ9, a VM without C2); "
+         "the sizes then hold what a long run needs without the node limit, and G1's tables.")
+
+
 def print_estimate(est) -> None:
     rows = [(t.name, human_bytes(t.bytes_at(est.batch)), t.region, t.source, t.why) for t in est.terms]
     rows.append(("total", human_bytes(est.total_bytes), "", "",

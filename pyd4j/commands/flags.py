@@ -18,7 +18,7 @@ import os
 import click
 
 from pyd4j.commands import _params as params
-from pyd4j.commands._common import network_options, print_estimate
+from pyd4j.commands._common import network_options, no_pin_option, print_estimate
 from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 
@@ -36,9 +36,7 @@ from pyd4j.output import emit_json, fail, human_bytes, print_table
               help="With --format spark: memory each worker (node) has for its executors, e.g. 16g (default: --total).")
 @click.option("--executors-per-worker", default=None, type=params.COUNT, help="With --format spark: executors sharing a worker.")
 @click.option("--task-cpus", default=None, type=params.COUNT, help="With --format spark: spark.task.cpus (cores per task).")
-@click.option("--no-pin", is_flag=True,
-              help="Pin neither C2's node limit nor the collector (for a JVM that refuses them: OpenJ9, a VM without "
-                   "C2); the sizes then hold what a long run needs without the node limit, and G1's tables.")
+@no_pin_option
 @click.option("--verify", is_flag=True,
               help="Run the Java job given after -- with these flags inside a container at the generated limit.")
 @click.option("--timeout", default=3600.0, show_default=True, type=params.SECONDS, help="With --verify: seconds before the job is killed.")

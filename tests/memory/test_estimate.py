@@ -152,6 +152,12 @@ def test_cli_json_is_one_document_and_refusal_exits_nonzero(jvm):
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if "long_run_native" in line)
     assert "40 MiB" in row and "g1_tables" not in table.stdout
+    # --no-pin (a JVM that refuses HotSpot's options): none of them, and the larger unpinned sizes
+    free = run("batch", "--model", str(NETWORKS / "lenet.json"), "--total", "2g", "--no-pin", "--json")
+    pinned = run("batch", "--model", str(NETWORKS / "lenet.json"), "--total", "2g", "--json")
+    free, pinned = json.loads(free.stdout), json.loads(pinned.stdout)
+    assert "-XX:MaxNodeLimit=20000" in pinned["flags"] and not any(f.startswith("-XX:MaxNodeLimit") for f in free["flags"])
+    assert 0 < free["largest_batch"] < pinned["largest_batch"] and free["breakdown"]["long_run_native"] == 48 * 1024**2
     refused = run("flags", "--model", str(NETWORKS / "deep_cnn_bn.json"), "--batch", "4096", "--total", "2g", "--json")
     assert refused.returncode == 3
     doc = json.loads(refused.stdout)
