@@ -24,8 +24,9 @@ workers' logs and executor stderr (pyd4j.memory.container) and from the driver's
 profile` does (pyd4j.profile.spark_executors).
 
 Tune: `pyd4j tune -- spark-submit ...` on the 2-worker cluster, the job at Spark's default executor
-settings (1 GiB heap, no JavaCPP limits): the recommendation from the worst executor, the re-run, and the
-per-executor before/after table (benchmarks/README.md).
+settings (1 GiB heap, no JavaCPP limits), with --tune-examples (32768: a job of about a minute; tune cannot
+verify one whose driver lives under about 30 s, too short for a leak verdict): the recommendation from the
+worst executor, the re-run, and the per-executor before/after table (benchmarks/README.md).
 
 Shapes: the small job (LeNet at batch 128 per worker: 2x1, 1x2), whose executor is mostly Spark's 480 MiB
 heap floor and the JVM's own memory, and a large one (2x1-b2048: LeNet at batch 2048 per worker, 2
@@ -63,6 +64,7 @@ from pyd4j.spark.job import MAIN_CLASS, job_classpath_conf, run_example, with_ag
 MiB = 1024**2
 NETWORK = ROOT / "examples" / "networks" / "lenet.json"
 DEFAULT_EXAMPLES = 2048
+TUNE_EXAMPLES = 32768
 
 
 class Shape(NamedTuple):
@@ -168,7 +170,7 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
     driver = timelines.get("driver")
     return {"shape": name, "workers": workers, "cores_per_executor": cores, "batch_per_worker": batch,
             "examples": examples, "ok": result.ok, "returncode": result.returncode, "seconds": result.seconds,
-            "scores": result.scores(), "conf": sf.conf(), "worker_cgroup_bytes": node_memory,
+            "scores": result.scores(), "conf": {**sf.conf(), **(conf_extra or {})}, "worker_cgroup_bytes": node_memory,
             "executor_breakdown": sf.executor_estimate.breakdown(), "executors": executors, "exits": diagnoses,
             "driver_log_diagnoses": driver_diagnoses(result.stderr),
             "driver": {"measured_live_heap_bytes": driver.live_heap_peak(), "measured_peak_rss_bytes": driver.peak("rss"),
@@ -179,7 +181,7 @@ def run_shape(name: str, workers: int, cores: int, batch: int, examples: int, sf
             "stderr_tail": "" if result.ok else result.stderr[-3000:]}
 
 
-CONTROL_FRACTIONS = (0.5, 0.4, 0.3)
+CONTROL_FRACTIONS = (0.5, 0.4, 0.3, 0.2, 0.15)
 # The agent measures the live heap after full collections; its own inspections are at most every 5 s and 0.5% of
 # the run by default, too few in a one-minute job to catch the peak: here every second, up to 5% of the run.
 AGENT_OPTIONS = "live=1,live_share=0.05"
@@ -306,6 +308,8 @@ def main() -> None:
     parser.add_argument("--fractions", default=",".join(map(str, CONTROL_FRACTIONS)),
                         help="negative control: fractions of the generated container to try, until one fails")
     parser.add_argument("--no-tune", action="store_true", help="skip `pyd4j tune -- spark-submit` (small job, 2x1)")
+    parser.add_argument("--tune-examples", type=int, default=TUNE_EXAMPLES,
+                        help="training examples of the tuned job (long enough for tune's leak verdicts)")
     parser.add_argument("--merge", action="store_true",
                         help="keep --out's runs, controls and tune for the shapes (and tune) this run does not repeat")
     args = parser.parse_args()
@@ -350,7 +354,7 @@ def main() -> None:
             if not control["ok"]:
                 break
 
-    tune = None if args.no_tune else run_tune(args.examples, shape_flags(SHAPES[0]))
+    tune = None if args.no_tune else run_tune(args.tune_examples, shape_flags(SHAPES[0]))
 
     old = json.loads(Path(args.out).read_text()) if args.merge and Path(args.out).exists() else {}
     ran = {r["shape"] for r in runs}

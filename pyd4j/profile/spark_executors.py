@@ -40,7 +40,7 @@ class ExecutorOutcome:
     pid: int | None
     lane: str | None
     exit_code: int | None
-    kind: str            # ok | oom-heap | oom-offheap | killed-for-memory | lost
+    kind: str            # ok | oom-heap | oom-offheap | oom (which memory not said) | killed-for-memory | lost
     memory: bool         # the executor ran out of memory (the fix is a memory setting)
     diagnosis: str
     evidence: list[str] = field(default_factory=list)
@@ -106,7 +106,11 @@ def classify(lines: list[str], exit_code: int | None, agent_errors: list[str] = 
                 f"memory limit (spark.executor.memory + memoryOverhead on YARN/Kubernetes, the worker's memory in "
                 f"standalone mode) was exceeded; raise spark.executor.memoryOverhead or run fewer tasks per executor")
     if exit_code == SPARK_OOM_EXIT:
-        return "oom-heap", True, "exit code 52: Spark ended the executor on an uncaught OutOfMemoryError"
+        # the error itself is only in the executor's stderr on its worker: heap or off-heap cannot be told here
+        return ("oom", True, "exit code 52: Spark ended the executor on an uncaught OutOfMemoryError; the driver's log does "
+                "not say which memory (the executor's stderr on its worker does): the Java heap -> raise "
+                "spark.executor.memory; ND4J/JavaCPP off-heap -> raise spark.executor.memoryOverhead and the JavaCPP "
+                "limits in spark.executor.extraJavaOptions")
     if lines or exit_code not in (None, 0, 143, -15):
         return "lost", False, f"lost (exit code {exit_code}): " + ("; ".join(lines[:2]) or "no reason in the driver's log")
     return "ok", False, "ended with the application"

@@ -89,4 +89,10 @@ def test_lost_executors_classified_from_fake_driver_log():
     assert classify(said["0"], None)[:2] == ("oom-heap", True)
     assert classify(said["2"], None)[:2] == ("oom-offheap", True)   # JavaCPP's, from the Caused-by line
     assert classify([], 143)[:2] == ("ok", False)             # ended by the worker at the application's end
+    # exit 52 with no error text in the driver's log (the run that found this was JavaCPP's, off the heap):
+    # an OOM, which memory not said, both fixes named
+    removed = ["26/12/06 01:06:43 INFO StandaloneSchedulerBackend: Executor app-20261206010628-0000/0 removed: "
+               "Command exited with code 52"]
+    kind, memory, why = classify(removed, 52)
+    assert (kind, memory) == ("oom", True) and "spark.executor.memory" in why and "memoryOverhead" in why
     assert classify(["Lost executor 3 on h: Remote RPC client disassociated"], 1)[:2] == ("lost", False)
