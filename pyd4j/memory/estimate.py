@@ -67,10 +67,10 @@ NATIVE_PER_CPU_BYTES = 4 * MiB       # per OpenMP worker: GEMM packing buffer an
 # arenas C2 compiles the job's hot loop in (NMT's "Arena Chunk": 12-15 MiB in 3 iterations, 27-78 MiB in
 # deeplearning4j-examples' SumModel, 2000 fast iterations), and what else settles over thousands of iterations.
 # Measured as need - (heap + ND4J off-heap + base) over 1000-3000 iterations with the heap pre-touched
-# (benchmarks/jit_cap.py): up to 59 MiB with the JDK's C2 (an LSTM; SumModel, once refused by JavaCPP under flags
+# (benchmarks/jit_cap.py): up to 61 MiB with the JDK's C2 (an LSTM; SumModel, once refused by JavaCPP under flags
 # without this term, 44), at most 36 MiB with C2's node limit pinned, which the flags for one JVM do.
 LONG_RUN_TERM = "long_run_native"
-LONG_RUN_BYTES = 48 * MiB            # the JDK's C2 (Spark's settings, which pin no JVM option; + headroom holds 59)
+LONG_RUN_BYTES = 48 * MiB            # the JDK's C2 (Spark's settings, which pin no JVM option; + the native headroom holds 61)
 LONG_RUN_CAPPED_BYTES = 40 * MiB     # with -XX:MaxNodeLimit=JIT_NODE_LIMIT
 # C2's node limit (JDK default 80000) bounds the graph one compilation builds, and with it the compilation's arenas:
 # a method whose graph would grow past it is given up and keeps its C1 code.
@@ -850,7 +850,7 @@ def jvm_native_terms(heap_bytes: int, cpus: int, layers: int) -> list[Term]:
                  f"RSS, 102-141 MiB from 3 to 175 layers"),
             Term(LONG_RUN_TERM, "native", "measured", LONG_RUN_BYTES, 0,
                  f"what a long run holds beyond the base (fitted on 3 iterations): the JIT compiler's code and C2's "
-                 f"arenas while it compiles the job's hot loop; measured up to 59 MiB over 1000-3000 iterations, "
+                 f"arenas while it compiles the job's hot loop; measured up to 61 MiB over 1000-3000 iterations, "
                  f"{LONG_RUN_CAPPED_BYTES // MiB} MiB where C2's node limit is pinned (at most 36 MiB measured)"),
             Term(G1_TERM, "native", "estimate", int(heap_bytes * G1_TABLES_FRACTION), 0,
                  f"G1's remembered sets and marking tables, {G1_TABLES_FRACTION:.0%} of the heap, measured against the "

@@ -214,8 +214,8 @@ def _jit_flag() -> Flag:
     return Flag(JIT_FLAG, f"-XX:MaxNodeLimit={JIT_NODE_LIMIT}", 0,
                 f"bounds the graph one C2 compilation may build (JDK default 80000; a method whose graph grows past it "
                 f"keeps its C1 code), and with it the compiler's arenas while it compiles the job's hot loop: a long run "
-                f"held up to 59 MiB beyond the base without it, at most 36 with it ({human_bytes(LONG_RUN_CAPPED_BYTES)} "
-                f"in the sizes instead of {human_bytes(LONG_RUN_BYTES)}); speed 0.96-1.06 of the JDK's default, within the runs' "
+                f"held up to 61 MiB beyond the base without it, at most 36 with it ({human_bytes(LONG_RUN_CAPPED_BYTES)} "
+                f"in the sizes instead of {human_bytes(LONG_RUN_BYTES)}); speed 0.96-1.09 of the JDK's default, within the runs' "
                 f"noise (benchmarks/jit_cap.py)")
 
 
