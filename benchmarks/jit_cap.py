@@ -37,7 +37,7 @@ from benchmarks.examples_speed import compile_jobs  # noqa: E402
 from benchmarks.flags_accuracy import NETWORKS, need_of  # noqa: E402
 from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
 from pyd4j.memory.container import diagnose  # noqa: E402
-from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate  # noqa: E402
+from pyd4j.memory.estimate import LONG_RUN_TERM, estimate  # noqa: E402
 from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
 from pyd4j.commands.flags import verify_command  # noqa: E402
 
@@ -55,19 +55,19 @@ def run(command: list[str], fs: FlagSet, timeout: float) -> dict:
             "need_bytes": need_of({"peak_rss_bytes": hwm, "cgroup_peak_bytes": r.peak_bytes})}
 
 
-def model_without_jit(est: Estimate, fs: FlagSet) -> int:
+def model_without_jit(fs: FlagSet) -> int:
     """What the flags hold for the job with the long-run term and the headroom left out."""
-    return fs.heap_bytes + est.offheap_bytes + fs.sized.native_bytes - fs.sized.term_bytes(LONG_RUN_TERM)
+    return fs.heap_bytes + fs.sized.offheap_bytes + fs.sized.native_bytes - fs.sized.term_bytes(LONG_RUN_TERM)
 
 
-def ab(name: str, est: Estimate, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> dict:
+def ab(name: str, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> dict:
     capped = verify_command(fs, job)
     capped.insert(1, "-XX:+AlwaysPreTouch")
     limit = next((a for a in capped if a.startswith(NODE_LIMIT)), None)
     if limit is None:
         raise SystemExit(f"{name}: the generated flags carry no {NODE_LIMIT}: nothing to compare")
     default = [a for a in capped if a != limit]
-    base = model_without_jit(est, fs)
+    base = model_without_jit(fs)
     sides: dict[str, list[dict]] = {"capped": [], "default": []}
     for i in range(pairs):
         for side in (("capped", "default") if i % 2 == 0 else ("default", "capped")):
@@ -107,20 +107,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pyd4j-jit-cap-") as tmp:
         if args.checkout:
             compile_jobs(args.checkout, [SUM_MODEL], Path(tmp) / "classes")
-            row, fs, job, est = profiled_flags(SUM_MODEL, Path(tmp) / "classes", Path(tmp), args.timeout)
+            row, fs, job, _ = profiled_flags(SUM_MODEL, Path(tmp) / "classes", Path(tmp), args.timeout)
             if fs is None:
                 raise SystemExit(f"SumModel: {row['status']}: {row.get('error')}")
-            rows.append(ab("SumModel", est, fs, job, args.pairs, args.timeout))
+            rows.append(ab("SumModel", fs, job, args.pairs, args.timeout))
             write(args, rows, kept)
         for spec in (s for s in args.synthetic.split(",") if s):
             name, rest = spec.split("@")
             batch, iterations = (int(x) for x in rest.split("x"))
             config = NETWORKS / f"{name}.json"
-            est = estimate(config, batch)
-            fs = flags(est, refuse=False)
+            fs = flags(estimate(config, batch), refuse=False)
             job = java_command(JvmOptions.of(), "org.pyd4j.examples.TrainSynthetic", [str(config), str(batch), str(iterations)],
                                extra_classpath=[examples_jar()])
-            rows.append(ab(f"{name}@{batch} x{iterations}", est, fs, job, args.pairs, args.timeout))
+            rows.append(ab(f"{name}@{batch} x{iterations}", fs, job, args.pairs, args.timeout))
             write(args, rows, kept)
     print(json.dumps(write(args, rows, kept)["summary"], indent=2))
     failed = {r["job"]: {s: r[s]["failed"] for s in ("capped", "default")} for r in rows

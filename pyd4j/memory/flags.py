@@ -26,9 +26,10 @@ resident memory less shared pages (heap included) against it and throws "Cannot 
 
 from __future__ import annotations
 
+import copy
 import math
 import shlex
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
@@ -87,8 +88,8 @@ class FlagSet:
     container_bytes: int
     budget_bytes: int | None
     flags: tuple[Flag, ...]
-    breakdown: dict[str, int]
-    sources: dict[str, str]
+    sized: Estimate = field(repr=False, compare=False)
+    """The estimate the sizes come from: the network's, with the terms the pinned JVM settings change."""
     gpu_budget_bytes: int | None = None
     gpu_need_bytes: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -97,8 +98,16 @@ class FlagSet:
     environment_reason: str = ""
     collector: str | None = None
     """The garbage collector the flags pin ("Serial" or "G1"), None where they leave the JVM's choice (Spark)."""
-    sized: Estimate | None = field(default=None, repr=False, compare=False)
-    """The estimate the sizes come from: the network's, with the terms the pinned JVM settings change."""
+
+    @property
+    def breakdown(self) -> dict[str, int]:
+        """Bytes per term of the estimate the flags were sized from."""
+        return self.sized.breakdown()
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each term comes from (dl4j-report / measured / estimate)."""
+        return {t.name: t.source for t in self.sized.terms}
 
     @property
     def total_bytes(self) -> int:
@@ -127,9 +136,12 @@ class FlagSet:
         return _RENDERERS[fmt](self)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(replace(self, sized=None))
-        d.pop("sized")
-        d["flags"] = self.args()
+        d: dict[str, Any] = {}
+        for f in fields(self):   # the estimate goes out as its terms' bytes and sources
+            if f.name == "sized":
+                d.update(breakdown=self.breakdown, sources=self.sources)
+            else:
+                d[f.name] = self.args() if f.name == "flags" else copy.deepcopy(getattr(self, f.name))
         d["reasons"] = {f.arg: f.reason for f in self.flags}
         d["total_bytes"] = self.total_bytes
         return d
@@ -363,7 +375,6 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
              f"{human_bytes(est.native_bytes)} + {pct}, less the JVM's {human_bytes(JVM_FILE_PAGES)} of file-backed "
              "pages, which JavaCPP does not count: it collects when the process's RSS reaches that budget"),
     ) + ((_jit_flag(), _collector_flag(gc, est)) if gc else ())
-    sources = {t.name: t.source for t in est.terms}
     notes = [
         f"container memory limit {human_bytes(s['container'])} = heap + direct + ND4J off-heap and JVM native with "
         f"headroom + {human_bytes(s['margin'])} margin (page tables, kernel memory, and what is allocated between "
@@ -373,9 +384,9 @@ def flags(est: Estimate, total: int | str | None = None, headroom: float = DEFAU
     result = FlagSet(model=est.model, batch=est.batch, dtype=est.dtype, mode=est.mode, headroom=headroom,
                      heap_bytes=s["heap"], max_direct_bytes=direct, maxbytes=s["maxbytes"],
                      maxphysicalbytes=s["maxphysicalbytes"], container_bytes=s["container"], budget_bytes=budget,
-                     flags=flag_list, breakdown=est.breakdown(), sources=sources, gpu_budget_bytes=gpu_b,
+                     flags=flag_list, sized=est, gpu_budget_bytes=gpu_b,
                      gpu_need_bytes=gpu_need, notes=tuple(notes), environment=dict(est.environment),
-                     environment_reason=est.environment_reason(), collector=gc, sized=est)
+                     environment_reason=est.environment_reason(), collector=gc)
     if not refuse:
         return result
     over_host = budget is not None and s["container"] > budget
