@@ -139,16 +139,18 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
             "exact": all(v["exact"] for v in rows.values()) and len(rows) == len(files)}
 
 
-def peak_plans(model: str, batch: int, probe_batch: int, folder: Path) -> dict[str, str]:
-    """Liveness and smallest plans at the peak-measuring batch; the probe's working memory (measured
-    at `probe_batch`) scaled to it (what DL4J's layers allocate grows with the batch)."""
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind, scaled_info
+def peak_plans(model: str, batch: int, folder: Path) -> dict[str, str]:
+    """Liveness and smallest plans at the peak-measuring batch, made as `pyd4j plan` makes them: the
+    opaque steps' working memory from the line through probes at two small batches
+    (`pyd4j.memory.probe.fitted`, in this process's JVM)."""
+    from pyd4j.memory.probe import fitted, of_configuration
+    from pyd4j.sched.dl4j_json import network_kind, probed_graph
     from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
 
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
-    info = scaled_info(json.loads((folder / f"{model}.info.json").read_text()), batch / probe_batch)
-    g = graph_from_dl4j_json(doc, batch, (inp["channels"], inp["height"], inp["width"]), info=info)
+    g = probed_graph(doc, batch, (inp["channels"], inp["height"], inp["width"]),
+                     probe=fitted(of_configuration(doc, model)))
     files = {}
     for policy in ("liveness", "smallest"):
         p, r = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
@@ -158,14 +160,14 @@ def peak_plans(model: str, batch: int, probe_batch: int, folder: Path) -> dict[s
     return files
 
 
-def peaks(model: str, batch: int, probe_batch: int, folder: Path, timeout: float) -> dict:
+def peaks(model: str, batch: int, folder: Path, timeout: float) -> dict:
     """Peak above the idle JVM: fit() and the same job under the liveness and the smallest plan."""
     import benchmarks.planned_training as pt
 
     pt.NETWORKS = folder   # the measuring job reads <model>.json and its .input.json sidecar
     out: dict = {"batch": batch, "iterations": 3}
     try:
-        files = peak_plans(model, batch, probe_batch, folder)
+        files = peak_plans(model, batch, folder)
     except Exception as err:  # noqa: BLE001 - recorded, the benchmark goes on
         return {"error": f"planning at batch {batch}: {err}"[:600]}
     try:
@@ -249,7 +251,7 @@ def main() -> None:
                 if files:
                     m.update(check(model, args.batch, folder, files, args.timeout))
                     if m.get("checked") and not args.no_peak and m["check_s"] <= args.peak_timeout:
-                        m["peak"] = peaks(model, args.peak_batch, args.batch, folder, args.peak_timeout)
+                        m["peak"] = peaks(model, args.peak_batch, folder, args.peak_timeout)
                     elif m.get("checked"):
                         m["peak"] = {"skipped": "no peak measured" if args.no_peak else
                                      f"the check took {m['check_s']} s > {args.peak_timeout:.0f} s"}
