@@ -7,7 +7,8 @@ written as a plan file, and `org.pyd4j.fixtures.PlannedCheck` (in a child JVM) c
 - 20 iterations of `fit()` with the plan installed against DL4J's own `fit()` from the same
   parameters, data and random state: every parameter, the iteration count.
 Offloading plans run on a fake in-memory tier (it isolates the trainer's logic; the real tiers have
-their own tests). The op order of every planned step is DL4J's, so the results are bit-identical.
+their own tests). The op order of every planned step is DL4J's, so the results are bit-identical --
+with the trainer's buffer pool making later iterations' arrays on buffers released earlier.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def test_planned_training_is_dl4j_training(name: str, tmp_path: Path) -> None:
         assert stats["rebuilds"] == 0, where   # the plan said everything the trainer did
         assert stats["left_to_gc"] == 0, where   # everything released was closed, nothing waits for the GC
         assert r["tier_offloads"] == r["tier_releases"] and r["tier_held_after"] == 0, where
+        assert stats["stale_releases"] == 0 == r["fit_stats"]["stale_releases"], where   # none released a buffer handed out again
+    # the buffer pool was at work where the parameters above came out bit-identical: arrays of the
+    # iterations after the first were made on buffers released earlier (at these batches mlp's and
+    # deep_cnn30's arrays are below the pool's 128 KiB floor)
+    if name not in ("mlp", "deep_cnn30"):
+        assert rows["liveness"]["fit_stats"]["pooled_reuses"] > 0, rows["liveness"]["fit_stats"]
     # the policies do what they say: liveness holds less than keeping everything, recomputation
     # recomputes, the tensor pool offloads
     assert rows["liveness"]["stats"]["peak_live_bytes"] <= rows["baseline"]["stats"]["peak_live_bytes"]

@@ -84,7 +84,7 @@ final class ChunkedStep {
                 long b = Math.min(n, a + step);
                 try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
                     INDArray part = layer.activate(slice(x, a, b), true, mgr);
-                    if (out == null) out = like(part, n);
+                    if (out == null) out = like(part, n, mgr);
                     slice(out, a, b).assign(part);
                     free(part);
                 }
@@ -113,7 +113,7 @@ final class ChunkedStep {
                     layer.setInput(slice(x, a, b), mgr);
                     Pair<Gradient, INDArray> p = layer.backpropGradient(slice(epsilon, a, b), mgr);
                     INDArray part = p.getSecond();
-                    if (epsOut == null) epsOut = like(part, n);
+                    if (epsOut == null) epsOut = like(part, n, mgr);
                     slice(epsOut, a, b).assign(part);
                     free(part);
                     gradient = p.getFirst();
@@ -156,7 +156,7 @@ final class ChunkedStep {
      * convolution outputs and input gradients are permuted views: the same layout keeps the steps
      * after it working on what they get from an unsliced step).
      */
-    private static INDArray like(INDArray part, long n) {
+    private static INDArray like(INDArray part, long n, StepWorkspaceMgr mgr) {
         int rank = part.rank();
         long[] shape = part.shape().clone();
         shape[0] = n;
@@ -175,12 +175,10 @@ final class ChunkedStep {
         }
         int[] inverse = new int[rank];
         for (int d = 0; d < rank; d++) inverse[order[d]] = d;
-        try (MemoryWorkspace ws = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
-            INDArray base = Nd4j.createUninitialized(part.dataType(), physical, 'c');
-            boolean identity = true;
-            for (int d = 0; d < rank; d++) identity &= order[d] == d;
-            return identity ? base : base.permute(inverse);
-        }
+        INDArray base = mgr.outside(part.dataType(), physical, 'c');
+        boolean identity = true;
+        for (int d = 0; d < rank; d++) identity &= order[d] == d;
+        return identity ? base : base.permute(inverse);
     }
 
     /** Close a slice's result now (its memory is copied): it is not the trainer's to keep. */

@@ -12,11 +12,13 @@ final class Held {
     final INDArray array;
     final DataBuffer base;
     final long bytes;
+    final long since;   // the buffer pool's clock when made: a buffer handed out later is not this holder's to release
 
     private Held(INDArray array, DataBuffer base) {
         this.array = array;
         this.base = base;
         this.bytes = base == null ? 0 : base.length() * base.getElementSize();
+        this.since = BufferPool.now();
     }
 
     /** A result the trainer owns outright (a view: the buffer it was cut from). */

@@ -72,6 +72,7 @@ public final class PlannedTrainer implements AutoCloseable {
     private final StepWorkspaceMgr bpMgr;   // backward steps: activations are temporaries
     private final StepWorkspaceMgr opaqueBpMgr;   // an opaque step's backward: activations outside (see StepWorkspaceMgr#of)
     private final TrainStats stats = new TrainStats();
+    private final BufferPool pool = BufferPool.fromSystemProperty();   // released buffers for the next arrays of their size
     private final int[] lastPrefetch;   // record index of each tensor's last PREFETCH, -1 if none
     private final boolean[] savedRecords;   // the plan frees what node i keeps for backward (5 * n + i) itself
 
@@ -97,6 +98,12 @@ public final class PlannedTrainer implements AutoCloseable {
     private NodeState[] state = new NodeState[0];
     private long live;
     private int at;   // index of the record being replayed
+    // The pool's bound: the most memory out of workspaces the replay had at once (arrays held when a
+    // step began plus what the step made), and what each record's step made, this iteration and the last.
+    private long outPeak;
+    private long stepStartLive;
+    private long[] stepMade = new long[0];
+    private long[] lastStepMade;   // null in the first iteration: the pool keeps nothing before it knows the steps
 
     private PlannedTrainer(Model net, PlanFile plan, NetworkNodes nodes, OffloadTier tier) {
         this.net = net;
@@ -109,9 +116,9 @@ public final class PlannedTrainer implements AutoCloseable {
                 .policyAllocation(AllocationPolicy.OVERALLOCATE).policyLearning(LearningPolicy.OVER_TIME)
                 .cyclesBeforeInitialization(plan.nodes.size()).policySpill(SpillPolicy.REALLOCATE)
                 .policyReset(ResetPolicy.BLOCK_LEFT).build();
-        this.mgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false);
-        this.bpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, true);
-        this.opaqueBpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false);
+        this.mgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false, pool);
+        this.bpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, true, pool);
+        this.opaqueBpMgr = StepWorkspaceMgr.of(WORKING_MEMORY, working, false, pool);
         this.lastPrefetch = new int[PlanFile.KINDS * plan.nodes.size()];
         Arrays.fill(lastPrefetch, -1);
         this.savedRecords = new boolean[plan.nodes.size()];
@@ -288,6 +295,7 @@ public final class PlannedTrainer implements AutoCloseable {
         attached = false;
         Reflect.set(solver, Solver.class, "optimizer", original);
         nodes.detach();
+        pool.clear();
         dropWorkingMemory();
     }
 
@@ -344,6 +352,7 @@ public final class PlannedTrainer implements AutoCloseable {
         state = new NodeState[n];
         for (int i = 0; i < n; i++) state[i] = new NodeState();
         live = 0;
+        stepMade = new long[plan.records.size()];
         double[] scores = new double[n];   // by output node
         boolean[] scored = new boolean[n];
         nodes.beginIteration();
@@ -392,11 +401,16 @@ public final class PlannedTrainer implements AutoCloseable {
             }
         } finally {
             releaseAll();
+            pool.prune();
+            lastStepMade = stepMade;
         }
         nodes.finishIteration(nodes.totalScore(scores));
         stats.iterations++;
         stats.iterationNanos += System.nanoTime() - started;
         stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
+        stats.pooledReuses = pool.reuses;
+        stats.pooledReusedBytes = pool.reusedBytes;
+        stats.staleReleases = pool.staleReleases;
     }
 
     private BadPlanException planError(String why) {
@@ -421,6 +435,16 @@ public final class PlannedTrainer implements AutoCloseable {
      */
     private void sweep(StepWorkspaceMgr m, int node, INDArray... kept) {
         List<INDArray> made = m.drain();
+        // what the step made and still has, and the largest array it made and closed again (a sliced
+        // step's slices come and go one at a time)
+        long closed = 0;
+        for (INDArray a : made) {
+            long b = a.length() * a.dataType().width();
+            if (a.wasClosed()) closed = Math.max(closed, b);
+            else stepMade[at] += b;
+        }
+        stepMade[at] += closed;
+        outPeak = Math.max(outPeak, stepStartLive + stepMade[at]);
         if (made.isEmpty() || nodes.opaque(node)) return;   // an opaque step's arrays may live on where we cannot see
         java.util.Set<Object> keep = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
         for (INDArray a : kept) if (a != null) keep.add(Held.root(a));
@@ -428,15 +452,31 @@ public final class PlannedTrainer implements AutoCloseable {
         for (INDArray a : made) {
             if (a.wasClosed() || keep.contains(Held.root(a)) || !a.closeable()) continue;
             stats.sweptBytes += a.length() * a.dataType().width();
-            a.close();
+            if (!pool.release(Held.root(a), Long.MAX_VALUE, live, poolLimit())) a.close();
         }
     }
 
+    /** Give up a held array: its buffer to the pool (which keeps it for the next array of its size
+     *  while the trainer holds less than its peak) or closed. Callers take its bytes off {@code live} first. */
     private void release(Held h) {
+        if (h.base != null && pool.release(h.base, h.since, live, poolLimit())) return;
         if (!h.close()) {
             stats.leftToGc++;
             stats.leftToGcBytes += h.bytes;
         }
+    }
+
+    /** What the pool and the held arrays may have together: the replay's own peak out of workspaces
+     *  (0 in the first iteration), so that the pool never raises the peak. */
+    private long poolLimit() {
+        return lastStepMade == null ? 0 : outPeak;
+    }
+
+    /** Before a step makes arrays: the pool gives up what this step would take above the peak (what
+     *  it made in the last iteration). */
+    private void stepStart() {
+        stepStartLive = live;
+        if (lastStepMade != null) pool.trim(outPeak - live - lastStepMade[at]);
     }
 
     private void hold(long bytes) {
@@ -487,6 +527,7 @@ public final class PlannedTrainer implements AutoCloseable {
             state[node].rng = new long[] {random.rootState(), random.nodeState()};
         }
         INDArray out;
+        stepStart();
         try {
             long t = System.nanoTime();
             if (chunks > 1) {   // batch slices, each in its own working-memory scope
@@ -567,6 +608,7 @@ public final class PlannedTrainer implements AutoCloseable {
         }
         Layer l = nodes.layer(node);
         boolean ownInput = l != null && LayerState.dropoutApplied(l);
+        stepStart();
         for (int k = 0; k < pn.inputs.length; k++) {
             int j = pn.inputs[k];
             INDArray cur = state[j].y != null || state[j].incoming ? materialize(j, "BACKWARD " + pn.name) : null;
@@ -736,8 +778,14 @@ public final class PlannedTrainer implements AutoCloseable {
                 if (state[i].incoming) tier.take(PlanFile.KINDS * i).close();
                 dropHostCopy(i);
             } finally {
-                if (state[i].y != null) release(state[i].y);
-                if (state[i].dy != null) release(state[i].dy);
+                if (state[i].y != null) {
+                    live -= state[i].y.bytes;
+                    release(state[i].y);
+                }
+                if (state[i].dy != null) {
+                    live -= state[i].dy.bytes;
+                    release(state[i].dy);
+                }
                 releaseState(i);
                 state[i].y = state[i].dy = null;
                 state[i].hostCopy = state[i].offloadPending = state[i].incoming = false;

@@ -20,6 +20,9 @@ public final class TrainStats {
     public long leftToGcBytes;
     public long sweptBytes;         // step temporaries DL4J made outside workspaces, closed right after the step
     public boolean mallocReturnsMemory; // glibc's mmap threshold fixed (see ReturnFreedMemory)
+    public long pooledReuses;       // arrays made on a buffer the trainer released earlier (see BufferPool)
+    public long pooledReusedBytes;
+    public long staleReleases;      // releases of a buffer already handed out again, ignored (see BufferPool)
     public long iterationNanos;     // time in planned iterations (the gradient step; DL4J's updater step not included)
     public long layerNanos;         // of which inside DL4J's forward and backward steps (the rest: the trainer's own work)
     public TierStats tier;          // null without a tier
@@ -41,6 +44,9 @@ public final class TrainStats {
                 .append(", \"left_to_gc_bytes\": ").append(leftToGcBytes)
                 .append(", \"swept_bytes\": ").append(sweptBytes)
                 .append(", \"malloc_returns_memory\": ").append(mallocReturnsMemory)
+                .append(", \"pooled_reuses\": ").append(pooledReuses)
+                .append(", \"pooled_reused_bytes\": ").append(pooledReusedBytes)
+                .append(", \"stale_releases\": ").append(staleReleases)
                 .append(", \"iteration_s\": ").append(iterationNanos / 1e9)
                 .append(", \"layer_s\": ").append(layerNanos / 1e9);
         if (tier != null) {
