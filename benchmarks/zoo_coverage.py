@@ -82,7 +82,7 @@ def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
     """The planner's verdict and the plan files (policy -> path)."""
     from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
     from pyd4j.sched.graph import GraphError, LayerType
-    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, smallest_plan, write_plan
+    from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
 
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]

@@ -20,6 +20,7 @@ public final class TrainStats {
     public long leftToGcBytes;
     public long sweptBytes;         // step temporaries DL4J made outside workspaces, closed right after the step
     public boolean mallocReturnsMemory; // glibc's mmap threshold fixed (see ReturnFreedMemory)
+    public boolean bufferPool;      // released buffers kept for later arrays (off for plans made for the least memory)
     public long pooledReuses;       // arrays made on a buffer the trainer released earlier (see BufferPool)
     public long pooledReusedBytes;
     public long staleReleases;      // releases of a buffer already handed out again, ignored (see BufferPool)
@@ -44,6 +45,7 @@ public final class TrainStats {
                 .append(", \"left_to_gc_bytes\": ").append(leftToGcBytes)
                 .append(", \"swept_bytes\": ").append(sweptBytes)
                 .append(", \"malloc_returns_memory\": ").append(mallocReturnsMemory)
+                .append(", \"buffer_pool\": ").append(bufferPool)
                 .append(", \"pooled_reuses\": ").append(pooledReuses)
                 .append(", \"pooled_reused_bytes\": ").append(pooledReusedBytes)
                 .append(", \"stale_releases\": ").append(staleReleases)
