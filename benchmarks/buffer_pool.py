@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -47,12 +46,8 @@ def measure(pt, name: str, batch: int, policy: str, folder: Path, iterations: in
             print(f"{name} b{batch} {policy} pool {side}: peak {out['peak_above_idle_bytes'] / 2**20:.1f} MiB, "
                   f"{out['iterations_per_s'] or 0:.3f} it/s", flush=True)
 
-    def med(side: str, key: str) -> float | None:
-        vals = [x[key] for x in runs[side] if x[key] is not None]
-        return statistics.median(vals) if vals else None
-
-    peak_on, peak_off = med("on", "peak_above_idle_bytes"), med("off", "peak_above_idle_bytes")
-    speed_on, speed_off = med("on", "iterations_per_s"), med("off", "iterations_per_s")
+    peak_on, peak_off = (pt.median(runs[side], "peak_above_idle_bytes") for side in ("on", "off"))
+    speed_on, speed_off = (pt.median(runs[side], "iterations_per_s") for side in ("on", "off"))
     pairs = [a["iterations_per_s"] / b["iterations_per_s"] for a, b in zip(runs["on"], runs["off"])
              if a["iterations_per_s"] and b["iterations_per_s"]]
     return {"batch": batch, "policy": policy, "predicted_peak_bytes": plan["predicted_peak_bytes"],

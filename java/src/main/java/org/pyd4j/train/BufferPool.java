@@ -1,10 +1,12 @@
 package org.pyd4j.train;
 
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.IdentityHashMap;
 import java.util.Iterator;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicLong;
@@ -81,14 +83,9 @@ final class BufferPool {
         if (length * type.width() < MIN_BYTES) return null;
         ArrayDeque<DataBuffer> q = free.get(key(type, length));
         DataBuffer b = null;
-        while (q != null && !q.isEmpty()) {
-            DataBuffer c = q.poll();
-            kept.remove(c);
-            keptBytes -= bytes(c);
-            if (!c.wasClosed()) {
-                b = c;
-                break;
-            }
+        while (q != null && !q.isEmpty() && b == null) {
+            DataBuffer c = poll(q);
+            if (!c.wasClosed()) b = c;
         }
         if (b == null) return null;
         handedOutAt.put(b, CLOCK.incrementAndGet());
@@ -124,18 +121,13 @@ final class BufferPool {
 
     /** Close kept buffers, largest first, until the pool keeps at most {@code most} bytes. */
     void trim(long most) {
-        if (keptBytes <= Math.max(0, most)) return;
-        java.util.List<String> keys = new java.util.ArrayList<>(free.keySet());
-        keys.sort((a, b) -> Long.compare(length(b), length(a)));
-        for (String k : keys) {
-            ArrayDeque<DataBuffer> q = free.get(k);
-            while (!q.isEmpty() && keptBytes > Math.max(0, most)) {
-                DataBuffer b = q.poll();
-                kept.remove(b);
-                keptBytes -= bytes(b);
-                if (!b.wasClosed() && b.closeable()) b.close();
-            }
-            if (keptBytes <= Math.max(0, most)) return;
+        long limit = Math.max(0, most);
+        if (keptBytes <= limit) return;
+        List<ArrayDeque<DataBuffer>> queues = new ArrayList<>();
+        for (ArrayDeque<DataBuffer> q : free.values()) if (!q.isEmpty()) queues.add(q);
+        queues.sort((a, b) -> Long.compare(bytes(b.peek()), bytes(a.peek())));
+        for (ArrayDeque<DataBuffer> q : queues) {
+            while (!q.isEmpty() && keptBytes > limit) close(poll(q));
         }
     }
 
@@ -148,9 +140,7 @@ final class BufferPool {
 
     /** Close every kept buffer: their memory goes back now. */
     void clear() {
-        for (ArrayDeque<DataBuffer> q : free.values()) {
-            for (DataBuffer b : q) if (!b.wasClosed() && b.closeable()) b.close();
-        }
+        for (ArrayDeque<DataBuffer> q : free.values()) for (DataBuffer b : q) close(b);
         free.clear();
         kept.clear();
         handedOutAt.clear();
@@ -161,8 +151,16 @@ final class BufferPool {
         return type + ":" + length;
     }
 
-    private static long length(String key) {
-        return Long.parseLong(key.substring(key.indexOf(':') + 1));
+    /** The next kept buffer of a queue, no longer kept. */
+    private DataBuffer poll(ArrayDeque<DataBuffer> q) {
+        DataBuffer b = q.poll();
+        kept.remove(b);
+        keptBytes -= bytes(b);
+        return b;
+    }
+
+    private static void close(DataBuffer b) {
+        if (!b.wasClosed() && b.closeable()) b.close();
     }
 
     private static long bytes(DataBuffer b) {

@@ -114,7 +114,6 @@ public final class PlannedTrainer implements AutoCloseable {
         this.stats.plannedPeakBytes = plan.predictedPeakBytes;
         this.pool = BufferPool.forPlan(plan);
         this.parameterBytes = net.numParams() * net.params().dataType().width();
-        this.stats.bufferPool = pool.enabled();
         WorkspaceConfiguration working = WorkspaceConfiguration.builder()
                 .initialSize(0).overallocationLimit(0.02)
                 .policyAllocation(AllocationPolicy.OVERALLOCATE).policyLearning(LearningPolicy.OVER_TIME)
@@ -285,6 +284,10 @@ public final class PlannedTrainer implements AutoCloseable {
 
     public TrainStats stats() {
         if (tier != null) stats.tier = tier.stats();
+        stats.bufferPool = pool.enabled();
+        stats.pooledReuses = pool.reuses;
+        stats.pooledReusedBytes = pool.reusedBytes;
+        stats.staleReleases = pool.staleReleases;
         return stats;
     }
 
@@ -415,9 +418,6 @@ public final class PlannedTrainer implements AutoCloseable {
         stats.iterations++;
         stats.iterationNanos += System.nanoTime() - started;
         stats.workingMemoryBytes = Math.max(stats.workingMemoryBytes, workingMemoryBytes());
-        stats.pooledReuses = pool.reuses;
-        stats.pooledReusedBytes = pool.reusedBytes;
-        stats.staleReleases = pool.staleReleases;
     }
 
     private BadPlanException planError(String why) {
@@ -446,9 +446,8 @@ public final class PlannedTrainer implements AutoCloseable {
         // step's slices come and go one at a time)
         long closed = 0;
         for (INDArray a : made) {
-            long b = a.length() * a.dataType().width();
-            if (a.wasClosed()) closed = Math.max(closed, b);
-            else stepMade[at] += b;
+            if (a.wasClosed()) closed = Math.max(closed, bytes(a));
+            else stepMade[at] += bytes(a);
         }
         stepMade[at] += closed;
         outPeak = Math.max(outPeak, stepStartLive + stepMade[at]);
@@ -458,7 +457,7 @@ public final class PlannedTrainer implements AutoCloseable {
         for (INDArray a : nodes.referenced(node)) keep.add(Held.root(a));
         for (INDArray a : made) {
             if (a.wasClosed() || keep.contains(Held.root(a)) || !a.closeable()) continue;
-            stats.sweptBytes += a.length() * a.dataType().width();
+            stats.sweptBytes += bytes(a);
             if (!pool.release(Held.root(a), Long.MAX_VALUE, live, poolLimit())) a.close();
         }
     }
@@ -580,8 +579,12 @@ public final class PlannedTrainer implements AutoCloseable {
 
     private static long bytes(List<INDArray> arrays) {
         long b = 0;
-        for (INDArray a : arrays) if (!a.isView()) b += a.length() * a.dataType().width();
+        for (INDArray a : arrays) if (!a.isView()) b += bytes(a);
         return b;
+    }
+
+    private static long bytes(INDArray a) {
+        return a.length() * a.dataType().width();
     }
 
     /** Close what the node's layer kept for its backward step. */
