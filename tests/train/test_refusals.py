@@ -153,3 +153,23 @@ def test_one_line_from_java_trains_with_dl4j_own_loop(jvm, tmp_path: Path) -> No
     solver_field = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork").class_.getDeclaredField("solver")
     solver_field.setAccessible(True)
     assert "PlannedOptimizer" not in str(optimizer.get(solver_field.get(net)).getClass().getName())
+
+
+def test_a_pool_option_that_is_neither_true_nor_false_is_refused_before_training(jvm, tmp_path: Path) -> None:
+    import jpype
+
+    System = jpype.JClass("java.lang.System")
+    net, path = network("lenet"), plan_file(tmp_path, "lenet")
+    before = str(net.params().toString())
+    System.setProperty("pyd4j.train.pool", "off")
+    try:
+        with pytest.raises(jpype.JException) as err:
+            jpype.JClass("org.pyd4j.train.PlannedTrainer").attach(
+                net, jpype.JClass("org.pyd4j.train.PlanFile").read(path), None)
+    finally:
+        System.clearProperty("pyd4j.train.pool")
+    assert "-Dpyd4j.train.pool=off is neither true nor false" in str(err.value)
+    assert "-Dpyd4j.train.pool=false" in str(err.value)
+    assert str(net.params().toString()) == before   # nothing trained, and the network keeps its optimizer
+    trainer = jpype.JClass("org.pyd4j.train.PlannedTrainer")
+    assert trainer.of(net) is None

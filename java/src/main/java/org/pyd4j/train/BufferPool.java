@@ -61,9 +61,14 @@ final class BufferPool {
      *  benchmarks/buffer_pool.py) or
      *  {@code -Dpyd4j.train.pool=false}. */
     static BufferPool forPlan(PlanFile plan) {
+        String option = System.getProperty("pyd4j.train.pool", "true");
+        if (!option.equals("true") && !option.equals("false")) {
+            throw new IllegalArgumentException("-Dpyd4j.train.pool=" + option + " is neither true nor false; "
+                    + "give -Dpyd4j.train.pool=false to make every array anew, or leave it out");
+        }
         boolean leastMemory = false;
         for (PlanFile.Record r : plan.records) leastMemory |= r.op == PlanFile.Op.RECOMPUTE || r.chunks > 1;
-        return new BufferPool(!leastMemory && !"false".equals(System.getProperty("pyd4j.train.pool")));
+        return new BufferPool(!leastMemory && option.equals("true"));
     }
 
     boolean enabled() {
