@@ -480,6 +480,14 @@ def _usable(t: Timeline, what: str) -> list[dict]:
     return [p for p in points if p.get(f"{what}_drained", True)]
 
 
+def _training_end(t: Timeline) -> float:
+    """Epoch ms of the first sample that saw the last iteration. On an iteration axis what the job holds
+    after it has no x of its own: a job that returns from its training loop frees what the loop kept, a
+    leak included, and the envelope must not read that as the rise levelling off."""
+    last = t.iterations()
+    return min((s["t"] for s in t.samples if (s.get("iterations") or 0) >= last), default=float("inf"))
+
+
 def _live_axis(t: Timeline, what: str = "offheap") -> tuple[list[dict], np.ndarray, str]:
     """Usable live points after warm-up, and their x: iterations when the job reports them, else seconds."""
     points = _usable(t, what)
@@ -528,7 +536,8 @@ def envelope(t: Timeline, what: str, unit: str) -> tuple[np.ndarray, np.ndarray]
     """The lower envelope of what the job holds, per window: for "offheap" the least libnd4j + JavaCPP
     bytes held over each ENVELOPE_SAMPLES samples (exact counters, every interval), for "heap" the least
     heap left by each ENVELOPE_GCS young collections. Garbage only adds to what is held, so this bounds
-    what is kept from above at every window; with x at the window's lowest point."""
+    what is kept from above at every window; with x at the window's lowest point. On an iteration axis,
+    only while the job trains (see `_training_end`)."""
     if what == "offheap":
         rows = [(s["t"], _held(s)) for s in t.samples
                 if s.get("nd4j_live") is not None or s.get("javacpp_total") is not None]
@@ -537,6 +546,9 @@ def envelope(t: Timeline, what: str, unit: str) -> tuple[np.ndarray, np.ndarray]
         rows = [(g["t"], g["heap_after"]) for g in t.gc_events
                 if g.get("heap_after") is not None and g.get("kind") not in ("full", "cycle")]
         size = ENVELOPE_GCS
+    if unit == "iteration":
+        end = _training_end(t)
+        rows = [r for r in rows if r[0] <= end]
     if len(rows) < size:
         return np.array([]), np.array([])
     data = np.array(rows, dtype=float)

@@ -205,6 +205,26 @@ def test_fake_points_that_caught_memory_released_later_are_no_leak(tmp_path):
     assert leak_verdicts(kept)[1].status == "leak", leak_verdicts(kept)[1].reason
 
 
+def test_a_leak_into_a_cache_the_job_frees_when_training_ends_is_still_a_leak(tmp_path):
+    """Made-up timeline (our own logic only), the corpus's leak-cache job as CI saw it: 784 KiB kept per
+    iteration in a cache local to the training loop; the loop returns, the cache is freed, and the JVM
+    lives on at its last iteration holding 10 MiB (a last live point says so). What the job holds after
+    its last iteration has no x of its own: it neither levels the rise off nor refutes the points."""
+    mib = 1 << 20
+    held = lambda k: 10 * mib + 784 * 1024 * min(k, 600)  # noqa: E731
+    training = _made_up_training(tmp_path, held=lambda i, k: held(k) if k <= 600 else 10 * mib,
+                                 kept_at_point=held)
+    # the made-up job stopped training at iteration 600 and lived on 40 s without iterating
+    for s in training.samples:
+        s["iterations"] = min(s["iterations"], 600)
+    # its live points: every 50 iterations while it trained, and one after the loop returned
+    training.live_points[:] = [p for p in training.live_points if p["iterations"] <= 600]
+    training.live_points.append({**training.live_points[-1], "t": training.samples[-1]["t"], "nd4j_live": 10 * mib})
+    verdict = leak_verdicts(training)[1]
+    assert verdict.status == "leak", verdict.reason
+    assert verdict.trend.slope == pytest.approx(784 * 1024, rel=0.02)
+
+
 @pytest.mark.parametrize("threshold", [None, "131072"])
 def test_a_job_left_with_glibcs_moving_mmap_threshold_is_told(runs_root, threshold):
     """The agent reads the training JVM's own environment: without the variable pyd4j's flags set, profile says
