@@ -22,7 +22,8 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   LastTimeStep, the zoo's vertices) or from DL4J's own shape inference (`info`), its working
   memory from a probe iteration (`info`; `probed_graph` runs one); a type with neither raises
   `UnsupportedLayer` naming it.
-  Truncated BPTT is refused by name;
+  Under truncated BPTT (a MultiLayerNetwork's) one iteration is one segment of tbpttFwdLength time
+  steps: the graph is built at that length (a graph under truncated BPTT is refused by name);
 - shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
 - graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
   Kahn's algorithm over inputs-then-vertices in JSON order), so a plan's forward steps run in the
@@ -421,12 +422,8 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
     if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
         raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
                          "(no 'confs' and no 'vertices')")
-    if doc.get("backpropType") == "TruncatedBPTT":
-        raise UnsupportedLayer(f"the network trains with truncated BPTT (forward length {doc.get('tbpttFwdLength')}, "
-                               f"backward length {doc.get('tbpttBackLength')}), which planned training does not "
-                               "replay (it replays standard backprop); train it with DL4J's own fit()")
     if input_shape is not None:
-        input_shape = _shapes(input_shape)
+        input_shape = _segment(doc, _shapes(input_shape))
     try:
         graph = (_multilayer(doc, batch, input_shape, info) if "confs" in doc
                  else _graph(doc, batch, input_shape, info))
@@ -457,7 +454,7 @@ def probed_graph(text: str | dict[str, Any], batch: int = 32,
     except UnsupportedLayer:
         if probe is None or input_shape is None:
             raise
-        given = _shapes(input_shape)
+        given = _segment(text if isinstance(text, dict) else parse_json(text, "DL4J configuration JSON"), _shapes(input_shape))
         inputs = [(batch, *s) for s in (given if given and isinstance(given[0], tuple) else (given,))]
     else:
         if probe is None or not any(layer.type is LayerType.OPAQUE for layer in graph.layers):
@@ -471,6 +468,25 @@ def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
     if isinstance(given, (list, tuple)) and given and all(isinstance(d, (list, tuple)) for d in given):
         return tuple(tuple(_whole(d, f"input shape {k}") for d in shape) for k, shape in enumerate(given))
     return tuple(_whole(d, "input shape") for d in given)
+
+
+def _segment(doc: Any, shape: tuple) -> tuple:
+    """The input shape one iteration sees. Under truncated BPTT DL4J's fit() cuts each sequence into
+    segments of tbpttFwdLength steps and trains one iteration per segment, so a (features, T) input is
+    planned at (features, min(T, tbpttFwdLength)). Only a MultiLayerNetwork's is replayed: a graph
+    under truncated BPTT is refused by name."""
+    if not isinstance(doc, dict) or doc.get("backpropType") != "TruncatedBPTT":
+        return shape
+    fwd, back = doc.get("tbpttFwdLength"), doc.get("tbpttBackLength")
+    if "confs" not in doc:
+        raise UnsupportedLayer(f"the graph trains with truncated BPTT (forward length {fwd}, backward length {back}), "
+                               "which planned training replays for a MultiLayerNetwork only; train it with DL4J's own fit()")
+    one = _one_shape(shape)
+    if len(one) != 2:
+        raise GraphError(f"the network trains with truncated BPTT: its input is a sequence (features, time steps); "
+                         f"got input shape {list(one)}")
+    fwd = _whole(fwd, "tbpttFwdLength")
+    return (one[0], min(one[1], fwd))
 
 
 def _one_shape(shape: tuple | None) -> tuple[int, ...] | None:

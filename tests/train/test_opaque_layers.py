@@ -172,3 +172,63 @@ def test_a_recurrent_network_with_masks_of_variable_lengths_trains_planned_exact
         assert planned.getIterationCount() == fitted.getIterationCount() == 10, policy
         assert np.array_equal(values(planned.params()), values(fitted.params())), policy   # bit for bit
         assert not np.array_equal(values(planned.params()), values(start)), policy   # it trained
+
+
+def tbptt_lstm(fwd: int = 20, back: int = 12):
+    """The lstm network trained with truncated BPTT: its configuration document and a built network."""
+    import jpype
+
+    doc = json.loads((NETWORKS / "lstm.json").read_text())
+    doc.update(backpropType="TruncatedBPTT", tbpttFwdLength=fwd, tbpttBackLength=back)
+    conf = jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(json.dumps(doc))
+    net = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf)
+    net.init()
+    return doc, net
+
+
+def test_truncated_bptt_trains_planned_exactly(jvm) -> None:
+    """LSTM -> LSTM -> RnnOutputLayer under truncated BPTT (segments of 20 steps, gradients over the last
+    12 of each), on masked sequences of 50 steps: DL4J's fit() trains each batch as three iterations
+    (20 + 20 + 10 steps), each starting from the state the segment before left. The plan is made for one
+    segment; 6 batches of fit() under it end with the parameters of DL4J's own fit(), bit for bit."""
+    import jpype
+
+    from pyd4j.nd import from_numpy
+    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, plan_document
+    from pyd4j.train import planned_graph
+
+    Nd4j = jpype.JClass("org.nd4j.linalg.factory.Nd4j")
+    DataSet = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+    PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")
+    Trainer = jpype.JClass("org.pyd4j.train.PlannedTrainer")
+    rng = np.random.default_rng(5)
+    batches = [sequences(rng, [int(n) for n in rng.integers(1, 51, 4)]) for _ in range(6)]
+
+    def train(net) -> None:
+        Nd4j.getRandom().setSeed(jpype.JLong(13))
+        for bx, by, bfm, blm in batches:
+            net.fit(DataSet(*(from_numpy(a, copy=True) for a in (bx, by, bfm, blm))))
+
+    doc, fitted = tbptt_lstm()
+    start = fitted.params().dup()
+    train(fitted)
+    assert fitted.getIterationCount() == 18   # three segments a batch: DL4J really trained truncated
+    _, standard = tbptt_lstm()
+    standard.getLayerWiseConfigurations().setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").Standard)
+    train(standard)
+    assert not np.array_equal(values(standard.params()), values(fitted.params()))   # truncation changed the result
+
+    _, net = tbptt_lstm()
+    g = planned_graph(net, doc, 4, (32, 50))
+    assert [list(layer.out_shape) for layer in g.layers][:2] == [[4, 32, 20], [4, 128, 20]]   # one segment
+    for policy in ("liveness", IN_MEMORY):
+        plan, result = choose_plan(g, policy=policy)
+        plan_file = PlanFile.parse(json.dumps(plan_document(plan, result, "MultiLayerNetwork")), "test")
+        _, planned = tbptt_lstm()
+        planned.setParams(start.dup())
+        with Trainer.attach(planned, plan_file, None) as t:
+            train(planned)
+            assert t.stats().iterations == 18, policy
+        assert planned.getIterationCount() == 18, policy
+        assert np.array_equal(values(planned.params()), values(fitted.params())), policy   # bit for bit
+        assert not np.array_equal(values(planned.params()), values(start)), policy

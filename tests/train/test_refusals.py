@@ -65,19 +65,30 @@ def test_recurrent_layers_are_accepted_as_opaque_steps(jvm, tmp_path: Path) -> N
     assert problems(network("lstm"), path) == []
 
 
-def test_truncated_bptt_is_refused_by_name(jvm, tmp_path: Path) -> None:
+def test_truncated_bptt_is_refused_by_name_where_it_is_not_replayed(jvm, tmp_path: Path) -> None:
+    """A MultiLayerNetwork under truncated BPTT is replayed (tests/train/test_opaque_layers.py); a graph
+    under it is refused by the planner, and a plan that recomputes a recurrent layer by the trainer (its
+    forward pass stores the state the next segment starts from), each by name."""
     import jpype
 
-    path = plan_file(tmp_path, "lstm")
+    from pyd4j.sched.training_plan import plan_document
+
+    doc = json.loads((NETWORKS / "resnet_graph.json").read_text())
+    doc["backpropType"] = "TruncatedBPTT"
+    with pytest.raises(Exception, match="truncated BPTT.*MultiLayerNetwork only"):
+        graph_from_dl4j_json(doc, 4, (3, 32, 32))
     net = network("lstm")
     net.getLayerWiseConfigurations().setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").TruncatedBPTT)
-    out = problems(net, path)
-    assert any("truncated BPTT" in p and "DL4J's own fit()" in p for p in out), out
-    # the planner refuses its configuration too, by name
-    doc = json.loads((NETWORKS / "lstm.json").read_text())
-    doc["backpropType"] = "TruncatedBPTT"
-    with pytest.raises(Exception, match="truncated BPTT"):
-        graph_from_dl4j_json(doc, 4, (32, 50))
+    lstm = json.loads((NETWORKS / "lstm.json").read_text())
+    plan, result = choose_plan(graph_from_dl4j_json(lstm, 4, (32, 50)), policy="liveness")
+    assert problems(net, plan_file(tmp_path, "lstm")) == []
+    document = plan_document(plan, result, "MultiLayerNetwork")
+    backward = next(r for r in document["records"] if r[0] == "BACKWARD" and r[1] == 1)
+    document["records"].insert(document["records"].index(backward), ["RECOMPUTE", *backward[1:]])
+    path = tmp_path / "recomputes.json"
+    path.write_text(json.dumps(document))
+    out = problems(net, str(path))
+    assert any("recomputes" in p and "truncated BPTT" in p for p in out), out
 
 
 def test_weight_noise_other_dropouts_and_activation_listeners_are_refused(jvm, tmp_path: Path) -> None:
