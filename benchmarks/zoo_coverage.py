@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2]
         [--timeout 900] [--peak-timeout 300] [--peak-batch 16] [--no-peak] [--resume] [--table-only]
-        [--out benchmarks/results/zoo_coverage.json]
+        [--peaks-only [--configs DIR]] [--out benchmarks/results/zoo_coverage.json]
 
 For each model, in child JVMs (one OpenMP thread):
 1. built by DL4J's code (`org.pyd4j.fixtures.ZooNets`) at the smallest square input at which it
@@ -24,6 +24,11 @@ For each model, in child JVMs (one OpenMP thread):
 
 A model that does not build in time, or whose step exceeds `--timeout`, is recorded as skipped
 with the limit it exceeded. Writes JSON (`--out`) and prints the README table.
+
+`--peaks-only` measures step 4 alone for the models named, into the models `--out` already holds
+(their builds and checks stay as recorded): for the models whose check ran past `--peak-timeout` on a
+loaded machine. Each is built again at the size recorded, into `--configs` (kept between runs) where it
+is not there yet.
 """
 
 from __future__ import annotations
@@ -78,6 +83,12 @@ def build(model: str, batch: int, folder: Path, timeout: float) -> dict:
     return {"built": True, "size": r["size"], "kind": r["kind"], "build_s": round(time.monotonic() - t, 1)}
 
 
+def input_shape(inp: dict) -> tuple[int, ...]:
+    """A model's input shape from its .input.json entry: (C, H, W), or (features, time steps)."""
+    return ((inp["channels"], inp["height"], inp["width"]) if inp["type"] == "convolutional"
+            else (inp["size"], inp["timeSeriesLength"]))
+
+
 def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
     """The planner's verdict and the plan files (policy -> path)."""
     from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
@@ -87,8 +98,7 @@ def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
     info = json.loads((folder / f"{model}.info.json").read_text())
-    shape = ((inp["channels"], inp["height"], inp["width"]) if inp["type"] == "convolutional"
-             else (inp["size"], inp["timeSeriesLength"]))
+    shape = input_shape(inp)
     try:
         g = graph_from_dl4j_json(doc, batch, shape, info=info)
         files, predicted = {}, {}
@@ -149,8 +159,7 @@ def peak_plans(model: str, batch: int, folder: Path) -> dict[str, str]:
 
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
-    g = probed_graph(doc, batch, (inp["channels"], inp["height"], inp["width"]),
-                     probe=fitted(of_configuration(doc, model)))
+    g = probed_graph(doc, batch, input_shape(inp), probe=fitted(of_configuration(doc, model)))
     files = {}
     for policy in ("liveness", "smallest"):
         p, r = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
@@ -227,10 +236,15 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_coverage.json"))
     ap.add_argument("--resume", action="store_true", help="keep the models already in --out, run the others")
     ap.add_argument("--table-only", action="store_true", help="summarize --out (e.g. of an interrupted run)")
+    ap.add_argument("--peaks-only", action="store_true", help="measure only the peaks of --models, into --out")
+    ap.add_argument("--configs", metavar="DIR", help="with --peaks-only: where the built models are (or go)")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     if args.table_only:   # an interrupted run: summarize what it wrote
         finish(json.loads(Path(args.out).read_text()), models, Path(args.out))
+        return
+    if args.peaks_only:
+        measure_peaks(models, args)
         return
     doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
                     "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
@@ -259,6 +273,28 @@ def main() -> None:
             print(model, json.dumps({k: v for k, v in m.items() if k not in ("plans",)})[:400], flush=True)
             Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     finish(doc, models, Path(args.out))
+
+
+def measure_peaks(models: list[str], args: argparse.Namespace) -> None:
+    """Step 4 alone for `models`, each already accepted and checked in --out."""
+    out = Path(args.out)
+    doc = json.loads(out.read_text())
+    with tempfile.TemporaryDirectory(prefix="pyd4j-zoo-") as tmp:
+        folder = Path(args.configs or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for model in models:
+            m = doc["models"].get(model)
+            if not (m and m.get("checked")):
+                raise SystemExit(f"{model}: not accepted and checked in {out}; run it without --peaks-only first")
+            if not (folder / f"{model}.json").exists():
+                built = build(model, args.batch, folder, args.timeout)
+                if built.get("size") != m["size"]:
+                    raise SystemExit(f"{model}: built at {built.get('size')} now, {m['size']} in {out}: {built}")
+            m["peak"] = {**peaks(model, args.peak_batch, folder, args.timeout),
+                         "note": f"measured by --peaks-only (the check had run past --peak-timeout), timeout {args.timeout:.0f} s"}
+            print(model, json.dumps(m["peak"]), flush=True)
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+    finish(doc, [m for m in MODELS if m in doc["models"]], out)
 
 
 def finish(doc: dict, models: list[str], out: Path) -> None:
