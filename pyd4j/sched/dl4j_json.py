@@ -22,8 +22,8 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   LastTimeStep, the zoo's vertices) or from DL4J's own shape inference (`info`), its working
   memory from a probe iteration (`info`; `probed_graph` runs one); a type with neither raises
   `UnsupportedLayer` naming it.
-  Under truncated BPTT (a MultiLayerNetwork's) one iteration is one segment of tbpttFwdLength time
-  steps: the graph is built at that length (a graph under truncated BPTT is refused by name);
+  Under truncated BPTT one iteration is one segment of tbpttFwdLength time steps: the graph is built
+  at that length;
 - shapes follow DL4J's rules (ConvolutionMode Same: ceil(in / stride); Truncate: floor);
 - graph vertices come in DL4J's own topological order (`ComputationGraph.topologicalSortOrder()`,
   Kahn's algorithm over inputs-then-vertices in JSON order), so a plan's forward steps run in the
@@ -473,20 +473,20 @@ def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
 def _segment(doc: Any, shape: tuple) -> tuple:
     """The input shape one iteration sees. Under truncated BPTT DL4J's fit() cuts each sequence into
     segments of tbpttFwdLength steps and trains one iteration per segment, so a (features, T) input is
-    planned at (features, min(T, tbpttFwdLength)). Only a MultiLayerNetwork's is replayed: a graph
-    under truncated BPTT is refused by name."""
+    planned at (features, min(T, tbpttFwdLength)); a graph's inputs that are not sequences stay whole, as
+    DL4J keeps them."""
     if not isinstance(doc, dict) or doc.get("backpropType") != "TruncatedBPTT":
         return shape
-    fwd, back = doc.get("tbpttFwdLength"), doc.get("tbpttBackLength")
-    if "confs" not in doc:
-        raise UnsupportedLayer(f"the graph trains with truncated BPTT (forward length {fwd}, backward length {back}), "
-                               "which planned training replays for a MultiLayerNetwork only; train it with DL4J's own fit()")
-    one = _one_shape(shape)
-    if len(one) != 2:
-        raise GraphError(f"the network trains with truncated BPTT: its input is a sequence (features, time steps); "
-                         f"got input shape {list(one)}")
-    fwd = _whole(fwd, "tbpttFwdLength")
-    return (one[0], min(one[1], fwd))
+    fwd = _whole(doc.get("tbpttFwdLength"), "tbpttFwdLength")
+    if "confs" in doc:
+        one = _one_shape(shape)
+        if len(one) != 2:
+            raise GraphError(f"the network trains with truncated BPTT: its input is a sequence (features, time steps); "
+                             f"got input shape {list(one)}")
+        return (one[0], min(one[1], fwd))
+    shapes = list(shape) if shape and isinstance(shape[0], tuple) else [shape]
+    cut = tuple((s[0], min(s[1], fwd)) if len(s) == 2 else s for s in shapes)
+    return cut if shape and isinstance(shape[0], tuple) else cut[0]
 
 
 def _one_shape(shape: tuple | None) -> tuple[int, ...] | None:

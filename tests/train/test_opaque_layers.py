@@ -174,22 +174,42 @@ def test_a_recurrent_network_with_masks_of_variable_lengths_trains_planned_exact
         assert not np.array_equal(values(planned.params()), values(start)), policy   # it trained
 
 
-def tbptt_lstm(fwd: int = 20, back: int = 12):
-    """The lstm network trained with truncated BPTT: its configuration document and a built network."""
+def tbptt_network(kind: str):
+    """A recurrent network trained with truncated BPTT, as (configuration document, a fresh network, features,
+    steps): the lstm example network (segments of 20 steps, backward length 12) as a MultiLayerNetwork, or
+    LSTM -> RnnOutputLayer built as a ComputationGraph (segments of 10)."""
     import jpype
 
-    doc = json.loads((NETWORKS / "lstm.json").read_text())
-    doc.update(backpropType="TruncatedBPTT", tbpttFwdLength=fwd, tbpttBackLength=back)
-    conf = jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(json.dumps(doc))
-    net = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf)
+    if kind == "MultiLayerNetwork":
+        doc = json.loads((NETWORKS / "lstm.json").read_text())
+        doc.update(backpropType="TruncatedBPTT", tbpttFwdLength=20, tbpttBackLength=12)
+        conf = jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(json.dumps(doc))
+        net = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf)
+        net.init()
+        return doc, net, 32, 50
+    Act = jpype.JClass("org.nd4j.linalg.activations.Activation")
+    LSTM = jpype.JClass("org.deeplearning4j.nn.conf.layers.LSTM")
+    Out = jpype.JClass("org.deeplearning4j.nn.conf.layers.RnnOutputLayer")
+    Loss = jpype.JClass("org.nd4j.linalg.lossfunctions.LossFunctions$LossFunction")
+    conf = (jpype.JClass("org.deeplearning4j.nn.conf.NeuralNetConfiguration$Builder")().seed(jpype.JLong(3))
+            .updater(jpype.JClass("org.nd4j.linalg.learning.config.Adam")(1e-2)).graphBuilder().addInputs("in")
+            .addLayer("lstm", LSTM.Builder().nIn(32).nOut(24).activation(Act.TANH).build(), "in")
+            .addLayer("out", Out.Builder(Loss.MCXENT).nIn(24).nOut(10).activation(Act.SOFTMAX).build(), "lstm")
+            .setOutputs("out").setInputTypes(jpype.JClass("org.deeplearning4j.nn.conf.inputs.InputType").recurrent(32))
+            .backpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").TruncatedBPTT)
+            .tBPTTForwardLength(10).tBPTTBackwardLength(10).build())
+    text = str(conf.toJson())
+    net = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph")(
+        jpype.JClass("org.deeplearning4j.nn.conf.ComputationGraphConfiguration").fromJson(text))
     net.init()
-    return doc, net
+    return json.loads(text), net, 32, 25
 
 
-def test_truncated_bptt_trains_planned_exactly(jvm) -> None:
-    """LSTM -> LSTM -> RnnOutputLayer under truncated BPTT (segments of 20 steps, gradients over the last
-    12 of each), on masked sequences of 50 steps: DL4J's fit() trains each batch as three iterations
-    (20 + 20 + 10 steps), each starting from the state the segment before left. The plan is made for one
+@pytest.mark.parametrize("kind", ["MultiLayerNetwork", "ComputationGraph"])
+def test_truncated_bptt_trains_planned_exactly(jvm, kind: str) -> None:
+    """Under truncated BPTT DL4J's fit() trains each batch as one iteration per segment of tbpttFwdLength
+    steps, each starting from the state the segment before left: the lstm network on masked sequences of
+    50 steps (20 + 20 + 10), and a graph LSTM -> RnnOutputLayer on 25 (10 + 10 + 5). The plan is made for one
     segment; 6 batches of fit() under it end with the parameters of DL4J's own fit(), bit for bit."""
     import jpype
 
@@ -201,30 +221,32 @@ def test_truncated_bptt_trains_planned_exactly(jvm) -> None:
     DataSet = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
     PlanFile = jpype.JClass("org.pyd4j.train.PlanFile")
     Trainer = jpype.JClass("org.pyd4j.train.PlannedTrainer")
+    doc, fitted, features, steps = tbptt_network(kind)
+    segment = doc["tbpttFwdLength"]
     rng = np.random.default_rng(5)
-    batches = [sequences(rng, [int(n) for n in rng.integers(1, 51, 4)]) for _ in range(6)]
+    batches = [sequences(rng, [int(n) for n in rng.integers(1, steps + 1, 4)], steps) for _ in range(6)]
 
     def train(net) -> None:
         Nd4j.getRandom().setSeed(jpype.JLong(13))
         for bx, by, bfm, blm in batches:
             net.fit(DataSet(*(from_numpy(a, copy=True) for a in (bx, by, bfm, blm))))
 
-    doc, fitted = tbptt_lstm()
     start = fitted.params().dup()
     train(fitted)
     assert fitted.getIterationCount() == 18   # three segments a batch: DL4J really trained truncated
-    _, standard = tbptt_lstm()
-    standard.getLayerWiseConfigurations().setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").Standard)
+    standard = tbptt_network(kind)[1]
+    conf = standard.getLayerWiseConfigurations() if kind == "MultiLayerNetwork" else standard.getConfiguration()
+    conf.setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").Standard)
     train(standard)
     assert not np.array_equal(values(standard.params()), values(fitted.params()))   # truncation changed the result
 
-    _, net = tbptt_lstm()
-    g = planned_graph(net, doc, 4, (32, 50))
-    assert [list(layer.out_shape) for layer in g.layers][:2] == [[4, 32, 20], [4, 128, 20]]   # one segment
+    net = tbptt_network(kind)[1]
+    g = planned_graph(net, doc, 4, (features, steps))
+    assert list(g.layers[0].out_shape) == [4, features, segment]   # one segment
     for policy in ("liveness", IN_MEMORY):
         plan, result = choose_plan(g, policy=policy)
-        plan_file = PlanFile.parse(json.dumps(plan_document(plan, result, "MultiLayerNetwork")), "test")
-        _, planned = tbptt_lstm()
+        plan_file = PlanFile.parse(json.dumps(plan_document(plan, result, kind)), "test")
+        planned = tbptt_network(kind)[1]
         planned.setParams(start.dup())
         with Trainer.attach(planned, plan_file, None) as t:
             train(planned)

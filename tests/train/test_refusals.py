@@ -65,18 +65,13 @@ def test_recurrent_layers_are_accepted_as_opaque_steps(jvm, tmp_path: Path) -> N
     assert problems(network("lstm"), path) == []
 
 
-def test_truncated_bptt_is_refused_by_name_where_it_is_not_replayed(jvm, tmp_path: Path) -> None:
-    """A MultiLayerNetwork under truncated BPTT is replayed (tests/train/test_opaque_layers.py); a graph
-    under it is refused by the planner, and a plan that recomputes a recurrent layer by the trainer (its
-    forward pass stores the state the next segment starts from), each by name."""
+def test_a_plan_recomputing_a_recurrent_layer_under_truncated_bptt_is_refused_by_name(jvm, tmp_path: Path) -> None:
+    """Truncated BPTT is replayed (tests/train/test_opaque_layers.py), but a plan that recomputes a
+    recurrent layer is refused: its forward pass stores the state the next segment starts from."""
     import jpype
 
     from pyd4j.sched.training_plan import plan_document
 
-    doc = json.loads((NETWORKS / "resnet_graph.json").read_text())
-    doc["backpropType"] = "TruncatedBPTT"
-    with pytest.raises(Exception, match="truncated BPTT.*MultiLayerNetwork only"):
-        graph_from_dl4j_json(doc, 4, (3, 32, 32))
     net = network("lstm")
     net.getLayerWiseConfigurations().setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").TruncatedBPTT)
     lstm = json.loads((NETWORKS / "lstm.json").read_text())

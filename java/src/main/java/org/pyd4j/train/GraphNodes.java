@@ -78,9 +78,6 @@ final class GraphNodes extends NetworkNodes {
                 out.add("network output '" + o + "' is not an output layer: there is no loss to train from it");
             }
         }
-        if (conf.getBackpropType() == BackpropType.TruncatedBPTT) {
-            out.add("the graph trains with truncated BPTT, which planned training does not replay; use DL4J's own fit()");
-        }
         if (plan.nodes.size() != net.getVertices().length) {
             out.add("the plan " + plan.source + " has " + plan.nodes.size() + " nodes; this graph has "
                     + net.getVertices().length + " vertices (inputs included): write the plan from this graph's configuration");
@@ -114,7 +111,12 @@ final class GraphNodes extends NetworkNodes {
                 out.add("plan node " + n + " and vertex '" + v.getVertexName() + "' disagree on being a network input");
             }
         }
+        if (tbptt()) out.addAll(truncatedBpttProblems());
         return out;
+    }
+
+    private boolean tbptt() {
+        return conf.getBackpropType() == BackpropType.TruncatedBPTT;
     }
 
     @Override
@@ -199,7 +201,10 @@ final class GraphNodes extends NetworkNodes {
             ((IOutputLayer) v.getLayer()).setLabels(labels[conf.getNetworkOutputs().indexOf(v.getVertexName())]);
             return null;
         }
-        return v.doForward(true, mgr);
+        // ComputationGraph.ffToLayerActivationsInWS with stored state: the layer on the vertex's first input
+        // as set, without the vertex's preprocessor (see truncatedBpttProblems)
+        INDArray out = tbptt() && v.hasLayer() ? withStoredState(v.getLayer(), inputs[0], mgr) : null;
+        return out != null ? out : v.doForward(true, mgr);
     }
 
     @Override

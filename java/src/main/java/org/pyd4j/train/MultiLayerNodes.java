@@ -7,12 +7,10 @@ import java.util.Map;
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.api.layers.IOutputLayer;
-import org.deeplearning4j.nn.api.layers.RecurrentLayer;
 import org.deeplearning4j.nn.conf.BackpropType;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.gradient.Gradient;
-import org.deeplearning4j.nn.layers.wrapper.BaseWrapperLayer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.common.primitives.Pair;
@@ -73,21 +71,8 @@ final class MultiLayerNodes extends NetworkNodes {
             }
             String p = layerProblem(layers[i], name);
             if (p != null) out.add(p);
-            if (tbptt() && layers[i] instanceof MultiLayerNetwork) {
-                out.add("layer " + name + " is a whole MultiLayerNetwork, which planned training does not replay under "
-                        + "truncated BPTT; train it with DL4J's own fit()");
-            }
         }
-        if (tbptt()) {
-            for (PlanFile.Record r : plan.records) {
-                if (r.op == PlanFile.Op.RECOMPUTE && r.arg > 0 && r.arg <= layers.length && recurrent(layers[r.arg - 1]) != null) {
-                    out.add("the plan " + plan.source + " recomputes " + plan.nodes.get(r.arg) + ", whose forward pass "
-                            + "under truncated BPTT stores the state the next segment starts from: it runs once a "
-                            + "segment; write the plan from this network's configuration");
-                    break;
-                }
-            }
-        }
+        if (tbptt()) out.addAll(truncatedBpttProblems());
         if (!(layers[layers.length - 1] instanceof IOutputLayer)) {
             out.add("the last layer (" + layers[layers.length - 1].getClass().getSimpleName() + ") is not an output "
                     + "layer: there is no loss to train");
@@ -95,22 +80,8 @@ final class MultiLayerNodes extends NetworkNodes {
         return out;
     }
 
-    /** Truncated BPTT: DL4J's fit() cuts each batch into segments of tbpttFwdLength steps and runs one
-     *  iteration per segment ({@code doTruncatedBPTT}), each starting its recurrent layers from the state the
-     *  segment before left; an iteration here is one segment, replayed as {@code computeGradientAndScore}
-     *  does under it. */
     private boolean tbptt() {
         return conf.getBackpropType() == BackpropType.TruncatedBPTT;
-    }
-
-    /** The layer's own recurrent layer, where DL4J's forward pass with stored state runs it as one
-     *  (a recurrent layer, or a wrapper such as LastTimeStep around one); else null. */
-    private static RecurrentLayer recurrent(Layer layer) {
-        if (layer instanceof RecurrentLayer) return (RecurrentLayer) layer;
-        if (layer instanceof BaseWrapperLayer && ((BaseWrapperLayer) layer).getUnderlying() instanceof RecurrentLayer) {
-            return (RecurrentLayer) ((BaseWrapperLayer) layer).getUnderlying();
-        }
-        return null;
     }
 
     private String layerName(int i) {
@@ -184,14 +155,8 @@ final class MultiLayerNodes extends NetworkNodes {
             ((IOutputLayer) layers[i]).setLabels(net.getLabels());
             return null;
         }
-        RecurrentLayer rnn = tbptt() ? recurrent(layers[i]) : null;
-        if (rnn != null) {
-            // MultiLayerNetwork.ffToLayerActivationsInWs, RNN_ACTIVATE_WITH_STORED_STATE: from the state the
-            // previous segment left, storing this segment's last state for the next
-            // (the state is stored apart from the arrays the plan frees: LSTM keeps its last step's own
-            // arrays, SimpleRnn a copy made out of workspaces)
-            return rnn.rnnActivateUsingStoredState(x, true, true, mgr);
-        }
+        INDArray out = tbptt() ? withStoredState(layers[i], x, mgr) : null;   // see truncatedBpttProblems
+        if (out != null) return out;
         return layers[i].activate(x, true, mgr);
     }
 
@@ -203,8 +168,6 @@ final class MultiLayerNodes extends NetworkNodes {
     @Override
     Held[] backward(int node, INDArray epsilon, LayerWorkspaceMgr mgr) {
         int i = node - 1;
-        // under truncated BPTT too: DL4J 1.0.0-M2.1's computeGradientAndScore calls calcBackpropGradients
-        // with tbptt false, so every layer backpropagates its whole segment (tbpttBackLength is not applied)
         Pair<Gradient, INDArray> p = layers[i].backpropGradient(epsilon, mgr);
         addGradient(node, p.getFirst());
         return inputGradient(node, p.getSecond(), mgr);

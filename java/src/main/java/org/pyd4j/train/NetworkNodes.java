@@ -6,10 +6,12 @@ import java.util.List;
 
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.layers.RecurrentLayer;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.gradient.DefaultGradient;
 import org.deeplearning4j.nn.gradient.Gradient;
 import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.layers.wrapper.BaseWrapperLayer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.common.primitives.Triple;
@@ -155,6 +157,50 @@ abstract class NetworkNodes {
 
     /** Problems common to every layer (null: none). Any layer type trains (opaque where not
      *  modelled); what is refused is what cannot be replayed exactly. */
+    /** The recurrent layer DL4J's forward pass with stored state runs for this layer under truncated BPTT
+     *  (the layer itself, or the one a wrapper such as LastTimeStep holds); else null. */
+    static RecurrentLayer recurrent(Layer layer) {
+        if (layer instanceof RecurrentLayer) return (RecurrentLayer) layer;
+        if (layer instanceof BaseWrapperLayer && ((BaseWrapperLayer) layer).getUnderlying() instanceof RecurrentLayer) {
+            return (RecurrentLayer) ((BaseWrapperLayer) layer).getUnderlying();
+        }
+        return null;
+    }
+
+    /** Under truncated BPTT, DL4J's fit() trains one iteration per segment of tbpttFwdLength steps
+     *  ({@code doTruncatedBPTT}), each starting its recurrent layers from the state the segment before left;
+     *  {@code computeGradientAndScore} runs them forward with that stored state, and backward as usual (in
+     *  1.0.0-M2.1 it passes tbptt=false to its backward pass: tbpttBackLength is not applied). What of that a
+     *  plan cannot replay: a whole network as a layer, and a recurrent layer recomputed (its forward stores
+     *  the next segment's state, so it runs once a segment). */
+    List<String> truncatedBpttProblems() {
+        List<String> out = new ArrayList<>();
+        for (PlanFile.Node n : plan.nodes) {
+            if (layer(n.id) instanceof MultiLayerNetwork) {
+                out.add(n + " is a whole MultiLayerNetwork, which planned training does not replay under truncated "
+                        + "BPTT; train it with DL4J's own fit()");
+            }
+        }
+        for (PlanFile.Record r : plan.records) {
+            if (r.op == PlanFile.Op.RECOMPUTE && recurrent(layer(r.arg)) != null) {
+                out.add("the plan " + plan.source + " recomputes " + plan.nodes.get(r.arg) + ", whose forward pass under "
+                        + "truncated BPTT stores the state the next segment starts from: it runs once a segment; write "
+                        + "the plan from this network's configuration");
+                break;
+            }
+        }
+        return out;
+    }
+
+    /** The forward step of a recurrent layer under truncated BPTT, as DL4J's forward pass with stored state
+     *  runs it (on the layer's raw input, storing this segment's last state for the next); null for a layer
+     *  that runs as usual. The state is kept apart from the arrays the plan frees: LSTM stores its last
+     *  step's own arrays, SimpleRnn a copy made out of workspaces. */
+    static INDArray withStoredState(Layer layer, INDArray input, LayerWorkspaceMgr mgr) {
+        RecurrentLayer rnn = recurrent(layer);
+        return rnn == null ? null : rnn.rnnActivateUsingStoredState(input, true, true, mgr);
+    }
+
     static String layerProblem(Layer layer, String name) {
         if (LayerState.hasWeightNoise(layer)) {
             return "layer " + name + " uses weight noise (DropConnect/WeightNoise), which planned training does not "
