@@ -729,11 +729,7 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str])
     from pyd4j.sched.graph import GraphError, LayerType  # noqa: PLC0415
 
     shapes = [_graph_shape(s) for s in loaded.inputs]
-    doc = loaded.doc
-    if doc.get("backpropType") == "TruncatedBPTT":   # fit() holds one segment of tbpttFwdLength steps at a time
-        steps = int(doc.get("tbpttFwdLength") or 0)
-        doc = dict(doc, backpropType="Standard")
-        shapes = [(s[0], min(s[1], steps)) if len(s) == 2 and steps > 0 else s for s in shapes]
+    doc = loaded.doc   # under truncated BPTT the graph is one segment: what fit() holds at a time
     shape = shapes if loaded.kind == "ComputationGraph" else shapes[0]
     info = _dl4j_info(loaded, in_types, batch, report, gaps)
     try:
