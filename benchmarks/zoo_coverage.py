@@ -1,6 +1,6 @@
 """Planned training on every model of DL4J's zoo (deeplearning4j-zoo 1.0.0-M2.1).
 
-    .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2]
+    .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2] [--fit-iterations 10]
         [--timeout 900] [--peak-timeout 300] [--peak-batch 16] [--no-peak] [--resume] [--table-only]
         [--peaks-only [--configs DIR]] [--out benchmarks/results/zoo_coverage.json]
 
@@ -16,7 +16,8 @@ For each model, in child JVMs (one OpenMP thread):
    `computeGradientAndScore()`: bit-identical gradients and score where no step is chunked; where
    steps are chunked, each variable's error against the float64 run next to DL4J's own float32
    error (the planned error may not exceed DL4J's by more than `CHUNK_TOLERANCE`, or one part in
-   10^6 of the variable's largest value);
+   10^6 of the variable's largest value); then `--fit-iterations` of `fit()` under each plan against
+   DL4J's own `fit()` from the same parameters and random state, the parameters judged the same way;
 4. where quick (the model's check within `--peak-timeout`): the peak above the idle JVM of three
    iterations of DL4J's `fit()` and of the same job under the liveness and the smallest plan at
    `--peak-batch` (`benchmarks/planned_training.py`'s measuring job; the probe's working memory
@@ -118,12 +119,12 @@ def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
             "predicted_device_peak_bytes": predicted, "policy_of_smallest": p.policy}, files
 
 
-def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: float) -> dict:
+def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: float, fit_iterations: int = 0) -> dict:
     by_path = {v: k for k, v in files.items()}
     t = time.monotonic()
     try:
         out = java(["-Dpyd4j.check.f64=true", "-cp", java_classpath(), "org.pyd4j.fixtures.PlannedCheck",
-                    str(folder / f"{model}.json"), str(folder / f"{model}.input.json"), str(batch), "0",
+                    str(folder / f"{model}.json"), str(folder / f"{model}.input.json"), str(batch), str(fit_iterations),
                     *files.values()], timeout)
     except subprocess.TimeoutExpired:
         return {"checked": False, "skipped": f"the check took more than {timeout:.0f} s"}
@@ -145,8 +146,25 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
             "error_vs_float64_over_dl4j": round(worst, 3),
             "exact": r["bitwise"] if not chunked else worst <= CHUNK_TOLERANCE,
             "recomputes": r["stats"]["recomputes"], "peak_live_bytes": r["stats"]["peak_live_bytes"]}
+        if fit_iterations:
+            rows[by_path[r["plan"]]]["fit"] = fit_row(r, chunked)
     return {"checked": True, "check_s": round(time.monotonic() - t, 1), "plans": rows,
-            "exact": all(v["exact"] for v in rows.values()) and len(rows) == len(files)}
+            "exact": all(v["exact"] and v.get("fit", {}).get("exact", True) for v in rows.values()) and len(rows) == len(files)}
+
+
+def fit_row(r: dict, chunked: bool) -> dict:
+    """`fit_iterations` of fit() under the plan against DL4J's own fit() from the same parameters and
+    random state: the parameters bit-identical where no step is chunked; where steps are chunked, each
+    variable's error against a float64 fit() next to DL4J's own float32 error (as the gradients)."""
+    ratios = {name: (v[2] / max(v[1], 1e-6 * v[3], 1e-30) if len(v) == 4 else float("inf"))
+              for name, v in r["params_by_variable"].items()}   # [relative, err_dl4j, err_planned, exact_amax]
+    worst = max(ratios.values(), default=0.0)
+    outside = sorted((n for n, x in ratios.items() if x > CHUNK_TOLERANCE), key=lambda n: -ratios[n])
+    bitwise = r["params_relative"] == 0.0
+    return {"iterations": r["iteration_count"], "params_bitwise": bitwise, "params_relative": r["params_relative"],
+            "error_vs_float64_over_dl4j": round(worst, 3), "variables": len(ratios),
+            "outside_tolerance": {n: round(ratios[n], 2) for n in outside},
+            "exact": r["iteration_count"][0] == r["iteration_count"][1] and (bitwise if not chunked else not outside)}
 
 
 def peak_plans(model: str, batch: int, folder: Path) -> dict[str, str]:
@@ -198,8 +216,24 @@ def peaks(model: str, batch: int, folder: Path, timeout: float) -> dict:
 
 
 def table(doc: dict) -> str:
-    lines = ["| model | input | planned | opaque steps | liveness | smallest (whole steps) | smallest plan | peak planned / fit() (liveness; smallest) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | input | planned | opaque steps | liveness | smallest (whole steps) | smallest plan | "
+             "fit() under each plan vs DL4J's | peak planned / fit() (liveness; smallest) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def fitted(plans: dict) -> str:
+        whole = [p["fit"] for p in plans.values() if "fit" in p and not p["chunked"]]
+        chunked = [p["fit"] for p in plans.values() if "fit" in p and p["chunked"]]
+        if not whole and not chunked:
+            return "not run"
+        n = (whole or chunked)[0]["iterations"][0]
+        text = f"{n} it.: " + ("bit-identical" if all(r["params_bitwise"] for r in whole) else "DIFFERS")
+        if chunked:
+            worst = max(r["error_vs_float64_over_dl4j"] for r in chunked)
+            outside = sorted({v for r in chunked for v in r.get("outside_tolerance", {})})
+            text += (f"; chunked: within fp32 error ({worst}x DL4J's)" if not outside else
+                     f"; chunked: OUTSIDE fp32 error on {len(outside)} of {chunked[0]['variables']} variables (up to "
+                     f"{worst}x DL4J's: {', '.join(outside[:3])}{', ...' if len(outside) > 3 else ''})")
+        return text
 
     def verdict(r: dict | None) -> str:
         if r is None:
@@ -210,10 +244,10 @@ def table(doc: dict) -> str:
 
     for name, m in doc["models"].items():
         if not m.get("built"):
-            lines.append(f"| {name} | - | not built: {m.get('skipped') or m.get('error', '')[:120]} | | | | | |")
+            lines.append(f"| {name} | - | not built: {m.get('skipped') or m.get('error', '')[:120]} | | | | | | |")
             continue
         if not m.get("planned") or (m.get("checked") is False and m.get("refused_by")):
-            lines.append(f"| {name} | {m['size']} | refused ({m.get('refused_by')}): {m.get('reason', '')[:160]} | | | | | |")
+            lines.append(f"| {name} | {m['size']} | refused ({m.get('refused_by')}): {m.get('reason', '')[:160]} | | | | | | |")
             continue
         plans = m.get("plans", {})
         pk = m.get("peak", {})
@@ -221,7 +255,7 @@ def table(doc: dict) -> str:
             or (pk.get("error", "")[:60] or pk.get("skipped", "") or "not measured")
         lines.append(f"| {name} | {m['size']} | accepted | {m['opaque_nodes']} ({', '.join(m['opaque_types'])}) | "
                      f"{verdict(plans.get('liveness'))} | {verdict(plans.get('recompute_in_memory'))} | "
-                     f"{verdict(plans.get('smallest'))} | {ratio} |")
+                     f"{verdict(plans.get('smallest'))} | {fitted(plans)} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -232,6 +266,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per build and per check")
     ap.add_argument("--peak-timeout", type=float, default=300.0, help="measure peaks only where the check took less")
     ap.add_argument("--peak-batch", type=int, default=16, help="batch of the peak-measuring runs")
+    ap.add_argument("--fit-iterations", type=int, default=10,
+                    help="iterations of planned fit() checked against DL4J's own fit() (0: the one-iteration check only)")
     ap.add_argument("--no-peak", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_coverage.json"))
     ap.add_argument("--resume", action="store_true", help="keep the models already in --out, run the others")
@@ -246,7 +282,7 @@ def main() -> None:
     if args.peaks_only:
         measure_peaks(models, args)
         return
-    doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
+    doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "fit_iterations": args.fit_iterations, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
                     "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
                     "cpus": os.cpu_count(), "dl4j": "1.0.0-M2.1"},
            "models": {}}
@@ -263,7 +299,7 @@ def main() -> None:
                 verdict, files = plan(model, args.batch, folder)
                 m.update(verdict)
                 if files:
-                    m.update(check(model, args.batch, folder, files, args.timeout))
+                    m.update(check(model, args.batch, folder, files, args.timeout, args.fit_iterations))
                     if m.get("checked") and not args.no_peak and m["check_s"] <= args.peak_timeout:
                         m["peak"] = peaks(model, args.peak_batch, folder, args.peak_timeout)
                     elif m.get("checked"):
