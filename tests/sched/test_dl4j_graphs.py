@@ -55,3 +55,20 @@ def test_two_output_layers_are_two_loss_nodes_and_plans_run_both_backward_steps(
         backward = [g.layers[s.arg].name for s in plan.steps if s.op.name == "BACKWARD"]
         # DL4J's backward order: the reverse of its topological order, every output layer included
         assert backward == [layer.name for layer in reversed(g.layers) if layer.type is not LayerType.DATA]
+
+
+def test_truncated_bptt_plans_one_segment_and_keeps_other_inputs_whole() -> None:
+    """DL4J's fit() under truncated BPTT trains one segment of tbpttFwdLength steps an iteration: a sequence
+    input (features, T) is planned at (features, min(T, tbpttFwdLength)); a graph's inputs that are not
+    sequences stay whole, as DL4J keeps them; a bad length or a non-sequence input is named."""
+    lstm = dict(doc("lstm"), backpropType="TruncatedBPTT", tbpttFwdLength=20, tbpttBackLength=20)
+    assert graph_from_dl4j_json(lstm, 4, (32, 50)).layers[0].out_shape == (4, 32, 20)
+    assert graph_from_dl4j_json(lstm, 4, (32, 12)).layers[0].out_shape == (4, 32, 12)   # shorter than a segment
+    assert graph_from_dl4j_json(doc("lstm"), 4, (32, 50)).layers[0].out_shape == (4, 32, 50)   # standard BPTT
+    with pytest.raises(GraphError, match=r"truncated BPTT: its input is a sequence \(features, time steps\); got input shape \[32\]"):
+        graph_from_dl4j_json(lstm, 4, (32,))
+    with pytest.raises(GraphError, match="tbpttFwdLength = 0 must be a whole number from 1"):
+        graph_from_dl4j_json(dict(lstm, tbpttFwdLength=0), 4, (32, 50))
+    two = dict(doc("two_input"), backpropType="TruncatedBPTT", tbpttFwdLength=3, tbpttBackLength=3)
+    data = [layer.out_shape for layer in graph_from_dl4j_json(two, 4, [(1, 12, 12), (6,)]).layers if layer.type is LayerType.DATA]
+    assert data == [(4, 1, 12, 12), (4, 6)]
