@@ -138,8 +138,7 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
         chunked = r["stats"]["chunked_steps"] > 0
         worst = 0.0
         for name, v in r["gradient_by_variable"].items():   # [relative, amax, err_dl4j, err_planned, exact_amax]
-            err_dl4j, err_planned, scale = v[2], v[3], v[4]
-            worst = max(worst, err_planned / max(err_dl4j, 1e-6 * scale, 1e-30))
+            worst = max(worst, over_dl4j(v[2], v[3], v[4]))
         rows[by_path[r["plan"]]] = {
             "bitwise": r["bitwise"], "score_equal": r["score"] == r["score_ref"], "chunked": chunked,
             "max_relative": r["max_relative"], "worst_variable": r["worst_variable"],
@@ -152,11 +151,17 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
             "exact": all(v["exact"] and v.get("fit", {}).get("exact", True) for v in rows.values()) and len(rows) == len(files)}
 
 
+def over_dl4j(err_dl4j: float, err_planned: float, scale: float) -> float:
+    """A variable's error against the float64 run under the plan, in units of DL4J's own float32 error
+    (or of one part in 10^6 of the variable's largest value, where DL4J's is smaller)."""
+    return err_planned / max(err_dl4j, 1e-6 * scale, 1e-30)
+
+
 def fit_row(r: dict, chunked: bool) -> dict:
     """`fit_iterations` of fit() under the plan against DL4J's own fit() from the same parameters and
     random state: the parameters bit-identical where no step is chunked; where steps are chunked, each
     variable's error against a float64 fit() next to DL4J's own float32 error (as the gradients)."""
-    ratios = {name: (v[2] / max(v[1], 1e-6 * v[3], 1e-30) if len(v) == 4 else float("inf"))
+    ratios = {name: (over_dl4j(v[1], v[2], v[3]) if len(v) == 4 else float("inf"))
               for name, v in r["params_by_variable"].items()}   # [relative, err_dl4j, err_planned, exact_amax]
     worst = max(ratios.values(), default=0.0)
     outside = sorted((n for n, x in ratios.items() if x > CHUNK_TOLERANCE), key=lambda n: -ratios[n])

@@ -412,16 +412,7 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
 
     Anything that is not a DL4J configuration the planner can model raises GraphError (or its
     UnsupportedLayer) naming what is wrong, never a KeyError or TypeError from deep inside."""
-    if isinstance(text, str):
-        try:
-            doc = parse_json(text, "DL4J configuration JSON")
-        except InputError as err:
-            raise GraphError(str(err)) from None
-    else:
-        doc = text
-    if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
-        raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
-                         "(no 'confs' and no 'vertices')")
+    doc = _document(text)
     if input_shape is not None:
         input_shape = _segment(doc, _shapes(input_shape))
     try:
@@ -433,6 +424,21 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
         what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
         raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
     return graph.with_profile(profile)
+
+
+def _document(text: str | dict[str, Any]) -> dict[str, Any]:
+    """The configuration document of a DL4J configuration JSON (a string or already parsed)."""
+    if isinstance(text, str):
+        try:
+            doc = parse_json(text, "DL4J configuration JSON")
+        except InputError as err:
+            raise GraphError(str(err)) from None
+    else:
+        doc = text
+    if not isinstance(doc, dict) or not ("confs" in doc or "vertices" in doc):
+        raise GraphError("not a DL4J MultiLayerConfiguration or ComputationGraphConfiguration JSON "
+                         "(no 'confs' and no 'vertices')")
+    return doc
 
 
 # What DL4J itself says of a network at these input shapes (batch first, one per network input):
@@ -449,18 +455,19 @@ def probed_graph(text: str | dict[str, Any], batch: int = 32,
     graph is built again with its answer (`info`). Without a probe, as graph_from_dl4j_json. The one
     way pyd4j.train.fit (the live network), `pyd4j plan` and the agent route (`training_plan.plan_for_job`:
     a network built from its configuration) plan a DL4J network, so that they accept the same networks."""
+    doc = _document(text)
     try:
-        graph = graph_from_dl4j_json(text, batch, input_shape, profile)
+        graph = graph_from_dl4j_json(doc, batch, input_shape, profile)
     except UnsupportedLayer:
         if probe is None or input_shape is None:
             raise
-        given = _segment(text if isinstance(text, dict) else parse_json(text, "DL4J configuration JSON"), _shapes(input_shape))
+        given = _segment(doc, _shapes(input_shape))
         inputs = [(batch, *s) for s in (given if given and isinstance(given[0], tuple) else (given,))]
     else:
         if probe is None or not any(layer.type is LayerType.OPAQUE for layer in graph.layers):
             return graph
         inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
-    return graph_from_dl4j_json(text, batch, input_shape, profile, info=probe(inputs))
+    return graph_from_dl4j_json(doc, batch, input_shape, profile, info=probe(inputs))
 
 
 def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
@@ -470,12 +477,12 @@ def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
     return tuple(_whole(d, "input shape") for d in given)
 
 
-def _segment(doc: Any, shape: tuple) -> tuple:
+def _segment(doc: dict[str, Any], shape: tuple) -> tuple:
     """The input shape one iteration sees. Under truncated BPTT DL4J's fit() cuts each sequence into
     segments of tbpttFwdLength steps and trains one iteration per segment, so a (features, T) input is
     planned at (features, min(T, tbpttFwdLength)); a graph's inputs that are not sequences stay whole, as
     DL4J keeps them."""
-    if not isinstance(doc, dict) or doc.get("backpropType") != "TruncatedBPTT":
+    if doc.get("backpropType") != "TruncatedBPTT":
         return shape
     fwd = _whole(doc.get("tbpttFwdLength"), "tbpttFwdLength")
     if "confs" in doc:

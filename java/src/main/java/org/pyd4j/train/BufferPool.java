@@ -30,7 +30,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * <p>Bounded by the trainer: a buffer is kept only while what the pool keeps plus what the trainer
  * holds stays within the most it had out of workspaces at once, before each step the pool gives up
  * what the step would make above that ({@link #trim}), and between iterations it leaves room for
- * DL4J's update step, so that the pool does not raise the peak a plan gives (measured: 0.99-1.01x
+ * DL4J's update step, so that the pool does not raise the peak a plan gives (measured: 0.99-1.03x
  * under liveness plans); otherwise a buffer is closed as before. Small buffers are left to malloc, whose arenas keep
  * them anyway.
  *

@@ -155,8 +155,6 @@ abstract class NetworkNodes {
         return l != null && LayerState.opaque(l);
     }
 
-    /** Problems common to every layer (null: none). Any layer type trains (opaque where not
-     *  modelled); what is refused is what cannot be replayed exactly. */
     /** The recurrent layer DL4J's forward pass with stored state runs for this layer under truncated BPTT
      *  (the layer itself, or the one a wrapper such as LastTimeStep holds); else null. */
     static RecurrentLayer recurrent(Layer layer) {
@@ -201,6 +199,8 @@ abstract class NetworkNodes {
         return rnn == null ? null : rnn.rnnActivateUsingStoredState(input, true, true, mgr);
     }
 
+    /** Problems common to every layer (null: none). Any layer type trains (opaque where not
+     *  modelled); what is refused is what cannot be replayed exactly. */
     static String layerProblem(Layer layer, String name) {
         if (LayerState.hasWeightNoise(layer)) {
             return "layer " + name + " uses weight noise (DropConnect/WeightNoise), which planned training does not "
