@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/zoo_coverage.py [--models AlexNet,...] [--batch 2] [--fit-iterations 10]
         [--timeout 900] [--peak-timeout 300] [--peak-batch 16] [--no-peak] [--resume] [--table-only]
-        [--peaks-only [--configs DIR]] [--out benchmarks/results/zoo_coverage.json]
+        [--peaks-only [--configs DIR]] [--repredict --configs DIR] [--out benchmarks/results/zoo_coverage.json]
 
 For each model, in child JVMs (one OpenMP thread):
 1. built by DL4J's code (`org.pyd4j.fixtures.ZooNets`) at the smallest square input at which it
@@ -21,7 +21,10 @@ For each model, in child JVMs (one OpenMP thread):
 4. where quick (the model's check within `--peak-timeout`): the peak above the idle JVM of three
    iterations of DL4J's `fit()` and of the same job under the liveness and the smallest plan at
    `--peak-batch` (`benchmarks/planned_training.py`'s measuring job; the probe's working memory
-   scaled from the checked batch), and the ratios planned / fit().
+   scaled from the checked batch), and the ratios planned / fit(); `fit()` once more in the environment
+   `pyd4j estimate` assumes (glibc's mmap threshold fixed, as pyd4j's flags set it), and each mode's
+   predicted / measured peak: `pyd4j estimate` for fit(), the planner's device peak (plus the same
+   data pipeline) for a plan, against the native memory above the idle JVM (target +-15%).
 
 A model that does not build in time, or whose step exceeds `--timeout`, is recorded as skipped
 with the limit it exceeded. Writes JSON (`--out`) and prints the README table.
@@ -29,7 +32,8 @@ with the limit it exceeded. Writes JSON (`--out`) and prints the README table.
 `--peaks-only` measures step 4 alone for the models named, into the models `--out` already holds
 (their builds and checks stay as recorded): for the models whose check ran past `--peak-timeout` on a
 loaded machine. Each is built again at the size recorded, into `--configs` (kept between runs) where it
-is not there yet.
+is not there yet. `--repredict` recomputes those predictions with the current model, keeping the
+measurements.
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ MODELS = ("AlexNet", "Darknet19", "FaceNetNN4Small2", "InceptionResNetV1", "LeNe
 FIXTURES = ROOT / "tests" / "fixtures" / "java" / "target"
 CHUNK_TOLERANCE = 4.0
 PLANS = ("liveness", "recompute_in_memory", "smallest")
+# The peak-measuring runs: DL4J's fit() as the job runs it, the same in the environment `pyd4j estimate`
+# assumes, and the job under the liveness and the smallest plan.
+PEAK_MODES = ("fit", "fit_flags_env", "liveness", "smallest")
+PREDICTION_TARGET = 0.15
 
 
 def java_classpath() -> str:
@@ -172,10 +180,10 @@ def fit_row(r: dict, chunked: bool) -> dict:
             "exact": r["iteration_count"][0] == r["iteration_count"][1] and (bitwise if not chunked else not outside)}
 
 
-def peak_plans(model: str, batch: int, folder: Path) -> dict[str, str]:
-    """Liveness and smallest plans at the peak-measuring batch, made as `pyd4j plan` makes them: the
-    opaque steps' working memory from the line through probes at two small batches
-    (`pyd4j.memory.probe.fitted`, in this process's JVM)."""
+def peak_plans(model: str, batch: int, folder: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """Liveness and smallest plans at the peak-measuring batch, made as `pyd4j plan` makes them (the
+    opaque steps' working memory from the line through probes at two small batches,
+    `pyd4j.memory.probe.fitted`, in this process's JVM), and the device peak each predicts."""
     from pyd4j.memory.probe import fitted, of_configuration
     from pyd4j.sched.dl4j_json import network_kind, probed_graph
     from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
@@ -183,41 +191,93 @@ def peak_plans(model: str, batch: int, folder: Path) -> dict[str, str]:
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
     g = probed_graph(doc, batch, input_shape(inp), probe=fitted(of_configuration(doc, model)))
-    files = {}
+    files, predicted = {}, {}
     for policy in ("liveness", "smallest"):
         p, r = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
         path = folder / f"{model}.{batch}.{policy}.plan.json"
         path.unlink(missing_ok=True)
         files[policy] = str(write_plan(path, p, r, network_kind(doc), model))
-    return files
+        predicted[policy] = r.device_peak_bytes
+    return files, predicted
 
 
 def peaks(model: str, batch: int, folder: Path, timeout: float) -> dict:
-    """Peak above the idle JVM: fit() and the same job under the liveness and the smallest plan."""
+    """Peak above the idle JVM: fit() and the same job under the liveness and the smallest plan, and
+    fit() again in the environment `pyd4j estimate` assumes (glibc's mmap threshold fixed, as pyd4j's
+    flags set it; the planned trainer fixes it itself). Each mode's prediction beside it: predicted /
+    measured native memory (RSS less the JVM's committed heap and non-heap: what the models count)
+    and predicted / measured RSS."""
     import benchmarks.planned_training as pt
 
     pt.NETWORKS = folder   # the measuring job reads <model>.json and its .input.json sidecar
     out: dict = {"batch": batch, "iterations": 3}
     try:
-        files = peak_plans(model, batch, folder)
+        files, predicted, environment = predictions(model, batch, folder)
+        out["pipeline_bytes"] = predicted.pop("pipeline")
     except Exception as err:  # noqa: BLE001 - recorded, the benchmark goes on
         return {"error": f"planning at batch {batch}: {err}"[:600]}
     try:
-        for mode in ("fit", "liveness", "smallest"):
-            p = None if mode == "fit" else {"path": files[mode]}
+        for mode in PEAK_MODES:
+            p = {"path": files[mode]} if mode in files else None
             t = time.monotonic()
-            r = pt.run(model, batch, 3, p, folder)
-            out[mode] = {"peak_above_idle_bytes": r["peak_above_idle_bytes"], "seconds": round(time.monotonic() - t, 1)}
+            r = pt.run(model, batch, 3, p, folder, extra_env=environment if mode == "fit_flags_env" else None)
+            out[mode] = {"peak_above_idle_bytes": r["peak_above_idle_bytes"],
+                         "native_above_idle_bytes": r["native_above_idle_bytes"], "seconds": round(time.monotonic() - t, 1)}
+            if mode in predicted:
+                out[mode].update(prediction(predicted[mode], out[mode]))
             if time.monotonic() - t > timeout:
                 out["skipped"] = f"{mode} took more than {timeout:.0f} s; later modes not run"
                 break
     except (RuntimeError, subprocess.TimeoutExpired) as err:
         out["error"] = str(err)[-600:]
+    if environment:
+        out["fit_flags_env_environment"] = environment
     fit = out.get("fit", {}).get("peak_above_idle_bytes")
     for mode in ("liveness", "smallest"):
         if fit and mode in out:
             out[mode]["over_fit"] = round(out[mode]["peak_above_idle_bytes"] / fit, 3)
     return out
+
+
+def predictions(model: str, batch: int, folder: Path) -> tuple[dict[str, str], dict[str, int], dict[str, str]]:
+    """The plans' files, what each peak-measuring mode is predicted to hold off the heap, and the
+    environment `pyd4j estimate` assumes. fit(): `pyd4j estimate` (the one memory model, with the job's
+    data pipeline); a plan: its device peak (the training step's memory, which leaves the data pipeline
+    out as fitmem's fit() terms do) plus the same data pipeline."""
+    from pyd4j.memory.estimate import estimate
+
+    files, predicted = peak_plans(model, batch, folder)
+    e = estimate(folder / f"{model}.json", batch)
+    pipeline = e.term_bytes("prefetch_buffers")
+    return files, {"fit_flags_env": e.offheap_bytes, "pipeline": pipeline,
+                   **{k: v + pipeline for k, v in predicted.items()}}, e.environment
+
+
+def repredict(models: list[str], args: argparse.Namespace) -> None:
+    """Recompute the predictions of the peaks in --out with the current model, keeping what was
+    measured (the measurements do not depend on it)."""
+    out = Path(args.out)
+    doc = json.loads(out.read_text())
+    for model in models:
+        pk = (doc["models"].get(model) or {}).get("peak") or {}
+        if not any("predicted_bytes" in pk.get(mode, {}) for mode in PEAK_MODES):
+            continue
+        _, predicted, _ = predictions(model, pk["batch"], Path(args.configs))
+        pk["pipeline_bytes"] = predicted.pop("pipeline")
+        for mode, value in predicted.items():
+            if mode in pk:
+                pk[mode].update(prediction(value, pk[mode]))
+        pk["repredicted"] = "predictions recomputed with the current model after the measurements"
+        print(model, {m: pk[m].get("predicted_over_native") for m in predicted if m in pk}, flush=True)
+    finish(doc, [m for m in MODELS if m in doc["models"]], out)
+
+
+def prediction(predicted: int, measured: dict) -> dict:
+    """Predicted / measured, against native memory (what the models count) and against the RSS."""
+    native, rss = measured["native_above_idle_bytes"], measured["peak_above_idle_bytes"]
+    return {"predicted_bytes": predicted,
+            "predicted_over_native": round(predicted / native, 3) if native > 0 else None,
+            "predicted_over_rss": round(predicted / rss, 3) if rss > 0 else None}
 
 
 def table(doc: dict) -> str:
@@ -264,6 +324,38 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def prediction_table(doc: dict) -> str:
+    """Predicted / measured peak of each model: fit() (`pyd4j estimate`) and each plan (the planner)."""
+    lines = ["| model | batch | fit() (flags' environment): predicted / native, MiB | / RSS | liveness plan | / RSS | "
+             "smallest plan | / RSS |", "|---|---|---|---|---|---|---|---|"]
+    for name, m in doc["models"].items():
+        pk = m.get("peak") or {}
+        if not any("predicted_bytes" in pk.get(mode, {}) for mode in PEAK_MODES):
+            continue
+        cells = []
+        for mode in ("fit_flags_env", "liveness", "smallest"):
+            r = pk.get(mode, {})
+            if "predicted_bytes" not in r:
+                cells += ["-", "-"]
+                continue
+            cells += [f"{r['predicted_bytes'] / 2**20:.0f} / {r['native_above_idle_bytes'] / 2**20:.0f} = "
+                      f"**{r['predicted_over_native']}**", str(r["predicted_over_rss"])]
+        lines.append(f"| {name} | {pk['batch']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def prediction_summary(doc: dict) -> dict:
+    """How many predictions are within the target of the measured native memory, per mode, and the misses."""
+    out = {"target": PREDICTION_TARGET}
+    for mode in ("fit_flags_env", "liveness", "smallest"):
+        ratios = {n: m["peak"][mode]["predicted_over_native"] for n, m in doc["models"].items()
+                  if (m.get("peak") or {}).get(mode, {}).get("predicted_over_native") is not None}
+        out[mode] = {"measured": len(ratios),
+                     "within": sum(1 for r in ratios.values() if abs(r - 1) <= PREDICTION_TARGET),
+                     "misses": {n: r for n, r in ratios.items() if abs(r - 1) > PREDICTION_TARGET}}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -279,6 +371,8 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true", help="summarize --out (e.g. of an interrupted run)")
     ap.add_argument("--peaks-only", action="store_true", help="measure only the peaks of --models, into --out")
     ap.add_argument("--configs", metavar="DIR", help="with --peaks-only: where the built models are (or go)")
+    ap.add_argument("--repredict", action="store_true", help="recompute the peaks' predictions in --out with the "
+                    "current model, keeping what was measured (needs --configs)")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     if args.table_only:   # an interrupted run: summarize what it wrote
@@ -286,6 +380,11 @@ def main() -> None:
         return
     if args.peaks_only:
         measure_peaks(models, args)
+        return
+    if args.repredict:
+        if not args.configs:
+            raise SystemExit("--repredict needs --configs: the folder the models were built into")
+        repredict(models, args)
         return
     doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "fit_iterations": args.fit_iterations, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
                     "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
@@ -348,9 +447,11 @@ def finish(doc: dict, models: list[str], out: Path) -> None:
                                   if m.get("built") and not (m.get("planned") and m.get("checked"))},
                       "not_built": {n: m.get("error") or m.get("skipped") for n, m in doc["models"].items()
                                     if not m.get("built")},
-                      "not_run": [m for m in models if m not in doc["models"]]}
+                      "not_run": [m for m in models if m not in doc["models"]],
+                      "predicted_over_measured_peak": prediction_summary(doc)}
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(table(doc))
+    print(prediction_table(doc))
     print(json.dumps(doc["summary"], indent=1))
 
 

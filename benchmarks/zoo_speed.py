@@ -65,7 +65,7 @@ def main() -> None:
                     built = zc.build(model, args.probe_batch, folder, args.timeout)
                     if not built["built"]:
                         raise RuntimeError(built.get("skipped") or built.get("error"))
-                files = zc.peak_plans(model, args.batch, folder)
+                files, _ = zc.peak_plans(model, args.batch, folder)
                 for policy, path in files.items():
                     r = pt.interleaved(model, args.batch, args.iterations, {"path": path}, folder)
                     pairs = [f / p for f, p in zip(r["fit_s"][r["warmup"]:], r["planned_s"][r["warmup"]:])]

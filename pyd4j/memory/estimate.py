@@ -703,7 +703,8 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
                gaps: list[str]) -> tuple[list[Term], Term]:
     """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem); and what glibc
     may keep on top without the model's malloc setting."""
-    from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, UnknownUpdater, fit_terms, learning_bytes  # noqa: PLC0415
+    from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, fit_terms, learning_bytes  # noqa: PLC0415
+    from pyd4j.sched.updater_state import UnknownUpdater  # noqa: PLC0415
 
     graph = _graph(loaded, in_types, REFERENCE_BATCH, report, gaps)   # terms per sample: any batch gives the same
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],

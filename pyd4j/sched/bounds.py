@@ -76,10 +76,9 @@ def resident_tensors(graph: Graph) -> list[int]:
 
 
 def resident_bytes(graph: Graph) -> int:
-    """Parameters + momentum (+ gradients when kept) + persistent state, aligned per tensor."""
+    """Parameters + optimizer state (+ gradients when kept) + persistent state, aligned per tensor."""
     d = graph.deps
-    copies = 3 if d.keep_dw else 2
-    return copies * sum(d.psz) + d.resident_state_bytes
+    return sum(d.asz[t] for t in resident_tensors(graph))
 
 
 def held_gradients(graph: Graph) -> list[int]:

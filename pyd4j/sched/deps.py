@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyd4j.sched.plan import ALIGNMENT, aligned
+from pyd4j.sched.updater_state import layer_state_elements
 
 if TYPE_CHECKING:
     from pyd4j.sched.graph import Graph, Layer
@@ -357,7 +358,7 @@ class GraphDeps:
     saved_bytes: list[int]  # kept from FORWARD/RECOMPUTE to BACKWARD, aligned (the same tensor id)
     keep_dw: bool
     ysz: list[int]  # aligned bytes of each layer's output (and of its gradient)
-    psz: list[int]  # aligned bytes of each layer's parameters (W, dW, M each)
+    psz: list[int]  # aligned bytes of each layer's parameters (W and dW each; M, the optimizer state: `optimizer_state_bytes`)
     nbytes: list[int]  # unaligned bytes of every tensor id (0: not a tensor of the graph)
     asz: list[int]  # the same, aligned
     # each step's own scratch (aligned, never held), and whether the profile holds one scratch
@@ -399,6 +400,15 @@ def graph_deps(graph: "Graph") -> GraphDeps:
     deps = _apply(graph, graph.profile)
     graph._deps = deps
     return deps
+
+
+def optimizer_state_bytes(layer: Any) -> int:
+    """A layer's resident optimizer state (the M tensor): for a DL4J layer what its updater keeps
+    (`pyd4j.sched.updater_state`: Adam two per parameter, Sgd none), as DL4J's fit() holds it; for the
+    release code's networks one per parameter (SGD with momentum)."""
+    if "dl4j" in layer.attrs:
+        return layer_state_elements(layer) * layer.itemsize
+    return layer.param_bytes
 
 
 def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
@@ -524,7 +534,8 @@ def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
         if has_grad[i]:
             nbytes[base + 1] = obytes[i]
         if pbytes[i]:
-            nbytes[base + 2] = nbytes[base + 3] = nbytes[base + 4] = pbytes[i]
+            nbytes[base + 2] = nbytes[base + 3] = pbytes[i]
+            nbytes[base + 4] = optimizer_state_bytes(layer)
         nbytes[5 * n + i] = state_bytes[i] or saved_bytes[i]
     asz = [-(-b // ALIGNMENT) * ALIGNMENT for b in nbytes]
     return GraphDeps(prof, fwd_reads, rc_reads, bwd_reads, bwd_dy, bwd_dx, bwd_dw, fwd_inplace,

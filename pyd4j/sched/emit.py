@@ -114,7 +114,7 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             if keep_dw:
                 add(new(S, (A, base + _DW, 0, 0, -1)))
             add(new(S, (A, base + _M, 0, 0, -1)))
-            live += (3 if keep_dw else 2) * psz[layer.id]
+            live += (2 if keep_dw else 1) * psz[layer.id] + d.asz[base + _M]   # M: the updater's state
     for i, nbytes in enumerate(d.state_bytes):
         if nbytes:
             add(new(S, (A, state_tid(n, i), 0, 0, -1)))

@@ -54,6 +54,7 @@ from typing import Literal
 
 from pyd4j import malloc
 from pyd4j.sched.graph import Graph, LayerType
+from pyd4j.sched.updater_state import layer_state_elements
 
 Region = Literal["offheap", "heap", "native"]
 Source = Literal["dl4j-report", "measured", "estimate"]
@@ -73,10 +74,6 @@ LSTM_CLASSES = ("LSTM", "GravesLSTM")
 # The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
 # batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
 REFERENCE_BATCH = 64
-
-# Per-parameter state of DL4J's updaters (IUpdater.stateSize(n) / n, checked against DL4J).
-UPDATER_STATE = {"Adam": 2, "AdaMax": 2, "Nadam": 2, "AdaBelief": 2, "AMSGrad": 3, "AdaDelta": 2,
-                 "AdaGrad": 1, "RmsProp": 1, "Nesterovs": 1, "Sgd": 0, "NoOp": 0}
 
 
 @dataclass(frozen=True)
@@ -109,40 +106,9 @@ class Term:
         return int(self.fixed_bytes + self.per_sample_bytes * batch)
 
 
-class UnknownUpdater(ValueError):
-    """A layer trains with an updater whose state size the model does not know."""
-
-
 def updater_state_elements(graph: Graph) -> int:
-    """Elements of the updater's state: per layer, the state per parameter of its updater (a
-    separate bias updater for biases); batch normalization's global mean and variance have none."""
-    total = 0
-    for layer in graph.layers:
-        if not layer.param_shapes:
-            continue
-        per = _state_per_param(layer.attrs.get("updater"), layer.name)
-        if layer.type is LayerType.BN:   # gamma, beta train; mean, variance are running statistics
-            total += per * layer.param_elems // 2
-            continue
-        bias = layer.attrs.get("bias_updater")
-        shapes = layer.param_shapes
-        if bias and layer.attrs.get("bias") and len(shapes) >= 2:
-            b = 1
-            for d in shapes[1]:
-                b *= d
-            total += per * (layer.param_elems - b) + _state_per_param(bias, layer.name) * b
-        else:
-            total += per * layer.param_elems
-    return total
-
-
-def _state_per_param(updater: str | None, where: str) -> int:
-    if updater is None:
-        return UPDATER_STATE["Sgd"]
-    if updater not in UPDATER_STATE:
-        raise UnknownUpdater(f"layer {where!r} trains with updater {updater!r}, whose state size pyd4j does not know "
-                             f"(known: {', '.join(sorted(UPDATER_STATE))})")
-    return UPDATER_STATE[updater]
+    """Elements of the updater's state of every layer (`pyd4j.sched.updater_state`)."""
+    return sum(layer_state_elements(layer) for layer in graph.layers)
 
 
 def _epsilon(graph: Graph, i: int) -> int:

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from pyd4j.memory.estimate import estimate
 from pyd4j.sched.dl4j_json import graph_from_dl4j_json
-from pyd4j.sched.fitmem import UPDATER_STATE, fit_terms, updater_state_elements
+from pyd4j.sched.fitmem import fit_terms, updater_state_elements
+from pyd4j.sched.updater_state import UPDATER_STATE
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 FIT_ONLY = ("parameters", "gradients", "updater_state", "activations", "working_memory", "epsilons", "batchnorm_backlog")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pyd4j.sched.dl4j_json import graph_from_dl4j_json
-from pyd4j.sched.fitmem import (UnknownUpdater, batchnorm_input_bytes, epsilon_bytes, fit_bytes, fit_terms, learning_bytes,
-                                updater_state_elements)
+from pyd4j.sched.fitmem import batchnorm_input_bytes, epsilon_bytes, fit_bytes, fit_terms, learning_bytes, updater_state_elements
+from pyd4j.sched.updater_state import UnknownUpdater
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
