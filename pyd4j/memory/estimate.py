@@ -148,6 +148,13 @@ class Estimate:
                 return term.bytes_at(self.batch)
         raise KeyError(name)
 
+    def beside_the_step_bytes(self) -> int:
+        """Off-heap memory any training run of the network holds besides its training step's own, planned or
+        not: the data pipeline and what glibc keeps of an LSTM's per-step pieces (the same glibc setting, the
+        same DL4J layer code). A plan's device peak plus this is what the planned job holds off the heap."""
+        return sum(t.bytes_at(self.batch) for t in self.terms
+                   if t.name == "prefetch_buffers" or t.name.startswith("lstm_steps_kept_by_glibc"))
+
     def region_bytes(self, region: Region) -> int:
         return sum(t.bytes_at(self.batch) for t in self.terms if t.region == region)
 

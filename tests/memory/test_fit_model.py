@@ -142,6 +142,13 @@ def test_what_glibc_keeps_of_an_lstms_step_pieces_is_counted_below_the_threshold
     assert e.term_bytes("lstm_steps_kept_by_glibc") == pytest.approx(2 * e.term_bytes("working_memory") / 1.02, rel=0.05)
     assert e.at_batch(256).term_bytes("lstm_steps_kept_by_glibc") == 0
     assert "lstm_steps_kept_by_glibc" not in {t.name for t in fit_terms(_graph("lenet", 64))}
+    # a planned run holds them too (the same glibc setting, the same LSTM code): what a plan's prediction adds to
+    # its device peak is the data pipeline and these pieces, below the threshold batch only
+    e = estimate(NETWORKS / "lstm.json", 64)
+    assert e.beside_the_step_bytes() == e.term_bytes("prefetch_buffers") + kept.bytes_at(64)
+    assert e.at_batch(256).beside_the_step_bytes() == e.at_batch(256).term_bytes("prefetch_buffers")
+    lenet = estimate(NETWORKS / "lenet.json", 64)
+    assert lenet.beside_the_step_bytes() == lenet.term_bytes("prefetch_buffers")
 
 
 @pytest.mark.jvm
