@@ -35,7 +35,7 @@ EXAMPLES = {"mlp": (64, 256), "lenet": (16, 64), "deep_cnn_bn": (8, 32), "resnet
             "lstm": (8, 32), "policy_value": (16, 64), "two_input": (16, 64)}
 ZOO = {"LeNet": (4, 16), "SqueezeNet": (2, 4), "AlexNet": (2, 4), "VGG16": (2, 4), "UNet": (1, 2), "ResNet50": (1, 2),
        "VGG19": (2, 4), "Darknet19": (1, 2), "TinyYOLO": (1, 2), "YOLO2": (1, 2), "Xception": (1, 2),
-       "FaceNetNN4Small2": (1, 2), "InceptionResNetV1": (1, 2)}
+       "FaceNetNN4Small2": (1, 2), "InceptionResNetV1": (1, 2), "TextGenerationLSTM": (4, 16)}
 TARGET = 0.15
 MiB = 1024**2
 
