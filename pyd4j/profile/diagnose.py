@@ -742,8 +742,11 @@ def _limit_for(t: Timeline, verdict: LeakVerdict, kind: str) -> _Limit:
 
 
 def leak_sites(t: Timeline, kind: str) -> list[dict]:
-    """Sites holding the kept memory at the last live point (or at the end), largest first."""
-    snapshots = [s for s in t.site_snapshots if s.get("reason") in ("live", "end")]
+    """Sites holding the kept memory at the last live point (or at the end), largest first. A snapshot in
+    which nothing is held is passed over: the end snapshot is taken while the JVM shuts down, and the job's
+    arrays may already be freed by then (a leak kept in the job's own list was, at random)."""
+    snapshots = [s for s in t.site_snapshots if s.get("reason") in ("live", "end")
+                 and any(x.get("live_bytes", 0) > 0 for x in s.get("sites", ()))]
     if not snapshots:
         return []
     last = max(snapshots, key=lambda s: s["t"])
