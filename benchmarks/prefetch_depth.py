@@ -1,6 +1,7 @@
 """The prefetch depth `pyd4j tune --speed` chooses, against every other depth, on loaders of four shapes.
 
-    .venv/bin/python benchmarks/prefetch_depth.py [--rounds 3] [--epochs 8] [--out benchmarks/results/prefetch_depth.json]
+    .venv/bin/python benchmarks/prefetch_depth.py [--rounds 3] [--epochs 8] [--loaders even-fast,...]
+        [--out benchmarks/results/prefetch_depth.json]
 
 The job is tests/fixtures/java SpeedJob's MLP (batch 64) trained with fit() on its own iterator whose
 asyncSupported() is false, so DL4J does not prefetch it, for `--epochs` epochs of 32 batches. Its
@@ -67,8 +68,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=8, help="epochs of 32 batches a run")
+    ap.add_argument("--loaders", default="even-fast,even-slow,uneven-fast,uneven-slow",
+                    help="the loaders to measure (comma-separated)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "prefetch_depth.json")
     args = ap.parse_args()
+    wanted = [x for x in args.loaders.split(",") if x]
+    unknown = sorted(set(wanted) - set(loaders(1.0)))
+    if unknown:
+        raise SystemExit(f"--loaders: unknown {', '.join(unknown)}; known: {', '.join(loaders(1.0))}")
     if not FIXTURES_JAR.exists():
         raise SystemExit(f"{FIXTURES_JAR} is not built; run `make setup`")
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -87,6 +94,8 @@ def main() -> None:
 
     rows: dict[str, dict] = {}
     for name, options in loaders(compute).items():
+        if name not in wanted:
+            continue
         runner = job_runner(command(args.epochs, options), tmp / name)
         probe = probe_of(runner(Setup(), "probe"))
         change, why = prefetch_candidate(probe)
