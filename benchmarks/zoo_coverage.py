@@ -61,6 +61,7 @@ PLANS = ("liveness", "recompute_in_memory", "smallest")
 # The peak-measuring runs: DL4J's fit() as the job runs it, the same in the environment `pyd4j estimate`
 # assumes, and the job under the liveness and the smallest plan.
 PEAK_MODES = ("fit", "fit_flags_env", "liveness", "smallest")
+PREDICTED_MODES = PEAK_MODES[1:]   # the model predicts fit() only in the environment it assumes
 PREDICTION_TARGET = 0.15
 
 
@@ -271,10 +272,9 @@ def repredict(models: list[str], args: argparse.Namespace) -> None:
     doc = json.loads(out.read_text())
     for model in models:
         pk = (doc["models"].get(model) or {}).get("peak") or {}
-        if not any("predicted_bytes" in pk.get(mode, {}) for mode in PEAK_MODES):
+        if not predicted_peak(pk):
             continue
         _, predicted, _ = predictions(model, pk["batch"], Path(args.configs))
-        pk.pop("pipeline_bytes", None)
         pk["beside_the_step_bytes"] = predicted.pop("beside_the_step")
         for mode, value in predicted.items():
             if mode in pk:
@@ -283,6 +283,11 @@ def repredict(models: list[str], args: argparse.Namespace) -> None:
         pk["repredicted"] = "predictions recomputed with the current model after the measurements"
         print(model, {m: pk[m].get("predicted_over_native") for m in predicted if m in pk}, flush=True)
     finish(doc, [m for m in MODELS if m in doc["models"]], out)
+
+
+def predicted_peak(pk: dict) -> bool:
+    """Whether a model's peak record carries predictions (records of earlier runs do not)."""
+    return any("predicted_bytes" in pk.get(mode, {}) for mode in PREDICTED_MODES)
 
 
 def prediction(predicted: int, measured: dict) -> dict:
@@ -346,10 +351,10 @@ def prediction_table(doc: dict) -> str:
              "smallest plan | / RSS |", "|---|---|---|---|---|---|---|---|"]
     for name, m in doc["models"].items():
         pk = m.get("peak") or {}
-        if not any("predicted_bytes" in pk.get(mode, {}) for mode in PEAK_MODES):
+        if not predicted_peak(pk):
             continue
         cells = []
-        for mode in ("fit_flags_env", "liveness", "smallest"):
+        for mode in PREDICTED_MODES:
             r = pk.get(mode, {})
             if "predicted_bytes" not in r:
                 cells += ["-", "-"]
@@ -363,7 +368,7 @@ def prediction_table(doc: dict) -> str:
 def prediction_summary(doc: dict) -> dict:
     """How many predictions are within the target of the measured native memory, per mode, and the misses."""
     out = {"target": PREDICTION_TARGET}
-    for mode in ("fit_flags_env", "liveness", "smallest"):
+    for mode in PREDICTED_MODES:
         ratios = {n: m["peak"][mode]["predicted_over_native"] for n, m in doc["models"].items()
                   if (m.get("peak") or {}).get(mode, {}).get("predicted_over_native") is not None}
         out[mode] = {"measured": len(ratios),

@@ -152,8 +152,10 @@ class Estimate:
         """Off-heap memory any training run of the network holds besides its training step's own, planned or
         not: the data pipeline and what glibc keeps of an LSTM's per-step pieces (the same glibc setting, the
         same DL4J layer code). A plan's device peak plus this is what the planned job holds off the heap."""
+        from pyd4j.sched.fitmem import LSTM_KEPT_TERM  # noqa: PLC0415 - as _fit_terms imports the planner's model
+
         return sum(t.bytes_at(self.batch) for t in self.terms
-                   if t.name == "prefetch_buffers" or t.name.startswith("lstm_steps_kept_by_glibc"))
+                   if t.name == "prefetch_buffers" or t.name.startswith(LSTM_KEPT_TERM))
 
     def region_bytes(self, region: Region) -> int:
         return sum(t.bytes_at(self.batch) for t in self.terms if t.region == region)

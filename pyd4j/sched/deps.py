@@ -402,7 +402,7 @@ def graph_deps(graph: "Graph") -> GraphDeps:
     return deps
 
 
-def optimizer_state_bytes(layer: Any) -> int:
+def optimizer_state_bytes(layer: "Layer") -> int:
     """A layer's resident optimizer state (the M tensor): for a DL4J layer what its updater keeps
     (`pyd4j.sched.updater_state`: Adam two per parameter, Sgd none), as DL4J's fit() holds it; for the
     release code's networks one per parameter (SGD with momentum)."""

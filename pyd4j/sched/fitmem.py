@@ -71,6 +71,9 @@ BATCHNORM_ARRAYS_PER_ITERATION = 2
 # gate gradients in the epsilon workspace (lstm at batches 8-128: 2.12x its input where the model said 1x).
 LSTM_CLASSES = ("LSTM", "GravesLSTM")
 
+# The name of what glibc keeps of an LSTM's per-step pieces (one term per threshold batch: `_below_<batch>`).
+LSTM_KEPT_TERM = "lstm_steps_kept_by_glibc"
+
 # The batch to build a graph at for `fit_terms`: the terms are per sample and fixed, so one reference
 # batch gives the same figures at any batch (`pyd4j estimate` and `pyd4j plan` both build at it).
 REFERENCE_BATCH = 64
@@ -205,7 +208,7 @@ def _lstm_step_terms(graph: Graph) -> list[Term]:
         if layer.attrs.get("dl4j", {}).get("class") in LSTM_CLASSES:
             piece = layer.out_shape[1] * layer.itemsize           # one sample's share of a [batch, units] piece
             groups.setdefault(-(-malloc.MMAP_THRESHOLD_BYTES // piece), []).append(layer.id)
-    return [Term("lstm_steps_kept_by_glibc" + (f"_below_{cutoff}" if len(groups) > 1 else ""), "offheap", "estimate", 0,
+    return [Term(LSTM_KEPT_TERM + (f"_below_{cutoff}" if len(groups) > 1 else ""), "offheap", "estimate", 0,
                  int(round(sum(working[i] for i in ids) / graph.batch)),
                  f"the working memory of {', '.join(graph.layers[i].name for i in ids)} once more: made outside the "
                  f"workspace while it learns its size, in per-step pieces under glibc's mmap threshold, which glibc keeps "
