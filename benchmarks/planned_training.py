@@ -64,25 +64,39 @@ POLICIES = ("liveness", "recompute_in_memory", "recompute")
 # DL4J's fit() with glibc's mmap threshold fixed as the planned trainer fixes it: how much of the
 # difference is malloc alone
 MALLOC_FIXED = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+SMALLEST = ("smallest", "smallest_offload")
 HEAP = "512m"
 RESOLUTION = 8
 EXTRA_ENV: dict[str, str] = json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))
 
 
-def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
+def planned_graph(name: str, batch: int, probe=None):
+    """The network as `pyd4j plan` plans it: DL4J probed where the planner has no model of a layer
+    (`probe`: one already built for this network, reused: each new one builds the network in this
+    process's JVM)."""
     from pyd4j.commands.plan import _input_shape
     from pyd4j.memory.probe import of_configuration
-    from pyd4j.sched.dl4j_json import network_kind, probed_graph
+    from pyd4j.sched.dl4j_json import probed_graph
+
+    config = NETWORKS / f"{name}.json"
+    doc = json.loads(config.read_text())
+    return probed_graph(doc, batch, _input_shape(str(config)), probe=probe or of_configuration(doc, str(config)))
+
+
+def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
+    from pyd4j.sched.dl4j_json import network_kind
     from pyd4j.sched.training_plan import choose_plan, smallest_plan
     from pyd4j.sched.training_plan import write_plan as write
 
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    # as `pyd4j plan` plans it: DL4J probed where the planner has no model of a layer
-    graph = probed_graph(doc, batch, _input_shape(str(config)), probe=of_configuration(doc, str(config)))
-    # "smallest": every convolution in its least working memory (batch slices), nothing offloaded
-    plan, result = smallest_plan(graph, offload=False) if policy == "smallest" else \
-        choose_plan(graph, policy=policy, offload=True)
+    graph = planned_graph(name, batch)
+    # "smallest": every convolution in its least working memory (batch slices), nothing offloaded;
+    # "smallest_offload": the same, and the smallest plan may offload (the CPU backend's disk tier)
+    if policy in SMALLEST:
+        plan, result = smallest_plan(graph, offload=policy == "smallest_offload")
+    else:
+        plan, result = choose_plan(graph, policy=policy, offload=True)
     path = folder / f"{name}.{batch}.{policy}.plan.json"
     if path.exists():
         path.unlink()
@@ -356,6 +370,54 @@ def largest_batch(name: str, iterations: int, container: int, policy: str | None
     return {"largest_batch": lo, "tried": tried, "failures": failures}
 
 
+def ceiling(name: str, fit_batch: int, planned_batch: int) -> dict:
+    """How far any plan could go in the same container under the planner's model of DL4J's layers:
+    the largest batch whose lower bound (`pyd4j.sched.bounds`: resident state plus the one step that
+    needs most, each DL4J layer run as DL4J runs it) fits in what the smallest plan is predicted to
+    hold at the largest batch it trained at. Where it is below the goal, no plan reaches the goal
+    with DL4J's own layer code; where the plan is well above its bound, a better plan could."""
+    from pyd4j.memory.probe import of_configuration
+    from pyd4j.sched.bounds import lower_bound
+    from pyd4j.sched.training_plan import smallest_plan
+
+    config = NETWORKS / f"{name}.json"
+    probe = of_configuration(json.loads(config.read_text()), str(config))
+
+    def bound(b: int) -> tuple[int, object]:
+        lb = lower_bound(planned_graph(name, b, probe))
+        return lb.resident_bytes + lb.l_peak_bytes, lb
+
+    _, predicted = smallest_plan(planned_graph(name, planned_batch, probe), offload=False)
+    budget = predicted.device_peak_bytes
+    at_planned, lb = bound(planned_batch)
+    lo, hi = planned_batch, 2 * planned_batch
+    while bound(hi)[0] <= budget:
+        lo, hi = hi, 2 * hi
+    while hi - lo > max(1, lo // (8 * RESOLUTION)):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if bound(mid)[0] <= budget else (lo, mid)
+    return {"smallest_plan_predicted_bytes": budget, "lower_bound_bytes": at_planned,
+            "plan_over_bound": round(budget / at_planned, 3),
+            "bound_step": f"{lb.l_peak_step} {lb.l_peak_layer}", "bound_step_bytes": lb.l_peak_bytes,
+            "resident_bytes": lb.resident_bytes, "bound_batch": lo,
+            "bound_over_fit": round(lo / fit_batch, 2), "measured_over_fit": round(planned_batch / fit_batch, 2)}
+
+
+def ceilings(path: Path) -> None:
+    """Add each searched model's `ceiling` to the summary of a largest-batch results file."""
+    doc = json.loads(path.read_text())
+    for name, row in doc["summary"].items():
+        if not isinstance(row, dict) or "smallest" not in row:
+            continue
+        fit = row["fit"] if isinstance(row["fit"], int) else max(row["fit"])   # the largest of its searches
+        row["ceiling"] = ceiling(name, fit, row["smallest"])
+        print(name, row["ceiling"], flush=True)
+    doc["summary"]["ceiling_note"] = (
+        "ceiling: the largest batch whose lower bound (pyd4j.sched.bounds) fits in the smallest plan's predicted "
+        "peak at its largest batch (bisection to 1/64); bound_over_fit against the largest fit() batch of any search")
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def main() -> None:
     from pyd4j.units import parse_bytes
 
@@ -371,7 +433,7 @@ def main() -> None:
     parser.add_argument("--container-networks", default="deep_cnn_bn,resnet_graph")
     parser.add_argument("--container-start", type=int, default=16, help="first batch of the largest-batch search")
     parser.add_argument("--container-iterations", type=int, default=5)
-    parser.add_argument("--container-policy", default="recompute_in_memory", choices=[*POLICIES, "smallest"],
+    parser.add_argument("--container-policy", default="recompute_in_memory", choices=[*POLICIES, *SMALLEST],
                         help="the plan of the planned side of the largest-batch search (smallest: "
                              "smallest_plan, convolutions in batch slices)")
     parser.add_argument("--batches", default="", help="name=batch,... overrides of the default batch sizes")
@@ -382,12 +444,23 @@ def main() -> None:
     parser.add_argument("--budgets", default="",
                         help="budget-driven plans instead of the per-policy ones: min, a fraction of fit()'s "
                              "peak (0.4), or a size (200m), comma-separated")
+    parser.add_argument("--known", metavar="FILE",
+                        help="take fit()'s largest batch from FILE's largest-batch summary instead of searching it "
+                             "again, and start the planned search at the batch FILE's smallest plan reached")
+    parser.add_argument("--ceilings", metavar="FILE",
+                        help="only add to FILE's largest-batch summary how far any plan could go (see ceiling); "
+                             "needs --configs")
     args = parser.parse_args()
 
     container = parse_bytes(args.container, "--container")
     global NETWORKS
     if args.configs:
         NETWORKS = Path(args.configs).resolve()
+    if args.ceilings:
+        if not args.configs:
+            parser.error("--ceilings needs --configs DIR, the folder of the models' configurations")
+        ceilings(Path(args.ceilings))
+        return
     policies = tuple(filter(None, args.policies.split(",")))
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -406,10 +479,18 @@ def main() -> None:
         for name in filter(None, args.networks.split(",")):
             doc["networks"][name] = compare(name, DEFAULT_NETWORKS[name], args.iterations, args.repeats, folder,
                                             policies, args.interleaved, [b for b in args.budgets.split(",") if b])
+        known = json.loads(Path(args.known).read_text())["summary"] if args.known else {}
         for name in filter(None, args.container_networks.split(",")):
-            fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
+            if name in known:   # fit()'s side as an earlier run of the same search found it
+                row = known[name]
+                fit = {"largest_batch": row["fit"] if isinstance(row["fit"], int) else max(row["fit"]),
+                       "from": args.known}
+                start = row.get("smallest", fit["largest_batch"])
+            else:
+                fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
+                start = fit["largest_batch"]
             planned = largest_batch(name, args.container_iterations, container, args.container_policy,
-                                    max(16, fit["largest_batch"]), folder)
+                                    max(16, start), folder)
             doc["container"][name] = {
                 "container_bytes": container, "iterations": args.container_iterations,
                 "fit": fit, args.container_policy: planned, "policy": args.container_policy,
