@@ -11,7 +11,8 @@ Choosing (`choose_plan`), for a DL4J-faithful graph (`pyd4j.sched.dl4j_json`):
   forward and backward step runs in, which divides its working memory -- DL4J's largest -- at a
   small cost in speed; with room to spare every convolution runs whole); when none fits,
   `BudgetTooSmall` names the smallest peak any candidate reaches (the minimum that works, every
-  convolution in as many chunks as it allows) and its policy. Candidates: liveness,
+  convolution in as many chunks as it allows), its policy, and the lower bound no plan goes below
+  with the one step that holds it (`pyd4j.sched.bounds`). Candidates: liveness,
   `recompute_in_memory`, and -- when the trainer has an offload tier -- utp and recompute.
 
 `recompute_in_memory` is the recompute policy's recomputation without its tensor pool: outputs of
@@ -69,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 from dataclasses import replace
 
 from pyd4j.schemas import PLAN_SCHEMA, SchemaError, check
-from pyd4j.sched.bounds import lower_bound
+from pyd4j.sched.bounds import Bound, lower_bound
 from pyd4j.sched.convws import assign_workspaces, least_workspaces
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.graph import Graph
@@ -92,12 +93,17 @@ OFFLOADING = ("utp", "recompute", "superneurons")
 
 
 class BudgetTooSmall(ValueError):
-    """No plan fits the budget; carries the smallest peak that works and its policy."""
+    """No plan fits the budget; carries the smallest peak that works, its policy, and the lower
+    bound no plan of the network goes below (`pyd4j.sched.bounds`), whose step says what holds it."""
 
-    def __init__(self, budget: int, minimum: int, policy: str) -> None:
-        self.budget, self.minimum, self.policy = budget, minimum, policy
+    def __init__(self, budget: int, minimum: int, policy: str, bound: Bound | None = None) -> None:
+        self.budget, self.minimum, self.policy, self.bound = budget, minimum, policy, bound
+        floor = "" if bound is None else (
+            f"; no plan of this network at this batch holds less than {bound.lower_bound_bytes} bytes: its "
+            f"parameters, gradients and updater state ({bound.resident_bytes}) and the "
+            f"{bound.l_peak_step.lower()} step of {bound.l_peak_layer!r} ({bound.l_peak_bytes}) at once")
         super().__init__(f"budget {budget} bytes is below what any plan needs: the smallest peak is "
-                         f"{minimum} bytes (policy {policy}); give a budget of at least {minimum} bytes "
+                         f"{minimum} bytes (policy {policy}){floor}; give a budget of at least {minimum} bytes "
                          "or a smaller batch")
 
 
@@ -155,7 +161,7 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
             return plan, simulate(plan, cost)
         fits, small = _under_budget(graph, policy, cost, budget)
         if fits is None:
-            raise BudgetTooSmall(budget, small[1].device_peak_bytes, policy)
+            raise BudgetTooSmall(budget, small[1].device_peak_bytes, policy, lower_bound(graph))
         return fits
     if budget is None:
         plan = make_plan(graph, "liveness", cost)
@@ -172,7 +178,7 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
             best = fits
     if best is None:
         assert smallest is not None
-        raise BudgetTooSmall(budget, smallest[0], smallest[1])
+        raise BudgetTooSmall(budget, smallest[0], smallest[1], lower_bound(graph))
     return best
 
 

@@ -123,6 +123,11 @@ def test_the_minimum_that_works_counts_chunks() -> None:
     with pytest.raises(BudgetTooSmall) as e:
         choose_plan(g, budget=rs.device_peak_bytes - 1, offload=False)
     assert e.value.minimum == rs.device_peak_bytes
+    # the message says what no plan can go below, and which step holds it
+    bound = lower_bound(g)
+    assert e.value.bound == bound and bound.lower_bound_bytes <= e.value.minimum
+    assert f"{bound.l_peak_step.lower()} step of {bound.l_peak_layer!r} ({bound.l_peak_bytes})" in str(e.value)
+    assert f"holds less than {bound.lower_bound_bytes} bytes" in str(e.value)
     plan, r = choose_plan(g, budget=rs.device_peak_bytes, offload=False)
     assert r.device_peak_bytes <= rs.device_peak_bytes
 
