@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/planned_training.py [--networks deep_cnn_bn,resnet_graph,...]
         [--iterations 8] [--repeats 2] [--policies liveness,...] [--interleaved 8] [--container 1g]
         [--budgets min,0.4] [--configs DIR] [--out benchmarks/results/planned_training.json]
+    .venv/bin/python benchmarks/planned_training.py --ceilings benchmarks/results/planned_training_zoo.json --configs DIR
 
 Every run is the unchanged example job `org.pyd4j.examples.TrainSynthetic <net.json> <batch>
 <iterations>` in a child JVM under pyd4j's agent; planned runs differ only by the agent's
@@ -435,7 +436,8 @@ def main() -> None:
     parser.add_argument("--container-iterations", type=int, default=5)
     parser.add_argument("--container-policy", default="recompute_in_memory", choices=[*POLICIES, *SMALLEST],
                         help="the plan of the planned side of the largest-batch search (smallest: "
-                             "smallest_plan, convolutions in batch slices)")
+                             "smallest_plan, convolutions in batch slices; smallest_offload: the same, and it may "
+                             "offload to the CPU backend's disk tier)")
     parser.add_argument("--batches", default="", help="name=batch,... overrides of the default batch sizes")
     parser.add_argument("--configs", metavar="DIR",
                         help="read the networks from DIR (<name>.json and its .input.json sidecar) instead of "
