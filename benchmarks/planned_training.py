@@ -71,6 +71,12 @@ RESOLUTION = 8
 EXTRA_ENV: dict[str, str] = json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))
 
 
+def configuration(name: str) -> tuple[Path, dict]:
+    """A network's configuration file and its parsed document."""
+    config = NETWORKS / f"{name}.json"
+    return config, json.loads(config.read_text())
+
+
 def planned_graph(name: str, batch: int, probe=None):
     """The network as `pyd4j plan` plans it: DL4J probed where the planner has no model of a layer
     (`probe`: one already built for this network, reused: each new one builds the network in this
@@ -79,8 +85,7 @@ def planned_graph(name: str, batch: int, probe=None):
     from pyd4j.memory.probe import of_configuration
     from pyd4j.sched.dl4j_json import probed_graph
 
-    config = NETWORKS / f"{name}.json"
-    doc = json.loads(config.read_text())
+    config, doc = configuration(name)
     return probed_graph(doc, batch, _input_shape(str(config)), probe=probe or of_configuration(doc, str(config)))
 
 
@@ -89,8 +94,7 @@ def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
     from pyd4j.sched.training_plan import choose_plan, smallest_plan
     from pyd4j.sched.training_plan import write_plan as write
 
-    config = NETWORKS / f"{name}.json"
-    doc = json.loads(config.read_text())
+    config, doc = configuration(name)
     graph = planned_graph(name, batch)
     # "smallest": every convolution in its least working memory (batch slices), nothing offloaded;
     # "smallest_offload": the same, and the smallest plan may offload (the CPU backend's disk tier)
@@ -359,16 +363,24 @@ def largest_batch(name: str, iterations: int, container: int, policy: str | None
         print(f"  {name} {policy or 'fit()'} batch {b}: {'fits' if tried[b] else 'does not fit: ' + why[:160]}", flush=True)
         return tried[b]
 
-    lo, hi = 0, start
+    # 1/8 of the batch is resolution enough for a ratio
+    return {"largest_batch": largest(ok, 0, start, RESOLUTION), "tried": tried, "failures": failures}
+
+
+def largest(ok, lo: int, hi: int, resolution: int) -> int:
+    """The largest batch for which `ok` holds (it holds up to some batch and not beyond): doubling from
+    `hi` while it holds, then bisection to 1/`resolution` of the batch; `lo` is known to hold (0: none)."""
     while ok(hi):
         lo, hi = hi, hi * 2
-    while hi - lo > max(1, lo // RESOLUTION):   # 1/8 of the batch is resolution enough for a ratio
+    while hi - lo > max(1, lo // resolution):
         mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return {"largest_batch": lo, "tried": tried, "failures": failures}
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def largest_fit_batch(row: dict) -> int:
+    """fit()'s largest batch in a largest-batch summary row: the largest of its searches."""
+    return row["fit"] if isinstance(row["fit"], int) else max(row["fit"])
 
 
 def ceiling(name: str, fit_batch: int, planned_batch: int) -> dict:
@@ -381,24 +393,15 @@ def ceiling(name: str, fit_batch: int, planned_batch: int) -> dict:
     from pyd4j.sched.bounds import lower_bound
     from pyd4j.sched.training_plan import smallest_plan
 
-    config = NETWORKS / f"{name}.json"
-    probe = of_configuration(json.loads(config.read_text()), str(config))
-
-    def bound(b: int) -> tuple[int, object]:
-        lb = lower_bound(planned_graph(name, b, probe))
-        return lb.resident_bytes + lb.l_peak_bytes, lb
-
-    _, predicted = smallest_plan(planned_graph(name, planned_batch, probe), offload=False)
-    budget = predicted.device_peak_bytes
-    at_planned, lb = bound(planned_batch)
-    lo, hi = planned_batch, 2 * planned_batch
-    while bound(hi)[0] <= budget:
-        lo, hi = hi, 2 * hi
-    while hi - lo > max(1, lo // (8 * RESOLUTION)):
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if bound(mid)[0] <= budget else (lo, mid)
-    return {"smallest_plan_predicted_bytes": budget, "lower_bound_bytes": at_planned,
-            "plan_over_bound": round(budget / at_planned, 3),
+    config, doc = configuration(name)
+    probe = of_configuration(doc, str(config))
+    graph = planned_graph(name, planned_batch, probe)
+    budget = smallest_plan(graph, offload=False)[1].device_peak_bytes
+    lb = lower_bound(graph)
+    lo = largest(lambda b: lower_bound(planned_graph(name, b, probe)).lower_bound_bytes <= budget,
+                 planned_batch, 2 * planned_batch, 8 * RESOLUTION)
+    return {"smallest_plan_predicted_bytes": budget, "lower_bound_bytes": lb.lower_bound_bytes,
+            "plan_over_bound": round(budget / lb.lower_bound_bytes, 3),
             "bound_step": f"{lb.l_peak_step} {lb.l_peak_layer}", "bound_step_bytes": lb.l_peak_bytes,
             "resident_bytes": lb.resident_bytes, "bound_batch": lo,
             "bound_over_fit": round(lo / fit_batch, 2), "measured_over_fit": round(planned_batch / fit_batch, 2)}
@@ -410,8 +413,7 @@ def ceilings(path: Path) -> None:
     for name, row in doc["summary"].items():
         if not isinstance(row, dict) or "smallest" not in row:
             continue
-        fit = row["fit"] if isinstance(row["fit"], int) else max(row["fit"])   # the largest of its searches
-        row["ceiling"] = ceiling(name, fit, row["smallest"])
+        row["ceiling"] = ceiling(name, largest_fit_batch(row), row["smallest"])
         print(name, row["ceiling"], flush=True)
     doc["summary"]["ceiling_note"] = (
         "ceiling: the largest batch whose lower bound (pyd4j.sched.bounds) fits in the smallest plan's predicted "
@@ -485,8 +487,7 @@ def main() -> None:
         for name in filter(None, args.container_networks.split(",")):
             if name in known:   # fit()'s side as an earlier run of the same search found it
                 row = known[name]
-                fit = {"largest_batch": row["fit"] if isinstance(row["fit"], int) else max(row["fit"]),
-                       "from": args.known}
+                fit = {"largest_batch": largest_fit_batch(row), "from": args.known}
                 start = row.get("smallest", fit["largest_batch"])
             else:
                 fit = largest_batch(name, args.container_iterations, container, None, args.container_start, folder)
