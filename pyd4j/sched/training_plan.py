@@ -96,15 +96,14 @@ class BudgetTooSmall(ValueError):
     """No plan fits the budget; carries the smallest peak that works, its policy, and the lower
     bound no plan of the network goes below (`pyd4j.sched.bounds`), whose step says what holds it."""
 
-    def __init__(self, budget: int, minimum: int, policy: str, bound: Bound | None = None) -> None:
+    def __init__(self, budget: int, minimum: int, policy: str, bound: Bound) -> None:
         self.budget, self.minimum, self.policy, self.bound = budget, minimum, policy, bound
-        floor = "" if bound is None else (
-            f"; no plan of this network at this batch holds less than {bound.lower_bound_bytes} bytes: its "
-            f"parameters, gradients and updater state ({bound.resident_bytes}) and the "
-            f"{bound.l_peak_step.lower()} step of {bound.l_peak_layer!r} ({bound.l_peak_bytes}) at once")
         super().__init__(f"budget {budget} bytes is below what any plan needs: the smallest peak is "
-                         f"{minimum} bytes (policy {policy}){floor}; give a budget of at least {minimum} bytes "
-                         "or a smaller batch")
+                         f"{minimum} bytes (policy {policy}); no plan of this network at this batch holds less "
+                         f"than {bound.lower_bound_bytes} bytes: its parameters, gradients and updater state "
+                         f"({bound.resident_bytes}) and the {bound.l_peak_step.lower()} step of "
+                         f"{bound.l_peak_layer!r} ({bound.l_peak_bytes}) at once; give a budget of at least "
+                         f"{minimum} bytes or a smaller batch")
 
 
 def default_cost() -> CostModel:
