@@ -70,7 +70,7 @@ def resident_tensors(graph: Graph) -> list[int]:
     d = graph.deps
     n = len(graph.layers)
     kinds = (2, 3, 4) if d.keep_dw else (2, 4)
-    out = [5 * layer.id + k for layer in graph.layers if layer.param_shapes for k in kinds]
+    out = [t for layer in graph.layers if layer.param_shapes for t in (5 * layer.id + k for k in kinds) if d.nbytes[t]]
     out += [state_tid(n, i) for i in range(n) if d.state_bytes[i]]
     return out
 

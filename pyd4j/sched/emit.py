@@ -113,8 +113,9 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
             add(new(S, (A, base + _W, 0, 0, -1)))
             if keep_dw:
                 add(new(S, (A, base + _DW, 0, 0, -1)))
-            add(new(S, (A, base + _M, 0, 0, -1)))
-            live += (2 if keep_dw else 1) * psz[layer.id] + d.asz[base + _M]   # M: the updater's state
+            if d.asz[base + _M]:   # M, the updater's state: none under a stateless updater (Sgd, NoOp)
+                add(new(S, (A, base + _M, 0, 0, -1)))
+            live += (2 if keep_dw else 1) * psz[layer.id] + d.asz[base + _M]
     for i, nbytes in enumerate(d.state_bytes):
         if nbytes:
             add(new(S, (A, state_tid(n, i), 0, 0, -1)))

@@ -179,10 +179,11 @@ class Graph:
                 out.append(Tensor(tid(layer.id, Kind.DY), f"{layer.name}:DY", Kind.DY,
                                   layer.out_shape, layer.dtype, layer.out_bytes))
             if layer.param_shapes:
-                shape = (layer.param_elems,)
                 for kind in (Kind.W, Kind.DW, Kind.M):
-                    out.append(Tensor(tid(layer.id, kind), f"{layer.name}:{kind.name}", kind,
-                                      shape, layer.dtype, layer.param_bytes))
+                    nbytes = self.deps.nbytes[tid(layer.id, kind)]
+                    if nbytes:   # M, the updater's state, is absent under a stateless updater (Sgd, NoOp)
+                        out.append(Tensor(tid(layer.id, kind), f"{layer.name}:{kind.name}", kind,
+                                          (nbytes // layer.itemsize,), layer.dtype, nbytes))
         n = len(self.layers)
         d = self.deps
         for layer, state, saved in zip(self.layers, d.state_bytes, d.saved_bytes):

@@ -342,8 +342,8 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
                     else:
                         valid[tj] = 1
                     dy_count[j] += 1
-                if has_params[i] and not (alloc[base + 2] and alloc[base + 4]):
-                    raise fail(k, f"parameters/momentum of {layers[i].name} not allocated")
+                if has_params[i] and not (alloc[base + 2] and (alloc[base + 4] or not nb[base + 4])):
+                    raise fail(k, f"parameters/updater state of {layers[i].name} not allocated")
                 if bwd_dw[i] and not alloc[base + 3]:
                     raise fail(k, f"writes {layers[i].name}:DW, which is not allocated")
                 if saved_t[i] >= 0 and not valid[saved_t[i]]:
