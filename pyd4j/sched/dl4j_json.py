@@ -8,7 +8,7 @@ graph vertex -- exactly the steps DL4J runs -- plus one DATA node per network in
   one FC node (`attrs["act"]`), a layer with `idropout` keeps one node (`attrs["idropout"]`, the
   retain probability), and a layer's input preprocessor (CnnToFeedForward, ...) belongs to its node;
 - ConvolutionLayer -> CONV, DenseLayer -> FC, OutputLayer -> SOFTMAX (the loss node, with the
-  output layer's weights), SubsamplingLayer / GlobalPoolingLayer -> POOL, BatchNormalization -> BN
+  output layer's weights), SubsamplingLayer / GlobalPoolingLayer (of NCHW maps) -> POOL, BatchNormalization -> BN
   (4 parameters per channel: gamma, beta, global mean, global variance or log-std),
   ActivationLayer -> ACT, DropoutLayer -> DROPOUT, LocalResponseNormalization -> LRN;
   ElementWiseVertex Add -> JOIN (other ops -> ELTWISE), MergeVertex -> CONCAT. Average pooling
@@ -311,10 +311,14 @@ class _Builder:
                           float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
                           mode=mode, **({"variant": "avg"} if mode == "avg" else {}), **attrs)
         if kind == "GlobalPoolingLayer":
-            c, h, w = self._chw(xs, name)
             mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
-            if mode is None or not layer.get("collapseDimensions", True):   # not measured: opaque
-                out = (n, c) if layer.get("collapseDimensions", True) else (n, c, 1, 1)
+            collapse = layer.get("collapseDimensions", True)
+            if len(xs) != 4:   # over time (N, C, T) or a 3-D map (N, C, D, H, W): DL4J's own step, opaque
+                out = (n, xs[1]) if collapse else (n, xs[1], *(1,) * (len(xs) - 2))
+                return g._add(LayerType.OPAQUE, (x,), out, name, (), float(math.prod(xs)), **attrs)
+            c, h, w = self._chw(xs, name)
+            if mode is None or not collapse:   # not measured: opaque
+                out = (n, c) if collapse else (n, c, 1, 1)
                 return g._add(LayerType.OPAQUE, (x,), out, name, (), float(n * c * h * w), **attrs)
             return g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
                           kernel=h, stride=h, pad=0, mode=mode, global_pool=True,

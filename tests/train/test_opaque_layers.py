@@ -254,3 +254,42 @@ def test_truncated_bptt_trains_planned_exactly(jvm, kind: str) -> None:
         assert planned.getIterationCount() == 18, policy
         assert np.array_equal(values(planned.params()), values(fitted.params())), policy   # bit for bit
         assert not np.array_equal(values(planned.params()), values(start)), policy
+
+
+@pytest.mark.parametrize("pooling", ["MAX", "AVG"])
+def test_global_pooling_over_time_plans_and_trains_exactly(jvm, pooling: str) -> None:
+    """DL4J's GlobalPoolingLayer pools a recurrent input over time ((N, C, T) -> (N, C)): the
+    planner takes it (DL4J's own step, run as it runs it) and planned fit() is DL4J's, bit for bit."""
+    import jpype
+
+    from pyd4j.data import NumpyBatches
+    from pyd4j.train import fit
+
+    j = jpype.JClass
+    lstm = j("org.deeplearning4j.nn.conf.layers.LSTM").Builder().nOut(8).build()
+    pool = j("org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer").Builder(
+        j("org.deeplearning4j.nn.conf.layers.PoolingType").valueOf(pooling)).build()
+    out = (j("org.deeplearning4j.nn.conf.layers.OutputLayer").Builder(
+        j("org.nd4j.linalg.lossfunctions.LossFunctions$LossFunction").MCXENT).nOut(3)
+        .activation(j("org.nd4j.linalg.activations.Activation").SOFTMAX).build())
+    conf = (j("org.deeplearning4j.nn.conf.NeuralNetConfiguration").Builder().seed(4).list(lstm, pool, out)
+            .setInputType(j("org.deeplearning4j.nn.conf.inputs.InputType").recurrent(5, 10)).build())
+    g = graph_from_dl4j_json(str(conf.toJson()), 2, (5, 10))
+    assert [tuple(l.out_shape) for l in g.layers] == [(2, 5, 10), (2, 8, 10), (2, 8), (2, 3)]
+
+    def make():
+        net = j("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf.clone())
+        net.init()
+        return net
+
+    rng = np.random.default_rng(3)
+    x = rng.random((8, 5, 10), dtype=np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 8)]
+    random = j("org.nd4j.linalg.factory.Nd4j").getRandom()
+    plain, planned = make(), make()
+    random.setSeed(jpype.JLong(2))
+    fit(plain, NumpyBatches(x, y, 4, shuffle=False), progress=False)
+    random.setSeed(jpype.JLong(2))
+    result = fit(planned, NumpyBatches(x, y, 4, shuffle=False), progress=False, memory="superneurons")
+    assert result.plan["trainer"]["iterations"] == 2
+    assert planned.params().equals(plain.params())
