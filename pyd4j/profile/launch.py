@@ -12,9 +12,10 @@ connection must carry a random token handed to the job in its environment (PYD4J
 no other local process can inject samples; connections are served concurrently, so a silent one
 holds up no agent.
 
-The job runs in its own session (process group); at its end, on a timeout, on Ctrl-C/SIGTERM or
-on any error here, whatever it started and left running is ended, and each agent also ends its JVM
-when this process is gone (even after SIGKILL).
+The job runs in its own session (process group) with a marker in its environment; at its end, at
+its measurement window, on a timeout, on Ctrl-C/SIGTERM or on any error here, whatever it started
+and left running is ended (pyd4j.profile.processes), and each agent also ends its JVM when this
+process is gone (even after SIGKILL). A run with a window (pyd4j.profile.window) ends there.
 """
 
 from __future__ import annotations
@@ -34,22 +35,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 from pyd4j.jvm.classpath import HELPER_JAR, ClasspathError
 from pyd4j.memory.machine import cgroup_limit_bytes
 from pyd4j.profile.command import TOOL_OPTIONS, JobCommand, JobCommandError
 from pyd4j.profile.jvms import LANE_PATTERN, LANE_PREFIX, LANE_SUFFIX
-from pyd4j.profile.signals import Stopped, exit_status
+from pyd4j.profile.processes import GRACE_S, RUN_MARKER, ProcessTree, kill_tree, new_marker  # noqa: F401 (kill_tree: the one way)
+from pyd4j.profile.signals import Stopped, exit_status, held_signals, stopped_as_asked
 from pyd4j.profile.timeline import RUN_META, Timeline, share_meta
+from pyd4j.profile.window import AFTER_WINDOW_GRACE_S, RunWindow
 
 DEFAULT_INTERVAL_MS = 100
 # How long a connection to the socket receiver may take to send its hello line before it is
 # dropped.
 HELLO_TIMEOUT_S = 5.0
-# How long the job's processes get between SIGTERM (shutdown hooks write the timelines' end lines)
-# and SIGKILL.
-GRACE_S = 5.0
 _AGENT_WRITE_FAILED = re.compile(r"\[pyd4j agent\] could not write the timeline of pid (\d+) \((.*?)\) at (\d+) ms")
 
 
@@ -73,7 +71,8 @@ def agent_jar() -> Path:
 
 
 def agent_option(interval_ms: int, out: Path | None = None, port: int | None = None, hooks: bool = True,
-                 parent: int | None = None, plan: Path | None = None, describe: bool = False) -> str:
+                 parent: int | None = None, plan: Path | None = None, describe: bool = False,
+                 extra: list[str] | tuple[str, ...] = ()) -> str:
     """The -javaagent option. Files are given last since a path may hold '=' (not ','); an `out`
     with %p gives each JVM its own file. With `parent`, each JVM ends itself when that process
     (pyd4j) is gone; with `plan`, its networks train under that pyd4j plan file (planned
@@ -88,10 +87,15 @@ def agent_option(interval_ms: int, out: Path | None = None, port: int | None = N
         parts.append(f"parent={parent}")
     if describe:
         parts.append("describe=true")
+    parts += [o for o in extra if not o.startswith("stop_file=")]
+    stop = [o for o in extra if o.startswith("stop_file=")]
+    if stop and "," in stop[0]:
+        raise ValueError(f"{stop[0]} contains ',', which the agent's option syntax cannot carry; pick another --out")
     if plan is not None:
         if "," in str(plan):
             raise ValueError(f"plan file {plan} contains ',', which the agent's option syntax cannot carry; move it")
         parts.append(f"plan={plan}")
+    parts += stop   # a file: after the options, before the output
     if port is not None:
         parts.append(f"port={port}")
     elif out is not None:
@@ -125,119 +129,16 @@ class JobRun:
     wall_s: float
     timeline: Timeline = field(repr=False)
     lanes: list[Timeline] = field(default_factory=list, repr=False)
-    stopped_by: str | None = None     # "timeout", "SIGINT", "SIGTERM", "SIGHUP" or None
+    stopped_by: str | None = None     # "window", "timeout", "SIGINT", "SIGTERM", "SIGHUP" or None
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.interrupted
 
-
-# -- the job's processes -----------------------------------------------------------------------
-
-class ProcessTree:
-    """Every process the job started, remembered as it runs (pid with its start time, so a reused
-    pid is never taken for one of ours): children and grandchildren seen under the root, and every
-    JVM whose agent reported in, even one that left the tree (a Gradle daemon detaches itself)."""
-
-    def __init__(self, root: subprocess.Popen) -> None:
-        self.root = root
-        self.seen: dict[int, float] = {}
-
-    def add(self, pid: int) -> None:
-        if pid == self.root.pid or pid in self.seen:
-            return
-        try:
-            self.seen[pid] = psutil.Process(pid).create_time()
-        except psutil.Error:
-            pass
-
-    def scan(self) -> None:
-        try:
-            for child in psutil.Process(self.root.pid).children(recursive=True):
-                self.add(child.pid)
-        except psutil.Error:
-            pass
-
-    def alive(self) -> list[psutil.Process]:
-        out = []
-        for pid, created in self.seen.items():
-            try:
-                p = psutil.Process(pid)
-                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.Error:
-                pass
-        return out
-
-    def end(self, grace_s: float = GRACE_S) -> list[dict]:
-        """SIGTERM to the job's process group and to every process seen, SIGKILL to what is left
-        after `grace_s`. The root is reaped by Popen.wait() (never by psutil), so its real exit
-        status is kept. Returns the processes other than the root that were still running."""
-        self.scan()
-        others = self.alive()
-        left = [{"pid": p.pid, "name": _name(p)} for p in others]
-        if self.root.poll() is None or others:
-            _signal_group(self.root.pid, signal.SIGTERM)
-            for p in others:
-                _try(p.terminate)
-        deadline = time.monotonic() + grace_s
-        try:
-            self.root.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        _, survivors = psutil.wait_procs(others, timeout=max(0.1, deadline - time.monotonic()))
-        survivors = [p for p in survivors if _running(p)]
-        if self.root.poll() is None or survivors:
-            _signal_group(self.root.pid, signal.SIGKILL)
-            _try(self.root.kill)
-            for p in survivors:
-                _try(p.kill)
-        self.root.wait()
-        psutil.wait_procs(survivors, timeout=grace_s)
-        return left
-
-
-def _name(p: psutil.Process) -> str:
-    try:
-        return " ".join(p.cmdline())[:300] or p.name()
-    except psutil.Error:
-        return "?"
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _try(action: Callable[[], object]) -> None:
-    try:
-        action()
-    except (psutil.Error, ProcessLookupError):
-        pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def kill_tree(pid: int, grace_s: float = 3.0) -> None:
-    """End a process that is not our child and everything it started: SIGTERM, then SIGKILL."""
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    procs = [parent, *parent.children(recursive=True)]
-    for p in procs:
-        _try(p.terminate)
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        _try(p.kill)
-    psutil.wait_procs(alive, timeout=grace_s)
+    @property
+    def stopped_as_asked(self) -> bool:
+        """Ended at its measurement window or at --timeout: a part of the job, not a failure."""
+        return stopped_as_asked(self.stopped_by)
 
 
 # -- the agents' streams -------------------------------------------------------------------------
@@ -412,6 +313,7 @@ class _LaneTail:
         self.on_sample = on_sample
         self.on_jvm = on_jvm
         self.files: dict[Path, list] = {}   # path -> [position, pending bytes, pid]
+        self.windowed = False               # a JVM ended itself at its measurement window
 
     def poll(self) -> None:
         for path in self.run_dir.glob(f"{LANE_PREFIX}*{LANE_SUFFIX}"):
@@ -444,6 +346,8 @@ class _LaneTail:
                 self.on_jvm(event)
         elif kind == "sample" and self.on_sample is not None:
             self.on_sample({**event, "pid": state[2]})
+        elif kind == "window":
+            self.windowed = True
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -464,6 +368,7 @@ def profile_job(
     on_jvm: Callable[[dict], None] | None = None,
     spark_conf: dict[str, str] | None = None,
     env_changes: dict[str, str | None] | None = None,
+    window: RunWindow | None = None,
 ) -> JobRun:
     """Run the job command under the agent and return its timelines.
 
@@ -477,6 +382,7 @@ def profile_job(
     `describe`: the agent reports each network (configuration, first batch shape) in the timeline.
     `spark_conf`: Spark settings for a spark-submit job (pyd4j tune's), given as --conf.
     `env_changes`: environment variables set (or, with None, removed) for the job (pyd4j tune --speed's).
+    `window`: the run's measurement window (pyd4j.profile.window): the job is ended there, stopped_by="window".
     """
     command = JobCommand.parse(argv)
     run_dir = Path(run_dir) if run_dir else default_run_dir(command.title)
@@ -490,16 +396,20 @@ def profile_job(
             env.pop(name, None)
         else:
             env[name] = value
+    marker = new_marker()
+    env[RUN_MARKER] = marker
+    stop_file = run_dir / "window.stop"
+    extra = window.agent_options(stop_file) if window is not None else []
     if transport == "socket":
         token = secrets.token_hex(16)
         receiver = _SocketReceiver(run_dir, token)
         receiver.start()
         env["PYD4J_AGENT_TOKEN"] = token
         agent = agent_option(interval_ms, port=receiver.port, hooks=hooks, parent=os.getpid(), plan=plan,
-                             describe=describe)
+                             describe=describe, extra=extra)
     elif transport == "file":
         agent = agent_option(interval_ms, out=run_dir / LANE_PATTERN, hooks=hooks, parent=os.getpid(), plan=plan,
-                             describe=describe)
+                             describe=describe, extra=extra)
     else:
         raise ValueError(f"transport {transport!r}: use 'file' or 'socket'")
     full, env = command.launch(agent, extra_jvm_options, drop_memory_flags=drop_memory_flags, env=env,
@@ -523,7 +433,7 @@ def profile_job(
         if receiver is not None:
             receiver.close(timeout_s=1)
         raise JobCommandError(f"could not start {full[0]!r}: {err.strerror or err}") from None
-    tree = ProcessTree(proc)
+    tree = ProcessTree(proc, marker)
     pumps = []
     if echo_output:
         pumps.append(threading.Thread(target=_tee, args=(proc.stdout, stdout), daemon=True))
@@ -532,24 +442,31 @@ def profile_job(
     stopped_by = None
     left: list[dict] = []
     try:
-        stopped_by = _watch(proc, _LaneTail(run_dir, tree, on_sample, on_jvm), tree, timeout_s, started)
+        stopped_by = _watch(proc, _LaneTail(run_dir, tree, on_sample, on_jvm), tree, timeout_s, started,
+                            _WindowWatch(window, run_dir, stop_file) if window is not None else None)
     except KeyboardInterrupt as err:
         stopped = err if isinstance(err, Stopped) else Stopped(signal.SIGINT)
         stopped_by = stopped.name
     finally:
-        root_done = proc.poll() is not None
-        left = tree.end()
-        for pump in pumps:
-            pump.join(timeout=5)
-        stdout.close()
-        stderr.close()
-        if receiver is not None:
-            receiver.close()
+        with held_signals() as held:   # a signal now must not cut the ending of the job's processes short
+            root_done = proc.poll() is not None
+            left = tree.end()
+            still = tree.left_running()
+            for pump in pumps:
+                pump.join(timeout=5)
+            stdout.close()
+            stderr.close()
+            if receiver is not None:
+                receiver.close()
+        if held.signum is not None and stopped is None:
+            stopped = Stopped(held.signum)
+            stopped_by = stopped_by or stopped.name
         # one figure for how the job ended: 128 + N for a signal, as a shell says it (and the signal itself)
         meta.update(returncode=exit_status(proc.returncode), interrupted=stopped_by is not None, stopped_by=stopped_by,
                     signal=-proc.returncode if proc.returncode is not None and proc.returncode < 0 else None,
                     wall_s=time.monotonic() - started, ended=time.time(),
-                    ended_after_exit=left if root_done else [])
+                    ended_after_exit=left if root_done else [], left_running=still,
+                    window=window.record() if window is not None else None)
     lanes = Timeline.load_lanes(run_dir)
     meta["jvms"] = [t.jvm.to_dict() for t in lanes if t.jvm is not None]
     meta["write_errors"] = _write_errors(run_dir, lanes, receiver, meta)
@@ -602,9 +519,39 @@ def _tee(src, dst) -> None:
         os.write(1, chunk)
 
 
+class _WindowWatch:
+    """A run's measurement window as `_watch` follows it: an auto window is judged on the timelines and
+    the agent asked to end the job through the stop file; once a JVM ended itself at its window, or the
+    agent did not end it within the grace after it was asked, the window is over for the whole job."""
+
+    def __init__(self, window: RunWindow, run_dir: Path, stop_file: Path) -> None:
+        self.window, self.run_dir, self.stop_file = window, run_dir, stop_file
+        self.asked: float | None = None
+        self.seen: float | None = None
+
+    def ended(self, tail: _LaneTail) -> bool:
+        """True once the rest of the job is to be ended: the grace after the window is spent."""
+        now = time.monotonic()
+        if self.asked is None and self.window.over(self.run_dir):
+            self.asked = now
+            try:
+                self.stop_file.touch()
+            except OSError:
+                return True   # the agent cannot be asked: end the job here
+        if tail.windowed and self.seen is None:
+            self.seen = now
+        if self.seen is not None:
+            return now - self.seen > AFTER_WINDOW_GRACE_S
+        return self.asked is not None and now - self.asked > self.window.stop_grace_s(self.run_dir)
+
+    def reached(self, tail: _LaneTail) -> bool:
+        return tail.windowed or self.asked is not None
+
+
 def _watch(proc: subprocess.Popen, tail: _LaneTail, tree: ProcessTree, timeout_s: float | None,
-           started: float) -> str | None:
-    """Wait for the job's root process, following its timelines; "timeout" past timeout_s."""
+           started: float, window: _WindowWatch | None = None) -> str | None:
+    """Wait for the job's root process, following its timelines; "timeout" past timeout_s, "window"
+    once its measurement window is over."""
     scans = 0
     while True:
         done = proc.poll() is not None
@@ -613,7 +560,10 @@ def _watch(proc: subprocess.Popen, tail: _LaneTail, tree: ProcessTree, timeout_s
         scans += 1
         tail.poll()
         if done:
-            return None
+            tail.poll()
+            return "window" if window is not None and window.reached(tail) else None
+        if window is not None and window.ended(tail):
+            return "window"
         if timeout_s is not None and time.monotonic() - started > timeout_s:
             return "timeout"
         time.sleep(0.2)

@@ -1,6 +1,9 @@
 """Stopping `pyd4j profile` / `pyd4j tune` with Ctrl-C, SIGTERM or SIGHUP: the job's process tree
 is ended, and what was measured so far is kept, summarised and reported before pyd4j exits with
 the conventional status (128 + the signal: 130 for Ctrl-C, 143 for SIGTERM).
+
+A run can also end because pyd4j was asked to end it: at its measurement window (`--window`) or at
+`--timeout`. Those ends are the user's choice, never a failure of the job (`stopped_as_asked`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,14 @@ import threading
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How a run ended when pyd4j ended it as it was asked to (run.json's "stopped_by"): not a failure.
+AS_ASKED = ("window", "timeout")
+
+
+def stopped_as_asked(stopped_by: str | None) -> bool:
+    """The run was ended at its measurement window or at --timeout, as the user asked: what it measured
+    is a part of the job, and nothing about the job failed."""
+    return stopped_by in AS_ASKED
 
 
 def exit_status(returncode: int | None) -> int | None:
@@ -63,6 +74,9 @@ def stop_on_signals() -> Iterator[None]:
         if raised:
             return
         raised.append(signum)
+        if _held:
+            _held[-1].signum = signum   # raised by the holder once its cleanup is done
+            return
         raise Stopped(signum)
 
     previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
@@ -71,3 +85,25 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+class Held:
+    """The stop signal that came while signals were held (None: none came)."""
+
+    signum: int | None = None
+
+
+_held: list[Held] = []
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[Held]:
+    """Within the block a stop signal does not raise: ending the job's processes must not be cut short
+    by the signal that asked for it (that would leave them running). The caller reads `.signum`
+    afterwards and stops then."""
+    held = Held()
+    _held.append(held)
+    try:
+        yield held
+    finally:
+        _held.remove(held)

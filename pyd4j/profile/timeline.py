@@ -116,6 +116,57 @@ def share_meta(lanes: list["Timeline"], meta: dict[str, Any]) -> None:
         t.meta = dict(meta) if primary else {**meta, "returncode": None}
 
 
+class Events:
+    """A timeline file's events as they are read, line by line (whole, or as it grows: a run's
+    measurement window is judged on the timeline while the job runs)."""
+
+    _KINDS = {"sample": "samples", "gc": "gcs", "iter": "iters", "epoch": "epochs", "error": "errors", "live": "lives",
+              "sites": "sites", "note": "notes", "split": "splits", "network": "networks", "plan": "networks",
+              "plan_stats": "networks"}
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lists: dict[str, list[dict[str, Any]]] = {k: [] for k in set(self._KINDS.values())}
+        self.start: dict[str, Any] = {}
+        self.end: dict[str, Any] | None = None
+        self.window: dict[str, Any] | None = None
+        self.skipped: dict[str, int] = {}
+
+    def feed(self, line: str) -> None:
+        line = line.strip()
+        if not line:
+            return
+        event, why = _event(line, self.skipped)
+        if event is None:
+            self.skipped[why] = self.skipped.get(why, 0) + 1
+            return
+        kind = event.get("type")
+        if kind in self._KINDS:
+            self.lists[self._KINDS[kind]].append(event)
+        elif kind == "start" and not self.start:
+            # the version is checked; the values, as every line's, leniently (a torn run reads back)
+            check_version("timeline", event, f"timeline {self.path}", "profile the job again with this pyd4j")
+            self.start = event
+        elif kind == "end":
+            self.end = event
+        elif kind == "window":
+            self.window = event
+
+    def timeline(self) -> "Timeline":
+        """The events so far as a Timeline (the lists are shared, not copied)."""
+        meta = _read_meta(self.path.parent)
+        skipped = dict(self.skipped)
+        if meta is None:
+            meta = {}
+            skipped["unreadable run.json"] = 1
+        torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
+        x = self.lists
+        return Timeline(self.path.parent, self.start, x["samples"], x["gcs"], x["iters"], x["epochs"], x["errors"],
+                        self.end, meta, torn_lines=torn, skipped=skipped, network_events=x["networks"], path=self.path,
+                        live_points=x["lives"], site_snapshots=x["sites"], notes=x["notes"], split_events=x["splits"],
+                        window=self.window)
+
+
 @dataclass
 class Timeline:
     """Samples as numpy arrays (NaN where a sample lacks a value) plus the discrete events."""
@@ -141,6 +192,8 @@ class Timeline:
     notes: list[dict[str, Any]] = field(default_factory=list)
     # where the training thread's time went, cumulative (the agent's TimeSplit; pyd4j.profile.timesplit)
     split_events: list[dict[str, Any]] = field(default_factory=list)
+    # the agent's "window" line: the JVM ended itself at its measurement window (pyd4j.profile.window)
+    window: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Timeline":
@@ -181,56 +234,11 @@ class Timeline:
         from pyd4j.inputs import regular_file  # noqa: PLC0415
 
         regular_file(path, "timeline")
-        base = path.parent
-        start: dict[str, Any] = {}
-        samples, gcs, iters, epochs, errors, networks, lives, sites, notes = [], [], [], [], [], [], [], [], []
-        splits: list[dict[str, Any]] = []
-        end = None
-        skipped: dict[str, int] = {}
+        events = Events(path)
         with path.open(encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                event, why = _event(line, skipped)
-                if event is None:
-                    skipped[why] = skipped.get(why, 0) + 1
-                    continue
-                kind = event.get("type")
-                if kind == "sample":
-                    samples.append(event)
-                elif kind == "gc":
-                    gcs.append(event)
-                elif kind == "iter":
-                    iters.append(event)
-                elif kind == "epoch":
-                    epochs.append(event)
-                elif kind == "error":
-                    errors.append(event)
-                elif kind == "live":
-                    lives.append(event)
-                elif kind == "sites":
-                    sites.append(event)
-                elif kind == "note":
-                    notes.append(event)
-                elif kind == "split":
-                    splits.append(event)
-                elif kind == "start" and not start:
-                    # the version is checked; the values, as every line's, leniently (a torn run reads back)
-                    check_version("timeline", event, f"timeline {path}", "profile the job again with this pyd4j")
-                    start = event
-                elif kind == "end":
-                    end = event
-                elif kind in ("network", "plan", "plan_stats"):
-                    networks.append(event)
-        meta = _read_meta(base)
-        if meta is None:
-            meta = {}
-            skipped["unreadable run.json"] = 1
-        torn = sum(n for why, n in skipped.items() if why != "values not finite numbers" and why != "unreadable run.json")
-        return cls(base, start, samples, gcs, iters, epochs, errors, end, meta, torn_lines=torn, skipped=skipped,
-                   network_events=networks, path=path, live_points=lives, site_snapshots=sites, notes=notes,
-                   split_events=splits)
+                events.feed(line)
+        return events.timeline()
 
     def until(self, t_ms: float) -> "Timeline":
         """The run as it was known at epoch-ms `t_ms` (no end line): what a prediction made then could see."""

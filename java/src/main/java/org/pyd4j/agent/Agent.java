@@ -28,7 +28,9 @@ import java.util.Map;
  * leak verdict needs come sooner, see {@link LiveSet}) and {@code live_share} the largest share of wall
  * time the regular ones' pauses may take (default 0.005); {@code sites} mean bytes between sampled allocation stacks (default 262144,
  * 0 = no call sites, see {@link Allocations}); {@code nd4j_periodic_gc} (true/false) and {@code nd4j_gc_window} (ms)
- * set ND4J's memory manager at every fit() (see {@link SpeedSettings}). The system property {@code pyd4j.agent} may carry
+ * set ND4J's memory manager at every fit() (see {@link SpeedSettings}); {@code window_iterations}, {@code window_ms}
+ * and {@code stop_file} end the job at an iteration once its measurement window is over (see {@link Window}).
+ * The system property {@code pyd4j.agent} may carry
  * more arguments in the same form; they win over the -javaagent ones (for launchers whose agent
  * option cannot be changed).
  */
@@ -94,6 +96,7 @@ public final class Agent {
             Hooks.planFallback = planFallback(opts.get("plan_fallback"));
             Hooks.describeNetworks = Hooks.planFile != null || "true".equals(opts.get("describe"));
             SpeedSettings.configure(opts);
+            Window.configure(opts);
             if (opts.containsKey("native_jar")) SpeedSettings.addNativeJar(opts.get("native_jar"), inst);
             long liveSeconds = number(opts, "live", "5");
             long siteBytes = number(opts, "sites", String.valueOf(Allocations.DEFAULT_MEAN_BYTES));

@@ -351,6 +351,7 @@ public final class Hooks {
             s.line(new Json().put("type", "iter").put("t", System.currentTimeMillis()).put("n", n)
                     .put("iteration", iteration).put("epoch", epoch).put("score", score).close());
         }
+        Window.iterationDone(n, s);
     }
 
     private static void onEpochEnd(Object model) {

@@ -82,7 +82,7 @@ final class Sampler implements Runnable {
         sink.flush();
         listenToGc();
         wrapUncaughtHandler();
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop("exit"), "pyd4j-agent-exit"));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(Window.reason != null ? "window" : "exit"), "pyd4j-agent-exit"));
         thread = new Thread(this, "pyd4j-agent-sampler");
         thread.setDaemon(true);
         thread.setPriority(Thread.MAX_PRIORITY);
@@ -94,6 +94,7 @@ final class Sampler implements Runnable {
         long next = System.nanoTime();
         while (running) {
             try {
+                Window.poll();
                 sample(false);
                 sink.flush();
                 samplerCpuNanos = threads.getCurrentThreadCpuTime();
