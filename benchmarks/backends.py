@@ -19,8 +19,9 @@ import os
 import time
 from pathlib import Path
 
-from pyd4j.memory.estimate import read_config_file, read_sidecar, sidecar_path
-from pyd4j.profile.backend import as_fast, compare_builds, input_shape
+from pyd4j.dl4j.config import read_config_file
+from pyd4j.dl4j.input_types import array_shape as input_shape, read_sidecar, sidecar_path
+from pyd4j.profile.backend import as_fast, compare_builds
 
 ROOT = Path(__file__).resolve().parent
 NETWORKS = ROOT.parent / "examples" / "networks"

@@ -8,7 +8,7 @@ on random batches after a batch-1 warm-up, one OpenMP thread, a 512 MiB heap, th
 live points: their full collections would free the garbage measured) for 1, 2, 3, ... iterations, in
 the environment pyd4j's flags set (glibc's mmap threshold fixed, so nothing freed stays
 with the C allocator). Per run: the native peak above the idle JVM, and its rise from one iteration
-count to the next, against the inputs of the network's batch normalization layers (pyd4j.sched.fitmem).
+count to the next, against the inputs of the network's batch normalization layers (pyd4j.dl4j.fitmem).
 `deep_cnn_bn-without-bn` is deep_cnn_bn with its BatchNormalization layers left out (the control:
 everything else the same). TinyYOLO is DL4J's zoo model, built by DL4J's code at 16x16.
 """
@@ -66,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     import benchmarks.planned_training as pt
     from pyd4j.memory.estimate import estimate
-    from pyd4j.sched.fitmem import BATCHNORM_ARRAYS_PER_ITERATION, BATCHNORM_BACKLOG_ITERATIONS, MALLOC_ENV
+    from pyd4j.dl4j.fitmem import BATCHNORM_ARRAYS_PER_ITERATION, BATCHNORM_BACKLOG_ITERATIONS, MALLOC_ENV
 
     counts = [int(x) for x in args.iterations.split(",")]
     doc: dict = {"benchmark": "batchnorm_backlog", "meta": {"environment": MALLOC_ENV, "omp_threads": 1,

@@ -7,7 +7,7 @@ While DL4J's working-memory workspace learns its size, an LSTM layer makes its w
 per-step pieces ([batch, units] arrays). Pieces under glibc's mmap threshold stay with glibc once freed, even
 with the threshold fixed as pyd4j's flags fix it. The memory model counts each LSTM layer's working memory
 once more below the batch at which the pieces reach the threshold (`lstm_steps_kept_by_glibc` in
-pyd4j.sched.fitmem). This benchmark runs examples/networks/lstm.json (two LSTM(128) over 50 steps) with its
+pyd4j.dl4j.fitmem). This benchmark runs examples/networks/lstm.json (two LSTM(128) over 50 steps) with its
 LSTM layers cut to one or repeated to three, at batches below and at that batch (256 for 128 floats), in the
 measuring job of benchmarks/planned_training.py (`TrainSynthetic`: DL4J's own fit(), 3 iterations after a
 batch-1 warm-up, one OpenMP thread, a 512 MiB heap, glibc's threshold fixed, the agent taking no live points)
@@ -56,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     import benchmarks.planned_training as pt
     from pyd4j.memory.estimate import estimate
-    from pyd4j.sched.fitmem import MALLOC_ENV
+    from pyd4j.dl4j.fitmem import MALLOC_ENV
 
     doc: dict = {"benchmark": "lstm_steps", "meta": {"environment": MALLOC_ENV, "omp_threads": 1, "runs": args.runs,
                                                      "iterations": args.iterations, "machine": platform.platform(),

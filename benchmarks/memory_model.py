@@ -1,4 +1,4 @@
-"""How close is pyd4j's one DL4J memory model (pyd4j.sched.fitmem, what `pyd4j estimate` says) to DL4J's own fit()?
+"""How close is pyd4j's one DL4J memory model (pyd4j.dl4j.fitmem, what `pyd4j estimate` says) to DL4J's own fit()?
 
     .venv/bin/python benchmarks/memory_model.py [--networks mlp,lenet,...] [--zoo LeNet,AlexNet,...]
         [--iterations 3] [--long N] [--configs DIR] [--out benchmarks/results/memory_model.json]
@@ -10,7 +10,7 @@ benchmarks/planned_training.py and zoo_coverage.py, with the agent taking no liv
 collections would free garbage fit() keeps: TrainSynthetic warms up at batch 1, then samples its
 memory every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread: the
 native peak, RSS less the JVM's committed heap and non-heap, with the RSS beside it), and
-`pyd4j estimate`'s off-heap prediction at the same batch: the fit() terms of `pyd4j.sched.fitmem`
+`pyd4j estimate`'s off-heap prediction at the same batch: the fit() terms of `pyd4j.dl4j.fitmem`
 plus the data pipeline. The job runs in the environment the estimate assumes (`environment` of each
 row: glibc's mmap threshold fixed, as pyd4j's flags set it). Reports, per run, predicted / measured and the model's terms, DL4J's
 NetworkMemoryReport total beside it (the cross-check, not used), and the worst ratio. Target:

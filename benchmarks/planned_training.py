@@ -81,18 +81,18 @@ def planned_graph(name: str, batch: int, probe=None):
     """The network as `pyd4j plan` plans it: DL4J probed where the planner has no model of a layer
     (`probe`: one already built for this network, reused: each new one builds the network in this
     process's JVM)."""
-    from pyd4j.commands.plan import _input_shape
-    from pyd4j.memory.probe import of_configuration
-    from pyd4j.sched.dl4j_json import probed_graph
+    from pyd4j.dl4j.input_types import sidecar_shapes
+    from pyd4j.dl4j.probe import of_configuration
+    from pyd4j.dl4j.graph import probed_graph
 
     config, doc = configuration(name)
-    return probed_graph(doc, batch, _input_shape(str(config)), probe=probe or of_configuration(doc, str(config)))
+    return probed_graph(doc, batch, sidecar_shapes(config), probe=probe or of_configuration(doc, str(config)))
 
 
 def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
-    from pyd4j.sched.dl4j_json import network_kind
-    from pyd4j.sched.training_plan import choose_plan, smallest_plan
-    from pyd4j.sched.training_plan import write_plan as write
+    from pyd4j.dl4j.graph import network_kind
+    from pyd4j.sched.choose import choose_plan, smallest_plan
+    from pyd4j.dl4j.plan_file import write_plan as write
 
     config, doc = configuration(name)
     graph = planned_graph(name, batch)
@@ -111,15 +111,15 @@ def write_plan(name: str, batch: int, policy: str, folder: Path) -> dict:
 
 def write_budget_plan(name: str, batch: int, budget: str, fit_peak: float | None, folder: Path) -> dict:
     """The plan `choose_plan` picks for a budget (see `--budgets`), and what it chose."""
-    from pyd4j.commands.plan import _input_shape
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
-    from pyd4j.sched.training_plan import choose_plan, smallest_plan
-    from pyd4j.sched.training_plan import write_plan as write
+    from pyd4j.dl4j.input_types import sidecar_shapes
+    from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
+    from pyd4j.sched.choose import choose_plan, smallest_plan
+    from pyd4j.dl4j.plan_file import write_plan as write
     from pyd4j.units import parse_bytes
 
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    graph = graph_from_dl4j_json(doc, batch, _input_shape(str(config)))
+    graph = graph_from_dl4j_json(doc, batch, sidecar_shapes(config))
     if budget == "min":
         plan, result = smallest_plan(graph, offload=False)
         cap = result.device_peak_bytes
@@ -389,9 +389,9 @@ def ceiling(name: str, fit_batch: int, planned_batch: int) -> dict:
     needs most, each DL4J layer run as DL4J runs it) fits in what the smallest plan is predicted to
     hold at the largest batch it trained at. Where it is below the goal, no plan reaches the goal
     with DL4J's own layer code; where the plan is well above its bound, a better plan could."""
-    from pyd4j.memory.probe import of_configuration
+    from pyd4j.dl4j.probe import of_configuration
     from pyd4j.sched.bounds import lower_bound
-    from pyd4j.sched.training_plan import smallest_plan
+    from pyd4j.sched.choose import smallest_plan
 
     config, doc = configuration(name)
     probe = of_configuration(doc, str(config))

@@ -9,7 +9,7 @@ For each model, in child JVMs (one OpenMP thread):
    builds and runs a forward pass (sizes tried smallest first), with what DL4J says of each layer at
    the planned batch (`org.pyd4j.train.LayerProbe`: shapes, parameter counts, the working memory of
    each opaque step);
-2. planned from its `conf.toJson()` (`pyd4j.sched.dl4j_json`): accepted, or refused with the reason;
+2. planned from its `conf.toJson()` (`pyd4j.dl4j.graph`): accepted, or refused with the reason;
 3. checked (`org.pyd4j.fixtures.PlannedCheck`, float64 reference on): one planned iteration under
    liveness, under `recompute_in_memory` (the smallest plan with every step whole) and under the
    smallest plan (convolutions in batch slices where it helps) against DL4J's own
@@ -103,9 +103,10 @@ def input_shape(inp: dict) -> tuple[int, ...]:
 
 def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
     """The planner's verdict and the plan files (policy -> path)."""
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+    from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
     from pyd4j.sched.graph import GraphError, LayerType
-    from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
+    from pyd4j.sched.choose import choose_plan, smallest_plan
+    from pyd4j.dl4j.plan_file import write_plan
 
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
@@ -186,10 +187,11 @@ def fit_row(r: dict, chunked: bool) -> dict:
 def peak_plans(model: str, batch: int, folder: Path) -> tuple[dict[str, str], dict[str, int]]:
     """Liveness and smallest plans at the peak-measuring batch, made as `pyd4j plan` makes them (the
     opaque steps' working memory from the line through probes at two small batches,
-    `pyd4j.memory.probe.fitted`, in this process's JVM), and the device peak each predicts."""
-    from pyd4j.memory.probe import fitted, of_configuration
-    from pyd4j.sched.dl4j_json import network_kind, probed_graph
-    from pyd4j.sched.training_plan import choose_plan, smallest_plan, write_plan
+    `pyd4j.dl4j.probe.fitted`, in this process's JVM), and the device peak each predicts."""
+    from pyd4j.dl4j.probe import fitted, of_configuration
+    from pyd4j.dl4j.graph import network_kind, probed_graph
+    from pyd4j.sched.choose import choose_plan, smallest_plan
+    from pyd4j.dl4j.plan_file import write_plan
 
     doc = json.loads((folder / f"{model}.json").read_text())
     inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]

@@ -4,7 +4,7 @@ glibc serves a block over its mmap threshold from its own mapping and unmaps it 
 raises the threshold to the size of each such block freed (up to 32 MiB), after which blocks of that
 size come from its heap and stay resident when freed. DL4J frees many large arrays (those made while
 its workspaces learn their size, batch normalization's), so a fixed threshold returns them at once
-(pyd4j.sched.fitmem). A child JVM gets the setting as an environment variable (pyd4j's flags write
+(pyd4j.dl4j.fitmem). A child JVM gets the setting as an environment variable (pyd4j's flags write
 it); the in-process JVM lives in this Python process, whose C library read its environment at
 start, so `fix_in_process` sets the same threshold with glibc's `mallopt`. (The planned trainer does the
 same in a job's JVM when it attaches: org.pyd4j.train.ReturnFreedMemory.)

@@ -75,7 +75,7 @@ class PlanNode(_Strict):
 
 
 class PlanDocument(_Strict):
-    """The plan file DL4J's planned trainer runs (written by pyd4j.sched.training_plan.write_plan;
+    """The plan file DL4J's planned trainer runs (written by pyd4j.dl4j.plan_file.write_plan;
     its docstring explains the records)."""
 
     format: Literal["pyd4j-plan"]

@@ -14,7 +14,7 @@ in the source stops fit() and is raised here as that same exception object.
 With `memory="superneurons"`, each iteration replays a plan of `pyd4j.sched` on DL4J's own layers
 (the Java planned trainer, org.pyd4j.train): gradients, updates, listeners and counts are DL4J's.
 Without a budget the plan is liveness only (every activation closed right after its last use:
-as fast as fit()); with one, the fastest plan that fits it (`pyd4j.sched.training_plan`), its
+as fast as fit()); with one, the fastest plan that fits it (`pyd4j.dl4j.plan_file`), its
 convolutions run in as many batch chunks as the budget needs (each chunk's working memory is a
 fraction of the whole batch's, DL4J's largest); a budget below what any plan needs is refused
 before training, with the minimum that works. `policy` forces
@@ -270,7 +270,7 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
     if isinstance(tier, str) and tier not in TIER_CHOICES:
         raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
     from pyd4j.sched.policies import POLICIES  # noqa: PLC0415
-    from pyd4j.sched.training_plan import IN_MEMORY  # noqa: PLC0415
+    from pyd4j.sched.choose import IN_MEMORY  # noqa: PLC0415
 
     if policy is not None and policy not in (*POLICIES, IN_MEMORY):
         raise ValueError(f"policy={policy!r}; use one of {[*POLICIES, IN_MEMORY]}, or None to pick the fastest "
@@ -285,8 +285,9 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
                          "on its CPU backend here (no device memory to offload from); use tier='disk' or 'auto' "
                          "(the disk tier on CPU), or 'none'")
 
-    from pyd4j.sched.dl4j_json import network_kind  # noqa: PLC0415
-    from pyd4j.sched.training_plan import choose_plan, plan_document  # noqa: PLC0415
+    from pyd4j.dl4j.graph import network_kind  # noqa: PLC0415
+    from pyd4j.sched.choose import choose_plan  # noqa: PLC0415
+    from pyd4j.dl4j.plan_file import plan_document  # noqa: PLC0415
     from pyd4j.units import parse_bytes  # noqa: PLC0415
 
     cap = None if budget is None else (budget if isinstance(budget, int) else parse_bytes(str(budget), "budget"))
@@ -326,9 +327,9 @@ def planned_graph(net, doc: dict[str, Any], batch_size: int, shape: tuple[int, .
     """The planner's graph of a live network. Layers and vertices without a measured model (OPAQUE
     nodes) get what DL4J itself says of them: their output shapes (DL4J's shape inference, where
     the planner has no rule) and the working memory and kept bytes of a probe iteration of each
-    (`pyd4j.memory.probe`), so that their memory is measured, not guessed."""
-    from pyd4j.memory.probe import of_network  # noqa: PLC0415
-    from pyd4j.sched.dl4j_json import probed_graph  # noqa: PLC0415
+    (`pyd4j.dl4j.probe`), so that their memory is measured, not guessed."""
+    from pyd4j.dl4j.probe import of_network  # noqa: PLC0415
+    from pyd4j.dl4j.graph import probed_graph  # noqa: PLC0415
 
     return probed_graph(doc, batch_size, shape, probe=of_network(net))
 

@@ -18,20 +18,12 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from pyd4j.inputs import JAVA_INT_MAX, JAVA_LONG_MAX, InputError, json_depth, parse_json
-from pyd4j.memory.estimate import (
-    HEAP_MIN_BYTES,
-    Estimate,
-    EstimateError,
-    Term,
-    _check_layers,
-    _derive_inputs,
-    check_input_spec,
-    parse_input_spec,
-    read_sidecar,
-)
+from pyd4j.dl4j.config import ConfigurationError, check_document
+from pyd4j.dl4j.input_types import check_input_spec, derive_inputs, parse_input_spec, read_sidecar
+from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term
 from pyd4j.memory.flags import JVM_FILE_PAGES, BudgetError, flags, largest_batch
 from pyd4j.profile.timeline import SERIES, Timeline
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+from pyd4j.dl4j.graph import graph_from_dl4j_json
 from pyd4j.sched.graph import GraphError
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 from pyd4j.workspaces import WorkspaceConfig, WorkspaceConfigError
@@ -276,15 +268,12 @@ def test_planner_reader_on_any_text(text):
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_configs())
-def test_estimate_reader_checks_layers_and_inputs_or_raises_estimate_error(named):
+def test_configuration_reader_checks_layers_and_inputs_or_raises_configuration_error(named):
     _, doc = named
-    kind = "ComputationGraph" if "vertices" in doc else "MultiLayerNetwork"
     try:
-        if kind not in ("ComputationGraph",) and "confs" not in doc:
-            return
-        _check_layers(doc, kind, "generated")
-        inputs = _derive_inputs(doc, kind)
-    except EstimateError as err:
+        kind = check_document(doc, "generated")
+        inputs = derive_inputs(doc, kind)
+    except ConfigurationError as err:
         assert str(err)
         return
     for spec in inputs or ():
@@ -299,10 +288,10 @@ def test_estimate_reader_checks_layers_and_inputs_or_raises_estimate_error(named
 
 @MANY
 @given(st.text(max_size=40))
-def test_input_spec_text_parses_or_raises_estimate_error(spec):
+def test_input_spec_text_parses_or_raises_configuration_error(spec):
     try:
         parsed = parse_input_spec(spec)
-    except EstimateError:
+    except ConfigurationError:
         return
     assert all(0 < v <= JAVA_INT_MAX for k, v in parsed.items() if k != "type")
 
@@ -311,12 +300,12 @@ def test_input_spec_text_parses_or_raises_estimate_error(spec):
 @given(st.one_of(json_values, st.fixed_dictionaries({"inputs": st.lists(st.fixed_dictionaries(
     {"type": st.sampled_from(["feedForward", "convolutional", "recurrent", "x"]), "size": json_scalars,
      "height": json_scalars, "width": json_scalars, "channels": json_scalars}), max_size=2)})))
-def test_sidecar_reads_or_raises_estimate_error(tmp_path_factory, doc):
+def test_sidecar_reads_or_raises_configuration_error(tmp_path_factory, doc):
     path = tmp_path_factory.mktemp("side") / "net.input.json"
     path.write_text(json.dumps(doc))
     try:
         specs = read_sidecar(path)
-    except EstimateError:
+    except ConfigurationError:
         return
     assert specs and all(check_input_spec(s, "again") == s for s in specs)
 

@@ -33,9 +33,10 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
     \b
     Exit status: 0 a fastest build was measured; 1 no build could be measured; 2 bad arguments.
     """
-    from pyd4j.memory.estimate import EstimateError, _derive_inputs, parse_input_spec, read_config_file, read_sidecar, sidecar_path  # noqa: PLC0415
+    from pyd4j.dl4j.config import ConfigurationError, read_config_file  # noqa: PLC0415
+    from pyd4j.dl4j.input_types import array_shape, derive_inputs, parse_input_spec, read_sidecar, sidecar_path  # noqa: PLC0415
     from pyd4j.output import emit_json, fail, print_table  # noqa: PLC0415
-    from pyd4j.profile.backend import BackendError, compare_builds, input_shape  # noqa: PLC0415
+    from pyd4j.profile.backend import BackendError, compare_builds  # noqa: PLC0415
 
     path = Path(model)
     if not path.exists() and (_NETWORKS / f"{model}.json").exists():
@@ -47,8 +48,8 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
         elif sidecar_path(path).exists():
             specs = read_sidecar(sidecar_path(path))
         else:
-            specs = _derive_inputs(json.loads(text), kind)
-    except EstimateError as err:
+            specs = derive_inputs(json.loads(text), kind)
+    except ConfigurationError as err:
         raise click.BadParameter(str(err), param_hint="--model") from None
     if not specs:
         raise click.BadParameter(f"{path} does not say its input type and has no {sidecar_path(path).name}; "
@@ -57,7 +58,7 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
         raise click.BadParameter(f"{path} has {len(specs)} inputs; pyd4j backend feeds networks of one input",
                                  param_hint="--model")
     try:
-        shape = input_shape(specs[0], batch)
+        shape = array_shape(specs[0], batch)
         progress = (lambda c, r: None) if as_json else \
             (lambda c, r: click.echo(f"  {c}: {r['iterations_per_s']:.3g} iterations/s", err=True))
         doc = compare_builds(path.resolve(), kind, shape, seconds=seconds, rounds=rounds, on_result=progress)

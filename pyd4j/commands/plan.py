@@ -9,6 +9,7 @@ import click
 from pyd4j import inputs
 from pyd4j.commands import _params as params
 from pyd4j.output import emit_json, human_bytes, print_table
+from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.sched.plan import gc_paused
 
 
@@ -131,11 +132,11 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
 
     def build(b: int):
         if network_json:
-            from pyd4j.sched.dl4j_json import probed_graph
+            from pyd4j.dl4j.graph import probed_graph
 
             try:
                 return probed_graph(network_doc, b,
-                                    _input_shape(network_json), probe=probe, profile=profile)
+                                    sidecar_shapes(network_json), probe=probe, profile=profile)
             except ValueError as e:  # InputError, GraphError: a malformed file, sidecar or layer
                 raise _bad_network(network_json, e) from None
         try:
@@ -243,13 +244,13 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                      for p, r in results.items()},
     }
     if network_json:   # the same model `pyd4j estimate` and `flags` give DL4J's own fit()
-        from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, fit_terms
+        from pyd4j.dl4j.fitmem import MALLOC_ENV, REFERENCE_BATCH, fit_terms
 
         fit = fit_terms(build(REFERENCE_BATCH).with_profile("dl4j"))
         doc["dl4j_fit"] = {"bytes": sum(t.bytes_at(batch) for t in fit),
                            "terms": {t.name: t.bytes_at(batch) for t in fit}, "environment": MALLOC_ENV,
                            "note": "DL4J's own fit() without a plan, in the environment pyd4j's flags set "
-                                   "(pyd4j.sched.fitmem; the data pipeline not included)"}
+                                   "(pyd4j.dl4j.fitmem; the data pipeline not included)"}
     if plot:
         _plot(plot, g.name, timelines, bound.lower_bound_bytes, cap)
         doc["plot"] = plot
@@ -334,13 +335,13 @@ def _bad_network(network_json: str, e: Exception) -> click.BadParameter:
 
 
 def _probe(network_json: str, doc: dict, batch: int):
-    """What DL4J says of the network's opaque steps (`pyd4j.memory.probe`, as pyd4j.train.fit asks it of
+    """What DL4J says of the network's opaque steps (`pyd4j.dl4j.probe`, as pyd4j.train.fit asks it of
     a live network), on the network built from the file: probed at `batch`, as pyd4j.train.fit probes it,
     and at any other batch (a search, DL4J's own fit() at the reference batch) from the line through
     probes at two small batches (`fitted`), as `pyd4j estimate` does, so that the two give one figure
     for fit(). A network DL4J cannot build or run is an error naming the file."""
     from pyd4j.jvm.errors import JavaError
-    from pyd4j.memory.probe import FIT_BATCHES, fitted, of_configuration
+    from pyd4j.dl4j.probe import FIT_BATCHES, fitted, of_configuration
 
     run = of_configuration(doc, network_json)
     line = fitted(run)
@@ -385,11 +386,12 @@ def _refuse_conflicts(model: str, network_json: str | None, depth: int | None, i
 
 
 def _emit(g, network_json: str, path: str, budget: int | None, policy: str | None) -> dict:
-    """Write the plan the DL4J planned trainer runs (see pyd4j.sched.training_plan)."""
+    """Write the plan the DL4J planned trainer runs (see pyd4j.dl4j.plan_file)."""
     import json
 
-    from pyd4j.sched.dl4j_json import network_kind
-    from pyd4j.sched.training_plan import BudgetTooSmall, choose_plan, write_plan
+    from pyd4j.dl4j.graph import network_kind
+    from pyd4j.sched.choose import BudgetTooSmall, choose_plan
+    from pyd4j.dl4j.plan_file import write_plan
 
     try:
         plan, result = choose_plan(g, budget, policy)
@@ -481,29 +483,6 @@ def cupy_budget(arena_peak_bytes: int) -> int:
     """Pool bytes a plan gets on CuPy: its simulated first-fit high-water plus room for CuPy's
     512-byte rounding and its own placement (measured on a GPU, see benchmarks/agent_gpu.py)."""
     return int(arena_peak_bytes * 1.25) + (1 << 20)
-
-
-def _input_shape(network_json: str) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
-    """Input shape from `<name>.input.json` next to the DL4J JSON, if there is one (one shape per
-    input for a graph with several)."""
-    from pyd4j.memory.estimate import read_sidecar, sidecar_path
-
-    side = sidecar_path(Path(network_json))
-    if not side.exists():
-        return None
-    shapes = []
-    for inp in read_sidecar(side):
-        if "channels" in inp:
-            shapes.append((int(inp["channels"]), int(inp["height"]), int(inp["width"])))
-        elif "size" in inp and inp.get("timeSeriesLength"):   # recurrent: (features, time steps)
-            shapes.append((int(inp["size"]), int(inp["timeSeriesLength"])))
-        elif "size" in inp:
-            shapes.append((int(inp["size"]),))
-        else:
-            return None
-    if not shapes:
-        return None
-    return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
 
 def _plot(path: str, name: str, timelines: dict[str, list[int]], bound: int, cap: int) -> None:

@@ -17,7 +17,7 @@ _BUILTIN = {"digits-mlp": ("digits_mlp.json", None), "digits-lenet": ("digits_le
 
 def network_text(model: str) -> str:
     """The configuration JSON of --model, checked without a JVM: a readable DL4J configuration file or a built-in."""
-    from pyd4j.memory.estimate import EstimateError, read_config_file  # noqa: PLC0415
+    from pyd4j.dl4j.config import ConfigurationError, read_config_file  # noqa: PLC0415
 
     path = Path(_EXAMPLES / _BUILTIN[model][0]) if model in _BUILTIN else Path(model)
     if not path.exists():
@@ -25,7 +25,7 @@ def network_text(model: str) -> str:
                                  f"{', '.join(_BUILTIN)}", param_hint="--model")
     try:
         return read_config_file(path)[0]
-    except EstimateError as err:
+    except ConfigurationError as err:
         raise click.BadParameter(str(err), param_hint="--model") from None
 
 
@@ -36,12 +36,13 @@ def network_io(text: str) -> tuple[int | None, int | None]:
     import json  # noqa: PLC0415
     import math  # noqa: PLC0415
 
-    from pyd4j.memory.estimate import _derive_inputs  # noqa: PLC0415
+    from pyd4j.dl4j.config import MULTILAYER, kind_of  # noqa: PLC0415
+    from pyd4j.dl4j.input_types import derive_inputs  # noqa: PLC0415
 
     doc = json.loads(text)
-    if "confs" not in doc:
+    if kind_of(doc) != MULTILAYER:
         return None, None
-    spec = (_derive_inputs(doc, "MultiLayerNetwork") or [None])[0]
+    spec = (derive_inputs(doc, MULTILAYER) or [None])[0]
     features = None if spec is None else math.prod(v for k, v in spec.items() if k != "type")
     labels = doc["confs"][-1].get("layer", {}).get("nout")
     return features, labels if isinstance(labels, int) else None
@@ -67,17 +68,9 @@ def check_data_fits(model: str, x, y) -> None:
 
 def load_network(model: str):
     """A DL4J network from a configuration JSON file (MultiLayer or ComputationGraph), or a built-in name."""
-    import jpype  # noqa: PLC0415
+    from pyd4j.dl4j.config import build_network  # noqa: PLC0415
 
-    text = network_text(model)
-    if '"vertices"' in text:
-        conf = jpype.JClass("org.deeplearning4j.nn.conf.ComputationGraphConfiguration").fromJson(text)
-        net = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph")(conf)
-    else:
-        conf = jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(text)
-        net = jpype.JClass("org.deeplearning4j.nn.multilayer.MultiLayerNetwork")(conf)
-    net.init()
-    return net
+    return build_network(network_text(model), f"--model {model}")
 
 
 def load_arrays(data: str | None):

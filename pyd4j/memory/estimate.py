@@ -2,7 +2,7 @@
 
 `estimate(model, batch, dtype, mode)` reads a MultiLayerConfiguration or ComputationGraphConfiguration
 (a DL4J JSON file, its text, or a live Java object) in the in-process JVM. Training, its off-heap
-terms are the one DL4J memory model `pyd4j.sched.fitmem` (the graph `pyd4j plan` plans, with the
+terms are the one DL4J memory model `pyd4j.dl4j.fitmem` (the graph `pyd4j plan` plans, with the
 per-layer working memory measured with ND4J, and for the layers it has no model of (LSTM, ...)
 probe iterations in DL4J, as `pyd4j plan` measures them; parameters, gradients, updater state by updater
 type, the workspaces fit() trains in with their over-allocation read from DL4J's network class,
@@ -20,19 +20,18 @@ The dataclasses here import nothing from Java: only the functions that read a ne
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from pyd4j.inputs import JAVA_INT_MAX, InputError, parse_json, read_json, read_text
+from pyd4j.dl4j.config import ConfigurationError
+from pyd4j.dl4j.fitmem import Region, Term
+from pyd4j.dl4j.input_types import input_elements, java_input_type, planner_shape
+from pyd4j.dl4j.load import Loaded, load
+from pyd4j.inputs import JAVA_INT_MAX, InputError
 from pyd4j.output import human_bytes, stdout_to_stderr
-from pyd4j.sched.fitmem import Region, Term
 
 MiB = 1024**2
 
@@ -121,7 +120,7 @@ class Estimate:
     report_terms: tuple[Term, ...] = field(default_factory=tuple)
     """DL4J's NetworkMemoryReport, term by term: a cross-check printed beside the terms, never summed."""
     environment: dict[str, str] = field(default_factory=dict)
-    """The job's environment the terms assume (glibc's malloc setting of pyd4j.sched.fitmem); pyd4j's
+    """The job's environment the terms assume (glibc's malloc setting of pyd4j.dl4j.fitmem); pyd4j's
     flags set it in every form they are written in."""
     without_environment: Term | None = None
     """What the job may hold on top of the terms when `environment` is not set."""
@@ -152,7 +151,7 @@ class Estimate:
         """Off-heap memory any training run of the network holds besides its training step's own, planned or
         not: the data pipeline and what glibc keeps of an LSTM's per-step pieces (the same glibc setting, the
         same DL4J layer code). A plan's device peak plus this is what the planned job holds off the heap."""
-        from pyd4j.sched.fitmem import LSTM_KEPT_TERM  # noqa: PLC0415 - as _fit_terms imports the planner's model
+        from pyd4j.dl4j.fitmem import LSTM_KEPT_TERM  # noqa: PLC0415 - as _fit_terms imports the planner's model
 
         return sum(t.bytes_at(self.batch) for t in self.terms
                    if t.name == "prefetch_buffers" or t.name.startswith(LSTM_KEPT_TERM))
@@ -236,349 +235,6 @@ def normalize_mode(mode: str) -> str:
     raise EstimateError(f"unknown mode {mode!r}; use 'train' or 'infer'")
 
 
-# ----------------------------------------------------------------------------- input types
-
-_Dim = Annotated[int, Field(strict=True, ge=1, le=JAVA_INT_MAX)]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _FeedForward(_Spec):
-    type: Literal["feedForward"]
-    size: _Dim
-
-
-class _Convolutional(_Spec):
-    type: Literal["convolutional", "convolutionalFlat"]
-    height: _Dim
-    width: _Dim
-    channels: _Dim
-
-
-class _Recurrent(_Spec):
-    type: Literal["recurrent"]
-    size: _Dim
-    timeSeriesLength: _Dim  # noqa: N815  (DL4J's name)
-
-
-class _Sidecar(BaseModel):
-    """`<name>.input.json` next to a network JSON (examples/networks/*.input.json)."""
-
-    model_config = ConfigDict(extra="allow")
-    inputs: Annotated[list[Annotated[Union[_FeedForward, _Convolutional, _Recurrent], Field(discriminator="type")]],
-                      Field(min_length=1)]
-
-
-_SPEC = TypeAdapter(Annotated[Union[_FeedForward, _Convolutional, _Recurrent], Field(discriminator="type")])
-
-
-def _problems(err: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in err.errors()[:5])
-
-
-def check_input_spec(spec: Any, where: str) -> dict[str, Any]:
-    """An input type dict (as in a sidecar), every dimension a whole number from 1 to Java's int."""
-    try:
-        return _SPEC.validate_python(spec).model_dump()
-    except ValidationError as err:
-        raise EstimateError(f"{where}: input type {spec!r} is not usable ({_problems(err)}); write e.g. "
-                            f'{{"type": "convolutional", "height": 32, "width": 32, "channels": 3}}') from None
-
-
-def read_sidecar(path: Path) -> list[dict[str, Any]]:
-    """The input types in a `<name>.input.json` sidecar, checked."""
-    try:
-        doc = read_json(path, "input-type sidecar")
-        return [spec.model_dump() for spec in _Sidecar.model_validate(doc).inputs]
-    except InputError as err:
-        raise EstimateError(f"{err}; fix it or pass --input") from None
-    except ValidationError as err:
-        raise EstimateError(f"input-type sidecar {str(path)!r} is malformed ({_problems(err)}); write it like "
-                            f"examples/networks/lenet.input.json, or pass --input") from None
-
-_INPUT_SPEC = re.compile(r"^\s*(ff|feedforward|cnn|conv|cnnflat|rnn|recurrent)\s*:\s*([\dx\s]+)$", re.I)
-
-
-def parse_input_spec(spec: str) -> dict[str, Any]:
-    """'ff:784', 'cnn:32x32x3' (HxWxC), 'cnnflat:28x28x1', 'rnn:32x50' (size x steps) -> sidecar dict."""
-    match = _INPUT_SPEC.match(spec or "")
-    if not match:
-        raise EstimateError(
-            f"cannot read input type {spec!r}; write ff:SIZE, cnn:HxWxC, cnnflat:HxWxC or rnn:SIZExSTEPS "
-            f"(e.g. cnn:32x32x3)"
-        )
-    kind = match.group(1).lower()
-    dims = [int(x) for x in match.group(2).lower().replace(" ", "").split("x") if x]
-    wanted = {"ff": 1, "feedforward": 1, "cnn": 3, "conv": 3, "cnnflat": 3, "rnn": 2, "recurrent": 2}[kind]
-    if len(dims) != wanted or any(not 0 < d <= JAVA_INT_MAX for d in dims):
-        raise EstimateError(f"input type {spec!r} needs {wanted} dimension(s) from 1 to {JAVA_INT_MAX} for {kind}")
-    if kind in ("ff", "feedforward"):
-        return {"type": "feedForward", "size": dims[0]}
-    if kind in ("cnn", "conv"):
-        return {"type": "convolutional", "height": dims[0], "width": dims[1], "channels": dims[2]}
-    if kind == "cnnflat":
-        return {"type": "convolutionalFlat", "height": dims[0], "width": dims[1], "channels": dims[2]}
-    return {"type": "recurrent", "size": dims[0], "timeSeriesLength": dims[1]}
-
-
-def _input_elements(spec: dict[str, Any]) -> int:
-    t = spec["type"]
-    if t == "feedForward":
-        return int(spec["size"])
-    if t in ("convolutional", "convolutionalFlat"):
-        return int(spec["height"]) * int(spec["width"]) * int(spec["channels"])
-    return int(spec["size"]) * int(spec["timeSeriesLength"])
-
-
-def sidecar_path(model_path: Path) -> Path:
-    return model_path.with_name(model_path.name[: -len(".json")] + ".input.json") if model_path.name.endswith(".json") \
-        else model_path.with_name(model_path.name + ".input.json")
-
-
-def _derive_inputs(doc: dict[str, Any], kind: str) -> list[dict[str, Any]] | None:
-    """Input types from the JSON itself: a first preprocessor, a first layer's nIn, or a graph's networkInputTypes."""
-    if kind == "ComputationGraph":
-        return None
-    pres = doc.get("inputPreProcessors") or {}
-    pre = pres.get("0") if isinstance(pres, dict) else None
-    if isinstance(pre, dict) and str(pre.get("@class", "")).endswith("FeedForwardToCnnPreProcessor"):
-        return [check_input_spec({"type": "convolutionalFlat", "height": pre.get("inputHeight"),
-                                  "width": pre.get("inputWidth"), "channels": pre.get("numChannels")},
-                                 "the first layer's FeedForwardToCnnPreProcessor")]
-    confs = doc.get("confs") or []
-    layer = confs[0].get("layer", {}) if confs else {}
-    cls = str(layer.get("@class", ""))
-    n_in = layer.get("nin", layer.get("nIn"))
-    if n_in and cls.split(".")[-1] in ("DenseLayer", "OutputLayer", "EmbeddingLayer", "AutoEncoder"):
-        return [check_input_spec({"type": "feedForward", "size": n_in}, "the first layer's nIn")]
-    return None
-
-
-def inputs_from_shapes(doc: dict[str, Any], shapes: list[list[int]]) -> list[dict[str, Any]]:
-    """The input types (sidecar entries) of a network from the shapes of a batch it trained on: what a profiled
-    job's network needs to be estimated. 2-d [batch, size] is feed-forward (a MultiLayerNetwork's first
-    FeedForwardToCnn preprocessor makes it a flattened image), 3-d a time series, 4-d an image, in the layout
-    the configuration names (NCHW / NCW, DL4J's defaults, unless it uses NHWC / NWC)."""
-    text = json.dumps(doc)
-    derived = _derive_inputs(doc, "ComputationGraph" if "vertices" in doc else "MultiLayerNetwork") or []
-    out = []
-    for k, shape in enumerate(shapes):
-        dims = [int(d) for d in shape[1:]]
-        where = f"input {k}'s shape {list(shape)}"
-        if len(dims) == 1:
-            same = [d for d in derived if _input_elements(d) == dims[0]] if k == 0 else []
-            out.append(same[0] if same else check_input_spec({"type": "feedForward", "size": dims[0]}, where))
-        elif len(dims) == 2:
-            size, steps = (dims[1], dims[0]) if '"NWC"' in text else (dims[0], dims[1])
-            out.append(check_input_spec({"type": "recurrent", "size": size, "timeSeriesLength": steps}, where))
-        elif len(dims) == 3:
-            c, h, w = (dims[2], dims[0], dims[1]) if '"NHWC"' in text else (dims[0], dims[1], dims[2])
-            out.append(check_input_spec({"type": "convolutional", "height": h, "width": w, "channels": c}, where))
-        else:
-            raise EstimateError(f"{where} has {len(shape)} dimensions; pyd4j reads 2 (feed-forward), 3 (time series) "
-                                f"or 4 (images): give the input type with --input")
-    return out
-
-
-def _input_type(spec: dict[str, Any]):
-    from org.deeplearning4j.nn.conf.inputs import InputType  # noqa: PLC0415
-
-    t = spec.get("type")
-    if t == "feedForward":
-        return InputType.feedForward(int(spec["size"]))
-    if t == "convolutional":
-        return InputType.convolutional(int(spec["height"]), int(spec["width"]), int(spec["channels"]))
-    if t == "convolutionalFlat":
-        return InputType.convolutionalFlat(int(spec["height"]), int(spec["width"]), int(spec["channels"]))
-    if t == "recurrent":
-        return InputType.recurrent(int(spec["size"]), int(spec["timeSeriesLength"]))
-    raise EstimateError(f"unknown input type {t!r} in {spec}; use feedForward, convolutional, convolutionalFlat or recurrent")
-
-
-# ----------------------------------------------------------------------------- loading
-
-@dataclass
-class _Loaded:
-    name: str
-    kind: str
-    conf: Any
-    inputs: list[dict[str, Any]]
-    doc: dict[str, Any] = field(default_factory=dict)   # the configuration JSON, for the planner's graph
-
-
-def _read_json_file(path: Path) -> tuple[str, dict[str, Any]]:
-    try:
-        text = read_text(path, "network configuration")
-        doc = parse_json(text, f"network configuration {str(path)!r}")
-    except InputError as err:
-        raise EstimateError(f"{err}; give a DL4J configuration JSON written by MultiLayerConfiguration.toJson() / "
-                            f"ComputationGraphConfiguration.toJson() (conf.toJson(); examples/networks/ has five)") from None
-    if not isinstance(doc, dict):
-        raise EstimateError(f"{path} holds a JSON {type(doc).__name__}, not a DL4J configuration object")
-    return text, doc
-
-
-def _kind_of(doc: dict[str, Any], where: str) -> str:
-    if "vertices" in doc and "networkInputs" in doc:
-        kind = "ComputationGraph"
-    elif "confs" in doc:
-        kind = "MultiLayerNetwork"
-    else:
-        raise EstimateError(
-            f"{where} is JSON but not a DL4J network configuration (no 'confs' for a MultiLayerConfiguration, "
-            f"no 'vertices' for a ComputationGraphConfiguration); write it with conf.toJson()"
-        )
-    _check_layers(doc, kind, where)
-    return kind
-
-
-def _check_layers(doc: dict[str, Any], kind: str, where: str) -> None:
-    """The shape of a DL4J configuration, checked before DL4J sees it: a layer of 0 or fewer units
-    would give a negative memory report and negative flags."""
-    if kind == "MultiLayerNetwork":
-        confs = doc["confs"]
-        if not isinstance(confs, list) or not confs or not all(isinstance(c, dict) for c in confs):
-            raise EstimateError(f"{where}: 'confs' must be a non-empty list of layer configurations; write it with conf.toJson()")
-        layers = [(f"layer {i}", c.get("layer")) for i, c in enumerate(confs)]
-    else:
-        vertices = doc["vertices"]
-        if not isinstance(vertices, dict) or not vertices:
-            raise EstimateError(f"{where}: 'vertices' must be a non-empty object; write it with conf.toJson()")
-        layers = [(f"vertex {name!r}", v["layerConf"].get("layer") if isinstance(v["layerConf"], dict) else None)
-                  for name, v in vertices.items() if isinstance(v, dict) and "layerConf" in v]
-    for label, layer in layers:
-        if not isinstance(layer, dict):
-            raise EstimateError(f"{where}: {label} has no layer object; write the configuration with conf.toJson()")
-        for key in ("nin", "nout", "nIn", "nOut"):
-            value = layer.get(key)
-            # 0: DL4J writes it for a size it infers (a dropout vertex's nIn); a negative size is refused
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 <= value <= JAVA_INT_MAX):
-                name = layer.get("layerName") or label
-                raise EstimateError(f"{where}: {label} ({name}) has {key} = {value!r}; a layer's size must be a whole "
-                                    f"number from 0 (inferred by DL4J) to {JAVA_INT_MAX}: fix the network configuration")
-
-
-def read_config_file(path: str | Path) -> tuple[str, str]:
-    """(JSON text, 'MultiLayerNetwork' or 'ComputationGraph') of a DL4J configuration file, checked
-    without a JVM; raises EstimateError naming the file and what is wrong with it."""
-    text, doc = _read_json_file(Path(path))
-    return text, _kind_of(doc, str(path))
-
-
-_UNKNOWN_TYPE = re.compile(r"Could not resolve type id '([^']+)'|Unknown layer type[^:]*: ?([\w.$]+)|ClassNotFoundException:? ?([\w.$]+)")
-
-
-def _from_json(text: str, kind: str, where: str):
-    import jpype  # noqa: PLC0415
-
-    from pyd4j.jvm import translate  # noqa: PLC0415
-
-    start_jvm()
-    from org.deeplearning4j.nn.conf import ComputationGraphConfiguration, MultiLayerConfiguration  # noqa: PLC0415
-
-    cls = ComputationGraphConfiguration if kind == "ComputationGraph" else MultiLayerConfiguration
-    try:
-        with stdout_to_stderr():
-            return cls.fromJson(text)
-    except jpype.JException as exc:
-        message = _all_messages(exc)
-        match = _UNKNOWN_TYPE.search(message)
-        if match:
-            bad = next(g for g in match.groups() if g)
-            raise EstimateError(
-                f"{where}: unknown layer/vertex type {bad!r} — it is not a class of DL4J 1.0.0-M2.1 on pyd4j's "
-                f"classpath; use a built-in DL4J layer, or put the jar with your custom layer on PYD4J_CLASSPATH"
-            ) from None
-        raise EstimateError(f"{where}: DL4J cannot read this configuration: {translate(exc)}") from None
-
-
-def _all_messages(exc) -> str:
-    parts = []
-    cur = exc
-    while cur is not None:
-        parts.append(f"{cur.getClass().getName()}: {cur.getMessage()}")
-        cur = cur.getCause()
-    return " | ".join(parts)
-
-
-def start_jvm():
-    """The in-process JVM (started with defaults if nothing started it yet)."""
-    import pyd4j.jvm  # noqa: PLC0415
-
-    with stdout_to_stderr():
-        return pyd4j.jvm.start() if not pyd4j.jvm.is_started() else pyd4j.jvm.info()
-
-
-def load(model: Any, input: str | dict | list | None = None) -> _Loaded:  # noqa: A002
-    """A network configuration from a JSON path, JSON text or a live DL4J object, plus its input types."""
-    inputs: list[dict[str, Any]] | None = None
-    if isinstance(input, str):
-        inputs = [parse_input_spec(s) for s in input.split(",")]
-    elif isinstance(input, dict):
-        inputs = [check_input_spec(input, "input")]
-    elif isinstance(input, list):
-        inputs = [parse_input_spec(s) if isinstance(s, str) else check_input_spec(s, "input") for s in input]
-
-    text = None  # JSON read here is checked whole (layers, input types) before DL4J sees it
-    if isinstance(model, (str, Path)) and not str(model).lstrip().startswith("{"):
-        path = Path(model)
-        text, doc = _read_json_file(path)
-        where = str(path)
-        kind = _kind_of(doc, where)
-        name = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
-        if inputs is None:
-            side = sidecar_path(path)
-            if side.exists():
-                inputs = read_sidecar(side)
-    elif isinstance(model, str):
-        try:
-            doc = parse_json(model, "network JSON text")
-        except InputError as err:
-            raise EstimateError(str(err)) from None
-        if not isinstance(doc, dict):
-            raise EstimateError(f"network JSON text holds a JSON {type(doc).__name__}, not a DL4J configuration object")
-        text, where, name = model, "network JSON text", "network"
-        kind = _kind_of(doc, where)
-    else:
-        start_jvm()
-        conf, kind = _conf_of_java_object(model)
-        doc = json.loads(str(conf.toJson()))
-        name = str(model.getClass().getSimpleName())
-    if inputs is None and kind == "ComputationGraph":
-        types = doc.get("networkInputTypes")
-        if types:
-            raise EstimateError("this graph's JSON records input types DL4J cannot map back; pass --input (e.g. cnn:32x32x3)")
-    if inputs is None:
-        inputs = _derive_inputs(doc, kind)
-    if not inputs:
-        raise EstimateError(
-            f"cannot tell the input type of {name}: give --input (ff:SIZE, cnn:HxWxC, cnnflat:HxWxC, rnn:SIZExSTEPS) "
-            f"or write a sidecar {name}.input.json like examples/networks/*.input.json"
-        )
-    if text is not None:
-        conf = _from_json(text, kind, where)
-    return _Loaded(name=name, kind=kind, conf=conf, inputs=inputs, doc=doc)
-
-
-def _conf_of_java_object(obj: Any):
-    name = str(obj.getClass().getName()) if hasattr(obj, "getClass") else type(obj).__name__
-    if name.endswith("MultiLayerConfiguration"):
-        return obj, "MultiLayerNetwork"
-    if name.endswith("ComputationGraphConfiguration"):
-        return obj, "ComputationGraph"
-    if name.endswith("MultiLayerNetwork"):
-        return obj.getLayerWiseConfigurations(), "MultiLayerNetwork"
-    if name.endswith("ComputationGraph"):
-        return obj.getConfiguration(), "ComputationGraph"
-    raise EstimateError(
-        f"cannot estimate a {name}: give a DL4J JSON file, a MultiLayerConfiguration, a "
-        f"ComputationGraphConfiguration, a MultiLayerNetwork or a ComputationGraph"
-    )
-
-
 # ----------------------------------------------------------------------------- the estimate
 
 _REPORT_TERMS = (
@@ -591,7 +247,7 @@ _REPORT_TERMS = (
 )
 
 
-def _workspace_limits(loaded: _Loaded) -> dict[str, float]:
+def _workspace_limits(loaded: Loaded) -> dict[str, float]:
     """overallocationLimit of the workspaces DL4J's network class really uses (read by reflection)."""
     from org.deeplearning4j.nn.graph import ComputationGraph  # noqa: PLC0415
     from org.deeplearning4j.nn.multilayer import MultiLayerNetwork  # noqa: PLC0415
@@ -627,13 +283,13 @@ def estimate(model: Any, batch: int, dtype: str = "float32", mode: str = "train"
         return _estimate_loaded(loaded, batch, dtype, mode, prefetch_queue, cpu_count)
 
 
-def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetch_queue: int,
+def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch_queue: int,
                      cpu_count: int | None) -> Estimate:
     from org.deeplearning4j.nn.conf import CacheMode  # noqa: PLC0415
     from org.deeplearning4j.nn.conf.memory import MemoryType, MemoryUseMode  # noqa: PLC0415
     from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415
 
-    in_types = [_input_type(s) for s in loaded.inputs]
+    in_types = [java_input_type(s) for s in loaded.inputs]
     try:
         report = loaded.conf.getMemoryReport(*in_types) if loaded.kind == "ComputationGraph" \
             else loaded.conf.getMemoryReport(in_types[0])
@@ -668,13 +324,13 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
     if mode == "train":
         terms, unset = _fit_terms(loaded, in_types, batch, dtype, limits, report, report_gaps)
         cross = report_terms
-        from pyd4j.sched.fitmem import MALLOC_ENV  # noqa: PLC0415
+        from pyd4j.dl4j.fitmem import MALLOC_ENV  # noqa: PLC0415
         environment = dict(MALLOC_ENV)
     else:
         terms, cross = _inference_terms(loaded, report_terms, dtype, limits), []
 
     dsize = DTYPE_BYTES[dtype]
-    sample_elems = sum(_input_elements(s) for s in loaded.inputs) + _label_elements(loaded, in_types)
+    sample_elems = sum(input_elements(s) for s in loaded.inputs) + _label_elements(loaded, in_types)
     buffers = prefetch_queue + 2 if prefetch_queue else 1
     terms.append(Term("prefetch_buffers", "offheap", "estimate", PREFETCH_WORKSPACE_MIN_BYTES if prefetch_queue else 0,
                       sample_elems * dsize * buffers,
@@ -695,7 +351,7 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
     cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     terms += jvm_native_terms(heap, cpus, n_layers)
     notes = (
-        ("training terms are pyd4j's model of DL4J's fit() (pyd4j.sched.fitmem, the graph `pyd4j plan` plans); "
+        ("training terms are pyd4j's model of DL4J's fit() (pyd4j.dl4j.fitmem, the graph `pyd4j plan` plans); "
          "DL4J's NetworkMemoryReport is the cross-check beside them" if mode == "train" else
          "DL4J's report gives working memory as the largest layer's (not the sum): only one layer works at a time."),
         "dl4j-report terms are DL4J's NetworkMemoryReport; measured = read from the running JVM; estimate = pyd4j's model.",
@@ -708,12 +364,12 @@ def _estimate_loaded(loaded: _Loaded, batch: int, dtype: str, mode: str, prefetc
                     without_environment=unset)
 
 
-def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report,
+def _fit_terms(loaded: Loaded, in_types: list, batch: int, dtype: str, limits: dict[str, float], report,
                gaps: list[str]) -> tuple[list[Term], Term]:
-    """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.sched.fitmem); and what glibc
+    """DL4J's fit(), off the heap: the planner's graph of the network (pyd4j.dl4j.fitmem); and what glibc
     may keep on top without the model's malloc setting."""
-    from pyd4j.sched.fitmem import MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, fit_terms, learning_bytes  # noqa: PLC0415
-    from pyd4j.sched.updater_state import UnknownUpdater  # noqa: PLC0415
+    from pyd4j.dl4j.fitmem import MALLOC_ENV, REFERENCE_BATCH, FitWorkspaces, fit_terms, learning_bytes  # noqa: PLC0415
+    from pyd4j.dl4j.updater_state import UnknownUpdater  # noqa: PLC0415
 
     graph = _graph(loaded, in_types, REFERENCE_BATCH, report, gaps)   # terms per sample: any batch gives the same
     ws = FitWorkspaces(activations=limits["WS_ALL_LAYERS_ACT_CONFIG"], working_memory=limits["WS_LAYER_WORKING_MEM_CONFIG"],
@@ -729,16 +385,16 @@ def _fit_terms(loaded: _Loaded, in_types: list, batch: int, dtype: str, limits: 
                  f"(5-108% of this measured)")
     return [replace(t, fixed_bytes=int(round(t.fixed_bytes * scale)), per_sample_bytes=int(round(t.per_sample_bytes * scale)),
                     below_batch=None if t.below_batch is None else math.ceil(t.below_batch / scale),   # pieces scale too
-                    why=f"{t.why} (pyd4j.sched.fitmem)") for t in parts], unset
+                    why=f"{t.why} (pyd4j.dl4j.fitmem)") for t in parts], unset
 
 
-def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]):
+def _graph(loaded: Loaded, in_types: list, batch: int, report, gaps: list[str]):
     """The planner's DL4J graph of the network at `batch`; shapes and parameter counts of the layers
     the planner has no rule for come from DL4J's own shape inference."""
-    from pyd4j.sched.dl4j_json import graph_from_dl4j_json  # noqa: PLC0415
+    from pyd4j.dl4j.graph import graph_from_dl4j_json  # noqa: PLC0415
     from pyd4j.sched.graph import GraphError, LayerType  # noqa: PLC0415
 
-    shapes = [_graph_shape(s) for s in loaded.inputs]
+    shapes = [planner_shape(s) for s in loaded.inputs]
     doc = loaded.doc   # under truncated BPTT the graph is one segment: what fit() holds at a time
     shape = shapes if loaded.kind == "ComputationGraph" else shapes[0]
     info = _dl4j_info(loaded, in_types, batch, report, gaps)
@@ -754,17 +410,17 @@ def _graph(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str])
 
 def _probed(info: dict[str, dict[str, Any]], doc: dict[str, Any], graph, where: str) -> dict[str, dict[str, Any]]:
     """`info` with the working memory of the graph's OPAQUE steps (the layers the planner has no
-    model of: LSTM, ...) measured by probe iterations in DL4J (`pyd4j.memory.probe.fitted`: the steps
+    model of: LSTM, ...) measured by probe iterations in DL4J (`pyd4j.dl4j.probe.fitted`: the steps
     DL4J's fit() runs, at two small batches) in place of DL4J's report's, which over-counts an
     LSTM's by about 1.6x. `pyd4j plan` measures them the same way."""
     from pyd4j.jvm.errors import JavaError  # noqa: PLC0415
-    from pyd4j.memory.probe import FIT_BATCHES, fitted, of_configuration  # noqa: PLC0415
+    from pyd4j.dl4j.probe import FIT_BATCHES, fitted, of_configuration  # noqa: PLC0415
     from pyd4j.sched.graph import LayerType  # noqa: PLC0415
 
     inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
     try:
         probed = fitted(of_configuration(doc, where))(inputs)
-    except (EstimateError, JavaError) as err:   # no quiet fallback to DL4J's report, which over-counts an LSTM 1.6x
+    except (ConfigurationError, JavaError) as err:   # no quiet fallback to DL4J's report, which over-counts an LSTM 1.6x
         opaque = ", ".join(layer.name for layer in graph.layers if layer.type is LayerType.OPAQUE)
         raise EstimateError(f"{where}: DL4J's probe iterations (batches {' and '.join(map(str, FIT_BATCHES))}) failed "
                             f"({err}); pyd4j measures the working memory of the layers it has no model of ({opaque}) "
@@ -774,16 +430,7 @@ def _probed(info: dict[str, dict[str, Any]], doc: dict[str, Any], graph, where: 
             for name, v in info.items()}
 
 
-def _graph_shape(spec: dict[str, Any]) -> tuple[int, ...]:
-    t = spec["type"]
-    if t in ("convolutional", "convolutionalFlat"):
-        return (int(spec["channels"]), int(spec["height"]), int(spec["width"]))
-    if t == "recurrent":
-        return (int(spec["size"]), int(spec["timeSeriesLength"]))
-    return (int(spec["size"]),)
-
-
-def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[str]) -> dict[str, dict[str, Any]]:
+def _dl4j_info(loaded: Loaded, in_types: list, batch: int, report, gaps: list[str]) -> dict[str, dict[str, Any]]:
     """Per layer or vertex name: DL4J's per-sample output shape and parameter count, and the
     working memory DL4J's own report gives it at `batch` -- the figures the planner uses for the
     layers it has no rule or measurement of (its OPAQUE nodes) until a probe measures them (`_probed`)."""
@@ -824,7 +471,7 @@ def _dl4j_info(loaded: _Loaded, in_types: list, batch: int, report, gaps: list[s
     return info
 
 
-def _inference_terms(loaded: _Loaded, report: list[Term], dtype: str, limits: dict[str, float]) -> list[Term]:
+def _inference_terms(loaded: Loaded, report: list[Term], dtype: str, limits: dict[str, float]) -> list[Term]:
     """Inference: DL4J's report, its input preprocessors and its workspaces' over-allocation."""
     terms = list(report)
     pre_elems = _preprocessor_elements(loaded)
@@ -869,27 +516,27 @@ def collector(container_bytes: int, cpus: int) -> str:
     return "G1" if cpus >= SERVER_CLASS_CPUS and container_bytes >= SERVER_CLASS_BYTES else "Serial"
 
 
-def _layer_count(loaded: _Loaded) -> int:
+def _layer_count(loaded: Loaded) -> int:
     if loaded.kind == "ComputationGraph":
         return int(loaded.conf.getVertices().size())
     return int(loaded.conf.getConfs().size())
 
 
-def _preprocessor_elements(loaded: _Loaded) -> int:
+def _preprocessor_elements(loaded: Loaded) -> int:
     """Per-example elements output by the network's input preprocessors."""
     if loaded.kind != "MultiLayerNetwork":
         return 0
     conf = loaded.conf
-    types = conf.getLayerActivationTypes(_input_type(loaded.inputs[0]))
+    types = conf.getLayerActivationTypes(java_input_type(loaded.inputs[0]))
     total = 0
     for i in range(int(conf.getConfs().size())):
         if conf.getInputPreProcess(i) is not None:
-            before = _input_type(loaded.inputs[0]) if i == 0 else types.get(i - 1)
+            before = java_input_type(loaded.inputs[0]) if i == 0 else types.get(i - 1)
             total += int(before.arrayElementsPerExample())
     return total
 
 
-def _label_elements(loaded: _Loaded, in_types: list) -> int:
+def _label_elements(loaded: Loaded, in_types: list) -> int:
     conf = loaded.conf
     if loaded.kind == "ComputationGraph":
         types = conf.getLayerActivationTypes(*in_types)

@@ -119,21 +119,6 @@ def maven_snippet(classifier: str, version: str) -> str:
             f"  <version>{version}</version>\n  <classifier>{classifier}</classifier>\n</dependency>")
 
 
-def input_shape(spec: dict, batch: int) -> list[int]:
-    """The input array's shape for an input type spec (pyd4j's *.input.json form), batch first."""
-    t = spec.get("type")
-    if t == "feedForward":
-        return [batch, int(spec["size"])]
-    if t == "convolutionalFlat":
-        return [batch, int(spec["height"]) * int(spec["width"]) * int(spec["channels"])]
-    if t == "convolutional":
-        return [batch, int(spec["channels"]), int(spec["height"]), int(spec["width"])]
-    if t == "recurrent":
-        return [batch, int(spec["size"]), int(spec["timeSeriesLength"])]
-    raise BackendError(f"input type {t!r} is not one pyd4j backend can feed; use feedForward, convolutionalFlat, "
-                       f"convolutional or recurrent")
-
-
 def without_builds(cp: list[str], keep: str | None = None) -> list[str]:
     """The class path without nd4j-native build jars, but those of the `keep` classifier."""
     return [e for e in cp if not ((m := _NATIVE_JAR.match(Path(e).name)) and m.group("classifier") != keep)]

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pyd4j.memory.estimate import EstimateError, inputs_from_shapes, sidecar_path
+from pyd4j.dl4j.input_types import InputTypeError, inputs_from_shapes, sidecar_path
 from pyd4j.profile.timeline import Timeline
 
 
@@ -52,9 +52,9 @@ def save_networks(run_dir: str | Path, lanes: list[Timeline]) -> list[dict[str, 
         row: dict[str, Any] = {"path": str(path), "kind": net.get("kind"), "batch": _batch(net) or None}
         try:
             if not shapes:
-                raise EstimateError("the agent saw no batch of it (no input shape)")
+                raise InputTypeError("the agent saw no batch of it (no input shape)")
             inputs = inputs_from_shapes(net["conf"], shapes)
-        except EstimateError as err:
+        except InputTypeError as err:
             row["inputs_error"] = f"{err}; give its input types with --input"
         else:
             side = sidecar_path(path)

@@ -301,10 +301,10 @@ def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
     """The plan for the network the profiled run trained (the agent describes each network at its
     first iteration; a job that trains several is planned for the last). Its opaque steps are
     probed as pyd4j.train.fit probes them, on the network built from the described configuration
-    in this process's JVM (`pyd4j.memory.probe`)."""
+    in this process's JVM (`pyd4j.dl4j.probe`)."""
     from pyd4j.jvm.errors import JavaError  # noqa: PLC0415
-    from pyd4j.memory.probe import of_configuration  # noqa: PLC0415
-    from pyd4j.sched.training_plan import plan_for_job  # noqa: PLC0415
+    from pyd4j.dl4j.probe import of_configuration  # noqa: PLC0415
+    from pyd4j.dl4j.plan_file import plan_for_job  # noqa: PLC0415
 
     described = [e["network"] for e in run.timeline.network_events if e["type"] == "network" and e.get("network")]
     if not described:

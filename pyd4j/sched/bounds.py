@@ -29,7 +29,7 @@ Definition (no policy may redefine it):
   The simulator checks exactly these tensors at every compute record and refuses to free a
   partial gradient or move a gradient to the host, so no plan goes below the bound.
 
-For a DL4J network (profile `dl4j`, `pyd4j.sched.dl4j_json`) the model is DL4J's measured one:
+For a DL4J network (profile `dl4j`, `pyd4j.dl4j.graph`) the model is DL4J's measured one:
 parameters, updater state and parameter gradients are resident (DL4J keeps its flattened
 gradient view for the whole run); the scratch is DL4J's working-memory workspace, as large as
 the largest step's need and held throughout (profile scratch "held": every step counts it); no

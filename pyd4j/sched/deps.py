@@ -36,11 +36,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyd4j.sched.layer import LayerType
 from pyd4j.sched.plan import ALIGNMENT, aligned
-from pyd4j.sched.updater_state import layer_state_elements
 
 if TYPE_CHECKING:
-    from pyd4j.sched.graph import Graph, Layer
+    from pyd4j.sched.graph import Graph
+    from pyd4j.sched.layer import Layer
 
 ROLES = ("x", "y", "dy", "dx", "w", "dw")
 READ_ROLES = frozenset({"x", "y", "dy", "w"})
@@ -403,17 +404,14 @@ def graph_deps(graph: "Graph") -> GraphDeps:
 
 
 def optimizer_state_bytes(layer: "Layer") -> int:
-    """A layer's resident optimizer state (the M tensor): for a DL4J layer what its updater keeps
-    (`pyd4j.sched.updater_state`: Adam two per parameter, Sgd none), as DL4J's fit() holds it; for the
-    release code's networks one per parameter (SGD with momentum)."""
-    if "dl4j" in layer.attrs:
-        return layer_state_elements(layer) * layer.itemsize
-    return layer.param_bytes
+    """A layer's resident optimizer state (the M tensor): the elements its graph's builder recorded
+    (`attrs["state_elems"]`; a DL4J network's: what its updater keeps, `pyd4j.dl4j.updater_state`:
+    Adam two per parameter, Sgd none); else one per parameter (SGD with momentum, the release code's)."""
+    elems = layer.attrs.get("state_elems")
+    return layer.param_bytes if elems is None else int(elems) * layer.itemsize
 
 
 def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
-    from pyd4j.sched.graph import LayerType  # noqa: PLC0415 - graph imports this module
-
     layers = graph.layers
     n = len(layers)
     cons = graph.consumers

@@ -28,8 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from pyd4j.inputs import InputError
 from pyd4j import workspaces
+from pyd4j.dl4j import config, input_types
+from pyd4j.dl4j.load import load
+from pyd4j.inputs import InputError
+from pyd4j.memory.estimate import estimate
 from pyd4j.serve import sizing
 from pyd4j.serve.protocol import TensorSpec, datatype_of
 
@@ -108,17 +111,6 @@ def parse_model_arg(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def _input_shape(spec: dict[str, Any]) -> tuple[int, ...]:
-    t = spec["type"]
-    if t == "feedForward":
-        return (-1, int(spec["size"]))
-    if t == "convolutionalFlat":
-        return (-1, int(spec["height"]) * int(spec["width"]) * int(spec["channels"]))
-    if t == "convolutional":  # DL4J's default layout, NCHW
-        return (-1, int(spec["channels"]), int(spec["height"]), int(spec["width"]))
-    return (-1, int(spec["size"]), int(spec["timeSeriesLength"]))  # recurrent, NCW
-
-
 class ServedModel:
     """A DL4J MultiLayerNetwork or ComputationGraph from a ModelSerializer zip or a configuration JSON."""
 
@@ -171,7 +163,7 @@ class ServedModel:
             if len(names) != len(specs):
                 raise ModelLoadError(f"model {self.name!r} has {len(names)} inputs {names} but {len(specs)} input types")
             dt = datatype_of(self.params_dtype)
-            self.inputs = [TensorSpec(n, dt, _input_shape(s)) for n, s in zip(names, specs)]
+            self.inputs = [TensorSpec(n, dt, tuple(input_types.array_shape(s, -1))) for n, s in zip(names, specs)]
             one = self.infer([np.zeros((1, *s.shape[1:]), self.params_dtype) for s in self.inputs])
             self.outputs = [TensorSpec(n, datatype_of(a.dtype), (-1, *a.shape[1:])) for n, a in zip(self._output_names(), one)]
             self.footprint = self._measure(max_batch, slice_rows, specs)
@@ -191,30 +183,20 @@ class ServedModel:
             except (ValueError, UnicodeDecodeError) as err:
                 raise ModelLoadError(f"model {self.name!r}: configuration.json in {str(self.path)!r} is not valid JSON "
                                      f"({err}); write the model with ModelSerializer.writeModel") from None
-        self.kind = "ComputationGraph" if "vertices" in doc else "MultiLayerNetwork"
+        self.kind = config.kind_of(doc) or config.MULTILAYER
         restore = ModelSerializer.restoreComputationGraph if self.kind == "ComputationGraph" \
             else ModelSerializer.restoreMultiLayerNetwork
         return restore(str(self.path), False)
 
     def _from_json(self):
-        from pyd4j.memory.estimate import read_config_file  # noqa: PLC0415
-
         try:
-            text, self.kind = read_config_file(self.path)
+            text, self.kind = config.read_config_file(self.path)
         except InputError as err:
             raise ModelLoadError(f"model {self.name!r}: {err}") from None
-        net = self._build(text)
-        net.init()  # random parameters from the configuration's seed
-        return net
+        return self._build(text, init=True)   # random parameters from the configuration's seed
 
-    def _build(self, text: str):
-        from org.deeplearning4j.nn.conf import ComputationGraphConfiguration, MultiLayerConfiguration  # noqa: PLC0415
-        from org.deeplearning4j.nn.graph import ComputationGraph  # noqa: PLC0415
-        from org.deeplearning4j.nn.multilayer import MultiLayerNetwork  # noqa: PLC0415
-
-        if self.kind == "ComputationGraph":
-            return ComputationGraph(ComputationGraphConfiguration.fromJson(text))
-        return MultiLayerNetwork(MultiLayerConfiguration.fromJson(text))
+    def _build(self, text: str, init: bool = False):
+        return config.network_of(config.java_configuration(text, self.kind, f"model {self.name!r}"), self.kind, init)
 
     def _conf(self):
         return self.net.getConfiguration() if self.kind == "ComputationGraph" else self.net.getLayerWiseConfigurations()
@@ -226,22 +208,18 @@ class ServedModel:
         return [str(n) for n in self._conf().getNetworkOutputs()] if self.kind == "ComputationGraph" else ["output"]
 
     def _input_types(self) -> list[dict[str, Any]]:
-        from pyd4j.memory import estimate as est  # noqa: PLC0415
-
         spec: Any = self.input_spec
         if spec is None and self.source == "zip":
-            for side in (est.sidecar_path(self.path), self.path.with_suffix(".input.json")):
+            for side in (input_types.sidecar_path(self.path), self.path.with_suffix(".input.json")):
                 if side.is_file():
-                    spec = est.read_sidecar(side)
+                    spec = input_types.read_sidecar(side)
                     break
         try:
-            return est.load(self.net if self.source == "zip" else self.path, spec).inputs
+            return load(self.net if self.source == "zip" else self.path, spec).inputs
         except InputError as err:
             raise ModelLoadError(f"model {self.name!r}: {err}") from None
 
     def _measure(self, max_batch: int, slice_rows: int | str, specs: list[dict[str, Any]]) -> Footprint:
-        from pyd4j.memory import estimate as est  # noqa: PLC0415
-
         rng = np.random.default_rng(0)
         x = [rng.standard_normal((max_batch, *s.shape[1:])).astype(self.params_dtype) for s in self.inputs]
         self.slice_rows = max_batch
@@ -262,7 +240,7 @@ class ServedModel:
             ws, _ = self._settled_workspaces(x)
         params = int(self.net.params().length()) * self.params_dtype.itemsize
         io = sum(a.nbytes for a in x) + sum(a.nbytes for a in y)
-        e = est.estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
+        e = estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
         estimate_bytes = e.offheap_bytes - e.term_bytes("prefetch_buffers")  # a server has no data pipeline
         return Footprint(max_batch, params, ws, io, estimate_bytes, self.slice_rows, whole_ws)
 

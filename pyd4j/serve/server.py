@@ -135,7 +135,7 @@ class ModelServer:
 
     def load(self) -> "ModelServer":
         """Start the JVM and load every model, one after another (a failure is reported, the others load)."""
-        from pyd4j.memory.estimate import start_jvm  # noqa: PLC0415
+        from pyd4j.dl4j.config import start_jvm  # noqa: PLC0415
 
         self._bind(check_only=True)
         start_jvm()

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.memory.estimate import Estimate, EstimateError, estimate, jvm_native_bytes, parse_input_spec
+from pyd4j.dl4j.config import ConfigurationError
+from pyd4j.dl4j.input_types import parse_input_spec
+from pyd4j.memory.estimate import Estimate, EstimateError, estimate, jvm_native_bytes
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818
@@ -17,7 +19,7 @@ MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818
 
 @pytest.mark.jvm
 def test_mlp_terms_against_hand_counts(jvm):
-    """784-512-256-10, Adam, batch 32: every fit() term counted by hand (pyd4j.sched.fitmem's model)."""
+    """784-512-256-10, Adam, batch 32: every fit() term counted by hand (pyd4j.dl4j.fitmem's model)."""
     b = 32
     e = estimate(NETWORKS / "mlp.json", b)
     t = e.breakdown()
@@ -103,21 +105,21 @@ def test_unknown_layer_type_is_named(jvm, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     (tmp_path / "bad.input.json").write_text('{"inputs": [{"type": "feedForward", "size": 784}]}')
-    with pytest.raises(EstimateError, match="org.example.NoSuchLayer"):
+    with pytest.raises(ConfigurationError, match="org.example.NoSuchLayer"):
         estimate(bad, 8)
 
 
 def test_bad_json_names_file_and_position(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text('{\n  "confs": [ {\n    "layer": ,\n')
-    with pytest.raises(EstimateError, match=r"broken\.json' is not valid JSON.*line 3, column 14"):
+    with pytest.raises(ConfigurationError, match=r"broken\.json' is not valid JSON.*line 3, column 14"):
         estimate(bad, 8)
 
 
 def test_not_a_network(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"hello": 1}')
-    with pytest.raises(EstimateError, match="not a DL4J network configuration"):
+    with pytest.raises(ConfigurationError, match="not a DL4J network configuration"):
         estimate(bad, 8)
 
 
@@ -134,7 +136,7 @@ def test_bad_dtype():
 
 def test_input_spec():
     assert parse_input_spec("cnn:32x32x3") == {"type": "convolutional", "height": 32, "width": 32, "channels": 3}
-    with pytest.raises(EstimateError, match="cannot read input type"):
+    with pytest.raises(ConfigurationError, match="cannot read input type"):
         parse_input_spec("image:32")
 
 

@@ -1,4 +1,4 @@
-"""The one DL4J memory model (pyd4j.sched.fitmem) against real DL4J: its updater table against DL4J's
+"""The one DL4J memory model (pyd4j.dl4j.fitmem) against real DL4J: its updater table against DL4J's
 own stateSize, its updater state against a live network's state array, its workspaces against the
 sizes DL4J's fit() learns, and `pyd4j plan` and `pyd4j estimate` giving one figure for fit()."""
 
@@ -11,19 +11,19 @@ import pytest
 from click.testing import CliRunner
 
 from pyd4j.memory.estimate import estimate
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json
-from pyd4j.sched.fitmem import fit_terms, updater_state_elements
-from pyd4j.sched.updater_state import UPDATER_STATE
+from pyd4j.dl4j.graph import graph_from_dl4j_json
+from pyd4j.dl4j.fitmem import fit_terms, updater_state_elements
+from pyd4j.dl4j.updater_state import UPDATER_STATE
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 FIT_ONLY = ("parameters", "gradients", "updater_state", "activations", "working_memory", "epsilons", "batchnorm_backlog")
 
 
 def _graph(name: str, batch: int):
-    from pyd4j.commands.plan import _input_shape
+    from pyd4j.dl4j.input_types import sidecar_shapes
 
     path = NETWORKS / f"{name}.json"
-    return graph_from_dl4j_json(json.loads(path.read_text()), batch, _input_shape(str(path)))
+    return graph_from_dl4j_json(json.loads(path.read_text()), batch, sidecar_shapes(path))
 
 
 def _network(name: str):
@@ -129,7 +129,7 @@ def test_plan_and_estimate_give_one_fit_figure(jvm, name):
 def test_what_glibc_keeps_of_an_lstms_step_pieces_is_counted_below_the_threshold_batch(jvm):
     """lstm's per-step pieces are [batch, 128] floats: under the 128 KiB mmap threshold below batch 256, where each
     of its two LSTM layers' working memory is counted once more (hand-worked from the probed working memory)."""
-    from pyd4j.memory.probe import fitted, of_configuration
+    from pyd4j.dl4j.probe import fitted, of_configuration
 
     e = estimate(NETWORKS / "lstm.json", 64)
     kept = next(t for t in e.terms if t.name == "lstm_steps_kept_by_glibc")
@@ -155,7 +155,7 @@ def test_what_glibc_keeps_of_an_lstms_step_pieces_is_counted_below_the_threshold
 def test_fake_failing_probe_is_an_error_naming_the_layers_not_a_quiet_fallback(jvm, monkeypatch):
     """A probe DL4J cannot run (faked here: the probe raises as DL4J's failure would) ends the estimate with the
     failure, the layers it was for and the fix, instead of falling back to DL4J's report (1.6x an LSTM's)."""
-    import pyd4j.memory.probe as probe_module
+    import pyd4j.dl4j.probe as probe_module
     from pyd4j.jvm.errors import JavaError
     from pyd4j.memory.estimate import EstimateError
 

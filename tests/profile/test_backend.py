@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from pyd4j.jvm.classpath import classpath
-from pyd4j.profile.backend import CLASSIFIERS, _NATIVE_JAR, find_jar, input_shape, javacpp_version, label, needs, nd4j_version
+from pyd4j.dl4j.input_types import array_shape as input_shape
+from pyd4j.profile.backend import CLASSIFIERS, _NATIVE_JAR, find_jar, javacpp_version, label, needs, nd4j_version
 
 
 def test_input_shapes_match_dl4j_layouts():

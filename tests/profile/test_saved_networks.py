@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from pyd4j.jvm import JvmOptions, examples_jar, java_command
-from pyd4j.memory.estimate import EstimateError, estimate, inputs_from_shapes, read_sidecar
+from pyd4j.dl4j.input_types import InputTypeError, inputs_from_shapes, read_sidecar
+from pyd4j.memory.estimate import estimate
 
 pytestmark = [pytest.mark.jvm]
 
@@ -62,7 +63,7 @@ def test_input_types_from_shapes_hand_worked():
         [{"type": "recurrent", "size": 7, "timeSeriesLength": 50}]
     assert inputs_from_shapes({"vertices": {}}, [[8, 10], [8, 3]]) == \
         [{"type": "feedForward", "size": 10}, {"type": "feedForward", "size": 3}]
-    with pytest.raises(EstimateError, match="5 dimensions.*--input"):
+    with pytest.raises(InputTypeError, match="5 dimensions.*--input"):
         inputs_from_shapes({"vertices": {}}, [[1, 2, 3, 4, 5]])
 
 

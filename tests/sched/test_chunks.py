@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.commands.plan import _input_shape
+from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.deps import chunk_rows, chunkable, chunked_scratch
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
 from pyd4j.sched.graph import LayerType
 from pyd4j.sched.plan import Op
 from pyd4j.sched.simulator import record_scratch, simulate, tensor_timeline
-from pyd4j.sched.training_plan import (IN_MEMORY, BudgetTooSmall, choose_plan, default_cost,
-                                       plan_document, smallest_plan)
+from pyd4j.sched.choose import IN_MEMORY, BudgetTooSmall, choose_plan, default_cost, smallest_plan
+from pyd4j.dl4j.plan_file import plan_document
 from pyd4j.sched.zoo import build
 
 NETS = Path(__file__).resolve().parents[2] / "examples" / "networks"
@@ -27,7 +27,7 @@ MIB = 1 << 20
 
 def graph(name: str, batch: int):
     path = NETS / f"{name}.json"
-    return graph_from_dl4j_json(path.read_text(), batch, _input_shape(str(path)))
+    return graph_from_dl4j_json(path.read_text(), batch, sidecar_shapes(path))
 
 
 def chunks_of(plan) -> dict[tuple[str, str], int]:
@@ -56,7 +56,7 @@ def test_which_convolutions_may_be_sliced() -> None:
     assert [a for a, _ in default_cost().conv_options(lenet, convs[0].id)] == [0, 1, 2, 3]
     doc = json.loads((NETS / "deep_cnn_bn.json").read_text())
     doc["confs"][3]["layer"]["idropout"] = {"@class": "org.deeplearning4j.nn.conf.dropout.Dropout", "p": 0.9}
-    g = graph_from_dl4j_json(doc, 8, _input_shape(str(NETS / "deep_cnn_bn.json")))
+    g = graph_from_dl4j_json(doc, 8, sidecar_shapes(NETS / "deep_cnn_bn.json"))
     assert g.layers[4].type is LayerType.CONV and not chunkable(g.layers[4])   # one mask for the whole batch
     small = graph("deep_cnn_bn", 2)   # at most as many chunks as samples
     assert [a for a, _ in default_cost().conv_options(small, 4)] == [0, 1]
@@ -161,7 +161,7 @@ def test_lrn_may_be_sliced_and_the_smallest_plan_slices_it_where_it_decides_the_
     """DL4J's LRN backward step holds eight input-sized arrays (AlexNet's, zoo AlexNet at 48x48, decided
     the smallest plan's peak); it computes each sample on its own and keeps nothing from forward, so it
     runs in batch slices as a convolution does."""
-    from tests.sched.test_dl4j_json import _with_layer
+    from tests.dl4j.test_graph import _with_layer
 
     lrn = {"@class": "org.deeplearning4j.nn.conf.layers.LocalResponseNormalization", "n": 5.0,
            "k": 2.0, "alpha": 1e-4, "beta": 0.75, "layerName": "lrn"}

@@ -87,7 +87,7 @@ def test_profile_option_and_execute_needs_cudnn() -> None:
 
 
 def test_emit_plan_for_a_dl4j_network(tmp_path: Path) -> None:
-    from pyd4j.sched.training_plan import read_plan
+    from pyd4j.dl4j.plan_file import read_plan
 
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
     out = tmp_path / "lenet.plan.json"

@@ -17,7 +17,8 @@ from pyd4j.jvm import classpath, examples_jar
 from pyd4j.profile import profile_job
 from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.tune import tune_job
-from pyd4j.sched.training_plan import OFFLOADING, TRAINING_POLICIES, plan_for_job
+from pyd4j.sched.choose import OFFLOADING, TRAINING_POLICIES
+from pyd4j.dl4j.plan_file import plan_for_job
 from tests.train.conftest import FIXTURES_JAR, NETWORKS
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.commands.plan import _input_shape
+from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.jvm.classpath import classpath
 from pyd4j.sched.convws import assign_workspaces
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
 from pyd4j.sched.simulator import record_scratch, simulate
-from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, default_cost, write_plan
+from pyd4j.sched.choose import IN_MEMORY, choose_plan, default_cost
+from pyd4j.dl4j.plan_file import write_plan
 from tests.train.conftest import FIXTURES_JAR, NETWORKS
 from tests.train.test_refusals import network, problems
 
@@ -45,7 +46,7 @@ FLOOR = 4.0   # planned error vs float64 <= FLOOR x DL4J's own float32 error (me
 def plans(name: str, tmp_path: Path) -> tuple[list[str], dict[str, dict]]:
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    g = graph_from_dl4j_json(doc, BATCH[name], _input_shape(str(config)))
+    g = graph_from_dl4j_json(doc, BATCH[name], sidecar_shapes(config))
     cost = default_cost()
     files, info = [], {}
     whole, r = choose_plan(g, policy="liveness")
@@ -137,7 +138,7 @@ def test_slicing_what_cannot_be_sliced_is_refused_with_the_fix(jvm, tmp_path: Pa
     def plan_with(name: str, node: int, op: str) -> str:
         config = NETWORKS / f"{name}.json"
         doc_net = json.loads(config.read_text())
-        plan, r = choose_plan(graph_from_dl4j_json(doc_net, 4, _input_shape(str(config))), policy="liveness")
+        plan, r = choose_plan(graph_from_dl4j_json(doc_net, 4, sidecar_shapes(config)), policy="liveness")
         path = tmp_path / f"{name}.{node}.{op}.{next(made)}.json"
         write_plan(path, plan, r, network_kind(doc_net), str(config))
         doc = json.loads(path.read_text())

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+from pyd4j.dl4j.graph import graph_from_dl4j_json
 from pyd4j.sched.graph import LayerType
 from tests.train.conftest import NETWORKS
 from tests.train.test_refusals import network
@@ -54,7 +54,8 @@ def test_a_recurrent_network_trains_planned_exactly_without_masks(jvm) -> None:
     import jpype
 
     from pyd4j.nd import from_numpy
-    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, plan_document
+    from pyd4j.sched.choose import IN_MEMORY, choose_plan
+    from pyd4j.dl4j.plan_file import plan_document
     from pyd4j.train import planned_graph
 
     doc = json.loads((NETWORKS / "lstm.json").read_text())
@@ -109,7 +110,8 @@ def test_a_recurrent_network_with_masks_of_variable_lengths_trains_planned_exact
     import jpype
 
     from pyd4j.nd import from_numpy
-    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, plan_document
+    from pyd4j.sched.choose import IN_MEMORY, choose_plan
+    from pyd4j.dl4j.plan_file import plan_document
     from pyd4j.train import planned_graph
 
     Nd4j = jpype.JClass("org.nd4j.linalg.factory.Nd4j")
@@ -214,7 +216,8 @@ def test_truncated_bptt_trains_planned_exactly(jvm, kind: str) -> None:
     import jpype
 
     from pyd4j.nd import from_numpy
-    from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, plan_document
+    from pyd4j.sched.choose import IN_MEMORY, choose_plan
+    from pyd4j.dl4j.plan_file import plan_document
     from pyd4j.train import planned_graph
 
     Nd4j = jpype.JClass("org.nd4j.linalg.factory.Nd4j")

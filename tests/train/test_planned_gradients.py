@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.commands.plan import _input_shape
+from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.jvm.classpath import classpath
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
 from pyd4j.sched.policies import POLICIES
-from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, write_plan
+from pyd4j.sched.choose import IN_MEMORY, choose_plan
+from pyd4j.dl4j.plan_file import write_plan
 from tests.train.conftest import FIXTURES_JAR, NETWORKS
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -37,7 +38,7 @@ BATCH = {"mlp": 8, "lenet": 8, "deep_cnn_bn": 4, "resnet_graph": 2, "deep_cnn30"
 def run_check(name: str, tmp_path: Path) -> dict[str, dict]:
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    g = graph_from_dl4j_json(doc, BATCH[name], _input_shape(str(config)))
+    g = graph_from_dl4j_json(doc, BATCH[name], sidecar_shapes(config))
     files = []
     for policy in (*POLICIES, IN_MEMORY):
         plan, result = choose_plan(g, policy=policy)

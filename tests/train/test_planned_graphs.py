@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.commands.plan import _input_shape
+from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.jvm.classpath import classpath
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
+from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
 from pyd4j.sched.policies import POLICIES
 from pyd4j.sched.simulator import simulate
-from pyd4j.sched.training_plan import (IN_MEMORY, TRAINING_POLICIES, choose_plan, default_cost, make_training_plan,
-                                       smallest_plan, write_plan)
+from pyd4j.sched.choose import IN_MEMORY, TRAINING_POLICIES, choose_plan, default_cost, make_training_plan, smallest_plan
+from pyd4j.dl4j.plan_file import write_plan
 from tests.train.conftest import FIXTURES_JAR, NETWORKS
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -60,7 +60,7 @@ def check(config: Path, sidecar: Path, masks: str, policies: tuple[str, ...], tm
     """Plan `config` under each policy (see `make`) and compare planned training with DL4J's own
     in a child JVM; one result row per plan."""
     doc = json.loads(config.read_text())
-    g = graph_from_dl4j_json(doc, BATCH, _input_shape(str(config)))
+    g = graph_from_dl4j_json(doc, BATCH, sidecar_shapes(config))
     files = []
     for policy in policies:
         plan, result = make(g, policy)

@@ -1,7 +1,7 @@
 """A network pyd4j.train.fit plans is planned alike by `pyd4j plan` and by the agent route (`pyd4j
 tune --plan`): a layer the planner has no shape rule for (a 1-D convolution over an LSTM's
 sequences) and every opaque step get DL4J's own shapes and a probe iteration's working memory
-(`pyd4j.memory.probe`), whichever way the plan is made. Real DL4J: the session JVM, and for the
+(`pyd4j.dl4j.probe`), whichever way the plan is made. Real DL4J: the session JVM, and for the
 agent route an unchanged example job in child JVMs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pyd4j.sched.dl4j_json import UnsupportedLayer, graph_from_dl4j_json
+from pyd4j.dl4j.graph import UnsupportedLayer, graph_from_dl4j_json
 from pyd4j.sched.graph import LayerType
 
 pytestmark = pytest.mark.jvm
@@ -59,8 +59,9 @@ def live(path: Path):
 
 def test_pyd4j_plan_probes_what_pyd4j_train_fit_probes(jvm, tmp_path: Path) -> None:
     from pyd4j.commands.plan import command
-    from pyd4j.sched.dl4j_json import network_kind
-    from pyd4j.sched.training_plan import plan_document, choose_plan
+    from pyd4j.dl4j.graph import network_kind
+    from pyd4j.sched.choose import choose_plan
+    from pyd4j.dl4j.plan_file import plan_document
     from pyd4j.train import planned_graph
 
     path = conv1d_network(tmp_path)
@@ -111,7 +112,7 @@ def test_a_search_over_batches_probes_at_two_batches_and_extrapolates(jvm, tmp_p
     """`pyd4j plan --max-batch` plans many batch sizes: --batch is probed itself, the others come from the
     line through probes at two small batches, within 5% of probing them directly."""
     from pyd4j.commands.plan import _probe, _read_network
-    from pyd4j.memory.probe import FIT_BATCHES, of_configuration
+    from pyd4j.dl4j.probe import FIT_BATCHES, of_configuration
 
     path = conv1d_network(tmp_path)
     doc = _read_network(str(path))

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.commands.plan import _input_shape
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json, network_kind
-from pyd4j.sched.training_plan import choose_plan, write_plan
+from pyd4j.dl4j.input_types import sidecar_shapes
+from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
+from pyd4j.sched.choose import choose_plan
+from pyd4j.dl4j.plan_file import write_plan
 from tests.train.conftest import NETWORKS
 
 pytestmark = pytest.mark.jvm
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.jvm
 def plan_file(tmp_path: Path, name: str, batch: int = 4, policy: str | None = None) -> str:
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    plan, result = choose_plan(graph_from_dl4j_json(doc, batch, _input_shape(str(config))), policy=policy)
+    plan, result = choose_plan(graph_from_dl4j_json(doc, batch, sidecar_shapes(config)), policy=policy)
     path = tmp_path / f"{name}.{plan.policy}.json"
     return str(write_plan(path, plan, result, network_kind(doc), str(config)))
 
@@ -70,7 +71,7 @@ def test_a_plan_recomputing_a_recurrent_layer_under_truncated_bptt_is_refused_by
     recurrent layer is refused: its forward pass stores the state the next segment starts from."""
     import jpype
 
-    from pyd4j.sched.training_plan import plan_document
+    from pyd4j.dl4j.plan_file import plan_document
 
     net = network("lstm")
     net.getLayerWiseConfigurations().setBackpropType(jpype.JClass("org.deeplearning4j.nn.conf.BackpropType").TruncatedBPTT)

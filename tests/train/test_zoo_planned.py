@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from pyd4j.jvm.classpath import classpath
-from pyd4j.sched.dl4j_json import dl4j_topological_order, graph_from_dl4j_json, network_kind
+from pyd4j.dl4j.graph import dl4j_topological_order, graph_from_dl4j_json, network_kind
 from pyd4j.sched.graph import LayerType
 from pyd4j.sched.convws import assign_workspaces
 from pyd4j.sched.simulator import simulate
-from pyd4j.sched.training_plan import IN_MEMORY, choose_plan, default_cost, smallest_plan, write_plan
+from pyd4j.sched.choose import IN_MEMORY, choose_plan, default_cost, smallest_plan
+from pyd4j.dl4j.plan_file import write_plan
 from tests.train.conftest import FIXTURES_JAR
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]

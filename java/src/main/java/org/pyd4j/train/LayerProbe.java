@@ -35,7 +35,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * that step alone: the bytes its forward and its backward step allocate in the trainer's
  * working-memory workspace and the bytes it keeps in its fields from forward to backward. The
  * random state and the network's parameters are left as they were. Returns JSON for
- * {@code pyd4j.sched.dl4j_json.graph_from_dl4j_json(info=...)}: {@code {name: {"shape": [...]
+ * {@code pyd4j.dl4j.graph.graph_from_dl4j_json(info=...)}: {@code {name: {"shape": [...]
  * (per sample), "params": n, "opaque": bool, "measured": {"ws_forward", "ws_backward", "saved"}}}}.
  */
 public final class LayerProbe {

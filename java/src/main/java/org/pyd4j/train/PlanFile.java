@@ -15,7 +15,7 @@ import org.nd4j.shade.jackson.databind.ObjectMapper;
  * A training plan written by {@code pyd4j plan --emit-plan FILE}: the network's nodes (one per
  * DL4J layer or graph vertex, plus one per network input) and the schedule records one training
  * iteration replays. The format is documented in one place, the Python module that writes it
- * ({@code pyd4j/sched/training_plan.py}; its schema: {@code pyd4j.schemas.PlanDocument}); this class only reads it and checks what it reads.
+ * ({@code pyd4j/dl4j/plan_file.py}; its schema: {@code pyd4j.schemas.PlanDocument}); this class only reads it and checks what it reads.
  */
 public final class PlanFile {
     /** The format name and the only version this reader accepts. */

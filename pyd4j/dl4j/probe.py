@@ -6,7 +6,7 @@ probe iteration (`org.pyd4j.train.LayerProbe`, on the CPU backend of this proces
 One probe for every way a plan is made: `pyd4j.train.fit` probes the live network it trains
 (`of_network`); `pyd4j plan --model net.json` and the agent route (`pyd4j tune --plan`, a plan for
 a job's network described by the agent) probe a network built from the configuration
-(`of_configuration`). `pyd4j.sched.dl4j_json.probed_graph` decides when a probe is needed.
+(`of_configuration`). `pyd4j.dl4j.graph.probed_graph` decides when a probe is needed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
+from pyd4j.dl4j.config import build_network
+from pyd4j.jvm import java_errors
 from pyd4j.output import stdout_to_stderr
 
 Probe = Callable[[Sequence[tuple[int, ...]]], dict[str, dict[str, Any]]]
@@ -24,8 +26,6 @@ def describe(net: Any, inputs: Sequence[tuple[int, ...]]) -> dict[str, dict[str,
     the given shapes (batch first, one per network input); leaves the network and ND4J's random
     state as they were."""
     import jpype  # noqa: PLC0415
-
-    from pyd4j.jvm import java_errors  # noqa: PLC0415
 
     probe = jpype.JClass("org.pyd4j.train.LayerProbe")
     with java_errors(), stdout_to_stderr():
@@ -44,36 +44,10 @@ def of_configuration(doc: dict[str, Any], where: str = "the network configuratio
 
     def run(inputs: Sequence[tuple[int, ...]]) -> dict[str, dict[str, Any]]:
         if not built:
-            built.append(network(doc, where))
+            built.append(build_network(doc, where))
         return describe(built[0], inputs)
 
     return run
-
-
-def network(doc: dict[str, Any], where: str = "the network configuration") -> Any:
-    """A MultiLayerNetwork or ComputationGraph from its configuration, initialized as DL4J's own
-    `init()` does (parameters from the configuration's seed)."""
-    import jpype  # noqa: PLC0415
-
-    from pyd4j.memory.estimate import EstimateError, start_jvm  # noqa: PLC0415
-    from pyd4j.jvm import java_errors, translate  # noqa: PLC0415
-
-    start_jvm()
-    graph = "vertices" in doc
-    conf_cls = jpype.JClass("org.deeplearning4j.nn.conf." + ("ComputationGraphConfiguration" if graph
-                                                               else "MultiLayerConfiguration"))
-    try:
-        with stdout_to_stderr():
-            conf = conf_cls.fromJson(json.dumps(doc))
-    except jpype.JException as exc:
-        raise EstimateError(f"{where}: DL4J cannot read this configuration to probe it: {translate(exc)}; "
-                            "a custom layer's jar goes on PYD4J_CLASSPATH") from None
-    net_cls = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph" if graph
-                           else "org.deeplearning4j.nn.multilayer.MultiLayerNetwork")
-    with java_errors(), stdout_to_stderr():
-        net = net_cls(conf)
-        net.init()
-    return net
 
 
 # The batches `fitted` probes at: small, so that probing a large network costs little, and two, so

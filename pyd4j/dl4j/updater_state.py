@@ -2,31 +2,26 @@
 
 DL4J keeps the updater's state in one flattened array for the whole run, `IUpdater.stateSize(n)`
 elements for n parameters (checked against a live network, `tests/memory/test_fit_model.py`).
-Both DL4J's own `fit()` (`pyd4j.sched.fitmem`) and a planned run hold exactly that, so the planner's
-resident optimizer-state tensor of a DL4J layer is sized here too.
+Both DL4J's own `fit()` (`pyd4j.dl4j.fitmem`) and a planned run hold exactly that, so the planner's
+resident optimizer-state tensor of a DL4J layer is sized here too (`pyd4j.dl4j.graph` records it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyd4j.sched.graph import Layer
+from pyd4j.sched.graph import GraphError, Layer, LayerType
 
 # Per-parameter state of DL4J's updaters (IUpdater.stateSize(n) / n, checked against DL4J).
 UPDATER_STATE = {"Adam": 2, "AdaMax": 2, "Nadam": 2, "AdaBelief": 2, "AMSGrad": 3, "AdaDelta": 2,
                  "AdaGrad": 1, "RmsProp": 1, "Nesterovs": 1, "Sgd": 0, "NoOp": 0}
 
 
-class UnknownUpdater(ValueError):
+class UnknownUpdater(GraphError):
     """A layer trains with an updater whose state size the model does not know."""
 
 
 def layer_state_elements(layer: Layer) -> int:
     """Elements of the updater's state for one DL4J layer: the state per parameter of its updater (a
     separate bias updater for biases); batch normalization's global mean and variance have none."""
-    from pyd4j.sched.graph import LayerType  # noqa: PLC0415 - graph imports deps, which imports this module
-
     if not layer.param_shapes:
         return 0
     per = _state_per_param(layer.attrs.get("updater"), layer.name)

@@ -1,4 +1,4 @@
-"""pyd4j.sched.fitmem without a JVM: DL4J's fit() memory of small networks counted by hand."""
+"""pyd4j.dl4j.fitmem without a JVM: DL4J's fit() memory of small networks counted by hand."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json
-from pyd4j.sched.fitmem import batchnorm_input_bytes, epsilon_bytes, fit_bytes, fit_terms, learning_bytes, updater_state_elements
-from pyd4j.sched.updater_state import UnknownUpdater
+from pyd4j.dl4j.graph import graph_from_dl4j_json
+from pyd4j.dl4j.fitmem import batchnorm_input_bytes, epsilon_bytes, fit_bytes, fit_terms, learning_bytes, updater_state_elements
+from pyd4j.dl4j.updater_state import UnknownUpdater
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.sched.dl4j_json import UnsupportedLayer, dl4j_topological_order, graph_from_dl4j_json
-from pyd4j.sched.fitmem import fit_terms
+from pyd4j.dl4j.graph import UnsupportedLayer, dl4j_topological_order, graph_from_dl4j_json
+from pyd4j.dl4j.fitmem import fit_terms
 from pyd4j.sched.graph import LayerType
 from pyd4j.sched.plan import ALIGNMENT
 from pyd4j.sched.policies import POLICIES, make_plan
@@ -119,9 +119,9 @@ def test_layers_without_a_model_are_opaque_steps_with_dl4j_shapes() -> None:
 ])
 def test_shape_rules_of_opaque_layers(conf: dict, shape: tuple, out: tuple, params: int) -> None:
     """DL4J's shape rules (ConvolutionUtils, the layers' getOutputType) for layers run opaque."""
-    from pyd4j.sched.dl4j_json import _opaque_shape  # noqa: PLC0415
+    from pyd4j.dl4j.layer_rules import opaque_shape  # noqa: PLC0415
 
-    got, ps = _opaque_shape(conf["@class"][2:], conf, [(2, *shape)], "l")
+    got, ps = opaque_shape(conf["@class"][2:], conf, [(2, *shape)], "l")
     assert got == (2, *out)
     assert sum(math.prod(p) for p in ps) == params
 
@@ -130,12 +130,12 @@ def test_shape_rules_of_opaque_layers(conf: dict, shape: tuple, out: tuple, para
 def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
     """The bound on DL4J's measured model (profile dl4j) holds for every policy's plan of the
     example networks, and its peak step is what the model says it holds."""
-    from pyd4j.commands.plan import _input_shape  # noqa: PLC0415
+    from pyd4j.dl4j.input_types import sidecar_shapes  # noqa: PLC0415
     from pyd4j.sched.bounds import lower_bound, step_working_sets  # noqa: PLC0415
-    from pyd4j.sched.training_plan import IN_MEMORY, default_cost, make_training_plan, smallest_plan  # noqa: PLC0415
+    from pyd4j.sched.choose import IN_MEMORY, default_cost, make_training_plan, smallest_plan  # noqa: PLC0415
 
     path = NETS / f"{name}.json"
-    g = graph_from_dl4j_json(path.read_text(), 8, _input_shape(str(path)))
+    g = graph_from_dl4j_json(path.read_text(), 8, sidecar_shapes(path))
     assert g.profile.name == "dl4j"
     bound = lower_bound(g)
     cost = default_cost()
@@ -160,7 +160,7 @@ def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
         own += d.ysz[k] if d.bwd_dy[k] else 0
         own += sum(d.ysz[j] for j in d.bwd_dx[k])
         assert own <= bound.l_peak_bytes
-    # DL4J: parameters, their gradient view, and the updater's state as fit() holds it (pyd4j.sched.fitmem's
+    # DL4J: parameters, their gradient view, and the updater's state as fit() holds it (pyd4j.dl4j.fitmem's
     # term, pinned to a live network's state array by tests/memory/test_fit_model.py): Adam keeps two per parameter
     fit = {t.name: t.bytes_at(8) for t in fit_terms(g)}
     state = bound.resident_bytes - 2 * sum(d.psz) - d.resident_state_bytes

@@ -1,10 +1,10 @@
-"""`pyd4j.memory.probe.fitted`'s arithmetic, isolated with a fake probe (a linear layer of known fixed and
+"""`pyd4j.dl4j.probe.fitted`'s arithmetic, isolated with a fake probe (a linear layer of known fixed and
 per-sample bytes): the line through two small batches, the shapes kept, each set of inputs probed once.
 Against real DL4J: tests/memory/test_fit_model.py and tests/train/test_probed_plans.py."""
 
 from __future__ import annotations
 
-from pyd4j.memory.probe import FIT_BATCHES, fitted
+from pyd4j.dl4j.probe import FIT_BATCHES, fitted
 
 
 def test_fake_probe_line_through_two_batches_gives_any_batch():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pyd4j.sched.dl4j_json import graph_from_dl4j_json
+from pyd4j.dl4j.graph import graph_from_dl4j_json
 from pyd4j.sched.graph import GraphError, LayerType
-from pyd4j.sched.training_plan import choose_plan
+from pyd4j.sched.choose import choose_plan
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 

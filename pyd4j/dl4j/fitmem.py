@@ -2,7 +2,7 @@
 
 `pyd4j estimate`, `flags`, `batch` and the Spark sizing take their off-heap figures from here, and
 `pyd4j plan` reports the same figure for DL4J's `fit()` next to its plans, so the two never
-disagree about a network. Everything per layer comes from the DL4J graph (`pyd4j.sched.dl4j_json`)
+disagree about a network. Everything per layer comes from the DL4J graph (`pyd4j.dl4j.graph`)
 and its dependency profile (`deps.json`, profile `dl4j`: each step's working memory, measured with
 ND4J and pinned by the layer-facts tests). What `fit()` of DL4J 1.0.0-M2.1 keeps, read from its
 `MultiLayerNetwork` / `ComputationGraph` and checked with ND4J's workspace sizes after a few
@@ -54,7 +54,7 @@ from typing import Literal
 
 from pyd4j import malloc
 from pyd4j.sched.graph import Graph, LayerType
-from pyd4j.sched.updater_state import layer_state_elements
+from pyd4j.dl4j.updater_state import layer_state_elements
 
 Region = Literal["offheap", "heap", "native"]
 Source = Literal["dl4j-report", "measured", "estimate"]
@@ -110,7 +110,7 @@ class Term:
 
 
 def updater_state_elements(graph: Graph) -> int:
-    """Elements of the updater's state of every layer (`pyd4j.sched.updater_state`)."""
+    """Elements of the updater's state of every layer (`pyd4j.dl4j.updater_state`)."""
     return sum(layer_state_elements(layer) for layer in graph.layers)
 
 

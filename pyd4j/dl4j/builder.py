@@ -1,0 +1,196 @@
+"""One planner node per DL4J layer or graph vertex, shapes and FLOPs as DL4J computes them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pyd4j.dl4j.layer_rules import (ELTWISE_OPS, LOSS_LAYERS, GraphError, UnsupportedLayer, activation, check_nin,
+                                    opaque_shape, out_size, pair, retain, simple_name, whole)
+from pyd4j.sched.graph import Graph, LayerType
+
+
+class Builder:
+    """Adds one node per DL4J layer; shapes and FLOPs as DL4J computes them."""
+
+    def __init__(self, g: Graph, info: dict[str, dict[str, Any]] | None = None) -> None:
+        self.g = g
+        self.info = info or {}
+
+    def layer(self, layer: dict[str, Any], x: int, dl4j: dict[str, Any],
+              preprocessor: dict[str, Any] | None = None) -> int:
+        g = self.g
+        kind = simple_name(layer["@class"])
+        name = layer.get("layerName") or f"layer{dl4j.get('layer', len(g.layers))}"
+        attrs: dict[str, Any] = {"dl4j": {**dl4j, "class": kind}}
+        p = retain(layer)
+        if p is not None:
+            attrs["idropout"] = p
+        for key, field in (("updater", "iupdater"), ("bias_updater", "biasUpdater")):
+            if isinstance(layer.get(field), dict) and layer[field].get("@class"):
+                attrs[key] = simple_name(layer[field]["@class"])   # what fit()'s updater keeps (pyd4j.dl4j.fitmem)
+        if preprocessor is not None:
+            attrs["preprocessor"] = simple_name(preprocessor["@class"])
+        xs = g.shape(x)
+        n = g.batch
+        check_nin(layer, kind, xs, name)
+        if kind in ("ConvolutionLayer", "Convolution2D"):
+            c, h, w = self._chw(xs, name)
+            kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
+            same = layer.get("convolutionMode") == "Same"
+            oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+            cout = whole(layer["nout"], f"{name}: nOut")
+            params: tuple[tuple[int, ...], ...] = ((cout, c, kh, kw),)
+            if layer.get("hasBias", True):
+                params += ((cout,),)
+            macs = n * cout * oh * ow * c * kh * kw
+            return g._add(LayerType.CONV, (x,), (n, cout, oh, ow), name, params, 2.0 * macs,
+                          4.0 * macs, kernel=(kh, kw), stride=sh, pad=(ph, pw), bias=bool(len(params) > 1),
+                          act=activation(layer), **attrs)
+        if kind in ("DenseLayer", "OutputLayer"):
+            f = math.prod(xs[1:])
+            cout = whole(layer["nout"], f"{name}: nOut")
+            params = ((f, cout),) + (((cout,),) if layer.get("hasBias", True) else ())
+            macs = n * f * cout
+            ltype = LayerType.SOFTMAX if kind == "OutputLayer" else LayerType.FC
+            if kind == "OutputLayer":
+                attrs["loss"] = simple_name(layer.get("lossFn", {}).get("@class", "?"))
+            return g._add(ltype, (x,), (n, cout), name, params, 2.0 * macs, 4.0 * macs,
+                          act=activation(layer), bias=len(params) > 1, **attrs)
+        if kind == "SubsamplingLayer":
+            c, h, w = self._chw(xs, name)
+            kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
+            sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
+            ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+            dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
+            mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
+            same = layer.get("convolutionMode") == "Same"
+            oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+            if mode is None:   # PNORM: not measured, an opaque step
+                return g._add(LayerType.OPAQUE, (x,), (n, c, oh, ow), name, (),
+                              float(n * c * oh * ow * kh * kw), **attrs)
+            return g._add(LayerType.POOL, (x,), (n, c, oh, ow), name, (),
+                          float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
+                          mode=mode, **({"variant": "avg"} if mode == "avg" else {}), **attrs)
+        if kind == "GlobalPoolingLayer":
+            mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
+            collapse = layer.get("collapseDimensions", True)
+            if len(xs) != 4:   # over time (N, C, T) or a 3-D map (N, C, D, H, W): DL4J's own step, opaque
+                out = (n, xs[1]) if collapse else (n, xs[1], *(1,) * (len(xs) - 2))
+                return g._add(LayerType.OPAQUE, (x,), out, name, (), float(math.prod(xs)), **attrs)
+            c, h, w = self._chw(xs, name)
+            if mode is None or not collapse:   # not measured: opaque
+                out = (n, c) if collapse else (n, c, 1, 1)
+                return g._add(LayerType.OPAQUE, (x,), out, name, (), float(n * c * h * w), **attrs)
+            return g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
+                          kernel=h, stride=h, pad=0, mode=mode, global_pool=True,
+                          variant=f"global_{mode}", **attrs)
+        if kind == "BatchNormalization":
+            c = xs[1]
+            return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
+                          **attrs)
+        if kind == "ActivationLayer":
+            return g._add(LayerType.ACT, (x,), xs, name, fn=activation(layer), **attrs)
+        if kind == "DropoutLayer":  # its dropout is the node itself, not an input dropout
+            attrs.pop("idropout", None)
+            return g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0),
+                          **attrs)
+        if kind == "LocalResponseNormalization":
+            self._chw(xs, name)
+            size = whole(layer.get("n", 5), f"{name}: n")
+            return g._add(LayerType.LRN, (x,), xs, name, fwd=float(math.prod(xs) * (size + 4)),
+                          size=size, alpha=float(layer.get("alpha", 1e-4)),
+                          beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
+        if kind in LOSS_LAYERS:
+            return self._loss(kind, layer, x, name, attrs)
+        return self._opaque(kind, layer, (x,), name, attrs)
+
+    def _loss(self, kind: str, layer: dict[str, Any], x: int, name: str, attrs: dict[str, Any]) -> int:
+        """A loss layer other than OutputLayer: the loss node (its backward step starts the
+        gradient), with DL4J's parameters (RnnOutputLayer: W, b; CenterLossOutputLayer: W, b and
+        the class centres; the others none)."""
+        g, xs, n = self.g, self.g.shape(x), self.g.batch
+        attrs["loss"] = simple_name(layer.get("lossFn", {}).get("@class", kind))
+        if kind in ("RnnOutputLayer", "CenterLossOutputLayer"):
+            f = xs[1] if kind == "RnnOutputLayer" else math.prod(xs[1:])
+            cout = whole(layer["nout"], f"{name}: nOut")
+            params: tuple[tuple[int, ...], ...] = ((f, cout),)
+            if layer.get("hasBias", True):
+                params += ((cout,),)
+            if kind == "CenterLossOutputLayer":
+                params += ((cout, f),)
+            out = (n, cout, *xs[2:]) if kind == "RnnOutputLayer" else (n, cout)
+            macs = math.prod(out) * f
+            return g._add(LayerType.SOFTMAX, (x,), out, name, params, 2.0 * macs, 4.0 * macs,
+                          act=activation(layer), **attrs)
+        return g._add(LayerType.SOFTMAX, (x,), xs, name, fwd=5.0 * math.prod(xs), act=activation(layer), **attrs)
+
+    def _opaque(self, kind: str, conf: dict[str, Any], xs: tuple[int, ...], name: str,
+                attrs: dict[str, Any]) -> int:
+        """A layer or vertex without a measured model: an OPAQUE node, its output shape and
+        parameter shapes from the rules below or from DL4J's own shape inference (`info`)."""
+        g = self.g
+        attrs["dl4j"]["class"] = kind
+        known = self.info.get(name)
+        inputs = ({layer.name: tuple(layer.out_shape) for layer in g.layers if layer.type is LayerType.DATA}
+                  if kind == "DuplicateToTimeSeriesVertex" else None)   # the one rule that names a network input
+        try:
+            shape, params = opaque_shape(kind, conf, [g.shape(x) for x in xs], name, inputs)
+        except UnsupportedLayer:
+            if known is None:
+                raise
+            shape, params = None, None
+        if known is not None:   # DL4J's own shape inference and parameter count win
+            dl4j = (g.batch, *known["shape"]) if known.get("shape") is not None else shape
+            # but not a series' length where the rule has one: DL4J's input types cannot carry it past a
+            # DuplicateToTimeSeriesVertex (which takes another input's length at run time; its type says 1)
+            same_series = shape is not None and dl4j is not None and len(shape) == len(dl4j) == 3 and shape[:2] == dl4j[:2]
+            shape = shape if same_series else dl4j
+            if params is None or sum(math.prod(p) for p in params) != known.get("params", 0):
+                params = ((int(known["params"]),),) if known.get("params") else ()
+            if known.get("measured"):
+                attrs["measured"] = known["measured"]
+        assert shape is not None
+        fwd = float(max(math.prod(shape), sum(math.prod(g.shape(x)) for x in xs)))
+        if params:
+            fwd = max(fwd, 2.0 * math.prod(shape[:1]) * sum(math.prod(p) for p in params))
+        return g._add(LayerType.OPAQUE, tuple(xs), tuple(int(d) for d in shape), name, params or (), fwd, **attrs)
+
+    @staticmethod
+    def _chw(shape: tuple[int, ...], name: str) -> tuple[int, int, int]:
+        if len(shape) != 4:
+            raise GraphError(f"layer {name!r} expects an NCHW input, got {shape}")
+        return shape[1], shape[2], shape[3]
+
+
+def vertex(b: Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> int:
+    kind = simple_name(vertex["@class"])
+    g = b.g
+    dl4j = {"vertex": name, "class": kind}
+    if kind == "LayerVertex":
+        if len(xs) != 1:
+            raise GraphError(f"layer vertex {name!r} has {len(xs)} inputs")
+        layer = dict(vertex["layerConf"]["layer"])
+        layer["layerName"] = name
+        return b.layer(layer, xs[0], {"vertex": name}, vertex.get("preProcessor"))
+    if kind == "ElementWiseVertex":
+        op = vertex.get("op", "Add")
+        if op not in ELTWISE_OPS:
+            raise UnsupportedLayer(f"ElementWiseVertex op {op} of vertex {name!r}")
+        i = g.join(xs, name=name) if op == "Add" else g.eltwise(xs, ELTWISE_OPS[op], name=name)
+        g.layers[i].attrs.update(dl4j={**dl4j, "op": op})
+        return i
+    if kind == "MergeVertex":
+        shapes = [g.shape(x) for x in xs]
+        if all(len(s) in (2, 3) for s in shapes):  # merging feature vectors or sequences (N, C, T)
+            if len({s[2:] for s in shapes}) != 1:
+                raise GraphError(f"merge vertex {name!r}: inputs {shapes} differ beyond the channels")
+            i = g._add(LayerType.CONCAT, tuple(xs), (g.batch, sum(s[1] for s in shapes), *shapes[0][2:]), name)
+        else:
+            i = g.concat(xs, name=name)
+        g.layers[i].attrs["dl4j"] = dl4j
+        return i
+    return b._opaque(kind, vertex, tuple(xs), name, {"dl4j": dl4j})
