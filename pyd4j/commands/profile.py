@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from pyd4j.commands import _params as params
+from pyd4j.commands.tune import WindowParam
 
 # pyd4j's own exit status when --timeout ended the job (as coreutils' timeout).
 TIMEOUT_EXIT = 124
@@ -21,12 +22,15 @@ TIMEOUT_EXIT = 124
 @click.option("--interval", "interval_ms", type=params.INTERVAL_MS, default=100, show_default=True, help="sampling interval, ms")
 @click.option("--socket", "use_socket", is_flag=True, help="stream over a loopback socket (with a token) instead of files")
 @click.option("--timeout", "timeout_s", type=params.SECONDS, default=None, help="stop the job after this many seconds")
+@click.option("--window", "window", type=WindowParam(), default="full", show_default=True,
+              help="end the job at a measurement window: N iterations (2000), a time of training (90s, 5m), or auto "
+                   "(once the leak verdicts are decided and the memory is flat); the agent ends it cleanly, exit 0")
 @click.option("--report/--no-report", default=True, show_default=True, help="write report.html, plots and trace.json")
 @click.option("--python", "script", type=params.InputFile("Python script"), default=None,
               help="profile pyd4j's in-process JVM while this Python script runs (instead of a job command)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 @click.argument("job", nargs=-1, type=click.UNPROCESSED)
-def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json, job) -> None:
+def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json, job, window="full") -> None:
     """Run a Java job as is under pyd4j's agent and tell what it used and what is wrong. The job
     is any command that starts JVMs: every JVM it starts is profiled, each in its own lane.
 
@@ -40,13 +44,16 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
     summary and report, so scripts notice; 1 when the run recorded no measurements or could not be
     written whole (disk full: the summary says what was lost); 130 on Ctrl-C,
     143 on SIGTERM (the summary and the report of the partial run are still written), 124 when
-    --timeout ended the job.
+    --timeout ended the job; 0 when the job ended at its --window, as asked (the summary says so).
     """
     from pyd4j.profile.command import JobCommand, JobCommandError  # noqa: PLC0415
     from pyd4j.profile.signals import Stopped, stop_on_signals  # noqa: PLC0415
 
     if script is not None and job:
         raise click.UsageError("give either --python SCRIPT or a job command after --, not both")
+    if script is not None and not window.full:
+        raise click.UsageError(f"--window {window.text()} ends a job command at an iteration; a --python script's "
+                               f"in-process JVM is not ended by the agent: give a job command, or leave --window out")
     if script is None:
         try:
             params.job_command(job)  # a bad command is refused before the live view or any JVM starts
@@ -61,7 +68,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
             if script is not None:
                 run_dir, script_error = _profile_script(Path(script), out_dir, interval_ms, as_json)
             else:
-                run_dir, stopped_by = _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json)
+                run_dir, stopped_by = _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json,
+                                                       window)
         except Stopped as err:
             stopped = err
             if err.run is None:
@@ -74,6 +82,8 @@ def command(out_dir, interval_ms, use_socket, timeout_s, report, script, as_json
         sys.exit(stopped.exit_code)
     if stopped_by == "timeout":
         sys.exit(TIMEOUT_EXIT)
+    if stopped_by == "window":   # ended where asked: what it measured is what was asked for
+        sys.exit(1 if any(f["kind"] == "no-data" for f in doc["findings"]) or incomplete(doc) else 0)
     if script_error:
         click.echo(f"error: {script_error}", err=True)
         sys.exit(1)
@@ -91,10 +101,11 @@ def incomplete(doc: dict) -> bool:
     return bool(doc.get("write_errors") or doc.get("report_error") or doc.get("networks_error"))
 
 
-def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json) -> tuple[Path, str | None]:
+def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_json, window) -> tuple[Path, str | None]:
     from pyd4j.profile.command import JobCommandError  # noqa: PLC0415
     from pyd4j.profile.launch import profile_job  # noqa: PLC0415
     from pyd4j.profile.live import LiveView  # noqa: PLC0415
+    from pyd4j.profile.window import RunWindow  # noqa: PLC0415
 
     live = contextlib.nullcontext(None) if as_json else LiveView(command.title)
     try:
@@ -102,12 +113,16 @@ def _profile_command(command, out_dir, interval_ms, use_socket, timeout_s, as_js
             run = profile_job(list(command.argv), out_dir, interval_ms=interval_ms,
                               transport="socket" if use_socket else "file",
                               on_sample=view.update if view else None, on_jvm=view.jvm if view else None,
-                              timeout_s=timeout_s, describe=True)
+                              timeout_s=timeout_s, describe=True,
+                              window=None if window.full else RunWindow(window, "memory"))
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
     if run.stopped_by == "timeout":
         click.echo(f"stopped: the job ran past --timeout {timeout_s:g} s; it and everything it started were ended, "
                    f"the timeline so far is kept", err=True)
+    elif run.stopped_by == "window":
+        click.echo(f"stopped at the window ({window.text()}) after {run.timeline.iterations()} iterations, as asked: "
+                   f"the job and everything it started were ended; not a failure", err=True)
     return run.run_dir, run.stopped_by
 
 
@@ -156,7 +171,7 @@ def _summarise(run_dir: Path, report: bool, as_json: bool, stopped_by: str | Non
     from pyd4j.profile.report import summary, write_report  # noqa: PLC0415
     from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
 
-    if stopped_by and stopped_by != "timeout":
+    if stopped_by and stopped_by not in ("timeout", "window"):
         click.echo(f"stopped ({stopped_by}): the job and everything it started were ended; "
                    f"the partial run is summarised and reported", err=True)
     lanes = Timeline.load_lanes(run_dir)
@@ -186,7 +201,8 @@ def _print_summary(doc: dict) -> None:
     from pyd4j.profile.jvms import role_text  # noqa: PLC0415
 
     speed = doc["iterations_per_s"]
-    partial = f" (PARTIAL: stopped by {doc['stopped_by']})" if doc.get("stopped_by") else ""
+    partial = (f" (stopped at the {doc['stopped_by']}, as asked)" if doc.get("stopped_as_asked")
+               else f" (PARTIAL: stopped by {doc['stopped_by']})" if doc.get("stopped_by") else "")
     print_table(f"{doc['job']}: exit {doc['exit_code']}, {doc['duration_s']:.1f} s, {doc['iterations']} iterations"
                 + (f" ({speed:.2f}/s)" if speed else "") + partial,
                 ["measure", "peak", "limit"],

@@ -42,6 +42,9 @@ def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
         print_table(f"report for {doc['job']}", ["file", "path"], sorted(doc["files"].items()))
         if timeline.skipped:
             click.echo(f"skipped in the timeline: {_skipped(timeline)}", err=True)
+        if doc.get("stopped_as_asked"):
+            click.echo(f"the run ended at its {'measurement window' if doc['stopped_by'] == 'window' else '--timeout'} "
+                       f"after {doc['iterations']} iterations, as asked: not a failure")
         for f in doc["findings"]:
             click.echo(f"[{f['severity']}] {f['title']}: {f['fix']}")
     if not timeline.samples:

@@ -8,7 +8,11 @@ and its 95% interval is the distribution-free one that inverts the exact Mann-Wh
 (Hollander & Wolfe, Nonparametric Statistical Methods, ch. 4.3): no normality assumed, robust to
 one run slowed by a neighbour, and honest with few runs (with 3 runs a side no interval can
 exclude 1 at 95%; with 4 it can). Runs are added one pair at a time until the interval excludes
-1, or lies inside the "same speed" band, or the run budget is spent.
+1, or lies inside the "same speed" band, or the run budget is spent; with `futility`, also once
+more runs cannot make the change worth keeping: its interval lies below 1 + SAME_BAND (at best a
+gain too small to be a setting), or after the least runs its estimate is not above 1 (the runs so
+far say it is not faster; more would at best prove a gain within their noise). `out_of_budget`
+ends a comparison before its next run when a budget over many comparisons is spent.
 
 Pure: this module runs nothing. `pyd4j.profile.speed` feeds it job runs.
 """
@@ -101,9 +105,10 @@ class Comparison:
     ratio: float | None = None            # median(after) / median(before)
     estimate: float | None = None         # Hodges-Lehmann estimate of after/before
     interval: tuple[float, float] | None = None
-    verdict: str = "undecided"            # faster | slower | same | undecided | broken
+    verdict: str = "undecided"            # faster | slower | same | futile | undecided | broken
     reason: str = ""
     failed: list[str] = field(default_factory=list)   # what broke (the after side's failed runs)
+    budget_spent: str = ""                # why the comparison ended before its own run budget (a total budget)
 
     @property
     def runs(self) -> int:
@@ -114,7 +119,8 @@ class Comparison:
                 "interval": None if self.interval is None else [_round(self.interval[0]), _round(self.interval[1])],
                 "before_iterations_per_s": [_round(v) for v in self.before],
                 "after_iterations_per_s": [_round(v) for v in self.after],
-                "runs": self.runs, "reason": self.reason, "failed": list(self.failed)}
+                "runs": self.runs, "reason": self.reason, "failed": list(self.failed),
+                "budget_spent": self.budget_spent or None}
 
 
 def _round(v: float | None) -> float | None:
@@ -157,9 +163,24 @@ class NoProgress(RunFailed):
     trains for a fixed time, the side is too slow to measure, not broken."""
 
 
+def futile(c: Comparison, same_band: float = SAME_BAND) -> str | None:
+    """Why more runs of an undecided comparison cannot make the change worth keeping (None: they can)."""
+    if c.interval is None or c.estimate is None:
+        return None
+    low, high = c.interval
+    if high <= 1.0 + same_band:
+        return (f"futile: the 95% interval {low:.3f}-{high:.3f} allows at most {high - 1:+.1%}, below the "
+                f"{same_band:.0%} a setting is worth")
+    if c.estimate <= 1.0:
+        return (f"futile: after {len(c.before)}+{len(c.after)} runs the estimate {c.estimate:.3f} is not above 1; more "
+                f"runs would at best prove a gain within their noise")
+    return None
+
+
 def compare(run_before: Callable[[], float], run_after: Callable[[], float], min_runs: int = MIN_RUNS,
             max_runs: int = MAX_RUNS, confidence: float = CONFIDENCE, same_band: float = SAME_BAND,
-            before_runs: list[float] | None = None) -> Comparison:
+            before_runs: list[float] | None = None, futility: bool = False,
+            out_of_budget: Callable[[], str | None] | None = None) -> Comparison:
     """Alternate runs of the two sides (each callable runs the job once and returns its iterations
     per second, or raises RunFailed) until the interval excludes 1 or lies in the same-speed band,
     with at least `min_runs` and at most `max_runs` per side. `before_runs` are speeds already
@@ -171,6 +192,15 @@ def compare(run_before: Callable[[], float], run_after: Callable[[], float], min
     before = list(before_runs or [])
     after: list[float] = []
     while True:
+        spent = out_of_budget() if out_of_budget is not None else None
+        if spent:
+            n = min(len(before), len(after))
+            c = judge(before[:n], after[:n], confidence, same_band) if n else Comparison(before, after)
+            if c.verdict != "faster":   # faster on the runs so far is proved; anything else is left open
+                c.verdict = "undecided"
+            c.reason = f"{c.reason or 'no runs'}; the total budget was spent ({spent})"
+            c.budget_spent = spent
+            return c
         if len(after) < len(before) or len(before) >= max_runs:
             try:
                 after.append(run_after())
@@ -186,6 +216,10 @@ def compare(run_before: Callable[[], float], run_after: Callable[[], float], min
             n = min(len(before), len(after))
             if n >= min_runs:
                 c = judge(before, after, confidence, same_band)
+                why = futile(c, same_band) if futility and c.verdict == "undecided" else None
+                if why:
+                    c.verdict, c.reason = "futile", f"{why} ({c.reason})"
+                    return c
                 if c.verdict != "undecided" or n >= max_runs:
                     if c.verdict == "undecided":
                         c.reason += f" (run budget of {max_runs} runs a side spent)"

@@ -16,21 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyd4j.jvm import find_java
+from pyd4j.profile.jvm_options import MEMORY_FLAG_PREFIXES, JobCommandError  # noqa: F401 (named here for callers)
 
 # JVM options that take their value as the next argument.
 _WITH_VALUE = {"-cp", "-classpath", "--class-path", "-p", "--module-path", "--upgrade-module-path",
                "--add-modules", "--add-opens", "--add-exports", "--add-reads", "--limit-modules",
                "--patch-module", "--enable-native-access"}
-# Memory flags pyd4j tune owns: dropped from the user's command when recommended ones are added.
-MEMORY_FLAG_PREFIXES = ("-Xmx", "-Xms", "-XX:MaxDirectMemorySize=", "-Dorg.bytedeco.javacpp.maxbytes=",
-                        "-Dorg.bytedeco.javacpp.maxphysicalbytes=", "-XX:MaxRAMPercentage=", "-XX:MaxNodeLimit=")
 # Options that choose the garbage collector: a JVM refuses two, so generated flags that pin one replace the user's.
 COLLECTOR_OPTIONS = ("-XX:+UseSerialGC", "-XX:+UseParallelGC", "-XX:+UseG1GC", "-XX:+UseZGC", "-XX:+UseShenandoahGC",
                      "-XX:+UseEpsilonGC", "-XX:+UseConcMarkSweepGC")
-
-
-class JobCommandError(ValueError):
-    """The command given to profile/tune cannot start a job (no program, no main class, ...)."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 A run that completed showed everything the job uses: its peaks size the flags. A run ended at its
 measurement window or at `--timeout` showed a part: its peaks size the flags for the whole job only
 when the memory is shown flat: both leak verdicts decided "no leak" (pyd4j.profile.diagnose, on memory
-left after full collections) and no measure that sizes a flag (RSS, native memory, libnd4j + JavaCPP
-bytes held, the live heap) still rising over the later half of the training it measured. Otherwise
+left after full collections) and no measure that sizes a flag (libnd4j + JavaCPP bytes held, the live
+heap, metaspace and code cache, native memory) still rising over the last third of the training it
+measured. Otherwise
 the run says what it could not rule out, and no limit is recommended below what the run ran with.
 
 Even a flat window cannot see a leak too slow to show in it: `leak_resolution` says how slow.
@@ -22,11 +23,15 @@ from pyd4j.profile.signals import stopped_as_asked
 from pyd4j.profile.timeline import Timeline
 
 MIB = 1 << 20
-# A measure is flat when its peak over the later half of the training measured is at most this share
-# (or PLATEAU_SLACK, whichever is larger) above its peak before.
-PLATEAU_SHARE = 0.03
-PLATEAU_SLACK = 8 * MIB
-PLATEAU_MIN_HALF_S = 5.0    # each half must be at least this long to compare
+# The training measured is cut into PLATEAU_CHUNKS slices of equal time; a measure is flat when its level
+# over the last PLATEAU_LATE of them is at most PLATEAU_SHARE (or PLATEAU_SLACK, whichever is larger)
+# above its level over the ones before. Levels per slice: the peak of exact counters, the median of native
+# memory (RSS less the heap's resident pages read every few seconds: noisy by the heap's own swings).
+PLATEAU_CHUNKS = 6
+PLATEAU_LATE = 2
+PLATEAU_SHARE = 0.10
+PLATEAU_SLACK = 16 * MIB
+PLATEAU_MIN_CHUNK_S = 3.0    # each slice must be at least this long to compare
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class Plateau:
     flat: bool
     rising: list[str] = field(default_factory=list)
     reason: str = ""
+    drift: float | None = None     # native memory's slope over the training measured, bytes an hour
 
 
 def first_iteration_ms(t: Timeline) -> float | None:
@@ -54,42 +60,60 @@ def trained_seconds(t: Timeline) -> float:
 
 
 def plateau(t: Timeline) -> Plateau:
-    """Compare each measure's peak over the later half of the training measured with its peak before
-    (warm-up and start-up included: a peak reached there and not passed since is a plateau)."""
+    """Whether each measure that sizes a flag stopped rising over the training measured (see the constants):
+    libnd4j + JavaCPP bytes held, the live heap, metaspace and code cache, native memory. `drift` is native
+    memory's robust slope over the slices (bytes an hour), said even when it is within the allowance."""
     first = first_iteration_ms(t)
     if first is None or not t.samples:
         return Plateau(False, [], "no training iteration was measured")
     end = t.samples[-1]["t"]
-    mid = first + (end - first) / 2.0
-    if (end - mid) / 1000.0 < PLATEAU_MIN_HALF_S:
+    if (end - first) / 1000.0 < PLATEAU_CHUNKS * PLATEAU_MIN_CHUNK_S:
         return Plateau(False, [], f"{(end - first) / 1000.0:.0f} s of training: too short to tell a plateau")
+    edges = np.linspace(first, end, PLATEAU_CHUNKS + 1)
     times = np.array([s["t"] for s in t.samples], dtype=float)
     held = np.array([float((s.get("nd4j_live") or 0) + (s.get("javacpp_total") or 0)) for s in t.samples])
-    measures = {"RSS": t.series("rss"), "native memory": t.native(), "off-heap held (libnd4j + JavaCPP)": held}
-    live = [(p["t"], p["heap_live"]) for p in t.live_points if p.get("heap_live") is not None]
-    rising = []
-    for name, values in measures.items():
-        rise = _rise(times, values, mid)
-        if rise is not None:
+    live = [(p["t"], float(p["heap_live"])) for p in t.live_points if p.get("heap_live") is not None]
+    measures = [("off-heap held (libnd4j + JavaCPP)", times, held, np.nanmax),
+                ("metaspace and code cache", times, t.series("nonheap_used"), np.nanmax),
+                ("native memory", times, t.native(), np.nanmedian),
+                ("live heap", np.array([p[0] for p in live], dtype=float), np.array([p[1] for p in live], dtype=float), np.nanmax)]
+    rising, drift = [], None
+    for name, x, y, level in measures:
+        levels = _levels(x, y, edges, level)
+        early, late = levels[:-PLATEAU_LATE], levels[-PLATEAU_LATE:]
+        early, late = early[~np.isnan(early)], late[~np.isnan(late)]
+        if name == "native memory":
+            drift = _drift(edges, levels)
+        if not early.size or not late.size:
+            continue
+        rise = float(late.max() - early.max())
+        if rise > max(PLATEAU_SLACK, PLATEAU_SHARE * max(float(early.max()), 0.0)):
             rising.append(f"{name} +{human_bytes(rise)}")
-    if live:
-        lt, lv = np.array([p[0] for p in live], dtype=float), np.array([p[1] for p in live], dtype=float)
-        rise = _rise(lt, lv, mid) if (lt < mid).any() and (lt >= mid).any() else None
-        if rise is not None:
-            rising.append(f"live heap +{human_bytes(rise)}")
     if rising:
-        return Plateau(False, rising, "still rising over the later half of the training measured: " + ", ".join(rising))
-    return Plateau(True, [], "no measure rose over the later half of the training measured")
+        return Plateau(False, rising, "still rising over the last third of the training measured: " + ", ".join(rising),
+                       drift)
+    return Plateau(True, [], "no measure rose over the last third of the training measured", drift)
 
 
-def _rise(times: np.ndarray, values: np.ndarray, mid: float) -> float | None:
-    """How far the later half's peak passed the earlier peak beyond the allowance; None when it did not."""
-    early, late = values[(times < mid) & ~np.isnan(values)], values[(times >= mid) & ~np.isnan(values)]
-    if not early.size or not late.size:
+def _levels(x: np.ndarray, y: np.ndarray, edges: np.ndarray, level) -> np.ndarray:
+    """The level of `y` in each slice between `edges` (NaN in a slice without a value)."""
+    out = np.full(len(edges) - 1, np.nan)
+    for i in range(len(edges) - 1):
+        inside = (x >= edges[i]) & (x <= edges[i + 1]) & ~np.isnan(y)
+        if inside.any():
+            out[i] = float(level(y[inside]))
+    return out
+
+
+def _drift(edges: np.ndarray, levels: np.ndarray) -> float | None:
+    """Bytes an hour: the Theil-Sen slope of the slices' levels (None with fewer than 3)."""
+    from scipy import stats  # noqa: PLC0415
+
+    mids = (edges[:-1] + edges[1:]) / 2.0
+    ok = ~np.isnan(levels)
+    if ok.sum() < 3:
         return None
-    before, after = float(early.max()), float(late.max())
-    allowed = max(PLATEAU_SLACK, PLATEAU_SHARE * max(before, 0.0))
-    return after - before if after - before > allowed else None
+    return float(stats.theilslopes(levels[ok], mids[ok] / 3.6e6)[0])
 
 
 @dataclass(frozen=True)
@@ -133,6 +157,10 @@ def sizing_scope(t: Timeline) -> Scope:
         return Scope(False, stopped_by, f"{where} measured too little to rule a leak out ("
                                          + "; ".join(f"{v.label}: {v.reason}" for v in unknown) + ")", resolution, tuple(notes))
     flat = plateau(t)
+    if flat.drift is not None and flat.drift > 0:
+        notes.append(f"native memory outside the heap and ND4J's arrays drifted about {human_bytes(flat.drift)} an hour "
+                     f"over {where} (glibc's allocator, threads, JIT): a drift that went on at that rate would pass the "
+                     f"flags' headroom in a long job; --verify-full (or a longer --window) shows whether it levels off")
     if not flat.flat:
         return Scope(False, stopped_by, f"{where}: no leak found, but memory is not shown flat ({flat.reason})",
                      resolution, tuple(notes))

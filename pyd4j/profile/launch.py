@@ -135,6 +135,15 @@ class JobRun:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.interrupted
 
+    @classmethod
+    def load(cls, run_dir: Path | str) -> "JobRun":
+        """A run `pyd4j profile` (or tune) wrote, read back from its directory (FileNotFoundError: none there)."""
+        lanes = Timeline.load_lanes(run_dir)
+        primary = next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
+        meta = primary.meta
+        return cls(Path(run_dir), list(meta.get("command") or []), meta.get("returncode"), bool(meta.get("interrupted")),
+                   float(meta.get("wall_s") or primary.duration_s()), primary, lanes, meta.get("stopped_by"))
+
     @property
     def stopped_as_asked(self) -> bool:
         """Ended at its measurement window or at --timeout: a part of the job, not a failure."""
@@ -561,7 +570,8 @@ def _watch(proc: subprocess.Popen, tail: _LaneTail, tree: ProcessTree, timeout_s
         tail.poll()
         if done:
             tail.poll()
-            return "window" if window is not None and window.reached(tail) else None
+            # a JVM that ended itself at a window (the job's own -Dpyd4j.agent=window_... too) stopped as asked
+            return "window" if tail.windowed or (window is not None and window.reached(tail)) else None
         if window is not None and window.ended(tail):
             return "window"
         if timeout_s is not None and time.monotonic() - started > timeout_s:

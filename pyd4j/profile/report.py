@@ -25,6 +25,7 @@ from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import Finding, diagnose, gc_share, leak_verdicts
 from pyd4j.profile.jvms import role_text, short_name
 from pyd4j.schemas import PROFILE_SCHEMA, check
+from pyd4j.profile.signals import stopped_as_asked
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.timesplit import describe as describe_split, time_split
@@ -452,6 +453,7 @@ def summary(lanes: Timeline | Sequence[Timeline], findings: list[Finding] | None
         "schema": PROFILE_SCHEMA, "run_dir": str(t.run_dir), "job": t.name, "command": t.meta.get("command", []),
         "launcher": t.meta.get("launcher"), "exit_code": t.exit_code, "interrupted": t.meta.get("interrupted", False),
         "stopped_by": stopped_by, "partial": stopped_by is not None or bool(write_errors),
+        "stopped_as_asked": stopped_as_asked(stopped_by), "window": t.meta.get("window"),
         "duration_s": round(t.duration_s(), 3), "samples": len(t.samples), "torn_lines": t.torn_lines,
         "iterations": t.iterations(), "iterations_per_s": t.iterations_per_second(),
         "peaks": t.peaks(), "limits": t.limits(), "gc_share": overall, "gc_share_worst_window": worst,
@@ -697,9 +699,13 @@ def _page(t: Timeline, lanes: Sequence[Timeline], doc: dict, findings: list[Find
           banner_tune: str, section_tune: str, trace_name: str, is_tuned: bool) -> str:
     e = html.escape
     banners = [banner_tune] if banner_tune else []
-    if doc["stopped_by"]:
-        what = "the --timeout" if doc["stopped_by"] == "timeout" else doc["stopped_by"]
-        banners.append(f'<div class="banner partial"><b>Partial run:</b> stopped by {e(what)} after {doc["duration_s"]:.1f} s; '
+    if doc["stopped_as_asked"]:
+        what = "its measurement window" if doc["stopped_by"] == "window" else "the --timeout"
+        banners.append(f'<div class="banner partial"><b>Stopped as asked:</b> the run ended at {what} after '
+                       f'{doc["iterations"]} iterations ({doc["duration_s"]:.1f} s), as it was asked to: not a failure. '
+                       f"The job and everything it started were ended; what follows is what it measured.</div>")
+    elif doc["stopped_by"]:
+        banners.append(f'<div class="banner partial"><b>Partial run:</b> stopped by {e(doc["stopped_by"])} after {doc["duration_s"]:.1f} s; '
                        f"the job and everything it started were ended. What follows is what was measured until then.</div>")
     for w in doc["write_errors"]:
         banners.append(f'<div class="banner partial"><b>Timeline incomplete:</b> {e(w["message"])}</div>')

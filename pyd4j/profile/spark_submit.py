@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyd4j.profile.command import MEMORY_FLAG_PREFIXES, JobCommandError
+from pyd4j.profile.jvm_options import MEMORY_FLAG_PREFIXES, JobCommandError
 
 # spark-submit options that take a value, and the setting each shorthand stands for.
 _SHORTHANDS = {

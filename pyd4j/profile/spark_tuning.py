@@ -1,7 +1,7 @@
 """pyd4j tune for spark-submit jobs: Spark settings from the measured peaks of the worst executor.
 
 Every executor of the profiled run has its own lane; each one's need is read the way pyd4j tune reads
-any JVM (pyd4j.profile.tune.measured_need). The worst executor (largest container need) sizes them all,
+any JVM (pyd4j.profile.need.measured_need). The worst executor (largest container need) sizes them all,
 since Spark gives every executor the same settings. Its ND4J memory (JavaCPP's bytes and libnd4j's
 buffers) was used by the tasks it ran at once, each training its own copy of the network, so it is
 split per task and multiplied back by the concurrent tasks of the shape; the rest (Spark's and the
@@ -29,7 +29,7 @@ def _total(need) -> int:
 
 def _split(t: "Timeline", tasks: int, role: str):
     """(per-task estimate parts, need) of one lane: ND4J memory per task, the rest once."""
-    from pyd4j.profile.tune import measured_need  # noqa: PLC0415
+    from pyd4j.profile.need import measured_need  # noqa: PLC0415
 
     need = measured_need(t)
     nd4j = min(t.peaks()["nd4j"] or 0, need.offheap)
@@ -73,7 +73,7 @@ def recommend(runs: "JobRun | list[JobRun]", argv: list[str],
               headroom: float = DEFAULT_HEADROOM) -> tuple[dict[str, str], SparkFlags, dict]:
     """(the Spark settings for the re-run, the SparkFlags behind them, the why) from profiled spark-submit runs:
     the worst executor (and driver) of all of them. A run that failed for memory counts with its raised need
-    (pyd4j.profile.tune.measured_need: an OOM or a kill shows only a lower bound), so recommending from the
+    (pyd4j.profile.need.measured_need: an OOM or a kill shows only a lower bound), so recommending from the
     first run and a failed re-run gives settings above both."""
     runs = runs if isinstance(runs, list) else [runs]
     submit = SparkSubmit.parse(argv)

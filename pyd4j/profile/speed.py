@@ -27,8 +27,13 @@ from pyd4j.profile import ab, fatal_error, spark_speed
 from pyd4j.profile.command import JobCommand, JobCommandError
 from pyd4j.profile.diagnose import stderr_tail
 from pyd4j.profile.launch import default_run_dir, profile_job
+from pyd4j.profile.signals import Stopped, stopped_as_asked
+from pyd4j.profile.speed_report import print_speed, speed_doc as _speed_doc  # noqa: F401 (print_speed: the CLI's)
+from pyd4j.profile.speed_search import Budget, by_expected_gain, change_of, greedy, search  # noqa: F401
+from pyd4j.profile.speed_setup import QUIET_AGENT, Change, Probe, Setup  # noqa: F401 (the tune's changes, named here)
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.timesplit import time_split
+from pyd4j.profile.window import SpeedWindows, WindowSpec
 
 EXIT_VERIFIED = 0
 EXIT_NOTHING = 1        # the probe run trained nothing: nothing to measure
@@ -37,87 +42,7 @@ GC_SHARE = 0.05         # GC time over this share of the training time makes the
 DATA_SHARE = 0.10      # data wait over this share of the training thread's time makes prefetch a candidate
 MAX_PREFETCH = 8        # batches held by the prefetch queue at most
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-# Every run, both sides: no live-set inspections (full collections) and no allocation sites, which
-# cost time the job would not spend without pyd4j.
-QUIET_AGENT = ("live=0", "sites=0")
 RUN_TIMEOUT_MIN_S = 120.0   # the least time a run after the first gets when the user gave no --timeout
-
-
-@dataclass(frozen=True)
-class Change:
-    """One setting changed without touching the job's code: environment, JVM options or an agent
-    option (ND4J's memory manager, set at every fit())."""
-
-    setting: str
-    before: str
-    after: str
-    why: str
-    env: tuple[tuple[str, str | None], ...] = ()
-    jvm: tuple[str, ...] = ()
-    agent: tuple[str, ...] = ()
-    replaces_memory_flags: bool = False
-    paste: str = ""
-    maven: str = ""           # the dependency to paste into the job's pom.xml
-    build: str = ""           # the nd4j-native build ND4J must load with this change (checked every run)
-    blas: str = ""            # the BLAS ND4J must call with this change (checked every run)
-
-    def key(self) -> str:
-        return self.setting
-
-
-@dataclass(frozen=True)
-class Setup:
-    """A set of changes as one launch: environment, JVM options (agent options as -Dpyd4j.agent)."""
-
-    changes: tuple[Change, ...] = ()
-
-    def plus(self, change: Change) -> "Setup":
-        return Setup(self.changes + (change,))
-
-    def env(self) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for c in self.changes:
-            out.update(dict(c.env))
-        return out
-
-    def jvm_options(self) -> list[str]:
-        opts = [o for c in self.changes for o in c.jvm]
-        agent = [*QUIET_AGENT, *(o for c in self.changes for o in c.agent if not o.startswith("native_jar="))]
-        jars = [o.split("=", 1)[1] for c in self.changes for o in c.agent if o.startswith("native_jar=")]
-        if jars:   # one option for every jar the changes add (a build and MKL)
-            agent.append("native_jar=" + os.pathsep.join(jars))
-        opts.append("-Dpyd4j.agent=" + ",".join(agent))
-        return opts
-
-    def build(self) -> str:
-        """The nd4j-native build a change of this setup makes ND4J load ("" when none does)."""
-        return next((c.build for c in self.changes if c.build), "")
-
-    def blas(self) -> str:
-        """The BLAS a change of this setup makes ND4J call ("" when none does)."""
-        return next((c.blas for c in self.changes if c.blas), "")
-
-    def drop_memory_flags(self) -> bool:
-        return any(c.replaces_memory_flags for c in self.changes)
-
-    def label(self) -> str:
-        return " + ".join(f"{c.setting}={c.after}" for c in self.changes) or "the job as it is"
-
-
-@dataclass
-class Probe:
-    """What the first run of the job as it is says about its settings."""
-
-    iterations_per_s: float | None
-    ok: bool
-    why: str
-    nd4j: dict = field(default_factory=dict)     # the agent's report at the first fit()
-    gc_share: float | None = None                # GC time / training time
-    explicit_gc_share: float | None = None       # the share of it in collections the job asked for (System.gc())
-    heap_max: int | None = None
-    run_dir: str | None = None
-    time_split: dict | None = None               # where the training time went (pyd4j.profile.timesplit)
-    iterator: dict = field(default_factory=dict)  # the agent's note on the iterator fit() received
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -137,19 +62,23 @@ class Measured:
 
 
 def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None,
-               base_jvm: Sequence[str] = (), base_spark: dict[str, str] | None = None) -> Runner:
+               base_jvm: Sequence[str] = (), base_spark: dict[str, str] | None = None,
+               window: WindowSpec | None = None) -> Runner:
     """Runs the job once per call under the agent with a setup, each run in its own directory.
     `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
     of every A/B; a setup's own -Xmx follows them and so wins. `base_spark`: the same for a spark-submit
     job, Spark settings (the memory tune's), the job's own memory flags dropped. A spark-submit job on a cluster gets
     the setup as executor settings and is measured on its executors (pyd4j.profile.spark_speed).
     Without `timeout_s`, every run after the first is stopped at 5x the first run's wall time (at
-    least RUN_TIMEOUT_MIN_S): a change that hangs the job costs a bounded time."""
+    least RUN_TIMEOUT_MIN_S): a change that hangs the job costs a bounded time. `window`
+    (pyd4j.profile.window.SpeedWindows): the probe ends once its rate is steady, every later run after
+    the probe's warm-up and a measured stretch, its speed taken after the warm-up (not on a Spark cluster)."""
     counter = [0]
     limit = [timeout_s]
     command = JobCommand.parse(job)
     java = command.java
     cluster = spark_speed.cluster_submit(job)
+    windows = SpeedWindows(window if cluster is None else None)
     if base_jvm and command.kind == "spark-submit":
         raise JobCommandError("memory flags cannot be given to a spark-submit job as JVM options; the memory tune "
                               "of a Spark job gives Spark settings (base_spark)")
@@ -175,11 +104,13 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             elif drop and java is not None:
                 kept = [f for f in java.memory_flags() if not f.startswith(("-Xmx", "-Xms"))]
                 opts = kept + opts
+            w = windows.next()
             result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
                                  drop_memory_flags=drop or bool(base_spark), timeout_s=limit[0], env_changes=setup.env(),
-                                 spark_conf=base_spark or None)
+                                 spark_conf=base_spark or None, window=w)
             t = result.timeline
-            ips = t.iterations_per_second()
+            ips = windows.rate(t, w)
+            windows.learn(t)
             notes = [t.nd4j_settings()]
         if limit[0] is None:
             limit[0] = max(RUN_TIMEOUT_MIN_S, 5 * result.wall_s)
@@ -194,8 +125,8 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             if setup.blas() and note.get("blas") != setup.blas():
                 return measured(False, f"ND4J's BLAS calls went to {note.get('blas') or 'a BLAS it did not report'} "
                                        f"({note.get('blas_library') or '?'}), not {setup.blas()}")
-        if result.stopped_by == "timeout" and ips:
-            return measured(True, "stopped at the timeout")
+        if stopped_as_asked(result.stopped_by) and ips:
+            return measured(True, f"stopped at the {result.stopped_by}")
         if not result.ok:
             fatal = fatal_error.find(run_dir)   # a JVM that crashed says why on stdout, not in its last stderr lines
             tail = [fatal[0].summary()] if fatal else stderr_tail(result.timeline if cluster is not None else t)
@@ -207,6 +138,7 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             # exited cleanly: too slow to measure in the job's run (a fixed-time job), not broken
             return measured(False, f"trained {t.iterations()} iteration(s), too few to measure a speed", no_progress=True)
         return measured(True, "")
+    run.windows = windows   # type: ignore[attr-defined]  (the tune's document says what they were)
     return run
 
 
@@ -432,7 +364,8 @@ def candidates(probe: Probe, env: dict[str, str], n_cores: int, ram_bytes: int |
 
 # -- the tune -------------------------------------------------------------------------------------
 
-def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callable[[], float]:
+def _side(runner: Runner, setup: Setup, side: str, record: list[dict], budget: Budget | None = None
+          ) -> Callable[[], float]:
     """One run of one side as the A/B wants it. A run that fails is run again, once per setup: one
     failure (a native crash now and then, a stall on a busy machine) stays in the run log and in the
     tune's `failed_runs`, printed; a second failure of the same setup (counted in the run log) means it
@@ -441,7 +374,10 @@ def _side(runner: Runner, setup: Setup, side: str, record: list[dict]) -> Callab
     def run() -> float:
         label = setup.label()
         while True:
+            began = time.monotonic()
             m = runner(setup, side)
+            if budget is not None:
+                budget.ran(time.monotonic() - began)
             record.append(_logged(side, setup, m))
             if m.ok and m.iterations_per_s:
                 return m.iterations_per_s
@@ -462,82 +398,38 @@ def _logged(side: str, setup: Setup, m: Measured) -> dict:
     return row
 
 
-def greedy(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison], trials: list[dict] | None = None
-           ) -> tuple[Setup, list[dict], list[dict], ab.Comparison | None]:
-    """Screen each candidate against the job as it is, then combine the faster ones best first,
-    each kept only if it is faster again on top of those kept. Returns the kept setup, the kept
-    changes (with the comparison that proved each), every trial and the comparison that proved
-    the first kept change against the job as it is. `trials` (filled as they finish) keeps them
-    for the caller when a comparison raises."""
-    base = Setup()
-    trials = [] if trials is None else trials
-    proved: list[tuple[Change, ab.Comparison]] = []
-    for change in cands:
-        c = compare(base, base.plus(change))
-        trials.append({"setting": change.setting, "after": change.after, "on_top_of": base.label(), **c.to_dict()})
-        if c.verdict == "faster":
-            proved.append((change, c))
-    proved.sort(key=lambda pc: -(pc[1].estimate or 0))
-    kept = Setup()
-    kept_rows: list[dict] = []
-    against_base = proved[0][1] if proved else None
-    for i, (change, first) in enumerate(proved):
-        c = first if i == 0 else compare(kept, kept.plus(change))
-        if i > 0:
-            trials.append({"setting": change.setting, "after": change.after, "on_top_of": kept.label(), **c.to_dict()})
-        if c.verdict == "faster":
-            kept = kept.plus(change)
-            kept_rows.append(_row(change, c))
-    return kept, kept_rows, trials, against_base
-
-
-def _row(change: Change, c: ab.Comparison) -> dict:
-    return {"setting": change.setting, "before": change.before, "after": change.after, "ratio": c.to_dict()["ratio"],
-            "interval": c.to_dict()["interval"], "reason": f"{change.why}; {c.reason}", "paste": change.paste,
-            "environment": dict(change.env), "jvm_options": list(change.jvm), "agent_options": list(change.agent),
-            "replaces_memory_flags": change.replaces_memory_flags, "maven": change.maven, "build": change.build,
-            "blas": change.blas}
-
-
-def change_of(row: dict) -> Change:
-    """The Change a row of `speed.changes` describes (to run the job with it again)."""
-    return Change(row["setting"], row["before"], row["after"], row.get("reason", ""),
-                  env=tuple(row.get("environment", {}).items()), jvm=tuple(row.get("jvm_options", [])),
-                  agent=tuple(row.get("agent_options", [])), replaces_memory_flags=row.get("replaces_memory_flags", False),
-                  maven=row.get("maven", ""), build=row.get("build", ""), blas=row.get("blas", ""))
-
-
 def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: int = 100,
                timeout_s: float | None = None, min_runs: int = ab.MIN_RUNS, max_runs: int = ab.MAX_RUNS,
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
                ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = (),
-               features: tuple[str, ...] | None = None, base_spark: dict[str, str] | None = None) -> dict:
-    """Probe the job, try the candidates, combine what is proved; the `speed` document. `base_jvm`:
-    memory flags every run gets (`pyd4j tune --speed --memory`: the memory tune's); `base_spark`: its
-    Spark settings, for a spark-submit job. `only`:
-    try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch,
-    explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default: this machine's)."""
+               features: tuple[str, ...] | None = None, base_spark: dict[str, str] | None = None,
+               window: WindowSpec | None = None, budget: Budget | None = None, futility: bool = True) -> dict:
+    """Probe the job, try the candidates (largest expected gain first), combine what is proved; the
+    `speed` document. `base_jvm`: memory flags every run gets (`pyd4j tune --speed --memory`: the memory
+    tune's); `base_spark`: its Spark settings, for a spark-submit job. `only`: try only these kinds of
+    setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch, explicit_gc, heap,
+    nd4j_build, blas). `features`: the CPU's flags (default: this machine's). `window`: each run's
+    measurement window (None: the whole job); `budget`: the runs or minutes the whole tune may spend;
+    `futility`: an A/B also stops once more runs cannot make its change worth keeping. On Ctrl-C or
+    SIGTERM, Stopped carries the partial document (`partial`: true) in `.doc`."""
     started = time.monotonic()
     command = JobCommand.parse(job)
     cluster = spark_speed.cluster_submit(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
     out.mkdir(parents=True, exist_ok=True)
-    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm, base_spark)
-    env = dict(os.environ if env is None else env)
-    n_cores = n_cores or cores()
-    if ram_bytes is None:
-        import psutil  # noqa: PLC0415
-
-        from pyd4j.memory.machine import cgroup_limit_bytes  # noqa: PLC0415
-
-        ram_bytes = min(x for x in (cgroup_limit_bytes(), psutil.virtual_memory().total) if x)
+    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm, base_spark, window)
+    budget = budget or Budget()
     runs: list[dict] = []
+    trials: list[dict] = []
+    doc: dict = {"command": list(job), "out": str(out), "partial": False, "base_jvm_options": list(base_jvm),
+                 "base_spark_conf": dict(base_spark or {})}
 
     def compare(a: Setup, b: Setup) -> ab.Comparison:
-        return ab.compare(_side(runner, a, "before", runs), _side(runner, b, "after", runs), min_runs, max_runs)
+        return ab.compare(_side(runner, a, "before", runs, budget), _side(runner, b, "after", runs, budget),
+                          min_runs, max_runs, futility=futility, out_of_budget=budget.out)
 
-    def speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str,
-                  kept: Setup | None = None, note: str | None = None) -> dict:
+    def speed_doc(final: ab.Comparison | None, rows: list[dict], verdict: str, kept: Setup | None = None,
+                  note: str | None = None) -> dict:
         d = _speed_doc(final, rows, trials, verdict, runs, started, kept=kept, note=note)
         if cluster is not None:
             changes = kept.changes if kept else ()
@@ -546,42 +438,99 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
             d["paste"].update(environment={}, jvm_options=[], spark_conf=conf, spark_submit=spark_speed.paste(conf))
         return d
 
-    first = runner(Setup(), "probe")
-    runs.append(_logged("probe", Setup(), first))
-    probe = probe_of(first)
+    try:
+        first = runner(Setup(), "probe")
+        runs.append(_logged("probe", Setup(), first))
+        probe = probe_of(first)
+        cands = _probe_doc(doc, probe, first, cluster, env, n_cores, ram_bytes, features, base_jvm, base_spark, only)
+        doc["window"] = getattr(runner, "windows", SpeedWindows(None)).describe()
+        if not probe.ok or not probe.iterations_per_s:
+            doc["speed"] = speed_doc(None, [], "nothing to measure", note="the job as it is did not train; nothing was compared")
+            doc["error"] = (f"the job as it is did not train ({probe.why}); tune --speed needs a job that runs DL4J "
+                            f"training iterations (fit()) and exits cleanly")
+            doc["exit_code"] = EXIT_NOTHING
+            return _with_budget(doc, budget)
+        if not cands:
+            doc["speed"] = speed_doc(None, [], "no verified change", note="nothing in the probe run points at a setting pyd4j can change")
+            doc["exit_code"] = EXIT_NO_CHANGE
+            return _with_budget(doc, budget)
+        cands, doc["expected_gain"] = by_expected_gain(cands, probe)
+        try:
+            kept, rows, final, untried = _search(cands, compare, trials)
+        except ab.RunFailed as err:
+            doc["speed"] = speed_doc(None, [], "no verified change", note=f"a run failed twice during the comparison ({err.why}); no change can be verified")
+            doc["exit_code"] = EXIT_NO_CHANGE
+            return _with_budget(doc, budget)
+        doc["speed"] = speed_doc(final if kept.changes else None, rows, "verified" if kept.changes else "no verified change",
+                                 kept=kept)
+        doc["exit_code"] = EXIT_VERIFIED if kept.changes else EXIT_NO_CHANGE
+        return _with_budget(doc, budget, untried)
+    except Stopped as err:
+        doc.update(partial=True, stopped_by=err.name, stopped_in="the probe" if not runs else "an A/B run",
+                   exit_code=err.exit_code)
+        doc["speed"] = speed_doc(None, [], "stopped", note=f"stopped by {err.name}: the job and everything it started were "
+                                                           f"ended; no change is recommended from an unfinished comparison")
+        err.doc = _with_budget(doc, budget)
+        raise
+
+
+def _search(cands: list[Change], compare: Callable[[Setup, Setup], ab.Comparison], trials: list[dict]
+            ) -> tuple[Setup, list[dict], ab.Comparison | None, list[str]]:
+    """The greedy search; the kept combination of more than one change compared with the job as it is
+    once more. Where the budget ends that check, only the best change proved on its own is kept."""
+    found = search(cands, compare, trials)
+    kept, rows, final = found.kept, found.rows, found.against_base
+    if len(kept.changes) > 1:
+        check = compare(Setup(), kept)
+        trials.append({"setting": "all kept", "after": kept.label(), "on_top_of": Setup().label(), **check.to_dict()})
+        if check.verdict == "faster":
+            final = check
+        elif check.budget_spent:
+            kept, rows = Setup(kept.changes[:1]), rows[:1]
+        else:
+            kept, rows = Setup(), []
+    return kept, rows, final, found.untried
+
+
+def _with_budget(doc: dict, budget: Budget, untried: list[str] = ()) -> dict:
+    doc["budget"] = {**budget.to_dict(), "untried": list(untried)}
+    return doc
+
+
+def _probe_doc(doc: dict, probe: Probe, first: Measured, cluster, env: dict[str, str] | None, n_cores: int | None,
+               ram_bytes: int | None, features: tuple[str, ...] | None, base_jvm: Sequence[str],
+               base_spark: dict[str, str] | None, only: set[str] | None) -> list[Change]:
+    """What the probe says, into the document (and why a candidate was not tried); the candidates."""
+    env = dict(os.environ if env is None else env)
+    n_cores = n_cores or cores()
+    if ram_bytes is None:
+        import psutil  # noqa: PLC0415
+
+        from pyd4j.memory.machine import cgroup_limit_bytes  # noqa: PLC0415
+
+        ram_bytes = min(x for x in (cgroup_limit_bytes(), psutil.virtual_memory().total) if x)
     if cluster is not None:
         # the executors train: their environment is the job's spark.executorEnv.* with every run's base
         # settings over it (a candidate the base already sets would be an A/B of two equal setups), their cores Spark's
         env = spark_speed.executor_env(cluster, base_spark)
         lane = first.timeline
         n_cores = (lane.jvm.cores if lane is not None and lane.jvm is not None and lane.jvm.cores else None) or n_cores
-    doc: dict = {"command": list(job), "out": str(out), "cores": n_cores, "base_jvm_options": list(base_jvm),
-                 "base_spark_conf": dict(base_spark or {}),
-                 "spark_cluster": None if cluster is None else {
-                     "master": cluster.master, "executor_cores": n_cores, "executor_environment": env,
-                     "speed": "the sum of the executors' iterations per second"},
-                 "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
-                           "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
-                           "heap_max": probe.heap_max, "iterator": probe.iterator or None, "run_dir": probe.run_dir}}
-    _, prefetch_note = prefetch_candidate(probe)
-    if prefetch_note:
-        doc["probe"]["prefetch_not_tried"] = prefetch_note
+    doc.update({"cores": n_cores, "spark_cluster": None if cluster is None else {
+                    "master": cluster.master, "executor_cores": n_cores, "executor_environment": env,
+                    "speed": "the sum of the executors' iterations per second"},
+                "probe": {"iterations_per_s": probe.iterations_per_s, "nd4j": probe.nd4j, "gc_share": probe.gc_share,
+                          "explicit_gc_share": probe.explicit_gc_share, "time_split": probe.time_split,
+                          "heap_max": probe.heap_max, "iterator": probe.iterator or None, "run_dir": probe.run_dir}})
     if features is None:
         from pyd4j.memory.machine import cpu_features  # noqa: PLC0415
 
         features = cpu_features()
-    _, build_note = _native_build(probe, features)
-    if build_note:
-        doc["probe"]["build_not_tried"] = build_note
-    _, mkl_note = _mkl(probe)
-    if mkl_note:
-        doc["probe"]["mkl_not_tried"] = mkl_note
+    for key, (_, note) in (("prefetch_not_tried", prefetch_candidate(probe)), ("build_not_tried", _native_build(probe, features)),
+                           ("mkl_not_tried", _mkl(probe))):
+        if note:
+            doc["probe"][key] = note
     if not probe.ok or not probe.iterations_per_s:
-        doc["speed"] = speed_doc(None, [], [], "nothing to measure", note="the job as it is did not train; nothing was compared")
-        doc["error"] = (f"the job as it is did not train ({probe.why}); tune --speed needs a job that runs DL4J "
-                        f"training iterations (fit()) and exits cleanly")
-        doc["exit_code"] = EXIT_NOTHING
-        return doc
+        return []
     cands = candidates(probe, env, n_cores, ram_bytes, features)
     if cluster is not None and any(c.replaces_memory_flags for c in cands):
         cands = [c for c in cands if not c.replaces_memory_flags]
@@ -596,107 +545,4 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
             f"but -XX:+DisableExplicitGC also turns off the collection JavaCPP asks for at maxphysicalbytes, which "
             f"holds the memory tune's limits (an array's memory is freed only once its Java object is collected): "
             f"remove the job's own System.gc() calls instead")
-    if only is not None:
-        cands = [c for c in cands if c.setting.split("=")[0] in only]
-
-    if not cands:
-        doc["speed"] = speed_doc(None, [], [], "no verified change", note="nothing in the probe run points at a setting pyd4j can change")
-        doc["exit_code"] = EXIT_NO_CHANGE
-        return doc
-    trials: list[dict] = []
-    try:
-        kept, rows, trials, final = greedy(cands, compare, trials)
-        if len(kept.changes) > 1:
-            final = compare(Setup(), kept)
-            trials.append({"setting": "all kept", "after": kept.label(), "on_top_of": Setup().label(), **final.to_dict()})
-            if final.verdict != "faster":
-                kept, rows = Setup(), []
-    except ab.RunFailed as err:
-        doc["speed"] = speed_doc(None, [], trials, "no verified change", note=f"a run failed twice during the comparison ({err.why}); no change can be verified")
-        doc["exit_code"] = EXIT_NO_CHANGE
-        return doc
-    verdict = "verified" if kept.changes else "no verified change"
-    doc["speed"] = speed_doc(final if kept.changes else None, rows, trials, verdict, kept=kept)
-    doc["exit_code"] = EXIT_VERIFIED if kept.changes else EXIT_NO_CHANGE
-    return doc
-
-
-def _speed_doc(final: ab.Comparison | None, rows: list[dict], trials: list[dict], verdict: str, runs: list[dict],
-               started: float, kept: Setup | None = None, note: str | None = None) -> dict:
-    paste = {"environment": {}, "jvm_options": [], "code": [], "maven": []}
-    for c in (kept.changes if kept else ()):
-        paste["environment"].update({k: v for k, v in c.env})
-        paste["jvm_options"] += list(c.jvm)
-        if c.maven:
-            paste["maven"].append(c.maven)
-        elif c.agent:
-            paste["code"].append(c.paste)
-    fd = final.to_dict() if final else None
-    failed = [{k: r.get(k) for k in ("side", "setup", "why", "run_dir")} for r in runs[1:] if not r["ok"]]
-    return {"verdict": verdict, "failed_runs": failed, "ratio": fd["ratio"] if fd else None, "interval": fd["interval"] if fd else None,
-            "changes": rows, "tried": trials, "paste": paste, "runs": len(runs),
-            "extra_runs": max(0, len(runs) - 1), "run_log": runs, "wall_s": round(time.monotonic() - started, 1),
-            "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
-            "note": note}
-
-
-def print_speed(doc: dict) -> None:
-    """The human table of a speed tune: each trial, then the kept changes and what to paste."""
-    from pyd4j.output import print_table  # noqa: PLC0415
-
-    s = doc["speed"]
-
-    def interval(row: dict) -> str:
-        iv = row.get("interval")
-        return "-" if not iv else f"{iv[0]:.3f}-{iv[1]:.3f}" if iv[1] is not None else f"{iv[0]:.3f}-inf"
-
-    probe = doc.get("probe") or {}
-    spark = doc.get("spark_cluster")
-    cores_each = spark and f"{spark['executor_cores']} core{'s' if spark['executor_cores'] != 1 else ''} each"
-    where = (f"the sum over its executors ({cores_each}) on {spark['master']}" if spark
-             else f"on {doc.get('cores')} cores")
-    print(f"job as it is: {probe.get('iterations_per_s') or 0:.3g} iterations/s {where}"
-          + (f"; ND4J: {probe['nd4j']}" if probe.get("nd4j") else ""))
-    if probe.get("time_split"):
-        from pyd4j.profile.timesplit import describe  # noqa: PLC0415
-
-        print(describe(probe["time_split"]))
-    if probe.get("prefetch_not_tried"):
-        print(f"prefetch not tried: {probe['prefetch_not_tried']}")
-    if probe.get("build_not_tried"):
-        print(f"nd4j-native build not tried: {probe['build_not_tried']}")
-    if probe.get("mkl_not_tried"):
-        print(f"MKL not tried: {probe['mkl_not_tried']}")
-    if probe.get("heap_not_tried"):
-        print(f"heap not tried: {probe['heap_not_tried']}")
-    if probe.get("explicit_gc_not_tried"):
-        print(f"-XX:+DisableExplicitGC not tried: {probe['explicit_gc_not_tried']}")
-    if s["tried"]:
-        print_table("pyd4j tune --speed: changes tried (after/before iterations per second)",
-                    ["setting", "after", "on top of", "verdict", "ratio", "95% interval", "runs"],
-                    [[t["setting"], t["after"], t["on_top_of"], t["verdict"],
-                      "-" if t["ratio"] is None else f"{t['ratio']:.3f}", interval(t), t["runs"]] for t in s["tried"]])
-    if s["verdict"] == "verified":
-        print(f"verified: {s['ratio']:.3f}x iterations/s (95% interval {interval(s)}) with:")
-        for c in s["changes"]:
-            print(f"  {c['setting']}: {c['before']} -> {c['after']}  ({c['reason']})")
-        p = s["paste"]
-        if p["environment"]:
-            print("environment:  " + " ".join(f"{k}={v}" for k, v in p["environment"].items()))
-        if p["jvm_options"]:
-            print("JVM options:  " + " ".join(p["jvm_options"]))
-        if p.get("spark_submit"):
-            print("spark-submit: " + " ".join(p["spark_submit"]))
-        for line in p["code"]:
-            print("code:         " + line)
-        for snippet in p.get("maven", []):
-            print("Maven (pom.xml):\n" + "\n".join("  " + ln for ln in snippet.splitlines()))
-    else:
-        print(f"{s['verdict']}" + (f": {s['note']}" if s.get("note") else
-                                   ": no change was proved faster by the A/B; nothing is recommended"))
-    for r in s.get("failed_runs") or []:
-        print(f"warning: a run of {r['setup']} failed ({r['why']}); the A/B ran it again (a second failure of the "
-              f"same setting counts it as breaking the job); its output: {r['run_dir']}")
-    if doc.get("error"):
-        print(f"error: {doc['error']}")
-    print(f"cost: {s['extra_runs']} runs after the first, {s['wall_s']:.0f} s; runs in {doc['out']}")
+    return [c for c in cands if c.setting.split("=")[0] in only] if only is not None else cands

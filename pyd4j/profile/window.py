@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from pyd4j.profile.diagnose import leak_verdicts
 from pyd4j.profile.flatness import plateau, trained_seconds
 from pyd4j.profile.jvms import LANE_PREFIX, LANE_SUFFIX
@@ -39,7 +41,7 @@ PROBE_MIN_ITERATIONS = 30
 PROBE_MAX_S = 90.0
 SPEED_MEASURE_S = 10.0        # seconds of iterations each A/B run measures after its warm-up
 SPEED_MIN_MEASURED = 20       # iterations at least
-WARMUP_TOLERANCE = 0.05       # warm-up is over where the rate from there on is within this of the steady rate
+WARMUP_TOLERANCE = 0.10       # warm-up is over where the rate runs within this of the steady rate
 CHECK_EVERY_S = 3.0           # an auto window is judged this often
 STOP_GRACE_MIN_S = 30.0       # after asking for the end, the longest wait for the next iteration (or 10 of them)
 AFTER_WINDOW_GRACE_S = 10.0   # after a JVM ended itself at its window, what the rest of the job gets to end too
@@ -112,23 +114,26 @@ def rate_after(t: Timeline, skip: int) -> float | None:
 
 
 def warmup_iterations(t: Timeline) -> int | None:
-    """Where warm-up ends: the first iteration from which the rate to the last one is within
-    WARMUP_TOLERANCE of the steady rate (the rate over the later half of the training measured).
-    None with too little measured to tell."""
+    """Where warm-up ends: the training measured is cut into blocks of equal time (one a second, 4 to 20
+    of them); the steady rate is the median over the later half's blocks, and warm-up ends at the start
+    of the first block that, with the next, runs within WARMUP_TOLERANCE of it. None with too little
+    measured to tell."""
     m = marks(t)
-    if len(m) < 4 or m[-1][0] - m[0][0] < 2000:
+    if len(m) < 4 or m[-1][0] - m[0][0] < 4000:
         return None
-    mid = m[0][0] + (m[-1][0] - m[0][0]) / 2.0
-    late = [x for x in m if x[0] >= mid]
-    if len(late) < 2 or late[-1][0] <= late[0][0] or late[-1][1] <= late[0][1]:
+    times, counts = np.array([x[0] for x in m]), np.array([x[1] for x in m], dtype=float)
+    blocks = int(min(20, max(4, (times[-1] - times[0]) // 1000)))
+    edges = np.linspace(times[0], times[-1], blocks + 1)
+    done = np.interp(edges, times, counts)
+    rates = np.diff(done) / (np.diff(edges) / 1000.0)
+    steady = float(np.median(rates[blocks // 2:]))
+    if steady <= 0:
         return None
-    steady = (late[-1][1] - late[0][1]) / ((late[-1][0] - late[0][0]) / 1000.0)
-    for tk, nk in m:
-        if tk >= mid:
-            return nk
-        if m[-1][0] > tk and (m[-1][1] - nk) / ((m[-1][0] - tk) / 1000.0) >= (1.0 - WARMUP_TOLERANCE) * steady:
-            return max(1, nk)
-    return None
+    ok = rates >= (1.0 - WARMUP_TOLERANCE) * steady
+    for i in range(blocks - 1):
+        if ok[i] and ok[i + 1]:
+            return max(1, int(done[i]))
+    return max(1, int(done[blocks // 2]))
 
 
 # -- when a window is over ---------------------------------------------------------------------------
@@ -266,3 +271,47 @@ def speed_window(spec: WindowSpec, probe: Timeline | None) -> RunWindow | None:
     measured = max(SPEED_MIN_MEASURED, math.ceil(rate * SPEED_MEASURE_S))
     return RunWindow(spec, "speed", iterations=skip + measured, warmup=skip)
 
+
+
+class SpeedWindows:
+    """The windows of one `tune --speed`: the probe's (auto: until its rate is steady), then, learnt
+    from the probe, the one every A/B run gets (`speed_window`); each run's speed is its rate after
+    that window's warm-up. None for every run when the spec is None or `full`."""
+
+    def __init__(self, spec: WindowSpec | None) -> None:
+        self.spec = spec
+        self.runs = 0
+        self.probe: RunWindow | None = None
+        self.ab: RunWindow | None = None
+
+    def next(self) -> RunWindow | None:
+        """The window of the next run (a fresh one: each run's window keeps its own state)."""
+        self.runs += 1
+        if self.spec is None or self.spec.full:
+            return None
+        if self.runs == 1:
+            self.probe = RunWindow(self.spec, "probe")
+            return self.probe
+        if self.ab is None:
+            return None
+        return RunWindow(self.spec, "speed", iterations=self.ab.iterations, warmup=self.ab.warmup)
+
+    def learn(self, probe: Timeline) -> None:
+        """After the probe: the A/B runs' window from its warm-up and rate."""
+        if self.runs == 1 and self.spec is not None:
+            self.ab = speed_window(self.spec, probe)
+
+    @staticmethod
+    def rate(t: Timeline, window: RunWindow | None) -> float | None:
+        """A run's speed: after its warm-up when windowed (the probe: after the warm-up it showed)."""
+        if window is None:
+            return t.iterations_per_second()
+        skip = window.warmup if window.purpose == "speed" else (warmup_iterations(t) or 1)
+        return rate_after(t, skip) or t.iterations_per_second()
+
+    def describe(self) -> dict | None:
+        if self.spec is None or self.spec.full:
+            return None
+        return {"text": self.spec.text(), "probe": self.probe.decision if self.probe else None,
+                "runs": None if self.ab is None else {"iterations": self.ab.iterations, "warmup_iterations": self.ab.warmup,
+                                                     "agent": self.ab.agent_options(Path("-"))}}

@@ -413,7 +413,7 @@ def test_fake_runner_one_crash_is_run_again_and_reported_two_break_the_setting(t
 def test_fake_tune_speed_memory_hands_a_spark_jobs_settings_to_the_speed_runs(tmp_path, monkeypatch):
     """`tune --speed --memory` on a spark-submit job: the memory tune's Spark settings (not its "key=value"
     list as JVM flags) go under every speed run; a java job gets the memory tune's flags (fake tune_speed)."""
-    from pyd4j.commands import tune as tune_command
+    from pyd4j.commands import _tune_speed as tune_command
     from pyd4j.profile import speed
 
     seen = {}
@@ -424,13 +424,13 @@ def test_fake_tune_speed_memory_hands_a_spark_jobs_settings_to_the_speed_runs(tm
                 "speed": {"verdict": "no verified change"}}
     monkeypatch.setattr(speed, "tune_speed", fake_tune_speed)
     monkeypatch.setattr(speed, "print_speed", lambda doc: None)
-    monkeypatch.setattr(tune_command, "_finish", lambda doc, as_json: None)
+    monkeypatch.setattr(tune_command, "finish", lambda doc, as_json: None)
     conf = {"spark.executor.memory": "1g", "spark.executor.extraJavaOptions": "-Dorg.bytedeco.javacpp.maxbytes=900m"}
     spark_doc = {"spark_conf": conf, "recommended": [f"{k}={v}" for k, v in conf.items()], "exit_code": 0}
     with pytest.raises(SystemExit) as ended:
-        tune_command._speed(["spark-submit", "--class", "A", "a.jar"], tmp_path / "s", 100, None, 6, False, spark_doc)
+        tune_command.speed_tune(["spark-submit", "--class", "A", "a.jar"], tmp_path / "s", 100, None, 6, False, spark_doc)
     assert ended.value.code == 3 and seen["base_spark"] == conf and seen["base_jvm"] == []
     java_doc = {"recommended": ["-Xmx512m"], "exit_code": 0}
     with pytest.raises(SystemExit):
-        tune_command._speed(["java", "-cp", "a.jar", "A"], tmp_path / "j", 100, None, 6, False, java_doc)
+        tune_command.speed_tune(["java", "-cp", "a.jar", "A"], tmp_path / "j", 100, None, 6, False, java_doc)
     assert seen["base_spark"] is None and seen["base_jvm"] == ["-Xmx512m"]

@@ -44,7 +44,7 @@ def test_fake_tunes_speed_runs_on_the_memory_flags_and_its_exit_code_wins(monkey
                 "speed": {"verdict": "no verified change", "changes": []}, "exit_code": 3}
     monkeypatch.setattr("pyd4j.profile.tune.tune_job", _fake_memory_tune(0))
     monkeypatch.setattr("pyd4j.profile.speed.tune_speed", tune_speed)
-    monkeypatch.setattr("pyd4j.commands.tune._report", lambda doc, side: None)
+    monkeypatch.setattr("pyd4j.commands._tune_output.report", lambda doc, side: None)
     out = CliRunner().invoke(main, ["tune", "--speed", "--memory", "--json", "--out", str(tmp_path / "t"),
                                     "--", "java", "-cp", ".", "com.acme.Train"])
     doc = json.loads(out.output)
@@ -59,7 +59,7 @@ def test_fake_tunes_no_speed_tune_when_memory_is_not_verified(monkeypatch, tmp_p
         raise AssertionError("the speed tune must not run on unverified memory flags")
     monkeypatch.setattr("pyd4j.profile.tune.tune_job", _fake_memory_tune(3))
     monkeypatch.setattr("pyd4j.profile.speed.tune_speed", tune_speed)
-    monkeypatch.setattr("pyd4j.commands.tune._report", lambda doc, side: None)
+    monkeypatch.setattr("pyd4j.commands._tune_output.report", lambda doc, side: None)
     out = CliRunner().invoke(main, ["tune", "--speed", "--memory", "--json", "--", "java", "-cp", ".", "com.acme.Train"])
     doc = json.loads(out.output)
     assert out.exit_code == 3 and doc["speed"] is None and any("speed tune was not run" in n for n in doc["notes"])

@@ -1,0 +1,134 @@
+"""The measurement window's rules on made-up timelines (no JVM): --window values, warm-up and the rate
+after it, when memory is flat, for what a windowed run sizes flags, and the A/B runs' window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pyd4j.profile import flatness, window
+from pyd4j.profile.flatness import plateau, sizing_scope
+from pyd4j.profile.timeline import Timeline
+from pyd4j.profile.window import AUTO, RunWindow, WindowError, WindowSpec, parse_window, rate_after, speed_window, \
+    warmup_iterations
+
+MIB = 1 << 20
+
+
+def made_up(seconds: float, rate: float, *, native=lambda s: 100 * MIB, held=lambda s: 8 * MIB, warm_s: float = 0.0,
+            live=None, stopped_by: str | None = "window", exit_code: int = 0, start_ms: float = 1e12) -> Timeline:
+    """A timeline of `seconds` of training at `rate` iterations/s (half that during the first `warm_s`),
+    a sample every 100 ms; `native(s)` / `held(s)` the memory at second s; `live(s)` a live point's heap
+    (every 5 s from second 5) or none."""
+    samples, iters = [], 0.0
+    heap = 64 * MIB
+    for i in range(int(seconds * 10) + 1):
+        s = i / 10.0
+        iters += (rate / 2 if s < warm_s else rate) / 10.0 if i else 0.0
+        samples.append({"t": start_ms + s * 1000, "iterations": int(iters), "rss": heap + 40 * MIB + native(s),
+                        "heap_rss": heap, "heap_committed": heap, "nonheap_committed": 40 * MIB, "nonheap_used": 38 * MIB,
+                        "nd4j_live": held(s), "javacpp_total": 0})
+    lives = [] if live is None else [{"t": start_ms + s * 1000, "heap_live": live(s), "iterations": int(s * rate),
+                                      "nd4j_live": held(s), "javacpp_total": 0} for s in range(5, int(seconds), 5)]
+    meta = {"returncode": exit_code, "interrupted": stopped_by is not None, "stopped_by": stopped_by}
+    return Timeline(Path("."), {"jvm_start": start_ms - 2000}, samples, [], [], [], [], None, meta, live_points=lives)
+
+
+def test_window_values_and_their_errors():
+    assert parse_window("auto") == AUTO and parse_window("FULL").full
+    assert parse_window("2000") == WindowSpec("iterations", 2000.0)
+    assert parse_window("90s") == WindowSpec("seconds", 90.0) and parse_window("5m").value == 300.0
+    assert parse_window("1.5h").value == 5400.0
+    for bad in ("0", "-3", "12x", "0s", "", "5 minutes"):
+        with pytest.raises(WindowError) as err:
+            parse_window(bad)
+        assert repr(bad) in str(err.value) or bad in str(err.value)
+        assert "--window" in str(err.value)
+
+
+def test_each_window_becomes_the_agents_options(tmp_path):
+    stop = tmp_path / "window.stop"
+    assert RunWindow(parse_window("500")).agent_options(stop) == ["window_iterations=500"]
+    assert RunWindow(parse_window("90s")).agent_options(stop) == ["window_ms=90000"]
+    assert RunWindow(AUTO).agent_options(stop) == [f"stop_file={stop}"]
+    assert RunWindow(AUTO, "speed", iterations=70, warmup=10).agent_options(stop) == ["window_iterations=70"]
+    assert RunWindow(WindowSpec("full")).agent_options(stop) == []
+
+
+def test_warm_up_ends_where_the_rate_reaches_the_steady_one():
+    t = made_up(40, 20.0, warm_s=5.0)
+    warm = warmup_iterations(t)
+    # 5 s at 10/s: iteration 50, then the steady 20/s (warm-up ends at the block after, 2 s blocks)
+    assert 50 <= warm <= 90, warm
+    assert rate_after(t, warm) == pytest.approx(20.0, rel=0.03)
+    assert t.iterations_per_second() < 19.0   # from the first iteration, warm-up included
+
+
+def test_speed_window_from_the_probe():
+    probe = made_up(40, 20.0, warm_s=5.0)
+    w = speed_window(AUTO, probe)
+    warm = warmup_iterations(probe)
+    # the warm-up twice over, then SPEED_MEASURE_S seconds of iterations at the probe's rate
+    assert w.warmup == 2 * warm and w.iterations == w.warmup + int(20.0 * window.SPEED_MEASURE_S)
+    assert speed_window(parse_window("30"), probe).iterations is None            # the user's 30 iterations
+    assert speed_window(parse_window("30"), probe).warmup == 10                   # a third of them at most
+    assert speed_window(WindowSpec("full"), probe) is None
+
+
+def test_flat_memory_sizes_for_the_whole_job():
+    t = made_up(90, 20.0, live=lambda s: 30 * MIB)
+    assert plateau(t).flat
+    scope = sizing_scope(t)
+    assert scope.whole_job and scope.ended == "window", scope
+    assert "leak slower than" in scope.leak_resolution
+
+
+def test_rising_native_memory_is_not_flat_and_is_said():
+    t = made_up(90, 20.0, native=lambda s: 100 * MIB + s * MIB, live=lambda s: 30 * MIB)   # +1 MiB a second
+    p = plateau(t)
+    assert not p.flat and p.rising[0].startswith("native memory +")
+    assert p.drift == pytest.approx(3600 * MIB, rel=0.05)
+    scope = sizing_scope(t)
+    assert not scope.whole_job and "not shown flat" in scope.why
+    assert any("drifted about" in n for n in scope.notes)
+
+
+def test_a_rise_that_levelled_off_early_is_flat():
+    t = made_up(90, 20.0, native=lambda s: 100 * MIB + min(s, 20) * 4 * MIB, live=lambda s: 30 * MIB)
+    assert plateau(t).flat
+
+
+def test_too_few_live_points_rule_no_leak_out():
+    t = made_up(90, 20.0)   # no live point at all
+    scope = sizing_scope(t)
+    assert not scope.whole_job and "too little to rule a leak out" in scope.why
+
+
+def test_a_completed_run_is_the_whole_job_and_a_failed_one_is_not():
+    assert sizing_scope(made_up(30, 20.0, stopped_by=None)).whole_job
+    failed = sizing_scope(made_up(30, 20.0, stopped_by=None, exit_code=137))
+    assert not failed.whole_job and failed.ended == "failed"
+    signalled = sizing_scope(made_up(30, 20.0, stopped_by="SIGTERM", exit_code=143))
+    assert not signalled.whole_job and signalled.ended == "SIGTERM"
+
+
+def test_auto_memory_window_waits_for_its_least_training_then_for_flat_memory(monkeypatch):
+    healthy = made_up(90, 20.0, live=lambda s: 30 * MIB)
+    assert window.memory_decision(healthy.until(healthy.samples[0]["t"] + 20_000)) is None   # too little training yet
+    assert "no leak" in window.memory_decision(healthy)
+    # a re-run measures at least the iterations of its first run
+    assert window.memory_decision(healthy, min_iterations=5000) is None
+    rising = made_up(90, 20.0, native=lambda s: 100 * MIB + s * MIB, live=lambda s: 30 * MIB)
+    assert window.memory_decision(rising) is None
+    monkeypatch.setattr(window, "MEMORY_MAX_S", 80.0)
+    assert "the most an auto window measures" in window.memory_decision(rising)
+
+
+def test_flatness_slices(monkeypatch):
+    # a rise in the last third under the allowance (10%, at least 16 MiB) is no rise
+    t = made_up(60, 20.0, native=lambda s: 200 * MIB + (10 * MIB if s > 45 else 0), live=lambda s: 30 * MIB)
+    assert plateau(t).flat
+    monkeypatch.setattr(flatness, "PLATEAU_SLACK", 4 * MIB)
+    monkeypatch.setattr(flatness, "PLATEAU_SHARE", 0.01)
+    assert not plateau(t).flat
