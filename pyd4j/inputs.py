@@ -126,6 +126,31 @@ def positive_int(value: Any, what: str, limit: int = JAVA_INT_MAX) -> int:
     return value
 
 
+MAX_NAME_LENGTH = 64              # a served model's name: part of URLs and file names (255 bytes at most)
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def model_name(name: Any, where: str = "model name") -> str:
+    """A served model's name: 1 to MAX_NAME_LENGTH ASCII letters, digits, '-', '_' and '.', not
+    starting with '.'. It becomes a URL path segment (/v2/models/NAME, where '.' and '..' are
+    rewritten by clients that normalise URLs) and part of file names (255 bytes on most file systems)."""
+    if not isinstance(name, str):
+        raise InputError(f"{where} {name!r} is a {type(name).__name__}; give a text name such as 'mlp'")
+    fix = f"use 1 to {MAX_NAME_LENGTH} letters, digits, '-', '_' or '.', not starting with '.', e.g. 'mlp' or 'lenet-v2'"
+    if not name:
+        raise InputError(f"{where} is empty; {fix}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InputError(f"{where} {name[:40]!r}... is {len(name)} characters, more than {MAX_NAME_LENGTH} "
+                         f"(it is part of URLs and file names); {fix}")
+    bad = sorted(set(name) - _NAME_CHARS)
+    if bad:
+        raise InputError(f"{where} {name!r} holds {''.join(bad)!r} (it becomes part of the URL /v2/models/NAME); {fix}")
+    if name.startswith("."):
+        raise InputError(f"{where} {name!r} starts with '.' ('.' and '..' are rewritten by clients that normalise "
+                         f"URLs); {fix}")
+    return name
+
+
 def executable(command: str) -> str:
     """The path of the program a job command starts, which must exist and be executable."""
     found = shutil.which(command) if os.sep not in command else (command if os.access(command, os.X_OK)

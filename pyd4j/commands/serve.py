@@ -12,6 +12,8 @@ from pyd4j.output import emit_json, fail, human_bytes, print_table
 
 PORT = params.Whole(0, 65535, example="--port 8000", why="a TCP port; 0 picks a free one")
 MAX_BODY = params.ByteSize(example="64m")
+MAX_SOAK = 1_000_000   # requests per model: hours of soak at the slowest example network's speed
+SOAK = params.Whole(10, MAX_SOAK, example="--soak 2000", why="requests per model, in 10 rounds")
 
 
 class SliceRows(click.ParamType):
@@ -26,6 +28,24 @@ class SliceRows(click.ParamType):
         if not str(value).strip().lstrip("-").isdigit():
             self.fail(f"{value!r}: give 'auto', 'whole' or a whole number of rows, e.g. --slice-rows 8", param, ctx)
         return self.rows.convert(value, param, ctx)
+
+
+def _input_specs(given: tuple[str, ...]) -> dict[str, str]:
+    """--input NAME=SPEC options as {name: spec}; each model once (the server checks the names are served)."""
+    from pyd4j.serve.model import parse_model_arg  # noqa: PLC0415
+
+    specs: dict[str, str] = {}
+    for text in given:
+        name, sep, spec = text.partition("=")
+        if not sep or not spec.strip():
+            raise click.BadParameter(f"{text!r}: write NAME=SPEC, the name of a --model and its input type, e.g. "
+                                     f"--input mlp=ff:784 or --input net=cnn:32x32x3", param_hint="--input")
+        name = parse_model_arg(text, "--input")[0]
+        if name in specs:
+            raise click.BadParameter(f"model {name!r} is given twice ({specs[name]!r} and {spec!r}); give one input "
+                                     f"type per model", param_hint="--input")
+        specs[name] = spec.strip()
+    return specs
 
 
 def _status_rows(status: dict) -> list[list[str]]:
@@ -94,7 +114,7 @@ def judge_soak(result: dict) -> dict:
               help="Seconds a request may take before the server answers 504.")
 @click.option("--max-body", type=MAX_BODY, default="64m", show_default=True,
               help="Largest request body; larger ones get 413.")
-@click.option("--soak", type=params.COUNT, default=None, metavar="N",
+@click.option("--soak", type=SOAK, default=None, metavar="N",
               help="Do not serve: send N requests per model over HTTP, then print the leak verdict on the server's memory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the model status (or the soak result) as JSON.")
 def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, port: int, budget: int | None,
@@ -102,25 +122,21 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
             soak: int | None, as_json: bool) -> None:
     """Serve DL4J models over the Open Inference Protocol v2 (KServe/Triton clients), under a memory budget."""
     try:
-        from pyd4j.serve import ModelServer  # noqa: PLC0415
-        from pyd4j.serve.model import parse_model_arg  # noqa: PLC0415
+        from pyd4j.serve import ModelLoadError, ModelServer  # noqa: PLC0415
     except ModuleNotFoundError as err:   # the HTTP side comes with the `serve` extra
         fail(f"pyd4j serve needs {err.name!r}, which is not installed: install the serve extra "
              "(pip install 'pyd4j[serve]')", as_json, code=2)
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the soak's client: one line per request otherwise
-    specs = dict(parse_model_arg(s) for s in input_specs)
     server = ModelServer(list(models), budget, host=host, port=0 if soak else port, max_batch=max_batch,
                          max_wait_ms=max_wait_ms, queue_size=queue_size, timeout_s=timeout_s, max_body_bytes=max_body,
-                         idle_before_evict_s=idle_s, inputs={k: str(v) for k, v in specs.items()},
-                         slice_rows=slice_rows)
-    server.load()
+                         idle_before_evict_s=idle_s, inputs=_input_specs(input_specs), slice_rows=slice_rows)
+    try:
+        server.load()
+    except ModelLoadError as err:   # every model failed: a server of no model is not started
+        fail(str(err), as_json=as_json, code=2)
     status = server.status()
-    failed = [m["error"] for m in status["models"].values() if m["state"] != "ready"]
-    if len(failed) == len(status["models"]):
-        server.stop()
-        fail("no model loaded: " + "; ".join(failed), as_json=as_json, code=2)
     if soak:
         from pyd4j.serve.soak import soak as run_soak  # noqa: PLC0415
 

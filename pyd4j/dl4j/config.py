@@ -15,6 +15,7 @@ from typing import Any
 
 import pyd4j.jvm
 from pyd4j.inputs import JAVA_INT_MAX, InputError, parse_json, read_text
+from pyd4j.dl4j.sizecheck import check_parameters_fit
 from pyd4j.jvm import java_errors, translate
 from pyd4j.output import stdout_to_stderr
 
@@ -176,13 +177,18 @@ def document_of(obj: Any) -> tuple[dict[str, Any], str]:
     return json.loads(str(conf.toJson())), kind
 
 
-def network_of(conf: Any, kind: str, init: bool = True) -> Any:
+def network_of(conf: Any, kind: str, init: bool = True, where: str = "the network configuration",
+               budget: int | None = None) -> Any:
     """A MultiLayerNetwork or ComputationGraph of a DL4J configuration object; `init`: parameters from
-    the configuration's seed, as DL4J's own `init()` makes them."""
+    the configuration's seed, as DL4J's own `init()` makes them, once `pyd4j.dl4j.sizecheck` found
+    that they fit `budget` and this machine (TooLargeError before anything is allocated otherwise)."""
     import jpype  # noqa: PLC0415
 
     cls = jpype.JClass("org.deeplearning4j.nn.graph.ComputationGraph" if kind == GRAPH
                        else "org.deeplearning4j.nn.multilayer.MultiLayerNetwork")
+    if init:
+        with java_errors():
+            check_parameters_fit(conf, where, budget)
     with java_errors(), stdout_to_stderr():
         net = cls(conf)
         if init:
@@ -197,4 +203,4 @@ def build_network(source: str | dict[str, Any], where: str = "the network config
         text = source
     else:
         kind, text = check_document(source, where), json.dumps(source)
-    return network_of(java_configuration(text, kind, where), kind, init)
+    return network_of(java_configuration(text, kind, where), kind, init, where)

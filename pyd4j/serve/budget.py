@@ -12,6 +12,11 @@ ago is not evicted at all: a model that needs room then waits until one has been
 and past its caller's timeout gets NoRoomError, which names the budget, the models holding it and
 when the first of them may go (the server's 503 with Retry-After). Models waiting for room are served first come first served. A busy model never
 waits on the budget (it is resident already), so waiting for room cannot deadlock.
+
+An eviction that fails (a full disk) leaves its model resident and out of the candidates for a
+while that doubles with each failure in a row (EVICT_RETRY_FIRST_S up to EVICT_RETRY_MAX_S): a
+model that needs the room waits or gets NoRoomError naming the failure, and the failing eviction is
+not asked for again and again (it once was, 15,000 times a second).
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from collections import deque
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+
+EVICT_RETRY_FIRST_S = 1.0    # after a failed eviction the model is not asked again for this long ...
+EVICT_RETRY_MAX_S = 60.0     # ... doubled after each failure in a row, up to this
 
 
 class OverBudgetError(Exception):
@@ -46,6 +55,9 @@ class Entry:
     requested: bool = False   # has served a request (a model only loaded is not protected by the idle time)
     evictions: int = 0
     restores: int = 0
+    eviction_failures: int = 0       # in a row; 0 after an eviction that worked
+    eviction_error: str | None = None
+    evict_retry_at: float = 0.0      # monotonic time before which it is not asked to go again
 
 
 class Budget:
@@ -132,12 +144,18 @@ class Budget:
             e.state = "resident"
             e.restores += 1
 
-    def not_evicted(self, name: str) -> None:
-        """An eviction failed: the model is resident again (who asked for its room waits on, or times out)."""
+    def not_evicted(self, name: str, error: str = "") -> float:
+        """An eviction failed: the model is resident again and not asked to go for a while (doubling
+        with each failure in a row); who asked for its room waits on, or times out. Returns the wait."""
         with self._cond:
             e = self._entries[name]
             e.state = "resident"
+            e.eviction_failures += 1
+            e.eviction_error = error or "eviction failed"
+            wait = min(EVICT_RETRY_MAX_S, EVICT_RETRY_FIRST_S * 2 ** (e.eviction_failures - 1))
+            e.evict_retry_at = time.monotonic() + wait
             self._cond.notify_all()
+            return wait
 
     def not_restored(self, name: str) -> None:
         """A restore failed: the model is evicted again and its room given back (not an eviction)."""
@@ -158,6 +176,7 @@ class Budget:
             e = self._entries[name]
             e.state = "evicted"
             e.evictions += 1
+            e.eviction_failures, e.eviction_error, e.evict_retry_at = 0, None, 0.0
             self._cond.notify_all()
 
     # ----------------------------------------------------------------- room
@@ -195,7 +214,8 @@ class Budget:
         staying = sum(x.footprint for x in self._entries.values() if x.state in ("loading", "resident", "restoring"))
         now = time.monotonic()
         candidates = sorted((x for x in self._entries.values() if x.state == "resident" and x.name != keep
-                             and self._idle_left(x, now) <= 0), key=lambda x: (x.busy, x.last_used))
+                             and self._idle_left(x, now) <= 0 and x.evict_retry_at <= now),
+                            key=lambda x: (x.busy, x.last_used))
         for victim in candidates:
             if staying + need <= self.limit:
                 break
@@ -219,5 +239,9 @@ class Budget:
                           for x in (protected or held))
         why = (f"held by {names}, used within the idle time of {self.idle_s:g} s (--idle-before-evict)"
                if protected else f"held by {names}")
+        failing = [x for x in held if x.eviction_error]
+        if failing:
+            why += "; evicting " + ", ".join(f"{x.name!r} failed ({x.eviction_error}), retried in "
+                                             f"{max(0.0, x.evict_retry_at - now):.0f} s" for x in failing)
         return NoRoomError(f"no room for model {e.name!r} ({e.footprint} bytes) within the budget of {self.limit} "
                            f"bytes: {why}; retry in {wait} s, or raise --budget", wait)

@@ -37,6 +37,9 @@ class Metrics:
         self.eviction_failures = Counter("pyd4j_serve_eviction_failures",
                                          "Evictions that failed (the model stayed resident), e.g. a full disk",
                                          ["model"], registry=r)
+        self.eviction_failing = Gauge("pyd4j_serve_eviction_failing",
+                                      "1 while the model's last eviction failed (it stays resident; retried later)",
+                                      ["model"], registry=r)
         self.budget_bytes = Gauge("pyd4j_serve_budget_bytes", "The memory budget (0: none)", registry=r)
 
     def request(self, model: str, status: int, seconds: float) -> None:
@@ -57,6 +60,7 @@ class Metrics:
 
     def evicted(self, model: str, seconds: float) -> None:
         self.evictions.labels(model).inc()
+        self.eviction_failing.labels(model).set(0)
         self.evict_seconds.labels(model).observe(seconds)
         self.resident_bytes.labels(model).set(0)
 
@@ -70,6 +74,7 @@ class Metrics:
 
     def eviction_failure(self, model: str) -> None:
         self.eviction_failures.labels(model).inc()
+        self.eviction_failing.labels(model).set(1)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -20,25 +20,25 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
+import tempfile
 import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from pyd4j import workspaces
 from pyd4j.dl4j import config, input_types
+from pyd4j.dl4j.inference import output, settled_workspace_bytes
 from pyd4j.dl4j.load import load
-from pyd4j.inputs import InputError
+from pyd4j.dl4j.sizecheck import check_parameters_fit, machine_bytes
+from pyd4j.inputs import MAX_TEXT_BYTES, InputError, model_name
 from pyd4j.memory.estimate import estimate
 from pyd4j.serve import sizing
-from pyd4j.serve.protocol import TensorSpec, datatype_of
-
-
-SETTLE_MIN_CALLS = 4   # workspaces measured once three calls in a row left them the same size ...
-SETTLE_MAX_CALLS = 10  # ... or after this many calls, the largest size seen
+from pyd4j.serve.protocol import DATATYPES, TensorSpec, datatype_of
 
 
 class ModelLoadError(InputError):
@@ -84,42 +84,43 @@ def _return_free_memory() -> None:
 _LIBC: Any = None
 
 
-def _write_params(params: np.ndarray, path: Path) -> None:
-    """The parameters to `path`, whole or not at all: written to a side file with ordinary writes (a
-    full disk is an OSError here; through a memory map it would be SIGBUS) and renamed when complete,
-    so a restore never reads a partial file. The model stays resident when this fails."""
-    partial = path.with_name(path.name + ".partial")
+def _write_params(params: np.ndarray, directory: Path, name: str) -> IO[bytes]:
+    """The parameters in a new file of `directory` that has no name (unlinked as it is made), whole or
+    not at all: written with ordinary writes (a full disk is an OSError here; through a memory map it
+    would be SIGBUS) and handed back only when complete, so a restore never reads a partial file. The
+    file goes when it is closed or the process ends, however it ends (SIGTERM, SIGKILL, a JVM abort):
+    a server leaves nothing in the temp directory. The model stays resident when this fails."""
+    f = tempfile.TemporaryFile(dir=directory, prefix=f"pyd4j-serve-{name}-", suffix=".params")
     try:
-        with open(partial, "wb") as f:
-            params.tofile(f)
-        partial.replace(path)
+        params.tofile(f)
+        f.flush()
     except BaseException:
-        partial.unlink(missing_ok=True)
+        f.close()
         raise
+    return f
 
 
-def parse_model_arg(text: str) -> tuple[str, Path]:
-    """'NAME=PATH' -> (name, path); InputError names the fix."""
+def parse_model_arg(text: str, option: str = "--model") -> tuple[str, Path]:
+    """'NAME=PATH' -> (name, path) of a --model option; InputError names the fix."""
     name, sep, path = text.partition("=")
     name = name.strip()
     if not sep or not name or not path:
-        raise InputError(f"--model {text!r}: write NAME=PATH, e.g. --model mlp=examples/networks/mlp.json "
+        raise InputError(f"{option} {text!r}: write NAME=PATH, e.g. {option} mlp=examples/networks/mlp.json "
                          f"(a ModelSerializer zip or a configuration JSON)")
-    if not all(c.isalnum() or c in "-_." for c in name):
-        raise InputError(f"--model {text!r}: the name {name!r} may hold only letters, digits, '-', '_' and '.' "
-                         f"(it becomes part of the URL /v2/models/NAME)")
-    return name, Path(path)
+    return model_name(name, f"{option} {text!r}: the name"), Path(path)
 
 
 class ServedModel:
     """A DL4J MultiLayerNetwork or ComputationGraph from a ModelSerializer zip or a configuration JSON."""
 
     def __init__(self, name: str, path: str | Path, spill_dir: Path, input_spec: str | None = None,
-                 restore_from: str = "disk") -> None:
-        self.name = name
+                 restore_from: str = "disk", budget: int | None = None) -> None:
+        self.name = model_name(name)
         self.restore_from = restore_from  # "zip": reload a zip model from its file instead (a baseline)
         self.path = Path(path)
-        self.spill_path = spill_dir / f"{name}.params"
+        self.spill_dir = Path(spill_dir)  # the disk tier's file is made here, nameless (see _write_params)
+        self._spill: IO[bytes] | None = None
+        self.budget = budget              # refused before init() when its parameters alone pass it
         self.input_spec = input_spec
         self.net: Any = None
         self.kind = ""
@@ -150,6 +151,7 @@ class ServedModel:
         with java_errors():
             if zipfile.is_zipfile(self.path):
                 self.source = "zip"
+                self._check_zip()
                 self.net = self._from_zip()
             else:
                 self.source = "json"
@@ -166,24 +168,58 @@ class ServedModel:
             self.inputs = [TensorSpec(n, dt, tuple(input_types.array_shape(s, -1))) for n, s in zip(names, specs)]
             one = self.infer([np.zeros((1, *s.shape[1:]), self.params_dtype) for s in self.inputs])
             self.outputs = [TensorSpec(n, datatype_of(a.dtype), (-1, *a.shape[1:])) for n, a in zip(self._output_names(), one)]
+            self._check_batch_fits(max_batch)
             self.footprint = self._measure(max_batch, slice_rows, specs)
         self.load_seconds = time.perf_counter() - t0
         return self.footprint
 
-    def _from_zip(self):
-        from org.deeplearning4j.util import ModelSerializer  # noqa: PLC0415
+    def _check_batch_fits(self, max_batch: int) -> None:
+        """A batch of max_batch rows (its inputs and outputs) must fit the budget and the machine before
+        one is made: --max-batch 2147483647 would otherwise fail allocating terabytes."""
+        row = sum(math.prod(s.shape[1:]) * DATATYPES[s.datatype].itemsize for s in (*self.inputs, *self.outputs))
+        limit, what = machine_bytes(), "this machine's memory"
+        if self.budget is not None and self.budget < limit:
+            limit, what = self.budget, "the budget (--budget)"
+        if row * max_batch > limit:
+            raise ModelLoadError(f"model {self.name!r}: --max-batch {max_batch} makes one batch of {row * max_batch} "
+                                 f"bytes of inputs and outputs ({row} bytes a row), more than {what} of {limit} "
+                                 f"bytes; lower --max-batch (at most {max(1, limit // max(row, 1))} rows fit)")
 
+    def _check_zip(self) -> None:
+        """A ModelSerializer zip's entries, its configuration, and its parameters' size against the
+        budget and the machine, before DL4J reads any of it."""
+        where = f"model {self.name!r} ({str(self.path)!r})"
         with zipfile.ZipFile(self.path) as z:
             for entry, what in (("configuration.json", "the configuration"), ("coefficients.bin", "the parameters")):
                 if entry not in z.namelist():
                     raise ModelLoadError(f"model {self.name!r}: {str(self.path)!r} is a zip without {entry} ({what}), "
                                          f"not one ModelSerializer.writeModel(net, file, saveUpdater) wrote")
+            if z.getinfo("configuration.json").file_size > MAX_TEXT_BYTES:
+                raise ModelLoadError(f"{where}: configuration.json declares {z.getinfo('configuration.json').file_size} "
+                                     f"bytes, more than the {MAX_TEXT_BYTES} a DL4J configuration takes; write the "
+                                     f"model with ModelSerializer.writeModel")
             try:
-                doc = json.loads(z.read("configuration.json"))
-            except (ValueError, UnicodeDecodeError) as err:
-                raise ModelLoadError(f"model {self.name!r}: configuration.json in {str(self.path)!r} is not valid JSON "
+                text = z.read("configuration.json").decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ModelLoadError(f"model {self.name!r}: configuration.json in {str(self.path)!r} is not UTF-8 "
                                      f"({err}); write the model with ModelSerializer.writeModel") from None
-        self.kind = config.kind_of(doc) or config.MULTILAYER
+            declared = z.getinfo("coefficients.bin").file_size
+        try:
+            _, self.kind = config.parse_document(text, f"configuration.json in {str(self.path)!r}")
+        except InputError as err:
+            raise ModelLoadError(f"model {self.name!r}: {err}") from None
+        # the parameters DL4J will read, before it reads them: the configuration's count, and the
+        # size the zip declares for coefficients.bin (a zip of zeros compresses a thousandfold)
+        conf = config.java_configuration(text, self.kind, where)
+        needed = check_parameters_fit(conf, where, self.budget)
+        if declared > 2 * needed + 1024**2:
+            raise ModelLoadError(f"{where}: coefficients.bin declares {declared} bytes, and the configuration's "
+                                 f"parameters take {needed}: not a file ModelSerializer.writeModel wrote for this "
+                                 f"configuration; write the model again")
+
+    def _from_zip(self):
+        from org.deeplearning4j.util import ModelSerializer  # noqa: PLC0415
+
         restore = ModelSerializer.restoreComputationGraph if self.kind == "ComputationGraph" \
             else ModelSerializer.restoreMultiLayerNetwork
         return restore(str(self.path), False)
@@ -196,7 +232,8 @@ class ServedModel:
         return self._build(text, init=True)   # random parameters from the configuration's seed
 
     def _build(self, text: str, init: bool = False):
-        return config.network_of(config.java_configuration(text, self.kind, f"model {self.name!r}"), self.kind, init)
+        where = f"model {self.name!r}"
+        return config.network_of(config.java_configuration(text, self.kind, where), self.kind, init, where, self.budget)
 
     def _conf(self):
         return self.net.getConfiguration() if self.kind == "ComputationGraph" else self.net.getLayerWiseConfigurations()
@@ -246,17 +283,9 @@ class ServedModel:
 
     def _settled_workspaces(self, x: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
         """Bytes DL4J's inference workspaces hold once they stop growing, running `x` again and again
-        (and the outputs of the last run).
-        They learn over several calls: after one output() of deep_cnn_bn at batch 32 they held 21 MB,
-        from the third on 64 MB (a second workspace allocates one call later, and larger). Calls of
-        fewer rows in any order never took them above this (0.98-0.99x of it, measured)."""
-        sizes = []
-        for _ in range(SETTLE_MAX_CALLS):
-            y = self.infer(x)
-            sizes.append(workspaces.held_bytes())
-            if len(sizes) >= SETTLE_MIN_CALLS and sizes[-1] == sizes[-2] == sizes[-3]:
-                break
-        return max(sizes), y
+        (and the outputs of the last run). Calls of fewer rows in any order never took them above this
+        (0.98-0.99x of it, measured)."""
+        return settled_workspace_bytes(lambda: self.infer(x))
 
     # ------------------------------------------------------------------ run
 
@@ -270,20 +299,8 @@ class ServedModel:
         return [np.concatenate(p) for p in zip(*parts)]
 
     def _output(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """One net.output() call; the outputs' ND4J memory is released at once rather than at Java's
-        next collection."""
-        import pyd4j.nd as nd  # noqa: PLC0415
-
-        xs = [nd.from_numpy(np.ascontiguousarray(a, dtype=self.params_dtype)) for a in arrays]
-        if self.kind == "ComputationGraph":
-            outs = list(self.net.output(*xs))
-        else:
-            outs = [self.net.output(xs[0])]
-        result = [nd.to_numpy(o, copy=True) for o in outs]
-        for o in outs:
-            if o.closeable():
-                o.close()
-        return result
+        """One net.output() call at the model's parameter dtype."""
+        return output(self.net, self.kind, [np.ascontiguousarray(a, dtype=self.params_dtype) for a in arrays])
 
     @property
     def resident(self) -> bool:
@@ -294,8 +311,8 @@ class ServedModel:
         import pyd4j.nd as nd  # noqa: PLC0415
 
         # inference never changes the parameters: the file is written once, at the first eviction
-        if self.restore_from != "zip" and not self.spill_path.exists():
-            _write_params(nd.to_numpy(self.net.params()), self.spill_path)
+        if self.restore_from != "zip" and self._spill is None:
+            self._spill = _write_params(nd.to_numpy(self.net.params()), self.spill_dir, self.name)
         self._release()
         workspaces.destroy_all()
         _return_free_memory()
@@ -322,7 +339,7 @@ class ServedModel:
             self.net = self._from_zip()
             self.last_restore_seconds = time.perf_counter() - t0
             return self.last_restore_seconds
-        mm = np.memmap(self.spill_path, dtype=self.params_dtype, mode="r")
+        mm = np.memmap(self._spill, dtype=self.params_dtype, mode="r")
         params = Nd4j.createUninitialized(DataType.valueOf(nd.nd4j_dtype(self.params_dtype)), 1, int(mm.size))
         target = nd.to_numpy(params)
         np.copyto(target, mm.reshape(target.shape))
@@ -334,9 +351,12 @@ class ServedModel:
         return self.last_restore_seconds
 
     def close(self) -> None:
-        """Release the network (shutdown); the disk tier file goes with the server's spill directory."""
+        """Release the network and the disk tier's file (shutdown)."""
         if self.net is not None:
             self._release()
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "source": self.source, "path": str(self.path),

@@ -5,6 +5,12 @@ the response shapes existing clients read. Tensors come as JSON (`data` flattene
 nested) or, with Triton's binary tensor data extension, as raw little-endian bytes after a JSON
 header whose length the `Inference-Header-Content-Length` header gives (tritonclient sends and
 asks for that by default).
+
+The request's JSON is validated by pydantic models of the protocol's shapes (`InferenceRequest`),
+the same models pyd4j.serve.openapi publishes as the server's OpenAPI description; what they cannot
+say (a model's tensor names, shapes and datatypes) is checked after. A response never holds NaN or
+Infinity, which JSON numbers cannot be: such outputs are refused naming the tensor, and carried
+as binary data when the client asks for that.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -25,6 +32,84 @@ DATATYPES: dict[str, np.dtype] = {
     "FP16": np.dtype("<f2"),
 }
 _NAME_OF = {dt: name for name, dt in DATATYPES.items()}
+# Every datatype the protocol names (the models served take the FP ones above).
+OIP_DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32",
+                 "FP64", "BYTES")
+JSON_LONG_MAX = 2**63 - 1
+
+
+# ----------------------------------------------------------------------------- the protocol's shapes
+
+Parameters = dict[str, StrictStr | StrictBool | StrictInt | StrictFloat]
+Dim = Annotated[int, Field(ge=0, le=JSON_LONG_MAX)]
+
+
+class _Shape(BaseModel):
+    """Strict: a number is a number ("5" is not 5); keys the protocol does not name are allowed."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class RequestInput(_Shape):
+    """$request_input: a tensor as JSON `data` (flat row-major, or nested), or as binary data after the
+    JSON (Triton's extension: `parameters.binary_data_size`)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    shape: list[Dim]
+    datatype: Literal[OIP_DATATYPES]  # type: ignore[valid-type]
+    parameters: Parameters | None = None
+    data: list[Any] | None = None
+
+
+class RequestOutput(_Shape):
+    name: Annotated[str, Field(min_length=1)]
+    parameters: Parameters | None = None
+
+
+class InferenceRequest(_Shape):
+    """$inference_request of the Open Inference Protocol v2 (REST)."""
+
+    id: str | None = None
+    parameters: Parameters | None = None
+    inputs: Annotated[list[RequestInput], Field(min_length=1)]
+    outputs: list[RequestOutput] | None = None
+
+
+class ResponseOutput(_Shape):
+    name: str
+    shape: list[Dim]
+    datatype: str
+    parameters: Parameters | None = None
+    data: list[float] | None = None
+
+
+class InferenceResponse(_Shape):
+    model_name: str
+    model_version: str | None = None
+    id: str | None = None
+    parameters: Parameters | None = None
+    outputs: list[ResponseOutput]
+
+
+class ErrorResponse(_Shape):
+    """Every refusal: the protocol's $inference_error_response."""
+
+    error: str
+
+
+def _schema_error(err: ValidationError, doc: dict[str, Any]) -> str:
+    """The first thing wrong in a request, located as a person reads it: input 'x' (inputs[0]).shape[1]."""
+    first = err.errors()[0]
+    loc = first["loc"]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "the request"
+    if len(loc) >= 2 and loc[0] in ("inputs", "outputs") and isinstance(loc[1], int):
+        tensor = doc[loc[0]][loc[1]]
+        if isinstance(tensor, dict) and isinstance(tensor.get("name"), str):
+            rest = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:])
+            where = f"{loc[0][:-1]} {tensor['name']!r} ({loc[0]}[{loc[1]}]){rest}"
+    got = repr(first.get("input"))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    return f"{where}: {first['msg']} (got {got})"
 
 
 class ProtocolError(Exception):
@@ -92,7 +177,10 @@ def _split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any],
     except _NonFinite as err:
         raise _bad(f"the request holds {err.args[0]}, which JSON numbers cannot be; send finite numbers, or the "
                    f"tensor as binary data (binary_data_size), which carries any float") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except RecursionError:
+        raise _bad(f"{what} nests JSON too deep to read; an inference request nests a few levels (a tensor's "
+                   f"\"data\" as deep as its shape): send \"data\" flat, row-major") from None
+    except (ValueError, UnicodeDecodeError) as err:   # JSONDecodeError, or an integer of too many digits
         raise _bad(f"{what} is not JSON ({err}); send an inference request as the Open Inference "
                    f"Protocol v2 describes: {{\"inputs\": [{{\"name\", \"shape\", \"datatype\", \"data\"}}]}}") from None
     if not isinstance(doc, dict):
@@ -109,10 +197,13 @@ def parse_infer_request(body: bytes, header_length: str | None, inputs: list[Ten
     if not isinstance(given, list) or not given:
         raise _bad("the request has no \"inputs\" list; expected inputs: "
                    + ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in inputs))
+    try:
+        InferenceRequest.model_validate(doc)
+    except ValidationError as err:
+        raise _bad(f"the request is not an Open Inference Protocol v2 inference request: {_schema_error(err, doc)}; "
+                   f"this model takes " + ", ".join(f"{s.name!r} {s.datatype} {list(s.shape)}" for s in inputs)) from None
     by_name: dict[str, dict[str, Any]] = {}
     for t in given:
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-            raise _bad("each input must be an object with a \"name\", \"shape\", \"datatype\" and \"data\"")
         if t["name"] in by_name:
             raise _bad(f"input {t['name']!r} is given twice; give each input once")
         by_name[t["name"]] = t
@@ -182,12 +273,25 @@ def _tensor(t: dict[str, Any], spec: TensorSpec, binary: memoryview, offset: int
     if "data" not in t:
         raise _bad(f"input {name!r} has no \"data\" (nor binary_data_size); {want}")
     try:
-        arr = np.asarray(t["data"], dtype=dtype.newbyteorder("="))
-    except (TypeError, ValueError) as err:
+        raw = np.asarray(t["data"])
+    except (TypeError, ValueError, OverflowError, RecursionError) as err:
         raise _bad(f"input {name!r}: its data cannot be read as {spec.datatype} numbers ({err}); {want}") from None
-    if arr.size != count:
-        raise _bad(f"input {name!r} has {arr.size} values in \"data\"; its shape {shape} takes {count}")
+    if raw.dtype.kind not in "iuf":   # text, true/false, objects, or integers past 64 bits
+        raise _bad(f"input {name!r}: its data holds {_kind_words(raw)}, not {spec.datatype} numbers; {want}")
+    if raw.size != count:
+        raise _bad(f"input {name!r} has {raw.size} values in \"data\"; its shape {shape} takes {count}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        arr = raw.astype(dtype.newbyteorder("="))
+    if not np.isfinite(arr).all():
+        biggest = float(np.finfo(dtype).max)
+        raise _bad(f"input {name!r} holds values beyond {spec.datatype}'s range (largest magnitude {biggest:.4g}); "
+                   f"send values within it")
     return np.ascontiguousarray(arr.reshape(shape)), offset
+
+
+def _kind_words(arr: np.ndarray) -> str:
+    return {"b": "true/false values", "U": "text", "S": "text", "O": "values that are not numbers (or integers "
+            "past 64 bits)"}.get(arr.dtype.kind, f"values of kind {arr.dtype.kind!r}")
 
 
 def infer_response(model: str, request: InferRequest, specs: list[TensorSpec],
@@ -204,12 +308,19 @@ def infer_response(model: str, request: InferRequest, specs: list[TensorSpec],
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:
+            bad = np.size(arr) - int(np.count_nonzero(np.isfinite(arr)))
+            if bad:
+                raise ProtocolError(400, f"output {name!r} of model {model!r} holds {bad} values that are NaN or "
+                                         f"infinite, which JSON numbers cannot be (the inputs overflowed the model's "
+                                         f"{datatype_of(arr.dtype)} arithmetic, or the model's parameters hold them); "
+                                         f"ask for the output as binary data (parameters.binary_data_output: true), "
+                                         f"which carries any float, or send smaller inputs")
             entry["data"] = arr.reshape(-1).tolist()
         outs.append(entry)
     doc: dict[str, Any] = {"model_name": model, "model_version": "1", "outputs": outs}
     if request.id is not None:
         doc["id"] = request.id
-    head = json.dumps(doc).encode()
+    head = json.dumps(doc, allow_nan=False).encode()
     if not blobs:
         return head, {"content-type": "application/json"}
     return head + b"".join(blobs), {"content-type": "application/octet-stream", HEADER_LENGTH: str(len(head))}

@@ -15,7 +15,7 @@ import asyncio
 import errno
 import functools
 import logging
-import shutil
+import os
 import socket
 import tempfile
 import threading
@@ -24,15 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pyd4j import __version__
-from pyd4j.inputs import InputError, finite, positive_int
+from pyd4j.dl4j.input_types import parse_input_spec
+from pyd4j.inputs import InputError, finite, model_name, positive_int
 from pyd4j.serve.budget import Budget, NoRoomError
 from pyd4j.serve.metrics import Metrics
-from pyd4j.serve.model import ServedModel, parse_model_arg
+from pyd4j.serve.model import ModelLoadError, ServedModel, parse_model_arg
+from pyd4j.serve.openapi import openapi_document
 from pyd4j.serve.protocol import HEADER_LENGTH, ProtocolError, infer_response, parse_infer_request
 from pyd4j.serve.worker import ModelBusyError, ModelWorker, Pending
 
@@ -43,6 +46,15 @@ DEFAULT_MAX_BODY = 64 * 1024**2
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, a method the route does not take) as JSON too."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    what = {404: f"no endpoint {request.url.path!r}; this server speaks the Open Inference Protocol v2 under /v2 "
+                 f"(its OpenAPI description: /openapi.json)",
+            405: f"{request.url.path!r} does not take {request.method}"}.get(status, getattr(exc, "detail", str(exc)))
+    return _error(status, what, getattr(exc, "headers", None))
 
 
 def _model_endpoint(ready: bool = True):
@@ -78,7 +90,7 @@ class ModelServer:
         from pyd4j.units import parse_bytes  # noqa: PLC0415
 
         if isinstance(models, dict) and all(isinstance(p, (str, Path)) for p in models.values()):
-            pairs = [(str(n), Path(p)) for n, p in models.items()]
+            pairs = [(model_name(n), Path(p)) for n, p in models.items()]
         elif isinstance(models, (list, tuple)) and all(isinstance(m, str) for m in models):
             pairs = [parse_model_arg(m) for m in models]
         else:
@@ -116,12 +128,11 @@ class ModelServer:
         self.max_batch, self.max_wait_s, self.queue_size = max_batch, max_wait_ms / 1000.0, queue_size
         self.slice_rows = slice_rows
         self.timeout_s, self.max_body = timeout_s, max_body_bytes
-        self.inputs = inputs or {}
+        self.inputs = _checked_inputs(inputs, names)
         if restore_from not in ("disk", "zip"):
             raise InputError(f"restore_from {restore_from!r}: use 'disk' (the disk tier) or 'zip'")
         self.restore_from = restore_from
-        self._spill_parent = spill_dir
-        self.spill_dir: Path | None = None
+        self.spill_dir = _checked_spill_dir(spill_dir)
         self.metrics = Metrics()
         self.metrics.budget_bytes.set(self.limit or 0)
         self.idle_before_evict_s = idle_before_evict_s
@@ -134,19 +145,23 @@ class ModelServer:
     # ----------------------------------------------------------------- lifecycle
 
     def load(self) -> "ModelServer":
-        """Start the JVM and load every model, one after another (a failure is reported, the others load)."""
+        """Start the JVM and load every model, one after another (a failure is reported, the others
+        load); ModelLoadError naming every failure when none loads: a server of no model serves nothing."""
         from pyd4j.dl4j.config import start_jvm  # noqa: PLC0415
 
         self._bind(check_only=True)
         start_jvm()
-        self.spill_dir = Path(tempfile.mkdtemp(prefix="pyd4j-serve-", dir=self._spill_parent))
         for name, path in self.pairs:
-            model = ServedModel(name, path, self.spill_dir, self.inputs.get(name), self.restore_from)
+            model = ServedModel(name, path, self.spill_dir, self.inputs.get(name), self.restore_from, self.limit)
             w = ModelWorker(model, self.budget, self.metrics, self.max_batch, self.max_wait_s, self.queue_size,
                             self.slice_rows)
             self.workers[name] = w
             w.start()
             w.loaded.wait()
+        if not any(w.state == "ready" for w in self.workers.values()):
+            errors = [w.error or f"model {n!r}: {w.state}" for n, w in self.workers.items()]
+            self.stop()
+            raise ModelLoadError("no model loaded, so there is nothing to serve: " + "; ".join(errors))
         return self
 
     def _request_eviction(self, name: str) -> None:
@@ -225,9 +240,6 @@ class ModelServer:
             w.stop()
         for w in self.workers.values():
             w.join(timeout=60)
-        if self.spill_dir is not None:
-            shutil.rmtree(self.spill_dir, ignore_errors=True)
-            self.spill_dir = None
 
     def __enter__(self) -> "ModelServer":
         return self.start()
@@ -278,8 +290,9 @@ class ModelServer:
             Route("/v2/models/{name}/versions/{version}/infer", self._infer, methods=["POST"]),
             Route("/v2/repository/index", self._repository_index, methods=["POST"]),
             Route("/metrics", self._metrics),
+            Route("/openapi.json", self._openapi),
         ]
-        return Starlette(routes=routes)
+        return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
 
     def _worker(self, request: Request, ready: bool = True) -> ModelWorker:
         name = request.path_params["name"]
@@ -318,9 +331,15 @@ class ModelServer:
 
     @_model_endpoint(ready=False)
     async def _model_ready(self, w: ModelWorker) -> Response:
+        """Ready or not; a model whose last eviction failed is ready (it serves, resident) and says why
+        it holds its room: `eviction_error`, `eviction_failures` (in a row)."""
         ready = w.state == "ready"
-        return JSONResponse({"name": w.model.name, "ready": ready, **({} if ready else {"error": w.error or w.state})},
-                            status_code=200 if ready else 503)
+        doc: dict[str, Any] = {"name": w.model.name, "ready": ready, **({} if ready else {"error": w.error or w.state})}
+        if ready:
+            e = self.budget.entry(w.model.name)
+            if e.eviction_error:
+                doc.update(eviction_error=e.eviction_error, eviction_failures=e.eviction_failures)
+        return JSONResponse(doc, status_code=200 if ready else 503)
 
     @_model_endpoint()
     async def _model_config(self, w: ModelWorker) -> Response:
@@ -340,6 +359,9 @@ class ModelServer:
                 entry["reason"] = w.error
             out.append(entry)
         return JSONResponse(out)
+
+    async def _openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(self))
 
     async def _metrics(self, request: Request) -> Response:
         return Response(self.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -388,6 +410,39 @@ class ModelServer:
             response = Response(content, headers=headers)
         except ProtocolError as err:
             response = _error(err.status, str(err), err.headers)
+        except ClientDisconnect:  # the client went while sending its body: nobody reads an answer
+            log.debug("model %s: the client disconnected before its request was read", name)
+            response = _error(400, "the client disconnected before its request body was read")
         if name in self.workers:
             self.metrics.request(name, response.status_code, time.perf_counter() - t0)
         return response
+
+
+def _checked_inputs(inputs: Any, names: list[str]) -> dict[str, str]:
+    """`inputs`: a dict of served model name -> input type spec (e.g. 'ff:784')."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+        raise InputError(f"inputs {inputs!r}: give a dict of model name -> input type, e.g. {{'mlp': 'ff:784'}}")
+    unknown = sorted(set(inputs) - set(names))
+    if unknown:
+        raise InputError(f"input types (--input) for {unknown}, which are not served models ({names}): an input type is for a "
+                         f"model given with --model NAME=PATH; fix the name or leave it out")
+    for name, spec in inputs.items():
+        try:
+            parse_input_spec(spec)
+        except InputError as err:
+            raise InputError(f"--input {name}={spec}: {err}") from None
+    return dict(inputs)
+
+
+def _checked_spill_dir(spill_dir: Any) -> Path:
+    """Where evicted models' parameters go (files without names, gone when the server ends): an existing
+    directory this user can write, the temp directory by default."""
+    if spill_dir is not None and not isinstance(spill_dir, (str, Path)):
+        raise InputError(f"spill_dir {spill_dir!r}: give a directory path, or None for the temp directory")
+    d = Path(spill_dir) if spill_dir is not None else Path(tempfile.gettempdir())
+    if not d.is_dir() or not os.access(d, os.W_OK | os.X_OK):
+        raise InputError(f"spill_dir {str(d)!r} is not a directory this user can write; give one that is (the disk "
+                         f"tier writes evicted models' parameters there)")
+    return d

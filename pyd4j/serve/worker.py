@@ -216,10 +216,10 @@ class ModelWorker(threading.Thread):
         try:
             self.model.evict()
         except Exception as err:  # noqa: BLE001  (the model stays resident and serves; the waiter hears "no room")
-            log.error("model %s: eviction failed, it stays resident (%s: %s); free the disk under %s or raise "
-                      "--budget", name, type(err).__name__, err, self.model.spill_path.parent)
+            wait = self.budget.not_evicted(name, f"{type(err).__name__}: {err}")
+            log.error("model %s: eviction failed, it stays resident (%s: %s); not tried again for %.0f s; free the "
+                      "disk under %s or raise --budget", name, type(err).__name__, err, wait, self.model.spill_dir)
             self.metrics.eviction_failure(name)
-            self.budget.not_evicted(name)
             return
         self.budget.evicted(name)
         self.metrics.evicted(name, time.perf_counter() - t0)

@@ -12,7 +12,9 @@ import time
 
 import numpy as np
 
-from pyd4j.serve.budget import Budget, NoRoomError
+import pytest
+
+from pyd4j.serve.budget import EVICT_RETRY_FIRST_S, Budget, NoRoomError
 from pyd4j.serve.metrics import Metrics
 from pyd4j.serve.model import Footprint
 from pyd4j.serve.worker import ModelWorker, Pending
@@ -130,7 +132,7 @@ def test_fake_model_a_failed_eviction_leaves_it_resident_and_says_so(caplog) -> 
         budget, workers = _setup(100)
         b = workers["b"]
         b.model.evict = lambda: (_ for _ in ()).throw(OSError(28, "No space left on device"))  # type: ignore[method-assign]
-        b.model.spill_path = type("P", (), {"parent": "/spill"})()  # type: ignore[attr-defined]
+        b.model.spill_dir = "/spill"  # type: ignore[attr-defined]
         with budget._cond:
             budget._make_room(need=100, keep="a")
         assert b._evict_asked and budget.entry("b").state == "evicting"
@@ -139,6 +141,24 @@ def test_fake_model_a_failed_eviction_leaves_it_resident_and_says_so(caplog) -> 
         assert b.model.resident and budget.entry("b").state == "resident" and not b._evict_asked
         assert "eviction failed, it stays resident" in caplog.text and "No space left on device" in caplog.text
         assert b.metrics.eviction_failures.labels("b")._value.get() == 1
+        assert b.metrics.eviction_failing.labels("b")._value.get() == 1
+        e = budget.entry("b")
+        assert e.eviction_failures == 1 and "No space left on device" in e.eviction_error
+        # backed off: asked for room again at once, the budget does not ask b again (no busy loop) ...
+        with budget._cond:
+            budget._make_room(need=100, keep="a")
+        assert not b._evict_asked and budget.entry("b").state == "resident"
+        # ... and one who waits for the room hears why it is held
+        with pytest.raises(NoRoomError, match="evicting 'b' failed .*No space left on device"):
+            budget.begin("a", timeout=0.0)
+        # once its back-off has passed it is asked again; a second failure doubles the wait
+        budget._entries["b"].evict_retry_at = 0.0
+        with budget._cond:
+            budget._make_room(need=100, keep="a")
+        assert b._evict_asked
+        b._evict()
+        e = budget.entry("b")
+        assert e.eviction_failures == 2 and e.evict_retry_at - time.monotonic() > EVICT_RETRY_FIRST_S * 1.5
         served = _pending(loop, 5.0)
         b._run([served])   # it still serves
         loop.run_until_complete(asyncio.sleep(0))
@@ -147,9 +167,10 @@ def test_fake_model_a_failed_eviction_leaves_it_resident_and_says_so(caplog) -> 
         loop.close()
 
 
-def test_parameters_are_written_whole_or_not_at_all(tmp_path) -> None:
+def test_parameters_are_written_whole_or_not_at_all_in_a_file_without_a_name(tmp_path) -> None:
     """The disk tier's file: a write that fails halfway (a full disk; here an array whose tofile fails
-    after 100 bytes, a stand-in) leaves no file a restore could read; a complete one reads back exactly."""
+    after 100 bytes, a stand-in) leaves no file a restore could read; a complete one reads back exactly.
+    Neither is ever visible in the directory: nothing is left there however the process ends."""
     from pyd4j.serve.model import _write_params
 
     params = np.random.default_rng(0).random(1000, dtype=np.float32)
@@ -159,14 +180,14 @@ def test_parameters_are_written_whole_or_not_at_all(tmp_path) -> None:
             f.write(b"x" * 100)
             raise OSError(28, "No space left on device")
 
-    path = tmp_path / "m.params"
     try:
-        _write_params(params.view(FullDisk), path)
+        _write_params(params.view(FullDisk), tmp_path, "m")
     except OSError as err:
         assert err.errno == 28
     else:
         raise AssertionError("the failed write was not reported")
     assert list(tmp_path.iterdir()) == []
-    _write_params(params, path)
-    np.testing.assert_array_equal(np.memmap(path, dtype=np.float32, mode="r"), params)
-    assert [p.name for p in tmp_path.iterdir()] == ["m.params"]
+    f = _write_params(params, tmp_path, "m")
+    assert list(tmp_path.iterdir()) == []
+    np.testing.assert_array_equal(np.memmap(f, dtype=np.float32, mode="r"), params)
+    f.close()
