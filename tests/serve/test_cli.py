@@ -27,6 +27,19 @@ PYD4J = [sys.executable, "-m", "pyd4j.cli"]
     (["--model", "m=examples/networks/mlp.json", "--slice-rows", "0"], ["'0'", "out of range", "--slice-rows"]),
     (["--model", "m=examples/networks/mlp.json", "--slice-rows", "some"], ["'some'", "auto", "whole"]),
     (["--model", "m=examples/networks/mlp.json", "--slice-rows", "64", "--max-batch", "32"], ["64", "max batch 32"]),
+    # names: one check for --model and --input (and ModelServer, test_server_arguments)
+    (["--model", "..=examples/networks/mlp.json"], ["'..'", "starts with '.'"]),
+    (["--model", "a/b=examples/networks/mlp.json"], ["'/'", "letters, digits"]),
+    (["--model", "x" * 300 + "=examples/networks/mlp.json"], ["300 characters", "more than 64"]),
+    # --input: its form, once per model, for a served model, a readable spec
+    (["--model", "m=examples/networks/mlp.json", "--input", "no-equals"], ["'no-equals'", "NAME=SPEC", "--input"]),
+    (["--model", "m=examples/networks/mlp.json", "--input", "m=ff:784", "--input", "m=ff:10"],
+     ["'m' is given twice", "'ff:784'", "'ff:10'"]),
+    (["--model", "m=examples/networks/mlp.json", "--input", "other=ff:784"], ["['other']", "not served", "--input"]),
+    (["--model", "m=examples/networks/mlp.json", "--input", "m=cube:3"], ["--input m=cube:3", "ff:SIZE"]),
+    (["--model", "m=examples/networks/mlp.json", "--soak", "1e9"], ["'1e9'", "--soak"]),
+    (["--model", "m=examples/networks/mlp.json", "--soak", "1000000000"], ["1000000000", "1000000", "--soak"]),
+    (["--model", "m=examples/networks/mlp.json", "--soak", "5"], ["5", "--soak"]),
 ])
 def test_bad_arguments_exit_2_naming_the_value(args, words):
     out = subprocess.run([*PYD4J, "serve", *args], capture_output=True, text=True, timeout=120)
