@@ -20,6 +20,7 @@ class Loaded:
     conf: Any                            # DL4J's configuration object
     inputs: list[dict[str, Any]]         # input types, as sidecar entries
     doc: dict[str, Any] = field(default_factory=dict)   # the configuration JSON, for the planner's graph
+    live: Any = None                     # the network itself, when a live one was given
 
 
 def given_inputs(input: str | dict | list | None) -> list[dict[str, Any]] | None:  # noqa: A002
@@ -37,7 +38,7 @@ def load(model: Any, input: str | dict | list | None = None) -> Loaded:  # noqa:
     """A network configuration from a JSON path, JSON text or a live DL4J object, plus its input types.
     JSON read here is checked whole (layers, input types) before DL4J sees it."""
     inputs = given_inputs(input)
-    text = None
+    text = live = None
     if isinstance(model, (str, Path)) and not str(model).lstrip().startswith("{"):
         path = Path(model)
         text, doc, kind = read_document_file(path)
@@ -53,6 +54,7 @@ def load(model: Any, input: str | dict | list | None = None) -> Loaded:  # noqa:
         conf, kind = configuration_of(model)
         doc = json.loads(str(conf.toJson()))
         name = str(model.getClass().getSimpleName())
+        live = None if conf is model else model
     if inputs is None and kind == GRAPH and doc.get("networkInputTypes"):
         raise ConfigurationError("this graph's JSON records input types DL4J cannot map back; pass --input "
                                  "(e.g. cnn:32x32x3)")
@@ -64,4 +66,4 @@ def load(model: Any, input: str | dict | list | None = None) -> Loaded:  # noqa:
             f"or write a sidecar {name}.input.json like examples/networks/*.input.json")
     if text is not None:
         conf = java_configuration(text, kind, where)
-    return Loaded(name=name, kind=kind, conf=conf, inputs=inputs, doc=doc)
+    return Loaded(name=name, kind=kind, conf=conf, inputs=inputs, doc=doc, live=live)

@@ -26,10 +26,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
-from pyd4j.dl4j.config import ConfigurationError
+from pyd4j.dl4j.config import ConfigurationError, network_of
 from pyd4j.dl4j.fitmem import Region, Term
-from pyd4j.dl4j.input_types import input_elements, java_input_type, planner_shape
+from pyd4j.dl4j.inference import PROBE_BATCHES, workspace_line
+from pyd4j.dl4j.input_types import array_shape, input_elements, java_input_type, planner_shape
 from pyd4j.dl4j.load import Loaded, load
+from pyd4j.dtypes import numpy_dtype
 from pyd4j.inputs import JAVA_INT_MAX, InputError
 from pyd4j.output import human_bytes, stdout_to_stderr
 
@@ -327,7 +329,7 @@ def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch
         from pyd4j.dl4j.fitmem import MALLOC_ENV  # noqa: PLC0415
         environment = dict(MALLOC_ENV)
     else:
-        terms, cross = _inference_terms(loaded, report_terms, dtype, limits), []
+        terms, cross = _inference_terms(loaded, report_terms, dtype), [t for t in report_terms if t.name != "parameters"]
 
     dsize = DTYPE_BYTES[dtype]
     sample_elems = sum(input_elements(s) for s in loaded.inputs) + _label_elements(loaded, in_types)
@@ -471,19 +473,24 @@ def _dl4j_info(loaded: Loaded, in_types: list, batch: int, report, gaps: list[st
     return info
 
 
-def _inference_terms(loaded: Loaded, report: list[Term], dtype: str, limits: dict[str, float]) -> list[Term]:
-    """Inference: DL4J's report, its input preprocessors and its workspaces' over-allocation."""
-    terms = list(report)
-    pre_elems = _preprocessor_elements(loaded)
-    if pre_elems:
-        terms.append(Term("preprocessors", "offheap", "estimate", 0, pre_elems * DTYPE_BYTES[dtype],
-                          "input preprocessors' outputs, missing from DL4J's report"))
-    ws_limit = max(limits.values())
-    act_fixed = sum(t.fixed_bytes for t in terms if t.name in ("activations", "working_memory", "preprocessors"))
-    act_per = sum(t.per_sample_bytes for t in terms if t.name in ("activations", "working_memory", "preprocessors"))
-    terms.append(Term("workspace_overallocation", "offheap", "measured", int(act_fixed * ws_limit), int(round(act_per * ws_limit)),
-                      f"workspaces hold activations and working memory and over-allocate by their overallocationLimit, "
-                      f"read from DL4J's {loaded.kind} ({', '.join(f'{k}={v:g}' for k, v in limits.items())})"))
+def _inference_terms(loaded: Loaded, report: list[Term], dtype: str) -> list[Term]:
+    """Inference: the parameters (DL4J's report, exact), DL4J's inference workspaces as output() settles
+    them (`pyd4j.dl4j.inference`: measured at two small batches, a line in the batch) and the input and
+    output arrays of one call. DL4J's report of activations and working memory is only the cross-check:
+    it was 0.25-1.65x of the workspaces output() really holds on zoo networks."""
+    net = loaded.live if loaded.live is not None else network_of(loaded.conf, loaded.kind, init=True)
+    np_dtype = numpy_dtype(str(net.params().dataType().name()))
+    itemsize = np_dtype.itemsize
+    fixed, per, out_elems = workspace_line(net, [array_shape(s, 1)[1:] for s in loaded.inputs], np_dtype)
+    scale = DTYPE_BYTES[dtype] / itemsize
+    in_elems = sum(input_elements(s) for s in loaded.inputs)
+    terms = [t for t in report if t.name == "parameters"]
+    terms.append(Term("inference_workspaces", "offheap", "measured", int(fixed * scale), int(round(per * scale)),
+                      "DL4J's inference workspaces once output() has settled them, measured at batches "
+                      f"{' and '.join(map(str, PROBE_BATCHES))} (a line in the batch)"
+                      + (f", scaled to {dtype}" if scale != 1 else "")))
+    terms.append(Term("call_arrays", "offheap", "estimate", 0, (in_elems + out_elems) * DTYPE_BYTES[dtype],
+                      "the input and output arrays of one output() call"))
     return terms
 
 
@@ -520,20 +527,6 @@ def _layer_count(loaded: Loaded) -> int:
     if loaded.kind == "ComputationGraph":
         return int(loaded.conf.getVertices().size())
     return int(loaded.conf.getConfs().size())
-
-
-def _preprocessor_elements(loaded: Loaded) -> int:
-    """Per-example elements output by the network's input preprocessors."""
-    if loaded.kind != "MultiLayerNetwork":
-        return 0
-    conf = loaded.conf
-    types = conf.getLayerActivationTypes(java_input_type(loaded.inputs[0]))
-    total = 0
-    for i in range(int(conf.getConfs().size())):
-        if conf.getInputPreProcess(i) is not None:
-            before = java_input_type(loaded.inputs[0]) if i == 0 else types.get(i - 1)
-            total += int(before.arrayElementsPerExample())
-    return total
 
 
 def _label_elements(loaded: Loaded, in_types: list) -> int:
