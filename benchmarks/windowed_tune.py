@@ -1,0 +1,238 @@
+"""Tune a job that runs for hours, in minutes: `pyd4j tune`, `tune --speed` and `tune --timeout` at their
+defaults (each run ended at its measurement window) against full-length tunes (`--window full`), on long
+DL4J jobs (tests/fixtures LongJob, an MLP trained in epochs of 100 batches): healthy, leaking (32 KiB kept
+per iteration) and one with a bad setting (System.gc() after every iteration).
+
+Per job and item: the tune's wall time, exit code and outcome, the limits it recommends, the iterations
+each of its runs trained and why its window ended, the leaks it found, and the processes of the job still
+running after it (0 expected). Then: the windowed memory limits over the full-length tune's (target within
+10%), the job run whole without pyd4j with the windowed flags inside a memory cgroup of the recommended
+container limit (`hold`, target 0 failures), the speed changes found windowed and full-length on a shorter
+copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J gets one OpenMP thread
+(2 shared cores). Writes benchmarks/results/windowed_tune.json; rows of items not re-measured are kept.
+
+    .venv/bin/python benchmarks/windowed_tune.py [--iterations 12000] [--parallel 2] [--only healthy,leak]
+                                                 [--items window,full,hold,speed,speed-full,timeout,plan]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
+from pyd4j.profile.command import JavaCommand
+from pyd4j.units import parse_bytes
+
+ROOT = Path(__file__).resolve().parent
+OUT = ROOT / "results" / "windowed_tune.json"
+FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
+CLI = [sys.executable, "-m", "pyd4j.cli"]
+LIMITS = {"heap": "-Xmx", "maxbytes": "-Dorg.bytedeco.javacpp.maxbytes=",
+          "maxphysicalbytes": "-Dorg.bytedeco.javacpp.maxphysicalbytes=", "direct": "-XX:MaxDirectMemorySize="}
+LIMITED = ("import json, sys; from pyd4j.memory.container import run_limited; "
+           "r = run_limited(sys.argv[3:], int(sys.argv[1]), timeout=float(sys.argv[2])); "
+           "print(json.dumps(r.to_dict(output=True)))")
+# the items each job gets, in order
+ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "leak": ("window", "full"),
+         "bad": ("window", "full", "hold", "speed"), "bad-short": ("speed", "speed-full")}
+
+
+def jobs(iterations: int) -> dict[str, list[str]]:
+    """Each job's command; the iteration counts differ, so each job's processes are told apart."""
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+
+    def job(mode: str, n: int, *opts: str) -> list[str]:
+        return ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.LongJob", mode, str(n), "hidden=64", *opts]
+    return {"healthy": job("healthy", iterations, "pause=40"), "leak": job("leak", iterations + 1, "pause=40", "leak-kib=32"),
+            "bad": job("bad", iterations + 2), "bad-short": job("bad", iterations // 6 + 3)}
+
+
+def leftovers(command: list[str]) -> list[str]:
+    """Processes still running the job (its main class and iteration count in their command line)."""
+    key = " ".join(command[command.index("org.pyd4j.fixtures.LongJob"):][:3])
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if key in " ".join(p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(" ".join(p.info["cmdline"])[:200])
+        except psutil.Error:
+            pass
+    return out
+
+
+def limits_of(recommended: list[str] | None) -> dict[str, int | None]:
+    out: dict[str, int | None] = {k: None for k in LIMITS}
+    for arg in recommended or []:
+        for name, prefix in LIMITS.items():
+            if arg.startswith(prefix):
+                out[name] = parse_bytes(arg[len(prefix):])
+    return out
+
+
+def tune(name: str, item: str, command: list[str], root: Path) -> dict:
+    """One `pyd4j tune` through the command line, as a user runs it."""
+    opts = {"window": [], "full": ["--window", "full"], "timeout": ["--timeout", "60", "--window", "full"],
+            "plan": ["--plan", "superneurons"], "speed": ["--speed"],
+            "speed-full": ["--speed", "--window", "full", "--budget-minutes", "240"]}[item]
+    out = root / f"{name}-{item}"
+    argv = [*CLI, "tune", "--json", *opts, "--out", str(out), "--", *command]
+    began = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.monotonic() - began
+    try:
+        doc = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        doc = {"error": "no JSON document", "stderr_tail": p.stderr[-1500:]}
+    row = {"job": name, "item": item, "command": ["pyd4j", "tune", *opts, "--", "<job>"], "wall_s": round(wall, 1),
+           "exit": p.returncode, "left_running": leftovers(command)}
+    if item.startswith("speed"):
+        s = doc.get("speed") or {}
+        row.update(verdict=s.get("verdict"), changes=[c["setting"] for c in s.get("changes") or []], ratio=s.get("ratio"),
+                   tried=[{k: t.get(k) for k in ("setting", "verdict", "ratio", "runs")} for t in s.get("tried") or []],
+                   runs=s.get("runs"), budget=doc.get("budget"), window=doc.get("window"),
+                   probe_iterations_per_s=(doc.get("probe") or {}).get("iterations_per_s"))
+        return row
+    sides = {}
+    for side in ("before", "after"):
+        d = doc.get(side) or {}
+        sides[side] = {"iterations": d.get("iterations"), "stopped_by": d.get("stopped_by"), "wall_s": d.get("wall_s"),
+                       "findings": d.get("findings"), "window": ((d.get("window") or {}).get("decision") or {}).get("reason"),
+                       "whole_job": (d.get("scope") or {}).get("whole_job")}
+    row.update(outcome=doc.get("outcome"), verified_for=doc.get("verified_for"), recommended=doc.get("recommended"),
+               limits=limits_of(doc.get("recommended")), container_bytes=doc.get("container_bytes"), sides=sides,
+               leak_found=any(k.startswith("leak") for s in sides.values() for k in s["findings"] or []),
+               not_verified_because=doc.get("not_verified_because"), error=doc.get("error"))
+    return row
+
+
+def hold(name: str, command: list[str], window_row: dict, timeout_s: float) -> dict:
+    """The whole job without pyd4j, with the windowed tune's flags, in a cgroup of its container limit."""
+    row = {"job": name, "item": "hold", "command": ["<job with the windowed flags>", "in a cgroup of container_bytes"]}
+    if not window_row.get("recommended") or not window_row.get("container_bytes"):
+        return {**row, "skipped": "the windowed tune recommended no flags"}
+    argv = JavaCommand.parse(command).argv(window_row["recommended"], drop_memory_flags=True)
+    began = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", LIMITED, str(window_row["container_bytes"]), str(timeout_s), *argv],
+                         capture_output=True, text=True, check=True).stdout
+    r = json.loads(out.splitlines()[-1])
+    done = re.search(r"FIXTURE .*?iterations=(\d+)", r["stdout"])
+    asked = int(command[command.index("org.pyd4j.fixtures.LongJob") + 2])
+    return {**row, "wall_s": round(time.monotonic() - began, 1), "exit": r["exit_code"],
+            "iterations_done": int(done.group(1)) if done else None, "iterations_asked": asked,
+            "limit_bytes": r["limit_bytes"], "peak_bytes": r["peak_bytes"], "oom_killed": r["oom_killed"],
+            "ok": bool(r["ok"] and done and int(done.group(1)) >= asked), "ending": r["description"],
+            "windowed_outcome": window_row.get("outcome"), "stderr_tail": r["stderr"][-600:] if not r["ok"] else ""}
+
+
+def run_job(name: str, command: list[str], items: list[str], root: Path, record, timeout_s: float) -> None:
+    rows: dict[str, dict] = {}
+    for item in items:
+        print(f"{name}: {item} ...", flush=True)
+        if item == "hold":
+            row = hold(name, command, rows.get("window") or {}, timeout_s)
+        else:
+            row = tune(name, item, command, root)
+        rows[item] = row
+        record(row)
+        print(f"{name}: {item}: exit {row.get('exit')}, {row.get('outcome') or row.get('verdict') or row.get('ending')}, "
+              f"{row.get('wall_s')} s", flush=True)
+
+
+def summary(rows: list[dict]) -> dict:
+    by = {(r["job"], r["item"]): r for r in rows}
+    agree = {}
+    for job in ("healthy", "leak", "bad"):
+        w, f = by.get((job, "window")), by.get((job, "full"))
+        if not (w and f):
+            continue
+        ratios = {k: round(w["limits"][k] / f["limits"][k], 3) for k in LIMITS if w["limits"].get(k) and f["limits"].get(k)}
+        if w.get("container_bytes") and f.get("container_bytes"):
+            ratios["container"] = round(w["container_bytes"] / f["container_bytes"], 3)
+        agree[job] = {"window_over_full": ratios, "within_10pct": all(0.9 <= v <= 1.1 for v in ratios.values()),
+                      "window_wall_s": w["wall_s"], "full_wall_s": f["wall_s"],
+                      "window_outcome": w["outcome"], "full_outcome": f["outcome"],
+                      "leak_found": {"window": w["leak_found"], "full": f["leak_found"]}}
+    speed = {f"{r['job']} {r['item']}": {"changes": r["changes"], "ratio": r["ratio"], "wall_s": r["wall_s"],
+                                         "runs": r["runs"]} for r in rows if r["item"].startswith("speed")}
+    return {
+        "memory_window_vs_full": agree,
+        "tune_wall_s": {f"{r['job']} {r['item']}": r["wall_s"] for r in rows if "wall_s" in r and r["item"] != "hold"},
+        "hold": {r["job"]: {"ok": r.get("ok"), "oom_killed": r.get("oom_killed"), "peak_over_limit": round(
+            r["peak_bytes"] / r["limit_bytes"], 3) if r.get("peak_bytes") and r.get("limit_bytes") else None}
+            for r in rows if r["item"] == "hold"},
+        "speed": speed,
+        "timeout_failed": [r["job"] for r in rows if r["item"] == "timeout" and r.get("outcome") == "rerun-failed"],
+        "left_running": sum(len(r.get("left_running") or []) for r in rows),
+        "targets": {"tune_wall_s_at_most": 600, "limits_within": 0.10, "hold_failures": 0, "left_running": 0},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=12000, help="iterations of the long jobs")
+    parser.add_argument("--parallel", type=int, default=2, help="jobs at once")
+    parser.add_argument("--only", default="", help="comma-separated jobs: healthy, leak, bad, bad-short")
+    parser.add_argument("--items", default="", help="comma-separated items (default: each job's all)")
+    parser.add_argument("--hold-timeout", type=float, default=3600, help="seconds a whole run may take")
+    args = parser.parse_args()
+    os.environ["OMP_NUM_THREADS"] = "1"
+    commands = jobs(args.iterations)
+    chosen = [j for j in ITEMS if not args.only or j in args.only.split(",")]
+    wanted = set(filter(None, args.items.split(",")))
+    earlier = json.loads(OUT.read_text()) if OUT.exists() else {"rows": []}
+    rows: list[dict] = []
+    lock = threading.Lock()
+    load_start = os.getloadavg()
+    started = time.time()
+
+    def record(row: dict) -> None:
+        with lock:
+            row["when"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+            rows.append(row)
+            again = {(r["job"], r["item"]) for r in rows}
+            kept = [r for r in earlier["rows"] if (r["job"], r["item"]) not in again]
+            write(kept + rows, args, load_start, started)
+
+    with tempfile.TemporaryDirectory(prefix="windowed-tune-") as tmp:
+        pending = [(j, [i for i in ITEMS[j] if not wanted or i in wanted]) for j in chosen]
+        threads: list[threading.Thread] = []
+        for job, items in pending:
+            while sum(t.is_alive() for t in threads) >= args.parallel:
+                time.sleep(5)
+            th = threading.Thread(target=run_job, args=(job, commands[job], items, Path(tmp), record, args.hold_timeout))
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+    print(json.dumps(json.loads(OUT.read_text())["summary"], indent=2))
+
+
+def write(rows: list[dict], args, load_start, started: float) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    doc = {"benchmark": "windowed_tune", "command": ["benchmarks/windowed_tune.py", *sys.argv[1:]], "commit": commit,
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "machine": {
+               "cpus": os.cpu_count(), "ram_bytes": psutil.virtual_memory().total},
+           "load_average_at_start": [round(x, 2) for x in load_start],
+           "load_average_now": [round(x, 2) for x in os.getloadavg()], "omp_threads": 1, "iterations": args.iterations,
+           "jobs": {k: " ".join(v[v.index("org.pyd4j.fixtures.LongJob"):]) for k, v in jobs(args.iterations).items()},
+           "summary": summary(rows), "rows": rows}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=2, default=str)
+    OUT.write_text(text.replace(str(PROJECT_ROOT) + "/", "").replace(str(Path.home()) + "/", "~/")
+                   .replace(tempfile.gettempdir() + "/", "<tmp>/"))
+
+
+if __name__ == "__main__":
+    main()
