@@ -24,12 +24,12 @@ import numpy as np
 from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import Finding, diagnose, gc_share, leak_verdicts
 from pyd4j.profile.jvms import role_text, short_name
-from pyd4j.schemas import PROFILE_SCHEMA, check
+from pyd4j.schemas import PROFILE_SCHEMA
 from pyd4j.profile.signals import stopped_as_asked
 from pyd4j.profile.startup import startup_error_in
 from pyd4j.profile.timeline import Timeline
 from pyd4j.profile.timesplit import describe as describe_split, time_split
-from pyd4j.profile.tune import TUNE_DOC
+from pyd4j.profile.tune_doc import find_tune_doc
 
 # A limit further above the data than this factor is named, not drawn: drawing it would squash the data.
 LIMIT_IN_VIEW = 3.0
@@ -481,31 +481,6 @@ def _spark_executors(lanes: list[Timeline], t: Timeline) -> list[dict] | None:
     return [o.to_dict() for o in found]
 
 
-def find_tune_doc(run_dir: Path) -> tuple[dict, str] | None:
-    """(the tune document, "before" or "after") when `run_dir` is one of `pyd4j tune`'s runs."""
-    path = run_dir.parent / TUNE_DOC
-    if not path.exists():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    check("tune", doc, f"tune document {path}", "tune the job again with this pyd4j, or remove the file")
-    moved = not Path(doc.get("out_dir") or "").resolve() == run_dir.parent.resolve()
-    for side in ("after", "before"):
-        recorded = (doc.get(side) or {}).get("run_dir")
-        if not recorded:
-            continue
-        if moved and Path(recorded).name == run_dir.name:  # the tune directory was moved or copied
-            for other in ("before", "after"):
-                if doc.get(other, {}).get("run_dir"):
-                    doc[other]["run_dir"] = str(run_dir.parent / Path(doc[other]["run_dir"]).name)
-            return doc, side
-        if Path(recorded).resolve() == run_dir.resolve():
-            return doc, side
-    return None
-
-
 # -- the page -----------------------------------------------------------------------------------
 
 def _img(path: Path | None) -> str:
@@ -604,7 +579,8 @@ def _tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | Non
     ]
     verdict = ""
     if "verified" in doc:
-        verdict = ("<p><b>Verified:</b> the tuned run finished cleanly with these flags.</p>" if doc["verified"]
+        scope = f", for {doc['verified_for']}" if doc.get("verified_for") not in (None, "the whole job") else ""
+        verdict = (f"<p><b>Verified{e(scope)}:</b> the tuned run finished cleanly with these flags.</p>" if doc["verified"]
                    else "<p><b>NOT verified:</b> the tuned run still shows problems (see its findings).</p>")
     plot = None
     try:

@@ -17,12 +17,10 @@ refused before any recommendation (1).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from pyd4j.schemas import TUNE_SCHEMA
 from pyd4j.memory.flags import DEFAULT_HEADROOM
 from pyd4j.profile.command import JobCommand
 from pyd4j.profile.diagnose import diagnose, limit_refusals
@@ -32,19 +30,10 @@ from pyd4j.profile.signals import Stopped
 from pyd4j.profile.tune_outcome import (  # noqa: F401 (the tune's outcome rules, named here for callers)
     EXIT_ERROR, EXIT_NOT_VERIFIED, EXIT_RERUN_FAILED, EXIT_VERIFIED, LEAK_KINDS, gc_pressure_not_from_flags,
     flags_not_taken, memory_failure, not_verified_because, outcome, side_of, throughput, untunable, verified_for)
+from pyd4j.profile.tune_doc import TUNE_DOC, save_tune_doc  # noqa: F401 (TUNE_DOC: named here for callers)
 from pyd4j.profile.window import RunWindow, WindowSpec
 
-TUNE_DOC = "tune.json"  # the tune's document, next to its before/ and after/ runs (the reports read it)
 MAX_RERUNS = 3               # re-runs with recommended flags at most: the first, then again from each failure
-
-
-def save_tune_doc(out: Path, doc: dict) -> None:
-    """tune.json next to the runs, so each run's report (now or later) shows the before/after."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / TUNE_DOC).write_text(json.dumps({"schema": TUNE_SCHEMA, **doc}, indent=2, default=str))
-    except OSError:
-        pass  # the document is still printed; only the reports' before/after section is lost
 
 
 class JobFailedError(RuntimeError):
