@@ -15,10 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-PLAN_SCHEMA = 1
+PLAN_SCHEMA = 2   # 2: nodes may be "sliced" (their steps run in pyd4j's two-pass, batch-sliced form)
+OLDEST_PLAN_SCHEMA = 1   # schema 1 is schema 2 without sliced nodes: still read
 TIMELINE_SCHEMA = 1
 PROFILE_SCHEMA = 1
 TUNE_SCHEMA = 1
+DEVICES_SCHEMA = 1
 
 JAVA_INT_MAX = 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
@@ -64,6 +66,7 @@ class PlanNode(_Strict):
     inputs: list[Count]
     shape: list[Annotated[int, Field(ge=1, le=JAVA_INT_MAX)]] = []
     y_bytes: Bytes = 0
+    sliced: bool = False   # its steps run in pyd4j's batch-sliced form (org.pyd4j.train.SlicedBatchNorm)
 
     @model_validator(mode="after")
     def _dl4j_indices(self) -> "PlanNode":
@@ -80,7 +83,7 @@ class PlanDocument(_Strict):
 
     format: Literal["pyd4j-plan"]
     version: Annotated[int, Field(ge=1, le=1)]   # the format's own version, from before "schema"
-    schema_: Annotated[int, Field(ge=PLAN_SCHEMA, le=PLAN_SCHEMA)] = Field(PLAN_SCHEMA, alias="schema")
+    schema_: Annotated[int, Field(ge=OLDEST_PLAN_SCHEMA, le=PLAN_SCHEMA)] = Field(PLAN_SCHEMA, alias="schema")
     policy: Annotated[str, Field(min_length=1)]
     tensor_cache: bool = False
     budget_bytes: Annotated[int, Field(ge=1, le=JAVA_LONG_MAX)] | None = None
@@ -93,6 +96,8 @@ class PlanDocument(_Strict):
     def _graph_and_records(self) -> "PlanDocument":
         n = len(self.nodes)
         for pos, node in enumerate(self.nodes):
+            if node.sliced and self.schema_ < 2:
+                raise ValueError(f"node {node.id} is sliced, which plan schema 2 has and this file's {self.schema_} does not")
             if node.id != pos:
                 raise ValueError(f"node ids must be 0, 1, 2, ... in order; got {node.id} at position {pos}")
             for i in node.inputs:
@@ -180,6 +185,55 @@ class TimelineEnd(_Strict):
     t: Time
 
 
+class TimelinePlan(_Strict):
+    """The agent's answer to a plan= (pyd4j.profile.diagnose reads `result` and `then`)."""
+
+    type: Literal["plan"]
+    t: Time | None = None
+    file: str | None = None
+    result: "PlanResult | None" = None
+    then: Literal["fit", "exit"] | None = None
+
+
+class PlanResult(_Strict):
+    status: str | None = None
+    reason: str | None = None
+
+
+class TimelineNetwork(_Strict):
+    """A network the job trained, described by the agent: its configuration (`conf`) and input shapes."""
+
+    type: Literal["network"]
+    t: Time | None = None
+    network: "DescribedNetwork | None" = None
+
+
+class DescribedNetwork(_Strict):
+    conf: dict[str, Any] | None = None
+    kind: str | None = None
+
+
+class TimelinePlanStats(_Strict):
+    type: Literal["plan_stats"]
+    t: Time | None = None
+    stats: dict[str, Any] | None = None
+
+
+# the agent's plan records, validated before pyd4j.profile reads them (a line that fails is skipped, counted)
+PLAN_RECORDS: dict[str, type[BaseModel]] = {"plan": TimelinePlan, "network": TimelineNetwork,
+                                            "plan_stats": TimelinePlanStats}
+
+
+class RunMeta(_Strict):
+    """`run.json`: how `pyd4j profile` started the job and how it ended (the fields reports read)."""
+
+    command: list[str] = []
+    launcher: str | None = None
+    returncode: int | None = None
+    interrupted: bool = False
+    stopped_by: str | None = None
+
+
 class TimelineRecord(BaseModel):
     """Any line of the timeline; kinds other than these (notes, errors, live points) are free-form."""
 
@@ -203,17 +257,91 @@ class ProfileDocument(_Strict):
     write_errors: list[dict[str, Any]]
 
 
+class TuneRun(_Strict):
+    """One run of a tune (its "before" or "after"), as far as `pyd4j report` reads it."""
+
+    run_dir: str
+    exit_code: int | None = None
+    iterations: Amount | None = None
+    iterations_per_s: Amount | None = None
+    limits: dict[str, Amount | None] = {}
+    peaks: dict[str, Amount | None] = {}
+    findings: list[str] = []
+    jvm_memory_flags: list[str] | None = None
+    spark: dict[str, Any] | None = None
+
+
 class TuneDocument(_Strict):
     """What `pyd4j tune --json` prints (pyd4j.profile.tune)."""
 
     schema_: Annotated[int, Field(ge=TUNE_SCHEMA, le=TUNE_SCHEMA)] = Field(TUNE_SCHEMA, alias="schema")
     exit_code: int | None = None
     recommended: list[str] | None = None
+    out_dir: str | None = None
+    before: TuneRun | None = None
+    after: TuneRun | None = None
+    notes: list[str] | None = None
+    partial: bool | None = None
+    verified: bool | None = None
+
+
+# ----------------------------------------------------------------------------- device profiles
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)] | Annotated[int, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)] | Annotated[int, Field(ge=0)]
+
+
+class DeviceEntry(_Strict):
+    """One device of `pyd4j plan --devices` (pyd4j/sched/devices.json); every field optional, since a
+    file may change only some numbers of a known device (a new device needs the required ones, checked
+    by the reader). Documentation keys (source, published, calibration) are free-form."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    name: str | None = None
+    memory_bytes: Annotated[int, Field(ge=1, le=JAVA_LONG_MAX)] | None = None
+    tflops: Positive | None = None
+    mem_gbps: Positive | None = None
+    link_gbps: Positive | None = None
+    disk_gbps: Positive | None = None
+    efficiency: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | Annotated[int, Field(ge=1, le=1)] | None = None
+    step_overhead_s: NonNegative | None = None
+    source: Any = None
+    published: Any = None
+    calibration: Any = None
+
+
+class ConvAlgorithm(_Strict):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    name: Annotated[str, Field(min_length=1)]
+    speed: Positive
+    workspace_im2col: NonNegative = 0
+    workspace_fixed: Annotated[int, Field(ge=0, le=JAVA_LONG_MAX)] = 0
+    workspace_index: bool = False
+    only_kernel: Annotated[int, Field(ge=1, le=JAVA_INT_MAX)] | None = None
+    only_stride: Annotated[int, Field(ge=1, le=JAVA_INT_MAX)] | None = None
+    min_kernel: Annotated[int, Field(ge=1, le=JAVA_INT_MAX)] | None = None
+    batch_chunks: Annotated[int, Field(ge=0, le=JAVA_INT_MAX)] = 0
+
+
+class DevicesDocument(_Strict):
+    """A device profiles file (`pyd4j plan --devices`), in the format of pyd4j/sched/devices.json."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    schema_: Annotated[int, Field(ge=DEVICES_SCHEMA, le=DEVICES_SCHEMA)] = Field(DEVICES_SCHEMA, alias="schema")
+    devices: dict[str, DeviceEntry] = {}
+    aliases: dict[str, str] = {}
+    conv_algorithms: Annotated[list[ConvAlgorithm], Field(min_length=1)] | None = None
+    compute_efficiency: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    transfer_latency_s: NonNegative | None = None
+    host_memory_bytes: Annotated[int, Field(ge=1, le=JAVA_LONG_MAX)] | None = None
+    comment_: Any = Field(None, alias="_comment")
 
 
 MODELS: dict[str, type[BaseModel]] = {"plan": PlanDocument, "timeline": TimelineRecord,
-                                      "profile": ProfileDocument, "tune": TuneDocument}
-VERSIONS = {"plan": PLAN_SCHEMA, "timeline": TIMELINE_SCHEMA, "profile": PROFILE_SCHEMA, "tune": TUNE_SCHEMA}
+                                      "profile": ProfileDocument, "tune": TuneDocument, "devices": DevicesDocument}
+OLDEST_VERSIONS = {"plan": OLDEST_PLAN_SCHEMA}
+VERSIONS = {"plan": PLAN_SCHEMA, "timeline": TIMELINE_SCHEMA, "profile": PROFILE_SCHEMA, "tune": TUNE_SCHEMA,
+            "devices": DEVICES_SCHEMA}
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
@@ -225,9 +353,10 @@ def check_version(kind: str, doc: Any, where: str, fix: str) -> None:
     """Refuses a `kind` document that says it is of another schema version than this pyd4j reads
     (one without "schema" is of the version before it was written, read as the current one)."""
     want = VERSIONS[kind]
-    if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or doc["schema"] != want):
-        raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {kind} schema {want}: "
-                          f"{fix}")
+    oldest = OLDEST_VERSIONS.get(kind, want)
+    if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or not oldest <= doc["schema"] <= want):
+        reads = f"{kind} schema {want}" if oldest == want else f"{kind} schemas {oldest} to {want}"
+        raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {reads}: {fix}")
 
 
 def check(kind: str, doc: Any, where: str, fix: str) -> Any:
@@ -241,9 +370,15 @@ def check(kind: str, doc: Any, where: str, fix: str) -> Any:
         return MODELS[kind].model_validate(doc)
     except ValidationError as err:
         first = err.errors()[0]
-        at = ".".join(str(p) for p in first["loc"] if p != "record") or "the document"
+        at = ".".join(str(p) for p in first["loc"] if p != "record" and not _union_tag(p)) or "the document"
         raise SchemaError(f"{where} is not a valid {kind} document: {at}: {first['msg']} "
                           f"(got {_short(first.get('input'))}); {fix}") from None
+
+
+def _union_tag(part: Any) -> bool:
+    """pydantic's name of a union member in an error's location (int, constrained-float, ...), not a field."""
+    return isinstance(part, str) and (part in ("int", "float", "str", "bool", "none")
+                                      or part.startswith(("constrained-", "function-", "lax-", "strict-")))
 
 
 def _short(value: Any) -> str:

@@ -170,6 +170,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         raise ValueError(f"epochs={epochs!r} must be an int >= 1")
     if memory not in MEMORY_MODES:
         raise ValueError(f"memory={memory!r}; use 'superneurons' (planned training) or None (DL4J's own fit())")
+    batch_size = _checked_batch(net, source, batch_size, input_shape)
     owned = not isinstance(source, PrefetchIterator)
     if owned:
         multi = _wants_multi(net) if multi is None else multi
@@ -233,6 +234,38 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
                      prefetch=it.depth, peak_offheap=monitor.peak_offheap, peak_physical=monitor.peak_physical,
                      score=score, wait_seconds=it.wait_seconds - start_wait, epoch_seconds=epoch_seconds,
                      plan=planned[1] if planned is not None else None)
+
+
+def _checked_batch(net, source: Any, batch_size: Any, input_shape: Any) -> int:
+    """fit()'s batch arguments checked before anything runs, and the network's parameters against the
+    machine (pyd4j.dl4j.sizecheck, as for every network pyd4j builds): the batch size to use (a
+    NumpyBatches' own when none is given)."""
+    from pyd4j.dl4j.config import configuration_of  # noqa: PLC0415
+    from pyd4j.dl4j.sizecheck import check_parameters_fit  # noqa: PLC0415
+    from pyd4j.inputs import JAVA_INT_MAX  # noqa: PLC0415
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 0 <= batch_size <= JAVA_INT_MAX:
+        raise ValueError(f"batch_size={batch_size!r} must be a whole number from 0 (the source's own batches) to "
+                         f"{JAVA_INT_MAX}, e.g. batch_size=8 (an int, not the text '8')")
+    if isinstance(source, NumpyBatches):
+        if batch_size not in (0, source.batch_size):
+            raise ValueError(f"batch_size={batch_size} but the NumpyBatches makes batches of {source.batch_size}; "
+                             f"leave batch_size out (the NumpyBatches' batch_size is the one used)")
+        example = tuple(int(d) for d in source.features.shape[1:])
+        if input_shape is not None and _shape_of(input_shape) != example:
+            raise ValueError(f"input_shape={input_shape!r} but the NumpyBatches' features are {example} per example; "
+                             f"leave input_shape out (the NumpyBatches gives it)")
+        batch_size = source.batch_size
+    with java_errors():
+        check_parameters_fit(configuration_of(net)[0], "the network given to fit()")
+    return batch_size
+
+
+def _shape_of(value: Any) -> tuple | None:
+    try:
+        return tuple(int(d) for d in value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _planned_shape(source: Any, batch_size: int, input_shape: Any) -> tuple[int, Any]:

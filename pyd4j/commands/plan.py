@@ -8,6 +8,7 @@ import click
 
 from pyd4j import inputs
 from pyd4j.commands import _params as params
+from pyd4j.commands._devices import device_profiles
 from pyd4j.output import emit_json, human_bytes, print_table
 from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.sched.plan import gc_paused
@@ -86,13 +87,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
             raise click.BadParameter("'cupy': CuPy is not installed in this Python; install it with "
                                      "pip install 'pyd4j[cuda]' (CUDA 13) or 'pyd4j[cuda12]', or use --backend host "
                                      "or native", param_hint="--backend")
-    overrides = inputs.read_json(devices_json, "device profiles") if devices_json else None
-    known = {"devices", "aliases", "conv_algorithms", "compute_efficiency", "transfer_latency_s", "host_memory_bytes"}
-    if overrides is not None and (not isinstance(overrides, dict) or not set(overrides) <= known):
-        what = f"keys {sorted(set(overrides) - known)[:5]}" if isinstance(overrides, dict) else \
-            f"a JSON {type(overrides).__name__}"
-        raise click.BadParameter(f"{devices_json} holds {what}, not device profiles; write an object with "
-                                 f"{', '.join(sorted(known))} as in pyd4j/sched/devices.json", param_hint="--devices")
+    overrides = device_profiles(devices_json) if devices_json else None
     try:
         cost = CostModel.for_device(device, overrides)
     except KeyError as e:

@@ -28,6 +28,7 @@ def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
         timeline = Timeline.load(run_dir)
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
+    _check_tune_document(run_dir)
     paths = write_report(run_dir, out_dir)
     doc = summary(Timeline.load_lanes(run_dir))
     doc["skipped"] = timeline.skipped
@@ -55,3 +56,22 @@ def command(run_dir: Path, out_dir: Path | None, as_json: bool) -> None:
 
 def _skipped(timeline) -> str:
     return ", ".join(f"{n} {why}" for why, n in timeline.skipped.items())
+
+
+def _check_tune_document(run_dir: Path) -> None:
+    """The tune document beside a tune's run (tune.json), when there is one, read and validated before
+    the report uses it: one that is a directory, not UTF-8, cut short, nested too deep or of wrong types
+    is an error naming the file and the field, not passed over without a word."""
+    from pyd4j.inputs import InputError, read_json  # noqa: PLC0415
+    from pyd4j.profile.tune import TUNE_DOC  # noqa: PLC0415
+    from pyd4j.schemas import check  # noqa: PLC0415
+
+    path = run_dir.resolve().parent / TUNE_DOC
+    if not path.exists() and not path.is_symlink():
+        return
+    fix = "tune the job again with this pyd4j, or move the file away to report on the run alone"
+    try:
+        doc = read_json(path, "tune document")
+    except InputError as err:
+        raise InputError(f"{err}; {fix}") from None
+    check("tune", doc, f"tune document {str(path)!r}", fix)

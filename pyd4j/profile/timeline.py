@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from pyd4j.schemas import check_version
+from pydantic import ValidationError
+
+from pyd4j.schemas import PLAN_RECORDS, RunMeta, check_version
 from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
 
 TIMELINE = "timeline.jsonl"
@@ -53,6 +55,11 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         return None, "iter without a count"
     if kind == "epoch" and not (_number(event.get("epoch")) and 0 <= event["epoch"] <= MAX_VALUE):
         return None, "epoch without its number"
+    if kind in PLAN_RECORDS:   # the agent's plan and network records: read as dicts of known types later
+        try:
+            PLAN_RECORDS[kind].model_validate(event)
+        except ValidationError:
+            return None, f"{kind} record of wrong types"
     dropped = 0
     for key in [k for k, v in event.items() if v is None]:  # null is "not measured", as an absent key is
         del event[key]
@@ -103,9 +110,10 @@ def _read_meta(run_dir: Path) -> dict[str, Any] | None:
         return {}
     try:
         meta = read_json(path, "run description")
-    except InputError:
+        RunMeta.model_validate(meta)
+    except (InputError, ValidationError):
         return None
-    return meta if isinstance(meta, dict) else None
+    return meta
 
 
 def share_meta(lanes: list["Timeline"], meta: dict[str, Any]) -> None:
