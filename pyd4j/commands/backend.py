@@ -51,6 +51,13 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
             specs = derive_inputs(json.loads(text), kind)
     except ConfigurationError as err:
         raise click.BadParameter(str(err), param_hint="--model") from None
+    from pyd4j.dl4j.config import java_configuration  # noqa: PLC0415
+    from pyd4j.dl4j.sizecheck import TooLargeError, check_parameters_fit  # noqa: PLC0415
+
+    try:   # each build trains it in a JVM of its own: one too large for this machine is refused once, here
+        check_parameters_fit(java_configuration(text, kind, f"--model {model}"), f"--model {model}")
+    except (TooLargeError, ConfigurationError) as err:
+        raise click.BadParameter(str(err), param_hint="--model") from None
     if not specs:
         raise click.BadParameter(f"{path} does not say its input type and has no {sidecar_path(path).name}; "
                                  f"pass --input (e.g. --input cnn:32x32x3)", param_hint="--input")
