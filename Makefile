@@ -82,7 +82,7 @@ wheel: $(JAR)
 	@ls dist/*.whl
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
-BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_env batchnorm_backlog lstm_steps collector_choice flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_env batchnorm_backlog lstm_steps collector_choice flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices serve_fuzz reader_fuzz sigterm
 bench: setup
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 	$(PY) benchmarks/speed_tuning.py --spark
