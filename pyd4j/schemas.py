@@ -144,6 +144,8 @@ class TimelineStart(_Strict):
     schema_: Annotated[int, Field(ge=TIMELINE_SCHEMA, le=TIMELINE_SCHEMA)] = Field(TIMELINE_SCHEMA, alias="schema")
     pid: int | None = None
     heap_max: Amount | None = None
+    jvm_start: Time | None = None
+    jvm_args: list[str] | None = None
 
 
 class TimelineSample(_Strict):

@@ -19,7 +19,7 @@ import numpy as np
 
 from pydantic import ValidationError
 
-from pyd4j.schemas import PLAN_RECORDS, RunMeta, check_version
+from pyd4j.schemas import PLAN_RECORDS, RunMeta, TimelineStart, check_version
 from pyd4j.profile.jvms import LANE_PATTERN, JvmIdentity, identify, lane_files, main_class
 
 TIMELINE = "timeline.jsonl"
@@ -55,6 +55,11 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
         return None, "iter without a count"
     if kind == "epoch" and not (_number(event.get("epoch")) and 0 <= event["epoch"] <= MAX_VALUE):
         return None, "epoch without its number"
+    if kind == "start":   # who the JVM is (pid, start time, arguments): its version is checked by the caller
+        try:
+            TimelineStart.model_validate({k: v for k, v in event.items() if k != "schema"})
+        except ValidationError:
+            return None, "start record of wrong types"
     if kind in PLAN_RECORDS:   # the agent's plan and network records: read as dicts of known types later
         try:
             PLAN_RECORDS[kind].model_validate(event)
