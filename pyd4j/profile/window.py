@@ -44,7 +44,7 @@ SPEED_MIN_MEASURED = 20       # iterations at least
 WARMUP_TOLERANCE = 0.10       # warm-up is over where the rate runs within this of the steady rate
 CHECK_EVERY_S = 3.0           # an auto window is judged this often
 STOP_GRACE_MIN_S = 30.0       # after asking for the end, the longest wait for the next iteration (or 10 of them)
-AFTER_WINDOW_GRACE_S = 10.0   # after a JVM ended itself at its window, what the rest of the job gets to end too
+AFTER_WINDOW_GRACE_S = 30.0   # after a JVM ended itself at its window, what it (its shutdown hooks) and the rest of the job get to end
 _TIME = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)$")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
