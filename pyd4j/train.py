@@ -18,7 +18,8 @@ as fast as fit()); with one, the fastest plan that fits it (`pyd4j.dl4j.plan_fil
 convolutions run in as many batch chunks as the budget needs (each chunk's working memory is a
 fraction of the whole batch's, DL4J's largest); a budget below what any plan needs is refused
 before training, with the minimum that works. `policy` forces
-one planner policy (e.g. "utp" or "recompute", which offload activations).
+one planner policy (e.g. "utp" or "recompute", which offload activations); `policy="smallest"`
+trains with the smallest plan of them all (`pyd4j.sched.choose.smallest_plan`).
 
 A plan that offloads activations gets the backend's offload tier (`tier="auto"`, the default): a
 disk tier on ND4J's CPU backend (a memory-mapped file in the temp directory, written behind the
@@ -160,9 +161,9 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
     lists of arrays per slot for multi-input/-output graphs.
     prefetch: async queue depth (DL4J's own fit() fixes 2); pyd4j.prefetch_tuning.tune_prefetch measures it.
     memory: None (DL4J's own fit()) or "superneurons" (planned training; see the module docstring),
-    with `budget` (bytes or "1500m") for the plan's peak, `policy` to force one planner policy, and
-    `tier` ("auto", "disk", "pinned", "none" or an org.pyd4j.train.OffloadTier) for plans that
-    offload activations. The plan is made for one batch size and input shape: a NumpyBatches or a
+    with `budget` (bytes or "1500m") for the plan's peak, `policy` to force one planner policy
+    ("smallest": the smallest plan), and `tier` ("auto", "disk", "pinned", "none" or an
+    org.pyd4j.train.OffloadTier) for plans that offload activations. The plan is made for one batch size and input shape: a NumpyBatches or a
     list of numpy batches (several inputs and outputs included) gives them; for other sources pass
     `batch_size` and `input_shape` (one example's shape, or one per network input).
     """
@@ -303,11 +304,11 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
     if isinstance(tier, str) and tier not in TIER_CHOICES:
         raise ValueError(f"tier={tier!r}; use one of {list(TIER_CHOICES)} or an org.pyd4j.train.OffloadTier")
     from pyd4j.sched.policies import POLICIES  # noqa: PLC0415
-    from pyd4j.sched.choose import IN_MEMORY  # noqa: PLC0415
+    from pyd4j.sched.choose import IN_MEMORY, SMALLEST  # noqa: PLC0415
 
-    if policy is not None and policy not in (*POLICIES, IN_MEMORY):
-        raise ValueError(f"policy={policy!r}; use one of {[*POLICIES, IN_MEMORY]}, or None to pick the fastest "
-                         "plan that fits the budget")
+    if policy is not None and policy not in (*POLICIES, IN_MEMORY, SMALLEST):
+        raise ValueError(f"policy={policy!r}; use one of {[*POLICIES, IN_MEMORY, SMALLEST]}, or None to pick the "
+                         "fastest plan that fits the budget")
     import jpype  # noqa: PLC0415
 
     if not isinstance(tier, str) and not isinstance(tier, jpype.JClass("org.pyd4j.train.OffloadTier")):

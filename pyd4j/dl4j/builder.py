@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from pyd4j.dl4j.layer_rules import (ELTWISE_OPS, LOSS_LAYERS, GraphError, UnsupportedLayer, activation, check_nin,
-                                    opaque_shape, out_size, pair, retain, simple_name, whole)
+                                    opaque_shape, out_size, pair, preprocessed, retain, simple_name, whole)
 from pyd4j.sched.graph import Graph, LayerType
 
 
@@ -31,8 +31,8 @@ class Builder:
                 attrs[key] = simple_name(layer[field]["@class"])   # what fit()'s updater keeps (pyd4j.dl4j.fitmem)
         if preprocessor is not None:
             attrs["preprocessor"] = simple_name(preprocessor["@class"])
-        xs = g.shape(x)
-        n = g.batch
+        xs = preprocessed(preprocessor, g.shape(x), g.batch, name)   # what DL4J's layer is given
+        n = xs[0]   # the batch, or batch x time steps for a layer a preprocessor applies to every step
         check_nin(layer, kind, xs, name)
         if kind in ("ConvolutionLayer", "Convolution2D"):
             c, h, w = self._chw(xs, name)
@@ -105,14 +105,15 @@ class Builder:
                           size=size, alpha=float(layer.get("alpha", 1e-4)),
                           beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
         if kind in LOSS_LAYERS:
-            return self._loss(kind, layer, x, name, attrs)
-        return self._opaque(kind, layer, (x,), name, attrs)
+            return self._loss(kind, layer, x, xs, name, attrs)
+        return self._opaque(kind, layer, (x,), name, attrs, [xs])
 
-    def _loss(self, kind: str, layer: dict[str, Any], x: int, name: str, attrs: dict[str, Any]) -> int:
+    def _loss(self, kind: str, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str,
+              attrs: dict[str, Any]) -> int:
         """A loss layer other than OutputLayer: the loss node (its backward step starts the
         gradient), with DL4J's parameters (RnnOutputLayer: W, b; CenterLossOutputLayer: W, b and
         the class centres; the others none)."""
-        g, xs, n = self.g, self.g.shape(x), self.g.batch
+        g, n = self.g, xs[0]
         attrs["loss"] = simple_name(layer.get("lossFn", {}).get("@class", kind))
         if kind in ("RnnOutputLayer", "CenterLossOutputLayer"):
             f = xs[1] if kind == "RnnOutputLayer" else math.prod(xs[1:])
@@ -129,16 +130,17 @@ class Builder:
         return g._add(LayerType.SOFTMAX, (x,), xs, name, fwd=5.0 * math.prod(xs), act=activation(layer), **attrs)
 
     def _opaque(self, kind: str, conf: dict[str, Any], xs: tuple[int, ...], name: str,
-                attrs: dict[str, Any]) -> int:
+                attrs: dict[str, Any], shapes: list[tuple[int, ...]] | None = None) -> int:
         """A layer or vertex without a measured model: an OPAQUE node, its output shape and
-        parameter shapes from the rules below or from DL4J's own shape inference (`info`)."""
+        parameter shapes from the rules below or from DL4J's own shape inference (`info`);
+        `shapes`: its inputs' shapes as it reads them (after a layer's input preprocessor)."""
         g = self.g
         attrs["dl4j"]["class"] = kind
         known = self.info.get(name)
         inputs = ({layer.name: tuple(layer.out_shape) for layer in g.layers if layer.type is LayerType.DATA}
                   if kind == "DuplicateToTimeSeriesVertex" else None)   # the one rule that names a network input
         try:
-            shape, params = opaque_shape(kind, conf, [g.shape(x) for x in xs], name, inputs)
+            shape, params = opaque_shape(kind, conf, shapes or [g.shape(x) for x in xs], name, inputs)
         except UnsupportedLayer:
             if known is None:
                 raise

@@ -82,16 +82,66 @@ def out_size(size: int, kernel: int, stride: int, pad: int, dilation: int, same:
     return (span // stride if span >= 0 else -(-span // stride)) + 1
 
 
+# DL4J layers whose training forward pass applies their input dropout (`idropout`) to a copy of the input
+# that they keep for their backward step (AbstractLayer.applyDropOutIfNecessary; measured:
+# tests/dl4j/test_generator_findings.py). Every other layer ignores the setting -- BatchNormalization,
+# ActivationLayer, pooling, padding and cropping, embeddings, AutoEncoder, loss layers without weights,
+# wrappers -- and its backward step reads its producer's output. The output layers' dropout runs in backprop.
+APPLIES_INPUT_DROPOUT = frozenset({
+    "DenseLayer", "ConvolutionLayer", "Convolution2D", "Convolution1DLayer", "Convolution1D", "Deconvolution2D",
+    "SeparableConvolution2D", "DepthwiseConvolution2D", "ElementWiseMultiplicationLayer", "PReLULayer", "LSTM",
+    "GravesLSTM", "SimpleRnn", "RepeatVector", "SpaceToDepthLayer", "Upsampling1D", "Upsampling2D",
+    "OutputLayer", "RnnOutputLayer", "CenterLossOutputLayer", "DropoutLayer"})
+
+
 def retain(layer: dict[str, Any]) -> float | None:
-    """Retain probability of a layer's input dropout (DL4J's p), None without dropout."""
+    """Retain probability of a layer's input dropout (DL4J's p), None without dropout or for a layer
+    that ignores it (not in APPLIES_INPUT_DROPOUT; a DropoutLayer's own dropout is its step)."""
     drop = layer.get("idropout")
-    if not drop:
+    if not drop or simple_name(str(layer.get("@class", ""))) not in APPLIES_INPUT_DROPOUT:
         return None
     kind = simple_name(drop["@class"])
     if kind != "Dropout":
         raise UnsupportedLayer(f"input dropout {kind} of layer {layer.get('layerName')!r} is not "
                                "supported (only Dropout)")
     return float(drop.get("p", 1.0))
+
+
+def preprocessed(pre: dict[str, Any] | None, shape: tuple[int, ...], batch: int, name: str) -> tuple[int, ...]:
+    """The shape DL4J's layer is given after its input preprocessor (None: `shape` itself): images flattened
+    or reshaped, and a sequence's steps as rows of the batch (RnnToFeedForward: (N, C, T) -> (N*T, C)) and
+    back (FeedForwardToRnn: (N*T, C) -> (N, C, T), N the network's batch), as DL4J's preprocessors do."""
+    if not pre:
+        return shape
+    kind = simple_name(str(pre.get("@class", "")))
+    nwc = pre.get("rnnDataFormat") == "NWC"
+    if kind == "ComposableInputPreProcessor":
+        for inner in pre.get("inputPreProcessors") or []:
+            shape = preprocessed(inner, shape, batch, name)
+        return shape
+    if kind in ("FeedForwardToCnnPreProcessor", "RnnToCnnPreProcessor"):
+        chw = tuple(whole(pre[k], f"{name}: preprocessor {k}") for k in ("numChannels", "inputHeight", "inputWidth"))
+        rows = shape[0]
+        if kind == "RnnToCnnPreProcessor" and len(shape) == 3:   # every time step an image
+            rows *= shape[1] if nwc else shape[2]
+        if shape[0] * math.prod(shape[1:]) != rows * math.prod(chw):
+            raise GraphError(f"layer {name!r}: its {kind} reshapes each example to {list(chw)} (channels, height, "
+                             f"width), but it is given {list(shape)}; write the configuration with setInputType")
+        return (rows, *chw)
+    if kind == "CnnToFeedForwardPreProcessor":
+        return (shape[0], math.prod(shape[1:]))
+    if kind == "RnnToFeedForwardPreProcessor":
+        if len(shape) != 3:
+            return shape   # DL4J passes a 2-d input through
+        return (shape[0] * shape[1], shape[2]) if nwc else (shape[0] * shape[2], shape[1])
+    if kind in ("FeedForwardToRnnPreProcessor", "CnnToRnnPreProcessor"):
+        if len(shape) == 3 and kind == "FeedForwardToRnnPreProcessor":
+            return shape
+        steps = shape[0] // batch if batch and shape[0] % batch == 0 else 1
+        features = math.prod(shape[1:])
+        return (shape[0] // steps, steps, features) if nwc else (shape[0] // steps, features, steps)
+    raise UnsupportedLayer(f"input preprocessor {kind} of layer {name!r} has no shape rule in the planner; use "
+                           "DL4J's own 2-d preprocessors (setInputType adds them) or train with DL4J's own fit()")
 
 
 LOSS_LAYERS = ("LossLayer", "CnnLossLayer", "RnnLossLayer", "Cnn3DLossLayer", "RnnOutputLayer",

@@ -25,9 +25,11 @@ from pyd4j.profile.timeline import Timeline
 MIB = 1 << 20
 # The training measured is cut into PLATEAU_CHUNKS slices of equal time; a measure is flat when its level
 # over the last PLATEAU_LATE of them is at most PLATEAU_SHARE (or PLATEAU_SLACK, whichever is larger)
-# above its level over the ones before. Levels per slice: the peak of exact counters, the median of native
-# memory (RSS less the heap's resident pages read every few seconds: noisy by the heap's own swings).
-PLATEAU_CHUNKS = 6
+# above its level over the ones before, and its drift over the later half of the slices (Theil-Sen), over
+# the whole training measured, is within the same allowance: a steady creep is not a plateau. Levels per
+# slice: the peak of exact counters, the median of native memory (RSS less the heap's resident pages, where
+# the agent read them: in between, the heap's share is interpolated).
+PLATEAU_CHUNKS = 8
 PLATEAU_LATE = 2
 PLATEAU_SHARE = 0.10
 PLATEAU_SLACK = 16 * MIB
@@ -41,7 +43,7 @@ class Plateau:
     flat: bool
     rising: list[str] = field(default_factory=list)
     reason: str = ""
-    drift: float | None = None     # native memory's slope over the training measured, bytes an hour
+    drift: float | None = None     # native memory's slope over the later half of the training measured, bytes an hour
 
 
 def first_iteration_ms(t: Timeline) -> float | None:
@@ -75,20 +77,25 @@ def plateau(t: Timeline) -> Plateau:
     live = [(p["t"], float(p["heap_live"])) for p in t.live_points if p.get("heap_live") is not None]
     measures = [("off-heap held (libnd4j + JavaCPP)", times, held, np.nanmax),
                 ("metaspace and code cache", times, t.series("nonheap_used"), np.nanmax),
-                ("native memory", times, t.native(), np.nanmedian),
+                ("native memory", times, t.native_at_reads(), np.nanmedian),
                 ("live heap", np.array([p[0] for p in live], dtype=float), np.array([p[1] for p in live], dtype=float), np.nanmax)]
     rising, drift = [], None
+    hours = (end - first) / 3.6e6
     for name, x, y, level in measures:
         levels = _levels(x, y, edges, level)
         early, late = levels[:-PLATEAU_LATE], levels[-PLATEAU_LATE:]
         early, late = early[~np.isnan(early)], late[~np.isnan(late)]
+        slope = _drift(edges[PLATEAU_CHUNKS // 2:], levels[PLATEAU_CHUNKS // 2:])
         if name == "native memory":
-            drift = _drift(edges, levels)
+            drift = slope
         if not early.size or not late.size:
             continue
+        allowed = max(PLATEAU_SLACK, PLATEAU_SHARE * max(float(early.max()), 0.0))
         rise = float(late.max() - early.max())
-        if rise > max(PLATEAU_SLACK, PLATEAU_SHARE * max(float(early.max()), 0.0)):
+        if rise > allowed:
             rising.append(f"{name} +{human_bytes(rise)}")
+        elif slope is not None and slope * hours > allowed:
+            rising.append(f"{name} drifting {human_bytes(slope)} an hour")
     if rising:
         return Plateau(False, rising, "still rising over the last third of the training measured: " + ", ".join(rising),
                        drift)
@@ -106,7 +113,7 @@ def _levels(x: np.ndarray, y: np.ndarray, edges: np.ndarray, level) -> np.ndarra
 
 
 def _drift(edges: np.ndarray, levels: np.ndarray) -> float | None:
-    """Bytes an hour: the Theil-Sen slope of the slices' levels (None with fewer than 3)."""
+    """Bytes an hour: the Theil-Sen slope of the levels of the slices between `edges` (None with fewer than 3)."""
     from scipy import stats  # noqa: PLC0415
 
     mids = (edges[:-1] + edges[1:]) / 2.0

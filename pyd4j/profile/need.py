@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
 from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import Finding, LimitRefusal, diagnose, limit_refusals
@@ -46,11 +48,12 @@ def measured_need(t: Timeline, findings: list[Finding] | None = None) -> Measure
     javacpp = peaks["javacpp_total"] or 0
     why = {"javacpp": f"JavaCPP totalBytes peaked at {human_bytes(javacpp)} (the agent's exact peak; largest single "
                       f"Pointer {human_bytes(peaks['javacpp_largest'])})"}
-    native_rss = peaks["native"] or 0
+    native_rss = native_peak(t)
     nd4j = peaks["nd4j"] or 0
     offheap = max(native_rss - javacpp, nd4j, 0)
     why["offheap"] = (f"off-heap memory JavaCPP does not count: the larger of native memory outside the JVM's areas "
-                      f"({human_bytes(native_rss)}) less JavaCPP's peak, and libnd4j buffers at their peak ({human_bytes(nd4j)})")
+                      f"({human_bytes(native_rss)}, where the heap's resident pages were read) less JavaCPP's peak, "
+                      f"and libnd4j buffers at their peak ({human_bytes(nd4j)})")
     live = peaks["heap_live"]
     if live:
         heap = max(int(live * HEAP_PER_LIVE), MIN_HEAP)
@@ -78,6 +81,15 @@ def measured_need(t: Timeline, findings: list[Finding] | None = None) -> Measure
                        why=dict(need.why, offheap=need.why["offheap"] + "; the run was killed or refused at its RSS "
                                                                             "limit, so twice that"))
     return need
+
+
+def native_peak(t: Timeline) -> float:
+    """Native memory's peak where the heap's resident pages were read (every few seconds): between reads the
+    heap's share is interpolated, and a heap that grew and shrank in between shows as native memory that
+    was never there, spikes a longer run meets more of. The interpolated peak where there were no reads."""
+    exact = t.native_at_reads()
+    exact = exact[~np.isnan(exact)]
+    return float(exact.max()) if exact.size else float(t.peaks()["native"] or 0)
 
 
 def raised_by(need: MeasuredNeed, refusals: list[LimitRefusal], max_physical: int | None) -> MeasuredNeed:

@@ -299,6 +299,11 @@ class Timeline:
         totalBytes, only in RSS)."""
         return self.series("rss") - self.heap_resident() - self.series("nonheap_committed")
 
+    def native_at_reads(self) -> np.ndarray:
+        """`native()` at the samples where the agent read the heap's resident pages, NaN between reads: there
+        the heap's share is interpolated, and a heap that grew and shrank between reads shows as native memory."""
+        return self.series("rss") - self.series("heap_rss") - self.series("nonheap_committed")
+
     def gc_totals(self) -> tuple[np.ndarray, np.ndarray]:
         """Cumulative GC count and GC time (ms), summed over collectors, one per sample."""
         counts = np.array([sum(v[0] for v in s.get("gc", {}).values()) for s in self.samples], dtype=float)

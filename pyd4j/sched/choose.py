@@ -37,6 +37,8 @@ from pyd4j.sched.recompute import recompute_decisions
 from pyd4j.sched.simulator import InfeasiblePlan, SimResult, simulate
 
 IN_MEMORY = "recompute_in_memory"
+SMALLEST = "smallest"
+"""Not a policy of its own: the smallest plan of the candidate policies (`smallest_plan`)."""
 TRAINING_POLICIES = ("liveness", IN_MEMORY, "utp", "recompute")
 """Policies the planned trainer is offered (superneurons adds cuDNN's algorithm choice, which
 DL4J's CPU layers do not have)."""
@@ -100,8 +102,14 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
                 cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
     """The plan to train `graph` with (see the module docstring) and its simulation.
     `policy` forces one policy (its fastest plan under `budget`, else its minimum-memory
-    plan); `offload=False`: the trainer has no offload tier, so no candidate may offload."""
+    plan); `offload=False`: the trainer has no offload tier, so no candidate may offload.
+    `policy="smallest"`: the smallest plan (`smallest_plan`), refused when it exceeds `budget`."""
     cost = cost or default_cost()
+    if policy == SMALLEST:
+        small = smallest_plan(graph, cost, offload)
+        if budget is not None and small[1].device_peak_bytes > budget:
+            raise BudgetTooSmall(budget, small[1].device_peak_bytes, small[0].policy, lower_bound(graph))
+        return small
     if policy is not None:
         if not offload and policy in OFFLOADING:
             raise ValueError(f"policy {policy!r} offloads activations and there is no offload tier; "

@@ -60,7 +60,8 @@ final class MultiLayerNodes extends NetworkNodes {
         if (!plan.nodes.get(0).isInput()) out.add("plan node 0 (" + plan.nodes.get(0) + ") is not the network input");
         for (int i = 0; i < layers.length; i++) {
             PlanFile.Node n = plan.nodes.get(i + 1);
-            String confClass = layers[i].conf().getLayer().getClass().getSimpleName();
+            // the configuration's own layer: a wrapper's instance (MaskZeroLayer) answers with the layer it wraps
+            String confClass = conf.getConf(i).getLayer().getClass().getSimpleName();
             String name = "'" + layerName(i) + "' (index " + i + ")";
             if (n.layerIndex != i || (n.dl4jClass != null && !n.dl4jClass.equals(confClass))
                     || n.inputs.length != 1 || n.inputs[0] != i) {
@@ -85,7 +86,7 @@ final class MultiLayerNodes extends NetworkNodes {
     }
 
     private String layerName(int i) {
-        String n = layers[i].conf().getLayer().getLayerName();
+        String n = conf.getConf(i).getLayer().getLayerName();
         return n == null ? "layer" + i : n;
     }
 

@@ -669,6 +669,9 @@ public final class PlannedTrainer implements AutoCloseable {
             int j = pn.inputs[k];
             boolean alias = state[node].dy != null && state[node].dy.sharesMemoryWith(g.array);
             for (int m = 0; m < k; m++) alias |= grads[m] != null && grads[m].sharesMemoryWith(g.array);
+            // a loss layer without weights (LossLayer, CnnLossLayer, RnnLossLayer) computes its input gradient
+            // in place on its input (sigmoid's or tanh's derivative): the plan frees that input on its own
+            for (int i : pn.inputs) alias |= state[i].y != null && state[i].y.sharesMemoryWith(g.array);
             if (plan.nodes.get(j).isInput()) {   // DL4J computes the input's gradient; nobody needs it
                 if (!alias) release(g);
                 continue;

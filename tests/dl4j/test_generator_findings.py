@@ -1,0 +1,131 @@
+"""What the network generator (tests/dl4j/netgen.py) found, each shrunk to its smallest network and
+fixed at its cause; real DL4J in the session JVM. `check` trains each network with DL4J's own fit()
+and planned (liveness, the smallest plan, utp on the disk tier) and compares the parameters."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pyd4j.dl4j.layer_rules import APPLIES_INPUT_DROPOUT
+from tests.dl4j import netbuild
+from tests.dl4j.netcheck import check, planner_shapes
+
+pytestmark = pytest.mark.jvm
+
+BASE = {"dtype": "FLOAT", "updater": "Adam", "lr": 0.01, "seed": 7, "batch": 3}
+RNN_IN = [{"kind": "rnn", "size": 3, "steps": 4}]
+
+
+def spec(layers: list[dict], inputs: list[dict], labels: list, **more) -> dict:
+    return {"kind": "multilayer", **BASE, "inputs": inputs, "layers": layers, "labels": labels, **more}
+
+
+def exact(s: dict, modes: tuple[str, ...] = ("liveness", "smallest", "offload")) -> None:
+    outcome = check(s, modes)
+    assert outcome.status == "exact", outcome.report(s)
+
+
+def graph_of(s: dict):
+    from pyd4j.dl4j.graph import graph_from_dl4j_json
+
+    doc = json.loads(str(netbuild.configuration(s).toJson()))
+    return graph_from_dl4j_json(doc, s["batch"], planner_shapes(s))
+
+
+def test_a_dense_layer_on_a_sequence_runs_on_every_time_step(jvm) -> None:
+    """DL4J's RnnToFeedForward preprocessor makes (N, C, T) rows of (N*T, C): the planner took the
+    sequence as N rows of C*T features and refused the layer ("nIn = 3, but it is fed 12 features")."""
+    s = spec([{"class": "DenseLayer", "nOut": 5, "act": "TANH", "bias": True},
+              {"class": "RnnOutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+             RNN_IN, [["rnn", 2, 4]], mask=True)
+    g = graph_of(s)
+    assert [layer.out_shape for layer in g.layers] == [(3, 3, 4), (3 * 4, 5), (3, 2, 4)]
+    assert [layer.param_elems for layer in g.layers[1:]] == [3 * 5 + 5, 5 * 2 + 2]
+    exact(s)
+
+
+def test_a_flattened_image_read_by_a_graph_layer_is_reshaped_first(jvm) -> None:
+    """A layer vertex's FeedForwardToCnn preprocessor (convolutionalFlat input) was ignored: the planner
+    refused the valid graph ("expects an NCHW input, got (3, 30)")."""
+    s = {"kind": "graph", **BASE, "inputs": [{"kind": "cnnflat", "channels": 2, "height": 3, "width": 5}],
+         "layers": [{"class": "SubsamplingLayer", "pooling": "MAX", "kernel": [2, 2], "stride": [1, 1],
+                     "padding": [0, 0], "mode": "Truncate", "name": "pool", "inputs": ["in0"]},
+                    {"class": "OutputLayer", "nOut": 2, "loss": "MCXENT", "act": "SOFTMAX", "labels": "onehot",
+                     "name": "out", "inputs": ["pool"]}],
+         "outputs": ["out"], "labels": [["ff", 2]]}
+    assert graph_of(s).layers[1].out_shape == (3, 2, 2, 4)
+    exact(s)
+
+
+def test_a_wrapper_layer_is_checked_by_its_own_class(jvm) -> None:
+    """MaskZeroLayer's instance answers conf() with the layer it wraps: the trainer refused every plan of
+    it ("plan node 1 is layer0 (MaskZeroLayer); the network's layer 0 is a SimpleRnn")."""
+    exact(spec([{"class": "MaskZeroLayer", "layer": {"class": "SimpleRnn", "nOut": 3, "act": "TANH"}},
+                {"class": "RnnOutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+               RNN_IN, [["rnn", 2, 4]], mask=True))
+
+
+# (input, layer) pairs: one DL4J layer class each, on an input it reads
+DROPOUT_PROBES = [
+    ({"kind": "ff", "size": 4}, {"class": "DenseLayer", "nOut": 3, "act": "TANH", "bias": True}),
+    ({"kind": "ff", "size": 4}, {"class": "BatchNormalization"}),
+    ({"kind": "ff", "size": 4}, {"class": "ActivationLayer", "act": "TANH"}),
+    ({"kind": "ff", "size": 4}, {"class": "AutoEncoder", "nOut": 3, "act": "TANH"}),
+    ({"kind": "ff", "size": 4}, {"class": "PReLULayer", "shape": [4]}),
+    ({"kind": "index", "vocab": 5}, {"class": "EmbeddingLayer", "nIn": 5, "nOut": 3, "act": "IDENTITY"}),
+    ({"kind": "cnn", "channels": 2, "height": 4, "width": 4},
+     {"class": "ConvolutionLayer", "nOut": 2, "act": "RELU", "kernel": [2, 2], "stride": [1, 1], "padding": [0, 0],
+      "mode": "Truncate"}),
+    ({"kind": "cnn", "channels": 2, "height": 4, "width": 4},
+     {"class": "SubsamplingLayer", "pooling": "MAX", "kernel": [2, 2], "stride": [1, 1], "padding": [0, 0],
+      "mode": "Truncate"}),
+    ({"kind": "cnn", "channels": 2, "height": 4, "width": 4}, {"class": "ZeroPaddingLayer", "padding": [1, 0, 0, 1]}),
+    ({"kind": "cnn", "channels": 2, "height": 4, "width": 4}, {"class": "Upsampling2D", "size": 2}),
+    ({"kind": "cnn", "channels": 2, "height": 4, "width": 4}, {"class": "SpaceToDepthLayer", "blocks": 2}),
+    ({"kind": "rnn", "size": 3, "steps": 4}, {"class": "LSTM", "nOut": 2, "act": "TANH"}),
+    ({"kind": "seqindex", "vocab": 5, "steps": 4}, {"class": "EmbeddingSequenceLayer", "nIn": 5, "nOut": 2, "steps": 4}),
+]
+
+
+def test_the_layers_that_apply_their_input_dropout_are_the_ones_dl4j_applies_it_in(jvm) -> None:
+    """The planner freed a producer's output early behind every layer with input dropout, taking the
+    dropped copy the layer keeps for its own; BatchNormalization, ActivationLayer, pooling, padding and the
+    embeddings ignore their input dropout and read the producer's output in backprop (the trainer refused:
+    "BACKWARD layer0 reads its input input:Y, which the plan freed")."""
+    import jpype
+
+    from pyd4j.nd import from_numpy
+
+    abstract = jpype.JClass("org.deeplearning4j.nn.layers.AbstractLayer")
+    for inp, layer in DROPOUT_PROBES:
+        loss = {"cnn": "CnnLossLayer", "rnn": "RnnLossLayer", "seqindex": "RnnLossLayer"}.get(inp["kind"], "LossLayer")
+        s = spec([layer, {"class": loss, "loss": "MSE", "act": "IDENTITY", "labels": "real"}], [inp], [], dropOut=0.5)
+        net = netbuild.network(netbuild.configuration(s))
+        net.feedForward(from_numpy(netbuild.features(inp, 3, np.random.default_rng(0)).astype(np.float32), copy=True), True)
+        applied = bool(net.getLayer(0).isDropoutApplied()) if isinstance(net.getLayer(0), abstract) else False
+        assert applied == (layer["class"] in APPLIES_INPUT_DROPOUT), layer["class"]
+
+
+def test_input_dropout_on_layers_that_ignore_it_trains_planned_exactly(jvm) -> None:
+    exact(spec([{"class": "EmbeddingLayer", "nIn": 4, "nOut": 3, "act": "IDENTITY"},
+                {"class": "ActivationLayer", "act": "TANH"},
+                {"class": "OutputLayer", "nOut": 2, "loss": "MCXENT", "act": "SOFTMAX", "labels": "onehot"}],
+               [{"kind": "index", "vocab": 4}], [["ff", 2]], dropOut=0.5))
+    exact(spec([{"class": "Bidirectional", "mode": "ADD", "layer": {"class": "LSTM", "nOut": 2, "act": "TANH"}},
+                {"class": "RnnLossLayer", "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+               RNN_IN, [["rnn", 2, 4]], dropOut=0.5))
+
+
+def test_a_loss_layer_computing_its_gradient_in_place_on_its_input(jvm) -> None:
+    """A LossLayer with a sigmoid writes its input gradient over its input (the merge's output): the plan
+    freed that output after the loss's backward step and the merge's backward read a closed array ("Op.X
+    argument was closed before call"). The trainer now keeps such a gradient apart."""
+    exact({"kind": "graph", **BASE, "inputs": [{"kind": "ff", "size": 1}, {"kind": "ff", "size": 1}],
+           "layers": [{"class": "DenseLayer", "nOut": 1, "act": "RELU", "bias": False, "name": "dense0", "inputs": ["in0"]},
+                      {"class": "MergeVertex", "name": "merge1", "inputs": ["in1", "dense0"]},
+                      {"class": "LossLayer", "loss": "XENT", "act": "SIGMOID", "labels": "binary", "name": "loss2",
+                       "inputs": ["merge1"]}],
+           "outputs": ["loss2"], "labels": [["ff", 2]]})
