@@ -134,3 +134,18 @@ def test_flatness_allowance(monkeypatch):
     monkeypatch.setattr(flatness, "PLATEAU_SHARE", 0.01)
     p = plateau(t)
     assert not p.flat and "drifting" in p.rising[0]
+
+
+def test_native_peak_is_taken_where_the_heap_was_read():
+    """Between the agent's reads of the heap's resident pages its share is interpolated: a heap that grew
+    and shrank between two reads must not show as native memory the job never had."""
+    from pyd4j.profile.need import native_peak
+
+    t = made_up(20, 20.0)
+    for i, s in enumerate(t.samples):
+        if i % 50:                                       # read every 5 s, as the agent does
+            del s["heap_rss"]
+        if 120 <= i < 130:                               # the heap swells by 200 MiB between two reads
+            s["rss"] += 200 * MIB
+    assert native_peak(t) == pytest.approx(100 * MIB)    # what the job had at every read
+    assert t.peaks()["native"] >= 290 * MIB              # the interpolated series counts the heap's swell
