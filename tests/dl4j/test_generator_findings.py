@@ -129,3 +129,28 @@ def test_a_loss_layer_computing_its_gradient_in_place_on_its_input(jvm) -> None:
                       {"class": "LossLayer", "loss": "XENT", "act": "SIGMOID", "labels": "binary", "name": "loss2",
                        "inputs": ["merge1"]}],
            "outputs": ["loss2"], "labels": [["ff", 2]]})
+
+
+@pytest.mark.parametrize("cls", ["LocalResponseNormalization", "BatchNormalization", "ActivationLayer"])
+def test_a_layer_that_ignores_its_input_dropout_gives_the_same_output_with_it(jvm, cls: str) -> None:
+    """The same training forward pass with and without the layer's own input dropout: identical (no mask
+    is drawn), so a plan may free its producer's output only after its backward step, and slice it."""
+    import jpype
+
+    from pyd4j.nd import from_numpy, to_numpy
+
+    assert cls not in APPLIES_INPUT_DROPOUT
+    inp = {"kind": "cnn", "channels": 3, "height": 4, "width": 4}
+    layers = [{"class": "ConvolutionLayer", "nOut": 6, "act": "RELU", "kernel": [1, 1], "stride": [1, 1],
+               "padding": [0, 0], "mode": "Truncate"}, {"class": cls, "act": "TANH"},
+              {"class": "CnnLossLayer", "loss": "MSE", "act": "IDENTITY", "labels": "real"}]
+    outs = []
+    for dropped in (False, True):
+        doc = json.loads(str(netbuild.configuration(spec(layers, [inp], [])).toJson()))
+        if dropped:
+            doc["confs"][1]["layer"]["idropout"] = {"@class": "org.deeplearning4j.nn.conf.dropout.Dropout", "p": 0.5}
+        net = netbuild.network(jpype.JClass("org.deeplearning4j.nn.conf.MultiLayerConfiguration").fromJson(json.dumps(doc)))
+        x = netbuild.features(inp, 2, np.random.default_rng(0)).astype(np.float32)
+        jpype.JClass("org.nd4j.linalg.factory.Nd4j").getRandom().setSeed(jpype.JLong(1))
+        outs.append(to_numpy(net.feedForward(from_numpy(x, copy=True), True).get(2), copy=True))
+    assert np.array_equal(outs[0], outs[1])
