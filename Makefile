@@ -22,7 +22,7 @@ MKL_JAR     := $(HOME)/.m2/repository/org/bytedeco/mkl/$(MKL_VERSION)/mkl-$(MKL_
 # The wheel carries the helper/agent jar, ASM relocated inside it (not ND4J: jobs bring their own classpath).
 WHEEL_JARS := pyd4j/jvm/java
 
-.PHONY: setup demo test bench clean cuda-check wheel
+.PHONY: setup demo test bench bench-list clean cuda-check wheel
 
 setup: $(VENV) $(JAR) $(NATIVE_LIB) $(MKL_JAR)
 
@@ -81,9 +81,13 @@ wheel: $(JAR)
 	$(PY) -m build --wheel --outdir dist . >/dev/null; rc=$$?; rm -rf $(WHEEL_JARS) build; exit $$rc
 	@ls dist/*.whl
 
-# Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md).
+# Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md); `make bench-list`
+# lists what each measures and how long it takes.
 BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_env batchnorm_backlog lstm_steps collector_choice flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices serve_fuzz reader_fuzz sigterm
-bench: setup
+bench-list: $(VENV)
+	$(PY) -m benchmarks.harness
+
+bench: setup bench-list
 	set -e; for b in $(BENCHMARKS); do echo "== $$b"; $(PY) benchmarks/$$b.py; done
 	$(PY) benchmarks/speed_tuning.py --spark
 	$(PY) benchmarks/malloc_env.py --setting MALLOC_MMAP_THRESHOLD_=131072 --runs lenet@32,deep_cnn_bn@8,lstm@32,resnet_graph@16

@@ -29,15 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from harness import RESULTS, ROOT, Recorder
+
 CUDA_BUILD = ROOT / "native" / "build-cuda"
 DEADLINE_S = 540  # leave a minute of the 10 for setup and writing
 T0 = time.monotonic()
@@ -281,9 +279,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None, help="JSON to write (default benchmarks/results/)")
     args = ap.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
     out_path = args.out or RESULTS / ("agent_host.json" if args.host else "agent_gpu.json")
-    result: dict = {"python": platform.python_version(), "machine": platform.machine()}
+    rec = Recorder("agent_gpu")
+    result = rec.doc
 
     gpu = False
     if not args.host:
@@ -291,7 +289,7 @@ def main() -> int:
         result["gpu"] = what if gpu else None
         if not gpu:
             result["status"] = f"no GPU: {what}; nothing measured"
-            out_path.write_text(json.dumps(result, indent=2) + "\n")
+            rec.write(out_path, indent=2)
             print(f"no GPU ({what}): nothing measured; wrote {out_path}")
             return 0
     native_ok = True
@@ -303,7 +301,6 @@ def main() -> int:
             result["native"] = f"CUDA build of native/ not made: {e}; the CuPy parts still run"
             log(result["native"])
 
-    sys.path.insert(0, str(ROOT))
     if native_ok:
         from pyd4j.agent import native
 
@@ -335,7 +332,7 @@ def main() -> int:
         log(json.dumps(result["training"][name]))
     result["status"] = "ok"
     result["seconds"] = time.monotonic() - T0
-    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    rec.write(out_path, indent=2)
     print(f"wrote {out_path}")
     return 0
 

@@ -19,18 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
+from harness import RESULTS, Recorder, order
 from pyd4j.jvm import classpath, examples_jar, find_java
 from pyd4j.profile.launch import agent_option
-
-ROOT = Path(__file__).resolve().parent
 
 
 def run_once(with_agent: bool, iterations: int, batch: int, interval_ms: int) -> dict:
@@ -74,10 +71,10 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=100)
     parser.add_argument("--out", default="agent_overhead.json", help="file name under benchmarks/results")
     args = parser.parse_args()
+    rec = Recorder("agent_overhead")
     runs = []
     for i in range(args.pairs):
-        order = (False, True) if i % 2 == 0 else (True, False)  # alternate to cancel drifts in load
-        for with_agent in order:
+        for with_agent in order((False, True), i):  # alternate to cancel drifts in load
             runs.append(run_once(with_agent, args.iterations, args.batch, args.interval))
             print(runs[-1], flush=True)
     # Each pair ran back to back, so its ratio cancels slow drifts in machine load.
@@ -90,8 +87,9 @@ def main() -> None:
     cpu_share = statistics.median(r["sampler_cpu_s"] / r["process_cpu_s"] for r in runs if r["agent"] and r["process_cpu_s"])
     pause_share = statistics.median(r["inspection_pause_s"] / r["seconds"] for r in runs if r["agent"])
     median_ratio = statistics.median(paired)
-    result = {
-        "benchmark": "agent_overhead", "job": "org.pyd4j.examples.TrainLeNetSynthetic",
+    result = rec.doc
+    result.update({
+        "job": "org.pyd4j.examples.TrainLeNetSynthetic",
         "iterations": args.iterations, "batch": args.batch, "interval_ms": args.interval, "pairs": args.pairs,
         "baseline_iterations_per_s": base, "agent_iterations_per_s": agent,
         "ratio": agent / base, "slowdown_percent": (1 - agent / base) * 100,
@@ -106,12 +104,8 @@ def main() -> None:
         # Load-independent: the sampler thread's CPU time over the whole process's CPU time, and the
         # live-set inspections' pauses over the training time.
         "sampler_cpu_share": cpu_share, "inspection_pause_share": pause_share, "runs": runs,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "java": find_java().version},
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    out = ROOT / "results" / args.out
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+        "java": find_java().version})
+    out = rec.write(RESULTS / args.out, indent=2)
     print(f"agent/baseline iterations/s = {result['ratio']:.3f} ({result['slowdown_percent']:+.1f}% slowdown; "
           f"median paired ratio {median_ratio:.3f}, pairs {min(paired):.3f}-{max(paired):.3f}; "
           f"CPU ratio {statistics.median(paired_cpu):.3f}); "

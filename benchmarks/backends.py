@@ -14,17 +14,14 @@ not tell apart from its fastest, from the A/B verdicts it recorded) and the summ
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
 from pathlib import Path
 
+from harness import RESULTS, ROOT, Recorder
+from harness.training import NETWORKS
 from pyd4j.dl4j.config import read_config_file
 from pyd4j.dl4j.input_types import array_shape as input_shape, read_sidecar, sidecar_path
 from pyd4j.profile.backend import as_fast, compare_builds
-
-ROOT = Path(__file__).resolve().parent
-NETWORKS = ROOT.parent / "examples" / "networks"
 
 
 def main() -> None:
@@ -33,20 +30,20 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "backends.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "backends.json")
     ap.add_argument("--resummarize", type=Path, help="a results file to recompute the comparisons of (no runs)")
     args = ap.parse_args()
     if args.resummarize:
-        doc = json.loads(args.resummarize.read_text())
+        rec = Recorder.amending(args.resummarize)
+        doc = rec.doc
         for row in doc["models"]:
             for m in (row["first"], row["remeasure"]):
                 m.setdefault("as_fast", as_fast(m))
             row["fastest_again_among_as_fast"] = row["remeasure"].get("fastest") in row["first"]["as_fast"]
         doc["summary"] = _summary(doc["models"])
-        args.resummarize.write_text(json.dumps(doc, indent=2))
+        rec.write(args.resummarize, indent=2)
         return
-    started = time.time()
-    load_start = os.getloadavg()
+    rec = Recorder("backends")
     results = []
     for name in args.models.split(","):
         path = NETWORKS / f"{name}.json"
@@ -55,7 +52,7 @@ def main() -> None:
         first = compare_builds(path, kind, shape, seconds=args.seconds, rounds=args.rounds)
         again = compare_builds(path, kind, shape, seconds=args.seconds, rounds=args.rounds)
         for doc in (first, again):   # results name the network by its place in the repository
-            doc["model"] = str(path.relative_to(NETWORKS.parent.parent))
+            doc["model"] = str(path.relative_to(ROOT))
         row = {"model": name, "kind": kind, "input_shape": shape, "first": first, "remeasure": again,
                "chosen": first.get("fastest"), "fastest_again": first.get("fastest") == again.get("fastest"),
                "blas_fastest_again": _blas(first) == _blas(again),
@@ -65,7 +62,7 @@ def main() -> None:
         results.append(row)
         print(name, [(r["build"], r["median_iterations_per_s"], r["spread"]) for r in first["ranking"]],
               "again:", [(r["build"], r["median_iterations_per_s"]) for r in again["ranking"]], flush=True)
-        _write(args, results, started, load_start)
+        _write(rec, args, results)
 
 
 def _blas(doc: dict) -> str | None:
@@ -80,17 +77,13 @@ def _summary(results: list[dict]) -> dict:
             "proved_faster_than_next": sum(bool(r["first"].get("proved")) for r in results)}
 
 
-def _write(args, results, started, load_start) -> None:
-    doc = {"benchmark": "backends", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
-           "load_average_at_start": [round(x, 2) for x in load_start],
-           "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+def _write(rec: Recorder, args, results) -> None:
+    rec.doc.update({
            "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
            "settings": {"batch": args.batch, "seconds": args.seconds, "rounds": args.rounds},
            "summary": _summary(results),
-           "models": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2))
+           "models": results})
+    rec.write(args.out, indent=2)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/batchnorm_backlog.py [--runs deep_cnn_bn@64,deep_cnn_bn-without-bn@64,TinyYOLO@512]
         [--iterations 1,2,3,4,5] [--out benchmarks/results/batchnorm_backlog.json]
 
-Each run is the measuring job of benchmarks/planned_training.py (`TrainSynthetic`: DL4J's own fit()
+Each run is the harness's measuring job (harness/training.py: `TrainSynthetic`: DL4J's own fit()
 on random batches after a batch-1 warm-up, one OpenMP thread, a 512 MiB heap, the agent taking no
 live points: their full collections would free the garbage measured) for 1, 2, 3, ... iterations, in
 the environment pyd4j's flags set (glibc's mmap threshold fixed, so nothing freed stays
@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
+from harness.training import NETWORKS
+from harness.training import run as train_run
+from harness.zoo import built_config
 
-NETWORKS = ROOT / "examples" / "networks"
 MiB = 1024**2
 WITHOUT_BN = "-without-bn"
 
@@ -50,28 +48,22 @@ def config_folder(name: str, folder: Path) -> Path:
     if name == "deep_cnn_bn" + WITHOUT_BN:
         without_batchnorm(folder)
         return folder
-    import benchmarks.zoo_coverage as zc
-
-    built = zc.build(name, 1, folder, 600)
-    if not built["built"]:
-        raise SystemExit(f"{name}: not built: {built.get('skipped') or built.get('error', '')[-300:]}")
-    return folder
+    return built_config(name, folder).parent
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", default=f"deep_cnn_bn@64,deep_cnn_bn{WITHOUT_BN}@64,TinyYOLO@512")
     ap.add_argument("--iterations", default="1,2,3,4,5")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "batchnorm_backlog.json"))
+    ap.add_argument("--out", default=str(RESULTS / "batchnorm_backlog.json"))
     args = ap.parse_args()
-    import benchmarks.planned_training as pt
     from pyd4j.memory.estimate import estimate
     from pyd4j.dl4j.fitmem import BATCHNORM_ARRAYS_PER_ITERATION, BATCHNORM_BACKLOG_ITERATIONS, MALLOC_ENV
 
     counts = [int(x) for x in args.iterations.split(",")]
-    doc: dict = {"benchmark": "batchnorm_backlog", "meta": {"environment": MALLOC_ENV, "omp_threads": 1,
-                                                            "machine": platform.platform(), "cpus": os.cpu_count()},
-                 "runs": {}}
+    rec = Recorder("batchnorm_backlog")
+    doc = rec.doc
+    doc.update(meta={"environment": MALLOC_ENV, "omp_threads": 1}, runs={})
     with tempfile.TemporaryDirectory(prefix="pyd4j-bn-") as tmp:
         for spec in args.runs.split(","):
             name, batch = spec.split("@")
@@ -79,10 +71,9 @@ def main() -> None:
             est = estimate(folder / f"{name}.json", int(batch))
             backlog = est.term_bytes("batchnorm_backlog")
             bn_inputs = backlog // (BATCHNORM_ARRAYS_PER_ITERATION * BATCHNORM_BACKLOG_ITERATIONS)
-            pt.NETWORKS = folder
             peaks = []
             for n in counts:
-                r = pt.run(name, int(batch), n, None, folder, extra_env=MALLOC_ENV, quiet=True)
+                r = train_run(folder / f"{name}.json", int(batch), n, None, folder, extra_env=MALLOC_ENV, quiet=True)
                 peaks.append(r["native_above_idle_bytes"])
                 print(f"{spec:28s} {n:3d} iterations: native {peaks[-1] / MiB:8.1f} MiB", flush=True)
             rises = [b - a for a, b in zip(peaks, peaks[1:])]
@@ -91,7 +82,7 @@ def main() -> None:
                 "batchnorm_input_bytes": bn_inputs,
                 "rise_over_batchnorm_inputs": [round(x / bn_inputs, 2) for x in rises] if bn_inputs else None,
                 "model_without_backlog_bytes": est.offheap_bytes - backlog, "model_bytes": est.offheap_bytes}
-            Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+            rec.write(args.out)
             print(f"{spec}: rises {[round(x / MiB, 1) for x in rises]} MiB; batch normalization inputs "
                   f"{bn_inputs / MiB:.1f} MiB", flush=True)
 

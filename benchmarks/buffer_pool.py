@@ -8,48 +8,44 @@ Why the pool: with glibc's mmap threshold fixed, every array the trainer closes 
 the system and the next array of that size faults fresh pages in; DL4J's fit() takes its arrays from
 workspaces. `org.pyd4j.train.BufferPool` keeps released buffers for the next array of the same length,
 within the replay's own peak out of workspaces. Each network and plan is trained by the measuring job
-of `benchmarks/planned_training.py` (TrainSynthetic under the agent route, heap fixed and pre-touched,
+of the harness (harness/training.py: TrainSynthetic under the agent route, heap fixed and pre-touched,
 one OpenMP thread) with the pool on and with `-Dpyd4j.train.pool=false`, runs alternating (on, off,
 off, on, ...), `--rounds` of each: the peak above the idle JVM and iterations per second (after the
-warm-up), medians, and the ratios on / off. Zoo models are built by `benchmarks/zoo_coverage.py`'s
-builder into `--configs` (reused when there). Plans that recompute or slice a step (the smallest plan)
+warm-up), medians, and the ratios on / off. Zoo models are built by the harness's
+zoo builder (harness/zoo.py) into `--configs` (reused when there). Plans that recompute or slice a step (the smallest plan)
 run without the pool whatever the option says: measured here, it raised their peaks by 2-5%.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder, interleave, ratios
+from harness.training import NETWORKS, median, run, write_plan
+from harness.zoo import build_model
 
 POOL_OFF = {"JAVA_TOOL_OPTIONS": "-Dpyd4j.train.pool=false"}
 
 
-def measure(pt, name: str, batch: int, policy: str, folder: Path, iterations: int, rounds: int) -> dict:
-    plan = pt.write_plan(name, batch, policy, folder)
-    runs: dict[str, list[dict]] = {"on": [], "off": []}
-    for r in range(rounds):
-        for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
-            out = pt.run(name, batch, iterations, plan, folder, None if side == "on" else POOL_OFF, quiet=True)
-            trainer = out.get("trainer") or {}
-            runs[side].append({"peak_above_idle_bytes": out["peak_above_idle_bytes"],
-                               "iterations_per_s": out["iterations_per_s"],
-                               "pooled_reused_bytes": trainer.get("pooled_reused_bytes"),
-                               "stale_releases": trainer.get("stale_releases")})
-            print(f"{name} b{batch} {policy} pool {side}: peak {out['peak_above_idle_bytes'] / 2**20:.1f} MiB, "
-                  f"{out['iterations_per_s'] or 0:.3f} it/s", flush=True)
+def measure(config: Path, batch: int, policy: str, folder: Path, iterations: int, rounds: int) -> dict:
+    name = config.stem
+    plan = write_plan(config, batch, policy, folder)
 
-    peak_on, peak_off = (pt.median(runs[side], "peak_above_idle_bytes") for side in ("on", "off"))
-    speed_on, speed_off = (pt.median(runs[side], "iterations_per_s") for side in ("on", "off"))
-    pairs = [a["iterations_per_s"] / b["iterations_per_s"] for a, b in zip(runs["on"], runs["off"])
-             if a["iterations_per_s"] and b["iterations_per_s"]]
+    def one(side: str, _round: int) -> dict:
+        out = run(config, batch, iterations, plan, folder, None if side == "on" else POOL_OFF, quiet=True)
+        trainer = out.get("trainer") or {}
+        print(f"{name} b{batch} {policy} pool {side}: peak {out['peak_above_idle_bytes'] / 2**20:.1f} MiB, "
+              f"{out['iterations_per_s'] or 0:.3f} it/s", flush=True)
+        return {"peak_above_idle_bytes": out["peak_above_idle_bytes"], "iterations_per_s": out["iterations_per_s"],
+                "pooled_reused_bytes": trainer.get("pooled_reused_bytes"),
+                "stale_releases": trainer.get("stale_releases")}
+
+    runs = interleave(("on", "off"), rounds, one)
+    peak_on, peak_off = (median(runs[side], "peak_above_idle_bytes") for side in ("on", "off"))
+    speed_on, speed_off = (median(runs[side], "iterations_per_s") for side in ("on", "off"))
+    pairs = ratios([a["iterations_per_s"] for a in runs["on"]], [b["iterations_per_s"] for b in runs["off"]])
     return {"batch": batch, "policy": policy, "predicted_peak_bytes": plan["predicted_peak_bytes"],
             "peak_on_over_off": round(peak_on / peak_off, 4) if peak_on and peak_off else None,
             "speed_on_over_off": round(speed_on / speed_off, 4) if speed_on and speed_off else None,
@@ -59,9 +55,6 @@ def measure(pt, name: str, batch: int, policy: str, folder: Path, iterations: in
 
 
 def main() -> None:
-    import benchmarks.planned_training as pt
-    import benchmarks.zoo_coverage as zc
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--zoo", default="ResNet50,AlexNet", help="zoo models ('' for none)")
     ap.add_argument("--zoo-batch", type=int, default=16)
@@ -70,35 +63,30 @@ def main() -> None:
     ap.add_argument("--policies", default="liveness")
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "buffer_pool.json"))
+    ap.add_argument("--out", default=str(RESULTS / "buffer_pool.json"))
     args = ap.parse_args()
-    doc: dict = {"benchmark": "buffer_pool",
-                 "meta": {"iterations": args.iterations, "rounds": args.rounds, "omp_threads": 1,
-                          "machine": platform.platform(), "cpus": os.cpu_count(),
-                          "load_avg_1m_at_start": os.getloadavg()[0]},
-                 "rows": {}}
-    out = Path(args.out)
-    examples = pt.NETWORKS
+    rec = Recorder("buffer_pool")
+    doc = rec.doc
+    doc.update(meta={"iterations": args.iterations, "rounds": args.rounds, "omp_threads": 1}, rows={})
+    examples = NETWORKS
     with tempfile.TemporaryDirectory(prefix="pyd4j-pool-") as tmp:
         configs = Path(args.configs or tmp)
         configs.mkdir(parents=True, exist_ok=True)
         jobs = [(n, args.zoo_batch, configs) for n in args.zoo.split(",") if n]
         jobs += [(n.split(":")[0], int(n.split(":")[1]), examples) for n in args.networks.split(",") if n]
         for name, batch, folder in jobs:
-            pt.NETWORKS = folder
             try:
                 if folder == configs and not (configs / f"{name}.json").exists():
-                    built = zc.build(name, 2, configs, 900.0)
+                    built = build_model(name, 2, configs, 900.0)
                     if not built["built"]:
                         raise RuntimeError(built.get("skipped") or built.get("error"))
                 for policy in args.policies.split(","):
-                    doc["rows"][f"{name}@{batch} {policy}"] = measure(pt, name, batch, policy, Path(tmp),
-                                                                      args.iterations, args.rounds)
+                    doc["rows"][f"{name}@{batch} {policy}"] = measure(folder / f"{name}.json", batch, policy,
+                                                                      Path(tmp), args.iterations, args.rounds)
             except Exception as err:  # noqa: BLE001 - recorded; the benchmark goes on
                 doc["rows"][f"{name}@{batch}"] = {"error": f"{type(err).__name__}: {err}"[:800]}
                 print(f"{name}: {err}", flush=True)
-            doc["meta"]["load_avg_1m_at_end"] = os.getloadavg()[0]
-            out.write_text(json.dumps(doc, indent=1) + "\n")
+            rec.write(args.out)
     for key, row in doc["rows"].items():
         if "error" not in row:
             print(f"{key}: peak on/off {row['peak_on_over_off']}, speed on/off {row['speed_on_over_off']} "

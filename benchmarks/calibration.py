@@ -33,6 +33,8 @@ import re
 import sys
 from pathlib import Path
 
+from harness import RESULTS as RESULTS_DIR
+from harness import ROOT, Recorder
 from scipy.optimize import minimize_scalar
 
 from pyd4j.sched import costmodel, zoo
@@ -41,8 +43,8 @@ from pyd4j.sched.graph import Graph, LayerType
 from pyd4j.sched.policies import make_plan
 from pyd4j.sched.simulator import simulate
 
-RESULTS = Path(__file__).parent / "results" / "calibration.json"
-DEVICES = Path(__file__).resolve().parent.parent / "pyd4j" / "sched" / "devices.json"
+RESULTS = RESULTS_DIR / "calibration.json"
+DEVICES = ROOT / "pyd4j" / "sched" / "devices.json"
 FIT_DEVICE = "k40c"
 FOLLOWERS = ("k80",)  # profiles that take the fitted efficiency (cross-checks, not fitted)
 DATE = "2026-12-03"
@@ -138,6 +140,7 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true",
                     help=f"fit the {FIT_DEVICE} efficiency and write it into devices.json")
     args = ap.parse_args()
+    rec = Recorder("calibration")
     if Path(costmodel.__file__).resolve().parent / "devices.json" != DEVICES:
         sys.exit(f"pyd4j is imported from {Path(costmodel.__file__).parent}, not this checkout; "
                  "run with PYTHONPATH=.")
@@ -184,11 +187,12 @@ def main() -> None:
               f"efficiency {before}, {sim1:.1f} ({r1:.2f}x) at {eff_now}"
               f"{'' if abs(r1 - 1) <= TOLERANCE else '  OUTSIDE 25%'}")
     fitted = doc["devices"][FIT_DEVICE]
-    RESULTS.write_text(json.dumps({
+    rec.doc.update({
         "tolerance": TOLERANCE, "ratio": "simulated / published img/s",
         "fit": {"device": FIT_DEVICE, "efficiency": fitted.get("efficiency"),
                 "efficiency_before": before, "calibration": fitted.get("calibration")},
-        "comparisons": out}, indent=1) + "\n")
+        "comparisons": out})
+    rec.write(RESULTS)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 
 The JVM picks Serial in a container under 1792 MiB (or with fewer than 2 CPUs) and G1 above it, and
 `pyd4j flags` pins the one it sized for. Here each network trains under its generated flags (the
-`flags_accuracy.py` run: TrainSynthetic, heap pre-touched, in a cgroup at the generated container limit
+harness/flagged.py run: TrainSynthetic, heap pre-touched, in a cgroup at the generated container limit
 with room for the other collector) once with `-XX:+UseSerialGC` and once with `-XX:+UseG1GC`, the two
 alternating (Serial first in even pairs) `--pairs` times. Per run: the JVM's own resident memory (peak RSS
 less the heap and ND4J's off-heap growth: `flags_accuracy.py`'s measured native) and seconds per iteration.
@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.flags_accuracy import NETWORKS, train  # noqa: E402
-from pyd4j.memory.estimate import G1_TABLES_FRACTION, estimate  # noqa: E402
-from pyd4j.memory.flags import flags  # noqa: E402
+from harness import RESULTS, Recorder, interleave, ratios
+from harness.flagged import train
+from harness.training import NETWORKS
+from harness.zoo import build_model
+from pyd4j.memory.estimate import G1_TABLES_FRACTION, estimate
+from pyd4j.memory.flags import flags
 
 MiB = 1024**2
 COLLECTORS = {"Serial": "-XX:+UseSerialGC", "G1": "-XX:+UseG1GC"}
@@ -57,7 +55,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "collector_choice.json"))
+    ap.add_argument("--out", default=str(RESULTS / "collector_choice.json"))
     args = ap.parse_args()
     if args.pairs < 1 or args.iterations < 1 or args.batch < 1:
         sys.exit("--pairs, --iterations and --batch must be at least 1")
@@ -66,24 +64,24 @@ def main() -> None:
     folder = Path(args.configs or scratch.name)
     configs = [(n, NETWORKS / f"{n}.json") for n in args.networks.split(",") if n]
     for name in (n for n in args.zoo.split(",") if n):
-        import benchmarks.zoo_coverage as zc  # noqa: PLC0415 - only with --zoo
-
         folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / f"{name}.json").exists() and not zc.build(name, 1, folder, 600)["built"]:
+        if not (folder / f"{name}.json").exists() and not build_model(name, 1, folder, 600)["built"]:
             sys.exit(f"{name}: DL4J's zoo did not build it")
         configs.append((name, folder / f"{name}.json"))
 
+    rec = Recorder("collector_choice")
     rows = []
     for name, config in configs:
-        runs: dict[str, list[dict]] = {gc: [] for gc in COLLECTORS}
-        for pair in range(args.pairs):
-            for gc in (("Serial", "G1") if pair % 2 == 0 else ("G1", "Serial")):
-                runs[gc].append(one(config, args.batch, args.iterations, gc))
-                print(f"{name}@{args.batch} {gc:6s} native {runs[gc][-1]['native_bytes'] / MiB:6.1f} MiB "
-                      f"{runs[gc][-1]['seconds_per_iteration'] * 1000:7.1f} ms/it", flush=True)
+        def run(gc: str, _pair: int, name: str = name, config: Path = config) -> dict:
+            r = one(config, args.batch, args.iterations, gc)
+            print(f"{name}@{args.batch} {gc:6s} native {r['native_bytes'] / MiB:6.1f} MiB "
+                  f"{r['seconds_per_iteration'] * 1000:7.1f} ms/it", flush=True)
+            return r
+
+        runs = interleave(("Serial", "G1"), args.pairs, run)
         heap = runs["G1"][0]["heap_bytes"]
         native = {gc: statistics.median(r["native_bytes"] for r in rs) for gc, rs in runs.items()}
-        speed = [s["seconds_per_iteration"] / g["seconds_per_iteration"] for s, g in zip(runs["Serial"], runs["G1"])]
+        speed = ratios([s["seconds_per_iteration"] for s in runs["Serial"]], [g["seconds_per_iteration"] for g in runs["G1"]])
         rows.append({"network": name, "batch": args.batch, "heap_bytes": heap, "pinned_by_flags": runs["G1"][0]["pinned_by_flags"],
                      "native_median_bytes": native,
                      "g1_extra_over_heap": round((native["G1"] - native["Serial"]) / heap, 4),
@@ -92,14 +90,13 @@ def main() -> None:
         print(f"{name}: G1 - Serial = {rows[-1]['g1_extra_over_heap']:.1%} of the {heap // MiB} MiB heap; "
               f"G1/Serial speed {rows[-1]['g1_speed_over_serial_median']} {rows[-1]['g1_speed_over_serial_pairs']}", flush=True)
     extra = [r["g1_extra_over_heap"] for r in rows]
-    doc = {"benchmark": "collector_choice",
-           "meta": {"iterations": args.iterations, "pairs": args.pairs, "cpus": os.cpu_count(),
-                    "python": platform.python_version(), "model_fraction": G1_TABLES_FRACTION},
+    doc = rec.doc
+    doc.update({"meta": {"iterations": args.iterations, "pairs": args.pairs, "model_fraction": G1_TABLES_FRACTION},
            "summary": {"g1_extra_over_heap": {r["network"]: r["g1_extra_over_heap"] for r in rows},
                        "g1_extra_over_heap_max": max(extra), "model_fraction": G1_TABLES_FRACTION,
                        "g1_speed_over_serial": {r["network"]: r["g1_speed_over_serial_median"] for r in rows}},
-           "runs": rows}
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+           "runs": rows})
+    rec.write(args.out, indent=2)
     print(json.dumps(doc["summary"], indent=2))
 
 

@@ -21,13 +21,14 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
 
+from harness import RESULTS as RESULTS_DIR
+from harness import ROOT, Recorder
 from pyd4j.sched.costmodel import CostModel, DeviceProfile
 from pyd4j.sched.graph import Graph
 
-RESULTS = Path(__file__).parent / "results" / "cpu_profile.json"
-DEVICES = Path(__file__).parent.parent / "pyd4j" / "sched" / "devices.json"
+RESULTS = RESULTS_DIR / "cpu_profile.json"
+DEVICES = ROOT / "pyd4j" / "sched" / "devices.json"
 BATCH = 8
 # (kind, channels/features in, out, spatial size, kernel)
 LAYERS = [
@@ -134,6 +135,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--write", action="store_true", help="update the cpu entry of devices.json")
     args = ap.parse_args()
+    rec = Recorder("cpu_profile")
     from pyd4j import jvm
 
     jvm.start()
@@ -165,12 +167,11 @@ def main() -> None:
         r["model_fwd_s"], r["model_bwd_s"] = f[i], b[i]
         r["ratio"] = (f[i] + b[i]) / (r["measured_fwd_s"] + r["measured_bwd_s"])
     ratios = [r["ratio"] for r in rows]
-    doc = {"load_avg": os.getloadavg(), "batch": BATCH, "repeats": args.repeats,
-           "profile": profile, "layers": rows,
-           "model_over_measured": {"median": statistics.median(ratios), "min": min(ratios),
-                                   "max": max(ratios)}}
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = rec.doc
+    doc.update({"batch": BATCH, "repeats": args.repeats, "profile": profile, "layers": rows,
+                "model_over_measured": {"median": statistics.median(ratios), "min": min(ratios),
+                                        "max": max(ratios)}})
+    rec.write(RESULTS)
     print(json.dumps(doc["model_over_measured"]), json.dumps(profile))
     if args.write:
         write_profile(profile)

@@ -17,10 +17,10 @@ Writes benchmarks/results/depth.json.
 
 from __future__ import annotations
 
-import json
+import argparse
 import time
-from pathlib import Path
 
+from harness import RESULTS, Recorder
 from pyd4j.sched import zoo
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.costmodel import CostModel
@@ -29,7 +29,7 @@ from pyd4j.sched.policies import POLICIES, make_plan
 from pyd4j.sched.search import max_resnet_depth
 from pyd4j.sched.simulator import simulate
 
-OUT = Path(__file__).parent / "results" / "depth.json"
+OUT = RESULTS / "depth.json"
 NOMINAL = 12 * 2**30
 USABLE = NOMINAL * 15 // 16  # ECC on: 6.25% of the memory holds the check bits
 KEEP_DW = profile("cudnn", {"profiles": {"cudnn": {"keep_dw": True}}})
@@ -131,19 +131,19 @@ def depths(cost: CostModel) -> dict:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    rec = Recorder("depth")
     cost = CostModel.for_device("k40c")
     nets = zoo_table(cost)
     sweep = budget_sweep(cost)
     deep = depths(cost)
-    doc = {"device": cost.device.name, "profile": "cudnn", "nominal_bytes": NOMINAL,
+    rec.doc.update({"device": cost.device.name, "profile": "cudnn", "nominal_bytes": NOMINAL,
            "usable_bytes": USABLE, "batch": 16, "image": 227, "zoo_batch32": nets,
            "resnet152_batch32_budget_sweep": sweep, "deepest_resnet": deep,
            "paper": {"deepest_resnet_k40c": 2500, "ratio_to_frameworks": 3.2432,
                      "release_code_deepest": "testing/residual_imagenet_max.cpp: stages "
-                                             "(6, 32, 788, 6), ResNet-2498"}}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {OUT}")
+                                             "(6, 32, 788, 6), ResNet-2498"}})
+    print(f"wrote {rec.write(OUT, indent=2)}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ job run under the flags inside a memory cgroup at the generated container limit.
 
 The examples are DL4J's own (Apache 2.0), not pyd4j's, and are not vendored here: pass a checkout of
 github.com/deeplearning4j/deeplearning4j-examples (`dl4j-examples` targets DL4J 1.0.0-M2.1, the version of
-pyd4j's class path). Each named class is compiled unchanged (`examples_speed.py`'s javac) and, as a user would:
+pyd4j's class path). Each named class is compiled unchanged (harness/dl4j_examples.py's javac) and, as a user would:
 
 1. `pyd4j profile -- java ... Job`: the job as it is (glibc's defaults, the JVM's own heap); the profile saves
    the network it trained (`network-1.json` and its input sidecar) and its peak RSS;
@@ -21,84 +21,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.examples_speed import PACKAGE, compile_jobs  # noqa: E402
-from benchmarks.flags_accuracy import need_of  # noqa: E402
-from pyd4j.jvm.classpath import classpath  # noqa: E402
-from pyd4j.memory.estimate import Estimate, EstimateError, estimate  # noqa: E402
-from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
+from harness import RESULTS, Recorder
+from harness.dl4j_examples import PACKAGE, compile_jobs, profiled_flags, run_timed
+from harness.flagged import need_of
+from pyd4j.commands.flags import verify_command
+from pyd4j.memory.container import diagnose
+from pyd4j.memory.flags import FlagSet
 
 MiB = 1024**2
-CLI = "import sys; from pyd4j.cli import main; main(sys.argv[1:], prog_name='pyd4j')"
 DEFAULT_JOBS = ["advanced.modelling.alphagozero.AlphaGoZeroTrainer", "advanced.modelling.seq2seq.AdditionModelWithSeq2Seq",
                 "quickstart.modeling.feedforward.regression.SumModel"]
-GNU_TIME = "/usr/bin/time"
-
-
-def pyd4j(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def run_timed(command: list[str], limit: int, fs: FlagSet, timeout: float, cwd: str | None = None):
-    """`command` with `fs`'s environment in a cgroup limited to `limit` bytes, under GNU time where present:
-    (run_limited's result, VmHWM in bytes or None)."""
-    from pyd4j.memory.container import run_limited  # noqa: PLC0415
-
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss:
-        timed = [GNU_TIME, "-f", "%M", "-o", rss.name, *command] if Path(GNU_TIME).exists() else command
-        r = run_limited(timed, limit, timeout=timeout, cwd=cwd, env={**os.environ, **fs.environment})
-        text = rss.read().strip().splitlines()
-    return r, (int(text[-1]) * 1024 if text and text[-1].isdigit() else None)
 
 
 def verify(fs: FlagSet, job: list[str], timeout: float) -> dict:
     """flags --verify's run (pyd4j.commands.flags.verify_command in a cgroup at the container limit), with VmHWM."""
-    from pyd4j.commands.flags import verify_command  # noqa: PLC0415
-    from pyd4j.memory.container import diagnose  # noqa: PLC0415
-
     r, hwm = run_timed(verify_command(fs, job), fs.container_bytes, fs, timeout)
     d = diagnose(r)
     return {"kind": d.kind, "diagnosis": d.message, "memory_exhausted": d.memory_exhausted, "exit_code": r.exit_code,
             "seconds": round(r.seconds, 1), "cgroup_peak_bytes": r.peak_bytes, "vmhwm_bytes": hwm,
             "stderr_tail": r.stderr[-400:] if d.kind != "ok" else ""}
-
-
-def profiled_flags(job_class: str, classes: Path, out: Path, timeout: float) -> tuple[dict, FlagSet | None, list[str], Estimate | None]:
-    """`pyd4j profile` the job as it is, then `pyd4j flags` for the network it saved: (row, flags, job, estimate);
-    flags None where a step failed (the row says which)."""
-    cp = os.pathsep.join([str(classes), *(str(p) for p in classpath())])
-    job = [shutil.which("java") or "java", "-cp", cp, PACKAGE + job_class]
-    run_dir = out / job_class.rsplit(".", 1)[-1]
-    t0 = time.monotonic()
-    p = pyd4j(["profile", "--json", "--no-report", "--out", str(run_dir), "--", *job], timeout)
-    row: dict = {"job": PACKAGE + job_class, "profile_seconds": round(time.monotonic() - t0, 1)}
-    try:
-        prof = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        return {**row, "status": "profile failed", "error": p.stderr[-800:]}, None, job, None
-    row.update(profile_exit_code=prof.get("exit_code"), profile_iterations=prof.get("iterations"),
-               profile_peak_rss_bytes=prof["peaks"].get("rss"), networks=len(prof.get("networks", [])))
-    nets = [n for n in prof.get("networks", []) if "flags" in n]
-    if not nets:
-        return {**row, "status": "no network saved", "error": str(prof.get("networks"))}, None, job, None
-    net = nets[-1]
-    row.update(kind=net["kind"], batch=net["batch"], inputs=net["inputs"])
-    try:   # what `pyd4j flags --model network-1.json --batch B` computes
-        est = estimate(net["path"], net["batch"])
-        fs = flags(est, refuse=False)
-    except EstimateError as err:
-        return {**row, "status": "flags failed", "error": str(err)[-800:]}, None, job, None
-    return row, fs, job, est
 
 
 def one(job_class: str, classes: Path, out: Path, timeout: float) -> dict:
@@ -119,10 +64,11 @@ def main() -> None:
     ap.add_argument("--checkout", type=Path, required=True, help="a deeplearning4j-examples checkout")
     ap.add_argument("--jobs", default=",".join(DEFAULT_JOBS), help=f"classes under {PACKAGE}, comma-separated")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "examples_flags.json"))
+    ap.add_argument("--out", default=str(RESULTS / "examples_flags.json"))
     ap.add_argument("--merge", action="store_true", help="keep the rows in --out of the jobs this run does not run")
     args = ap.parse_args()
     jobs = [j for j in args.jobs.split(",") if j]
+    rec = Recorder("examples_flags")
     with tempfile.TemporaryDirectory(prefix="pyd4j-examples-flags-") as tmp:
         compile_jobs(args.checkout, jobs, Path(tmp) / "classes")
         rows = []
@@ -136,14 +82,15 @@ def main() -> None:
         ran = {r["job"] for r in rows}
         rows = [r for r in json.loads(Path(args.out).read_text())["jobs"] if r["job"] not in ran] + rows
     ok = [r for r in rows if r["status"] == "ok"]
-    doc = {"benchmark": "examples_flags", "examples_commit": None, "load_average": os.getloadavg(),
+    doc = rec.doc
+    doc.update({"examples_commit": None,
            "summary": {"jobs": len(rows), "ok": len(ok), "failed": [r["job"] for r in rows if r["status"] != "ok"],
                        "within_1_3x": sum(1 for r in ok if r["budget_ratio"] and 1 <= r["budget_ratio"] <= 1.3),
                        "ratios": {r["job"].rsplit(".", 1)[-1]: r["budget_ratio"] for r in ok}},
-           "jobs": rows}
+           "jobs": rows})
     head = subprocess.run(["git", "-C", str(args.checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     doc["examples_commit"] = head.stdout.strip() or None
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    rec.write(args.out, indent=2)
     print(json.dumps(doc["summary"], indent=2))
 
 

@@ -23,57 +23,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness import RESULTS, Recorder
+from harness.dl4j_examples import PACKAGE, commit_of, compile_jobs
+from harness.speedjobs import claim_checked, environment, tune_row
 from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.speed import tune_speed
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-from benchmarks.speed_tuning import claim_checked, tune_row  # noqa: E402  (the corpus benchmark's rows and re-check)
-PACKAGE = "org.deeplearning4j.examples."
-SOURCES = "dl4j-examples/src/main/java"
 DEFAULT_JOBS = ["quickstart.modeling.feedforward.regression.SumModel"]
 THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY")
 
 
-def commit_of(checkout: Path) -> str:
-    """The checkout's commit, where it is a git work tree (else what the user said it is)."""
-    p = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return p.stdout.strip() if p.returncode == 0 else "unknown (not a git work tree)"
-
-
-def compile_jobs(checkout: Path, jobs: list[str], out: Path) -> None:
-    """javac the jobs (and the sources they use) from the checkout against pyd4j's class path."""
-    src = checkout / SOURCES
-    files = [src / (PACKAGE + job).replace(".", "/") for job in jobs]
-    missing = [str(f) + ".java" for f in files if not f.with_suffix(".java").exists()]
-    if missing:
-        raise SystemExit(f"not in the checkout: {', '.join(missing)}; give --checkout a deeplearning4j-examples checkout")
-    out.mkdir(parents=True, exist_ok=True)
-    cp = os.pathsep.join(str(p) for p in classpath())
-    p = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-sourcepath", str(src), "-cp", cp,
-                        *[str(f.with_suffix(".java")) for f in files]], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"javac failed:\n{p.stderr[-3000:]}")
-
-
 def tune(job: list[str], env: dict[str, str], out: Path, max_runs: int, recheck_runs: int, only: set[str] | None) -> dict:
-    saved = dict(os.environ)
-    try:
-        for k in THREADS:
-            os.environ.pop(k, None)
-        os.environ.update(env)
+    with environment({**{k: None for k in THREADS}, **env}):
         t0 = time.monotonic()
         doc = tune_speed(job, out, max_runs=max_runs, only=only, timeout_s=1800)
         wall = time.monotonic() - t0
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     s = doc["speed"]
     row = {"environment": env, **tune_row(doc), "paste": s["paste"],
            "probe": {k: (doc.get("probe") or {}).get(k) for k in ("iterations_per_s", "nd4j", "gc_share", "time_split")},
@@ -92,19 +60,20 @@ def main() -> None:
     ap.add_argument("--max-runs", type=int, default=6)
     ap.add_argument("--recheck-runs", type=int, default=4)
     ap.add_argument("--merge", action="store_true", help="keep the other jobs' rows of the results file")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "examples_speed.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "examples_speed.json")
     args = ap.parse_args()
     jobs = [j for j in args.jobs.split(",") if j]
-    tmp = Path(tempfile.mkdtemp(prefix="examples-speed-"))
+    rec = Recorder("examples_speed")
+    tmp = rec.hide(tempfile.mkdtemp(prefix="examples-speed-"))
     compile_jobs(args.checkout, jobs, tmp / "classes")
     cp = os.pathsep.join([str(tmp / "classes"), *(str(p) for p in classpath())])
     name, _, value = args.bad.partition("=")
     only = set(filter(None, args.only.split(","))) or None
-    started, load_start = time.time(), os.getloadavg()
     results = []
     if args.merge and args.out.exists():   # rows of an earlier run, each with the time it was measured
         earlier = json.loads(args.out.read_text())
-        results = [{**r, "measured": r.get("measured", earlier["started"])} for r in earlier["jobs"]
+        since = earlier.get("started") or earlier["run"]["started_utc"]
+        results = [{**r, "measured": r.get("measured", since)} for r in earlier["jobs"]
                    if r["job"] not in {PACKAGE + j for j in jobs}]
     for job_class in jobs:
         job = ["java", "-cp", cp, PACKAGE + job_class]
@@ -121,21 +90,15 @@ def main() -> None:
         print(f"{job_class}: bad {bad['verdict']} {bad['ratio']} {[c['setting'] for c in bad['changes']]} recheck "
               f"{bad.get('recheck', {}).get('ratio')}; tuned again {again['verdict']} {again['ratio']} recheck "
               f"{again.get('recheck', {}).get('ratio')}", flush=True)
-        doc = {"benchmark": "examples_speed", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-               "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
-               "load_average_at_start": [round(x, 2) for x in load_start],
-               "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        rec.doc.update({
                "examples_commit": args.commit or commit_of(args.checkout), "bad_setting": args.bad, "only": sorted(only) if only else "all",
                "settings": {"max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
                "summary": {"bad_found": sum(r["bad"].get("found", False) for r in results), "jobs": len(results),
                            "false_claims": sum(r[k]["false_claim"] for r in results for k in ("bad", "tuned_again")),
                            "left_slower": sum(r[k]["left_slower"] for r in results for k in ("bad", "tuned_again")),
                            "claims_on_tuned_jobs": sum(r["tuned_again"]["verdict"] == "verified" for r in results)},
-               "jobs": results}
-        text = json.dumps(doc, indent=2).replace(str(tmp) + "/", "<runs>/").replace(str(Path.home()) + "/", "~/")
-        text = text.replace(str(ROOT.parent) + "/", "")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+               "jobs": results})
+        rec.write(args.out, indent=2)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ also turns off the collection JavaCPP asks for when ND4J's memory reaches maxphy
 flags` sizes maxphysicalbytes below the container on the understanding that this collection frees the
 garbage arrays in time. So `tune --speed --memory` does not try it. This benchmark is the evidence: each
 network trains under its generated flags in a memory cgroup at the generated container limit
-(`flags_accuracy.train`, the same runs as `flags_accuracy.py`), once as generated and once with
+(harness/flagged.py's `train`, the same runs as `flags_accuracy.py`), once as generated and once with
 -XX:+DisableExplicitGC added, the two runs back to back.
 
 Writes benchmarks/results/explicit_gc_limits.json. Usage: python benchmarks/explicit_gc_limits.py
@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import benchmarks.flags_accuracy as fa  # noqa: E402
-from pyd4j.memory.estimate import estimate  # noqa: E402
-from pyd4j.memory.flags import flags  # noqa: E402
+from harness import RESULTS, Recorder
+from harness.flagged import train
+from harness.training import NETWORKS
+from harness.zoo import built_config
+from pyd4j.memory.estimate import estimate
+from pyd4j.memory.flags import flags
 
 MiB = 1024**2
 VARIANTS = {"generated flags": (), "generated flags + -XX:+DisableExplicitGC": ("-XX:+DisableExplicitGC",)}
@@ -36,24 +33,17 @@ VARIANTS = {"generated flags": (), "generated flags + -XX:+DisableExplicitGC": (
 
 def config_of(name: str, folder: Path) -> Path:
     """An example network's configuration, or a zoo model built by DL4J's code at the smallest input it builds at."""
-    local = fa.NETWORKS / f"{name}.json"
-    if local.exists():
-        return local
-    import benchmarks.zoo_coverage as zc  # noqa: PLC0415
-
-    built = zc.build(name, 1, folder, 600)
-    if not built["built"]:
-        raise SystemExit(f"{name}: not built: {built.get('skipped') or built.get('error', '')[-300:]}")
-    return folder / f"{name}.json"
+    local = NETWORKS / f"{name}.json"
+    return local if local.exists() else built_config(name, folder)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="deep_cnn_bn@32:200,Darknet19@32:200,UNet@32:3")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "explicit_gc_limits.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "explicit_gc_limits.json")
     args = ap.parse_args()
+    rec = Recorder("explicit_gc_limits")
     rows = []
-    started, load = time.time(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="pyd4j-explicit-gc-") as folder:
         for spec in args.runs.split(","):
             name, rest = spec.split("@")
@@ -61,7 +51,7 @@ def main() -> None:
             config = config_of(name, Path(folder))
             fs = flags(estimate(config, batch), refuse=False)
             for variant, extra in VARIANTS.items():
-                r = fa.train(fs, config, batch, iterations, fs.container_bytes, extra_jvm=extra)
+                r = train(fs, config, batch, iterations, fs.container_bytes, extra_jvm=extra)
                 row = {"network": name, "batch": batch, "iterations": iterations, "variant": variant,
                        "flags": [*fs.args(), *extra], "status": r["status"], "failure": r["failure"],
                        "diagnosis": r["diagnosis"], "container_bytes": fs.container_bytes,
@@ -74,12 +64,9 @@ def main() -> None:
                       f"{fs.maxphysicalbytes / MiB:.0f}, container {fs.container_bytes / MiB:.0f})  {r['diagnosis'][:90]}",
                       flush=True)
     failed = {v: sum(1 for r in rows if r["variant"] == v and r["status"] != "ok") for v in VARIANTS}
-    doc = {"benchmark": "explicit_gc_limits", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
-           "load_average": [round(load[0], 2), round(os.getloadavg()[0], 2)],
-           "summary": {"runs_per_variant": len(rows) // len(VARIANTS), "failed": failed}, "runs": rows}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps(doc["summary"]))
+    rec.doc.update(summary={"runs_per_variant": len(rows) // len(VARIANTS), "failed": failed}, runs=rows)
+    rec.write(args.out, indent=2)
+    print(json.dumps(rec.doc["summary"]))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ A job that survives on half flags (its halved heap was never used) is run again 
 flags in the same half-size container.
 
 With `--zoo LeNet,SqueezeNet,...` the same is done for models of DL4J's zoo, built by DL4J's code at
-the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder); `--networks ""` runs them alone.
+the smallest input they build at (the harness's zoo builder, harness/zoo.py); `--networks ""` runs them alone.
 
 Writes benchmarks/results/flags_accuracy.json. Usage: python benchmarks/flags_accuracy.py [--iterations 5]
 [--batches 32,256] [--networks mlp,...] [--zoo LeNet,...] [--configs DIR] [--merge]
@@ -32,53 +32,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
+from harness.flagged import need_of, train
+from harness.training import NETWORKS
+from harness.zoo import build_model
+from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate
+from pyd4j.memory.flags import FlagSet, flags
+from pyd4j.units import parse_bytes
 
-from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
-from pyd4j.memory.container import diagnose, run_limited  # noqa: E402
-from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate  # noqa: E402
-from pyd4j.memory.flags import JIT_FLAG, FlagSet, flags  # noqa: E402
-
-NETWORKS = ROOT / "examples" / "networks"
 BATCHES = (32, 256, 2048)
 EXAMPLES = ("mlp", "lenet", "deep_cnn_bn", "lstm", "resnet_graph")
 TARGET_RATIO = 1.3
 MiB = 1024**2
-
-
-def options_for(fs: FlagSet, extra: tuple[str, ...] = ()) -> JvmOptions:
-    return JvmOptions.of(heap_initial=fs.heap_bytes, heap_max=fs.heap_bytes, max_direct_memory=fs.max_direct_bytes,
-                         javacpp_maxbytes=fs.maxbytes, javacpp_maxphysicalbytes=fs.maxphysicalbytes,
-                         extra=[*(f.arg for f in fs.flags if f.name in ("collector", JIT_FLAG)), "-XX:+AlwaysPreTouch",
-                                *extra])
-
-
-def train(fs: FlagSet, config: Path, batch: int, iterations: int, limit: int, timeout: float = 900,
-          extra_jvm: tuple[str, ...] = (), env: dict[str, str] | None = None) -> dict:
-    """TrainSynthetic with `fs`'s flags and environment (and `extra_jvm`, and `env` added to them) in a cgroup
-    limited to `limit` bytes (`config`'s inputs in its .input.json)."""
-    env = {**fs.environment, **(env or {})}
-    cmd = java_command(options_for(fs, extra_jvm), "org.pyd4j.examples.TrainSynthetic",
-                       [str(config), str(batch), str(iterations)], extra_classpath=[examples_jar()])
-    with tempfile.TemporaryDirectory() as scratch:  # DL4J writes its OOM crash dumps into the job's cwd
-        c = run_limited(cmd, limit, timeout=timeout, cwd=scratch, env={**os.environ, **env} if env else None)
-    line = next((l for l in reversed(c.stdout.splitlines()) if l.startswith("{")), None)
-    result = json.loads(line) if line else {"status": "killed" if c.oom_killed else "crashed", "error_class": "",
-                                            "error": c.stderr[-500:]}
-    d = diagnose(c)
-    if not c.ok and result.get("status") == "ok":
-        result["status"] = "failed"
-    result.update(exit_code=c.exit_code, wall_seconds=round(c.seconds, 1), container_limit_bytes=limit,
-                  cgroup_peak_bytes=c.peak_bytes, cgroup_oom_kills=c.oom_kill_count, cgroup_failcnt=c.failcnt,
-                  failure=d.kind, memory_exhausted=d.memory_exhausted, diagnosis=d.message)
-    return result
+Network = tuple[str, Path, str, tuple[int, ...]]   # name, configuration, source, batches
 
 
 def scaled(est: Estimate, factor: float) -> Estimate:
@@ -87,50 +57,74 @@ def scaled(est: Estimate, factor: float) -> Estimate:
     return replace(est, terms=terms)
 
 
-def need_of(r: dict) -> int | None:
-    """What the run really needed: peak RSS, or the cgroup's peak charge when higher (page tables, kernel)."""
-    values = [v for v in (r.get("peak_rss_bytes"), r.get("cgroup_peak_bytes")) if v]
-    return max(values) if values else None
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--networks", default=",".join(EXAMPLES))
+    ap.add_argument("--zoo", default="", help="models of DL4J's zoo to run too, e.g. LeNet,SqueezeNet,TinyYOLO")
+    ap.add_argument("--configs", help="build the zoo models' configurations into this folder (default: a temporary one)")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                    help="minibatches to run (a long run, many --iterations, at the small batches)")
+    ap.add_argument("--max-container", default="8g", help="skip runs whose generated container limit is larger")
+    ap.add_argument("--max-seconds", type=float, default=900, help="kill a run after this many seconds")
+    ap.add_argument("--no-control", action="store_true", help="leave out the negative control")
+    ap.add_argument("--out", default=str(RESULTS / "flags_accuracy.json"))
+    ap.add_argument("--control-only", action="store_true", help="rerun only the negative control, keep the runs in --out")
+    ap.add_argument("--merge", action="store_true", help="replace in --out the rows (and, unless --no-control, the "
+                    "controls) of the networks run, keep the others")
+    return ap
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--networks", default=",".join(EXAMPLES))
-    parser.add_argument("--zoo", default="", help="models of DL4J's zoo to run too, e.g. LeNet,SqueezeNet,TinyYOLO")
-    parser.add_argument("--configs", help="build the zoo models' configurations into this folder (default: a temporary one)")
-    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
-                        help="minibatches to run (a long run, many --iterations, at the small batches)")
-    parser.add_argument("--max-container", default="8g", help="skip runs whose generated container limit is larger")
-    parser.add_argument("--max-seconds", type=float, default=900, help="kill a run after this many seconds")
-    parser.add_argument("--no-control", action="store_true", help="leave out the negative control")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "flags_accuracy.json"))
-    parser.add_argument("--control-only", action="store_true", help="rerun only the negative control, keep the runs in --out")
-    parser.add_argument("--merge", action="store_true", help="replace in --out the rows (and, unless --no-control, the "
-                        "controls) of the networks run, keep the others")
-    args = parser.parse_args()
-    from pyd4j.units import parse_bytes
-
-    max_container = parse_bytes(args.max_container, "--max-container")
-    batches_wanted = {int(b) for b in args.batches.split(",") if b}
-    chosen = [(n, NETWORKS / f"{n}.json", "examples/networks", tuple(sorted(batches_wanted)))
-              for n in EXAMPLES if n in args.networks.split(",")]
-    rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
-    zoo = [n for n in args.zoo.split(",") if n]
-    scratch = tempfile.TemporaryDirectory(prefix="pyd4j-flags-zoo-") if zoo and not args.configs else None
-    folder = Path(args.configs or (scratch.name if scratch else "."))
-    for name in zoo:
-        import benchmarks.zoo_coverage as zc  # noqa: PLC0415 - only with --zoo
-
+def zoo_networks(names: list[str], folder: Path, batches: tuple[int, ...], rows: list[dict]) -> list[Network]:
+    """The zoo models built into `folder`; a model DL4J does not build is a skipped row."""
+    chosen = []
+    for name in names:
         folder.mkdir(parents=True, exist_ok=True)
-        built = zc.build(name, 1, folder, 600)
+        built = build_model(name, 1, folder, 600)
         if not built["built"]:
             rows.append({"network": name, "source": "deeplearning4j-zoo", "status": "skipped",
                          "skipped": f"not built: {built.get('skipped') or built.get('error', '')[-300:]}"})
             continue
-        chosen.append((name, folder / f"{name}.json", f"deeplearning4j-zoo {built['size']}x{built['size']}",
-                       tuple(sorted(batches_wanted))))
-    for network, config, source, batches in ([] if args.control_only else chosen):
+        chosen.append((name, folder / f"{name}.json", f"deeplearning4j-zoo {built['size']}x{built['size']}", batches))
+    return chosen
+
+
+def run_row(network: str, config: Path, source: str, batch: int, est: Estimate, args: argparse.Namespace) -> dict:
+    """One run under the generated flags in a cgroup at the generated container limit: predicted against measured."""
+    fs = flags(est, refuse=False)
+    r = train(fs, config, batch, args.iterations, fs.container_bytes, timeout=args.max_seconds)
+    measured_offheap = r.get("peak_native_bytes", 0) - r.get("baseline_native_bytes", 0)
+    need = need_of(r)
+    row = {
+        "network": network, "source": source, "batch": batch, "iterations": args.iterations, "status": r["status"],
+        "failure": r["failure"], "diagnosis": r["diagnosis"], "flags": fs.args(), "environment": fs.environment,
+        "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
+        "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
+        "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),
+        "predicted_native_bytes": fs.sized.native_bytes, "collector": fs.collector,
+        "predicted_native_without_jit_bytes": fs.sized.native_bytes - fs.sized.term_bytes(LONG_RUN_TERM),
+        "measured_native_bytes": (r["peak_rss_bytes"] - fs.heap_bytes - measured_offheap)
+        if r.get("peak_rss_bytes") else None,
+        "generated_container_bytes": fs.container_bytes, "maxphysicalbytes": fs.maxphysicalbytes,
+        "measured_peak_rss_bytes": r.get("peak_rss_bytes"), "cgroup_peak_bytes": r.get("cgroup_peak_bytes"),
+        "measured_need_bytes": need,
+        "budget_ratio": round(fs.container_bytes / need, 3) if need else None,
+        "cgroup_oom_kills": r.get("cgroup_oom_kills"),
+        "measured_peak_javacpp_total_bytes": r.get("peak_javacpp_total_bytes"),
+        "measured_peak_javacpp_physical_bytes": r.get("peak_physical_bytes"),
+        "breakdown": fs.breakdown, "dl4j_report_offheap_bytes": sum(t.bytes_at(batch) for t in est.report_terms),
+        "train_seconds": r.get("seconds"), "raw": r,
+    }
+    print(f"{network:13s} b={batch:5d} {r['status']:6s} off-heap pred {est.offheap_bytes / MiB:8.1f} MiB "
+          f"meas {measured_offheap / MiB:8.1f} MiB err {row['offheap_error']}  limit {fs.container_bytes / MiB:.0f} "
+          f"MiB need {(need or 0) / MiB:.0f} MiB ratio {row['budget_ratio']}  {r['diagnosis'][:80]}", flush=True)
+    return row
+
+
+def runs(chosen: list[Network], rows: list[dict], args: argparse.Namespace) -> None:
+    """Every network at every batch whose generated container limit is within --max-container."""
+    max_container = parse_bytes(args.max_container, "--max-container")
+    for network, config, source, batches in chosen:
         try:
             base = estimate(config, 1)
         except Exception as err:  # noqa: BLE001 - recorded (a zoo model fit() cannot train); the benchmark goes on
@@ -146,39 +140,15 @@ def main() -> None:
                                         f"{max_container / MiB:.0f} MiB", "generated_container_bytes": fs.container_bytes})
                 print(f"{network:13s} b={batch:5d} skipped: {rows[-1]['skipped']}", flush=True)
                 continue
-            r = train(fs, config, batch, args.iterations, fs.container_bytes, timeout=args.max_seconds)
-            measured_offheap = r.get("peak_native_bytes", 0) - r.get("baseline_native_bytes", 0)
-            need = need_of(r)
-            row = {
-                "network": network, "source": source, "batch": batch, "iterations": args.iterations, "status": r["status"],
-                "failure": r["failure"], "diagnosis": r["diagnosis"], "flags": fs.args(), "environment": fs.environment,
-                "predicted_offheap_bytes": est.offheap_bytes, "measured_offheap_bytes": measured_offheap,
-                "offheap_error": round(est.offheap_bytes / measured_offheap - 1, 3) if measured_offheap > 0 else None,
-                "predicted_heap_bytes": fs.heap_bytes, "measured_peak_heap_used_bytes": r.get("peak_heap_used_bytes"),
-                "predicted_native_bytes": fs.sized.native_bytes, "collector": fs.collector,
-                "predicted_native_without_jit_bytes": fs.sized.native_bytes - fs.sized.term_bytes(LONG_RUN_TERM),
-                "measured_native_bytes": (r["peak_rss_bytes"] - fs.heap_bytes - measured_offheap)
-                if r.get("peak_rss_bytes") else None,
-                "generated_container_bytes": fs.container_bytes, "maxphysicalbytes": fs.maxphysicalbytes,
-                "measured_peak_rss_bytes": r.get("peak_rss_bytes"), "cgroup_peak_bytes": r.get("cgroup_peak_bytes"),
-                "measured_need_bytes": need,
-                "budget_ratio": round(fs.container_bytes / need, 3) if need else None,
-                "cgroup_oom_kills": r.get("cgroup_oom_kills"),
-                "measured_peak_javacpp_total_bytes": r.get("peak_javacpp_total_bytes"),
-                "measured_peak_javacpp_physical_bytes": r.get("peak_physical_bytes"),
-                "breakdown": fs.breakdown, "dl4j_report_offheap_bytes": sum(t.bytes_at(batch) for t in est.report_terms),
-                "train_seconds": r.get("seconds"), "raw": r,
-            }
-            rows.append(row)
-            print(f"{network:13s} b={batch:5d} {r['status']:6s} off-heap pred {est.offheap_bytes / MiB:8.1f} MiB "
-                  f"meas {measured_offheap / MiB:8.1f} MiB err {row['offheap_error']}  limit {fs.container_bytes / MiB:.0f} "
-                  f"MiB need {(need or 0) / MiB:.0f} MiB ratio {row['budget_ratio']}  {r['diagnosis'][:80]}", flush=True)
+            rows.append(run_row(network, config, source, batch, est, args))
             Path(args.out + ".partial").write_text(json.dumps({"benchmark": "flags_accuracy", "runs": rows}, indent=2) + "\n")
 
-    # negative control: each network at its larger batch, container at half the generated limit and flags
-    # generated from half the estimate. It must fail, and the failure must be diagnosed as memory exhaustion.
+
+def negative_controls(chosen: list[Network], rows: list[dict], iterations: int) -> list[dict]:
+    """Each network at its larger batch, container at half the generated limit and flags generated from half
+    the estimate. It must fail, and the failure must be diagnosed as memory exhaustion."""
     controls = []
-    for network, config, _, batches in ([] if args.no_control else chosen):
+    for network, config, _, _ in chosen:
         ran_batches = [x["batch"] for x in rows if x["network"] == network and x["status"] != "skipped"]
         if not ran_batches:
             continue
@@ -187,9 +157,9 @@ def main() -> None:
         full = flags(est, refuse=False)
         half = flags(scaled(est, 0.5), refuse=False)
         limit = full.container_bytes // 2
-        variants = [("half flags", half)]
+        variants: list[tuple[str, FlagSet]] = [("half flags", half)]
         for variant, fs_run in variants:
-            r = train(fs_run, config, batch, args.iterations, limit, timeout=600)
+            r = train(fs_run, config, batch, iterations, limit, timeout=600)
             controls.append({"network": network, "batch": batch, "fraction": 0.5, "variant": variant,
                              "flags": fs_run.args(), "container_limit_bytes": limit,
                              "generated_container_bytes": full.container_bytes, "status": r["status"],
@@ -201,13 +171,10 @@ def main() -> None:
             if r["status"] == "ok" and variant == "half flags":
                 # it survived on half a heap it did not use: keep the generated flags, halve only the container
                 variants.append(("generated flags", full))
+    return controls
 
-    if args.merge:
-        old = json.loads(Path(args.out).read_text())
-        ran = {x["network"] for x in rows}
-        rows = [x for x in old["runs"] if x["network"] not in ran] + rows
-        controls = [c for c in old["negative_control"] if c["network"] not in ran or args.no_control] + controls
 
+def summarise(rows: list[dict], controls: list[dict]) -> dict:
     def family(x: dict) -> str:   # "examples/networks" or "deeplearning4j-zoo" (without the input size)
         return x.get("source", "examples/networks").split(" ")[0]
 
@@ -215,7 +182,7 @@ def main() -> None:
     ran = [x for x in rows if x["status"] != "skipped"]
     errors = [abs(x["offheap_error"]) for x in ok if x["offheap_error"] is not None]
     ratios = [x["budget_ratio"] for x in ok if x["budget_ratio"]]
-    summary = {
+    return {
         "runs": len(ran), "skipped": {f"{x['network']}@{x.get('batch', '-')}": x["skipped"] for x in rows if x["status"] == "skipped"},
         "ooms_under_generated_flags_and_container_limit": sum(1 for x in ran if x["status"] != "ok"),
         "offheap_within_20pct": sum(1 for e in errors if e <= 0.20), "max_abs_offheap_error": max(errors, default=None),
@@ -237,11 +204,30 @@ def main() -> None:
         "negative_controls_reported_as_memory_exhaustion": sum(1 for c in controls if c["reported_as_memory_exhaustion"]),
         "negative_control": {f"{c['network']}@{c['batch']} {c['variant']}": c["failure"] for c in controls},
     }
-    doc = {"benchmark": "flags_accuracy", "summary": summary, "runs": rows, "negative_control": controls}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def main() -> None:
+    args = parser().parse_args()
+    batches = tuple(sorted({int(b) for b in args.batches.split(",") if b}))
+    chosen: list[Network] = [(n, NETWORKS / f"{n}.json", "examples/networks", batches)
+                             for n in EXAMPLES if n in args.networks.split(",")]
+    rec = Recorder("flags_accuracy")
+    rows = json.loads(Path(args.out).read_text())["runs"] if args.control_only else []
+    zoo = [n for n in args.zoo.split(",") if n]
+    scratch = tempfile.TemporaryDirectory(prefix="pyd4j-flags-zoo-") if zoo and not args.configs else None
+    chosen += zoo_networks(zoo, Path(args.configs or (scratch.name if scratch else ".")), batches, rows)
+    if not args.control_only:
+        runs(chosen, rows, args)
+    controls = [] if args.no_control else negative_controls(chosen, rows, args.iterations)
+    if args.merge:
+        old = json.loads(Path(args.out).read_text())
+        ran = {x["network"] for x in rows}
+        rows = [x for x in old["runs"] if x["network"] not in ran] + rows
+        controls = [c for c in old["negative_control"] if c["network"] not in ran or args.no_control] + controls
+    rec.doc.update(summary=summarise(rows, controls), runs=rows, negative_control=controls)
+    rec.write(args.out, indent=2)
     Path(args.out + ".partial").unlink(missing_ok=True)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(rec.doc["summary"], indent=2))
 
 
 if __name__ == "__main__":

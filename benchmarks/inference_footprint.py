@@ -18,7 +18,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Recorder, build_zoo
+from harness import RESULTS, ROOT, Recorder
+from harness.zoo import build_zoo
 
 ZOO = ("AlexNet", "Darknet19", "FaceNetNN4Small2", "InceptionResNetV1", "LeNet", "ResNet50", "SimpleCNN",
        "SqueezeNet", "TextGenerationLSTM", "TinyYOLO", "UNet", "VGG16", "VGG19", "Xception", "YOLO2")

@@ -21,22 +21,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import pyd4j.jvm  # noqa: E402
-import pyd4j.nd as nd  # noqa: E402
-from pyd4j.jvm.gateway import Gateway  # noqa: E402
-from pyd4j.memory.machine import probe  # noqa: E402
+import pyd4j.jvm
+import pyd4j.nd as nd
+from harness import RESULTS, Recorder
+from pyd4j.jvm.gateway import Gateway
+from pyd4j.memory.machine import probe
 
 MiB = 1 << 20
 
@@ -142,8 +136,9 @@ def bench_gateway(gw: Gateway, a: np.ndarray) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-mib", type=int, default=1024, help="largest array in MiB (default 1024)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "interop.json"))
+    parser.add_argument("--out", default=str(RESULTS / "interop.json"))
     args = parser.parse_args()
+    rec = Recorder("interop")
     sizes = [s for s in (1, 4, 16, 64, 256, 1024) if s <= args.max_mib]
 
     pyd4j.jvm.start(heap_max="1g", javacpp_maxbytes="4g")
@@ -175,21 +170,17 @@ def main() -> None:
         g = results["gateway"]["256MiB"]
         summary.update({"gateway_put_256MiB_MBps": g["put_MBps"], "gateway_get_256MiB_MBps": g["get_MBps"],
                         "gateway_get_into_256MiB_MBps": g["get_into_MBps"], "gateway_target_MBps": 1000})
-    document = {
-        "benchmark": "interop",
+    rec.doc.update({
         "dtype": "float32",
         "sizes_MiB": sizes,
-        "machine": {"cpu_count": machine.cpu_count, "physical_bytes": machine.physical_bytes,
-                    "cgroup_limit_bytes": machine.cgroup_limit_bytes, "python": platform.python_version(),
-                    "numpy": np.__version__, "load_average_1m": os.getloadavg()[0]},
+        "probed": {"cpu_count": machine.cpu_count, "physical_bytes": machine.physical_bytes,
+                   "cgroup_limit_bytes": machine.cgroup_limit_bytes, "numpy": np.__version__},
         "results": results,
         "summary": summary,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    })
+    out = rec.write(args.out, indent=2)
     print(json.dumps(summary, indent=2))
-    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

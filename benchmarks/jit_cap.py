@@ -23,23 +23,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.examples_flags import profiled_flags, run_timed  # noqa: E402
-from benchmarks.examples_speed import compile_jobs  # noqa: E402
-from benchmarks.flags_accuracy import NETWORKS, need_of  # noqa: E402
-from pyd4j.jvm import JvmOptions, examples_jar, java_command  # noqa: E402
-from pyd4j.memory.container import diagnose  # noqa: E402
-from pyd4j.memory.estimate import LONG_RUN_TERM, estimate  # noqa: E402
-from pyd4j.memory.flags import FlagSet, flags  # noqa: E402
-from pyd4j.commands.flags import verify_command  # noqa: E402
+from harness import RESULTS, Recorder, interleave, median_range, ratios
+from harness.dl4j_examples import compile_jobs, profiled_flags, run_timed
+from harness.flagged import need_of
+from harness.training import NETWORKS
+from pyd4j.commands.flags import verify_command
+from pyd4j.jvm import JvmOptions, examples_jar, java_command
+from pyd4j.memory.container import diagnose
+from pyd4j.memory.estimate import LONG_RUN_TERM, estimate
+from pyd4j.memory.flags import FlagSet, flags
 
 MiB = 1024**2
 NODE_LIMIT = "-XX:MaxNodeLimit="
@@ -68,13 +64,14 @@ def ab(name: str, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> di
         raise SystemExit(f"{name}: the generated flags carry no {NODE_LIMIT}: nothing to compare")
     default = [a for a in capped if a != limit]
     base = model_without_jit(fs)
-    sides: dict[str, list[dict]] = {"capped": [], "default": []}
-    for i in range(pairs):
-        for side in (("capped", "default") if i % 2 == 0 else ("default", "capped")):
-            sides[side].append(run(capped if side == "capped" else default, fs, timeout))
-            r = sides[side][-1]
-            print(f"{name} {side}: need {r['need_bytes'] / MiB:.0f} MiB, {r['seconds']} s {r['diagnosis'][:120]}",
-                  flush=True)
+
+    def one(side: str, _pair: int) -> dict:
+        r = run(capped if side == "capped" else default, fs, timeout)
+        print(f"{name} {side}: need {r['need_bytes'] / MiB:.0f} MiB, {r['seconds']} s {r['diagnosis'][:120]}",
+              flush=True)
+        return r
+
+    sides = interleave(("capped", "default"), pairs, one)
     row: dict = {"job": name, "pairs": pairs, "node_limit": limit, "container_bytes": fs.container_bytes, "collector": fs.collector,
                  "model_without_jit_bytes": base, "jit_term_bytes": fs.sized.term_bytes(LONG_RUN_TERM), "runs": sides}
     for side, runs in sides.items():
@@ -84,9 +81,9 @@ def ab(name: str, fs: FlagSet, job: list[str], pairs: int, timeout: float) -> di
                      "need_max_bytes": max(needs) if needs else None,
                      "above_model_max_mib": round((max(needs) - base) / MiB, 1) if needs else None,
                      "above_model_median_mib": round((statistics.median(needs) - base) / MiB, 1) if needs else None}
-    ratios = [d["seconds"] / c["seconds"] for c, d in zip(sides["capped"], sides["default"]) if c["ok"] and d["ok"]]
-    row["speed_capped_over_default"] = {"median": round(statistics.median(ratios), 3),
-                                        "range": [round(min(ratios), 3), round(max(ratios), 3)]} if ratios else None
+    row["speed_capped_over_default"] = median_range(ratios(
+        [d["seconds"] if d["ok"] and c["ok"] else None for c, d in zip(sides["capped"], sides["default"])],
+        [c["seconds"] for c in sides["capped"]]))
     row["ratio_container_over_capped_need_max"] = (round(fs.container_bytes / row["capped"]["need_max_bytes"], 3)
                                                    if row["capped"]["need_max_bytes"] else None)
     return row
@@ -99,9 +96,10 @@ def main() -> None:
     ap.add_argument("--synthetic", default=",".join(f"{n}@{b}x{i}" for n, b, i in SYNTHETIC),
                     help="TrainSynthetic runs as NETWORK@BATCHxITERATIONS, comma-separated")
     ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "jit_cap.json"))
+    ap.add_argument("--out", default=str(RESULTS / "jit_cap.json"))
     ap.add_argument("--merge", action="store_true", help="keep the jobs already in --out that this run does not run")
     args = ap.parse_args()
+    rec = Recorder("jit_cap")
     rows: list[dict] = []
     kept = json.loads(Path(args.out).read_text())["jobs"] if args.merge and Path(args.out).exists() else []
     with tempfile.TemporaryDirectory(prefix="pyd4j-jit-cap-") as tmp:
@@ -111,7 +109,7 @@ def main() -> None:
             if fs is None:
                 raise SystemExit(f"SumModel: {row['status']}: {row.get('error')}")
             rows.append(ab("SumModel", fs, job, args.pairs, args.timeout))
-            write(args, rows, kept)
+            write(rec, args, rows, kept)
         for spec in (s for s in args.synthetic.split(",") if s):
             name, rest = spec.split("@")
             batch, iterations = (int(x) for x in rest.split("x"))
@@ -120,25 +118,26 @@ def main() -> None:
             job = java_command(JvmOptions.of(), "org.pyd4j.examples.TrainSynthetic", [str(config), str(batch), str(iterations)],
                                extra_classpath=[examples_jar()])
             rows.append(ab(f"{name}@{batch} x{iterations}", fs, job, args.pairs, args.timeout))
-            write(args, rows, kept)
-    print(json.dumps(write(args, rows, kept)["summary"], indent=2))
+            write(rec, args, rows, kept)
+    print(json.dumps(write(rec, args, rows, kept)["summary"], indent=2))
     failed = {r["job"]: {s: r[s]["failed"] for s in ("capped", "default")} for r in rows
               if r["capped"]["failed"] or r["default"]["failed"]}
     if failed:
         raise SystemExit(f"runs failed (per job and side: {failed}); their figures leave them out: see 'runs' in {args.out}")
 
 
-def write(args: argparse.Namespace, rows: list[dict], kept: list[dict]) -> dict:
+def write(rec: Recorder, args: argparse.Namespace, rows: list[dict], kept: list[dict]) -> dict:
     """The results so far (written after every job: a long run cut short keeps what it measured), after the
     kept rows of jobs this run does not run."""
     rows = [r for r in kept if r["job"] not in {n["job"] for n in rows}] + rows
-    doc = {"benchmark": "jit_cap", "load_average": os.getloadavg(), "jobs": rows,
+    doc = rec.doc
+    doc.update({"jobs": rows,
            "summary": {r["job"]: {"above_model_max_mib": {s: r[s]["above_model_max_mib"] for s in ("capped", "default")},
                                   "failed": {s: r[s]["failed"] for s in ("capped", "default")},
                                   "speed_capped_over_default": r["speed_capped_over_default"],
                                   "container_over_capped_need_max": r["ratio_container_over_capped_need_max"]}
-                       for r in rows}}
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+                       for r in rows}})
+    rec.write(args.out, indent=2)
     return doc
 
 

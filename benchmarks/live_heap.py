@@ -23,14 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from leak_corpus import corpus, run_pool
-
+from harness import RESULTS, Recorder, run_pool
+from harness.corpus import corpus
 from pyd4j.jvm import find_java
 from pyd4j.profile import profile_job
 from pyd4j.profile.histogram import read_histogram
 from pyd4j.profile.timeline import Timeline
 
-ROOT = Path(__file__).resolve().parent
 JOBS = {"mlp": "healthy", "cnn": "healthy", "lstm": "healthy", "graph": "healthy", "plateau": "healthy",
         "leak-list": "leaking", "leak-cache": "leaking", "leak-heap": "leaking"}
 TARGET = 0.02
@@ -88,6 +87,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=3, help="jobs at once")
     parser.add_argument("--only", default="", help="comma-separated job names")
     args = parser.parse_args()
+    rec = Recorder("live_heap")
     os.environ["OMP_NUM_THREADS"] = "1"
     jobs = [j for j in JOBS if not args.only or j in args.only.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,13 +99,10 @@ def main() -> None:
                "worst_error": max(measured) if measured else None,
                "within_target": sum(1 for e in measured if e <= TARGET), "target": TARGET,
                "meets_target": bool(measured) and len(measured) == len(points) and max(measured) <= TARGET}
-    result = {"benchmark": "live_heap", "method": "agent's live point of jcmd's own full collection vs jcmd's Total",
-              "seconds": args.seconds, "every": args.every, "omp_threads": 1, "parallel": args.parallel,
-              "jobs": rows, "summary": summary, "load_avg_1m": os.getloadavg()[0], "java": find_java().version,
-              "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    out = ROOT / "results" / ("live_heap.partial.json" if args.only else "live_heap.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    rec.doc.update({"method": "agent's live point of jcmd's own full collection vs jcmd's Total",
+                    "seconds": args.seconds, "every": args.every, "omp_threads": 1, "parallel": args.parallel,
+                    "jobs": rows, "summary": summary, "java": find_java().version})
+    out = rec.write(RESULTS / ("live_heap.partial.json" if args.only else "live_heap.json"), indent=2)
     print(json.dumps(summary, indent=2))
     print(f"wrote {out}")
 

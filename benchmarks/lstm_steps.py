@@ -9,7 +9,7 @@ with the threshold fixed as pyd4j's flags fix it. The memory model counts each L
 once more below the batch at which the pieces reach the threshold (`lstm_steps_kept_by_glibc` in
 pyd4j.dl4j.fitmem). This benchmark runs examples/networks/lstm.json (two LSTM(128) over 50 steps) with its
 LSTM layers cut to one or repeated to three, at batches below and at that batch (256 for 128 floats), in the
-measuring job of benchmarks/planned_training.py (`TrainSynthetic`: DL4J's own fit(), 3 iterations after a
+harness's measuring job (harness/training.py: `TrainSynthetic`: DL4J's own fit(), 3 iterations after a
 batch-1 warm-up, one OpenMP thread, a 512 MiB heap, glibc's threshold fixed, the agent taking no live points)
 `--runs` times each, and records the native peak above the idle JVM against the model's off-heap prediction
 and against the model without the term.
@@ -20,17 +20,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import platform
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
+from harness.training import NETWORKS
+from harness.training import run as train_run
 
-NETWORKS = ROOT / "examples" / "networks"
 MiB = 1024**2
 TERM = "lstm_steps_kept_by_glibc"
 
@@ -52,26 +49,24 @@ def main() -> None:
     ap.add_argument("--batches", default="8,16,32,64,128,256")
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lstm_steps.json"))
+    ap.add_argument("--out", default=str(RESULTS / "lstm_steps.json"))
     args = ap.parse_args()
-    import benchmarks.planned_training as pt
     from pyd4j.memory.estimate import estimate
     from pyd4j.dl4j.fitmem import MALLOC_ENV
 
-    doc: dict = {"benchmark": "lstm_steps", "meta": {"environment": MALLOC_ENV, "omp_threads": 1, "runs": args.runs,
-                                                     "iterations": args.iterations, "machine": platform.platform(),
-                                                     "cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
-                 "rows": []}
+    rec = Recorder("lstm_steps")
+    doc = rec.doc
+    doc.update(meta={"environment": MALLOC_ENV, "omp_threads": 1, "runs": args.runs, "iterations": args.iterations},
+               rows=[])
     with tempfile.TemporaryDirectory(prefix="pyd4j-lstm-") as tmp:
         folder = Path(tmp)
-        pt.NETWORKS = folder
         for count in (int(x) for x in args.layers.split(",")):
             name = with_layers(count, folder)
             for batch in (int(x) for x in args.batches.split(",")):
                 est = estimate(folder / f"{name}.json", batch)
                 kept = est.term_bytes(TERM) if TERM in est.breakdown() else 0
-                peaks = [pt.run(name, batch, args.iterations, None, folder, extra_env=MALLOC_ENV, quiet=True)
-                         ["native_above_idle_bytes"] for _ in range(args.runs)]
+                peaks = [train_run(folder / f"{name}.json", batch, args.iterations, None, folder, extra_env=MALLOC_ENV,
+                                   quiet=True)["native_above_idle_bytes"] for _ in range(args.runs)]
                 measured = statistics.median(peaks)
                 row = {"lstm_layers": count, "batch": batch, "native_above_idle_bytes": peaks, "median_bytes": measured,
                        "model_bytes": est.offheap_bytes, "term_bytes": kept,
@@ -81,8 +76,7 @@ def main() -> None:
                        "excess_over_working_memory": round((measured - est.offheap_bytes + kept)
                                                            / est.term_bytes("working_memory"), 2)}
                 doc["rows"].append(row)
-                doc["meta"]["load_avg_1m_at_end"] = os.getloadavg()[0]
-                Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+                rec.write(args.out)
                 print(f"{count} LSTM layers, batch {batch:4d}: measured {[round(p / MiB, 1) for p in peaks]} MiB, "
                       f"model {est.offheap_bytes / MiB:.1f} ({row['model_over_measured']}), without the term "
                       f"{(est.offheap_bytes - kept) / MiB:.1f} ({row['without_term_over_measured']}); what the model "

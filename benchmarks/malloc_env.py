@@ -8,7 +8,7 @@ Settings measured: `MALLOC_ARENA_MAX=2` (at most two malloc arenas; `results/mal
 `results/malloc_mmap_threshold.json`); with `--baseline MALLOC_MMAP_THRESHOLD_=131072` the "default" side
 runs with that setting instead of glibc's defaults (`results/malloc_mmap_threshold_65536.json`: a lower
 threshold against the one the flags set). Each run is the unchanged measuring job of
-benchmarks/planned_training.py (`TrainSynthetic`: DL4J's own fit() on random batches, one OpenMP
+the harness (harness/training.py: `TrainSynthetic`: DL4J's own fit() on random batches, one OpenMP
 thread, heap fixed and pre-touched) for `--iterations` iterations, once with glibc's defaults and once
 with the setting, the two sides alternating (default first in even pairs, set first in odd ones)
 `--pairs` times. Per side: the native peak above
@@ -21,16 +21,15 @@ their spread say how much of a difference is the setting.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder, interleave, ratios
+from harness.training import NETWORKS
+from harness.training import run as train_run
 
 MiB = 1024**2
 # where each setting's results go unless --out says otherwise
@@ -38,10 +37,8 @@ OUTPUTS = {"MALLOC_ARENA_MAX": "malloc_arenas.json", "MALLOC_MMAP_THRESHOLD_": "
 
 
 def one(name: str, batch: int, iterations: int, setting: dict[str, str] | None) -> dict:
-    import benchmarks.planned_training as pt
-
     with tempfile.TemporaryDirectory(prefix="pyd4j-malloc-") as tmp:
-        r = pt.run(name, batch, iterations, None, Path(tmp), extra_env=setting)
+        r = train_run(NETWORKS / f"{name}.json", batch, iterations, None, Path(tmp), extra_env=setting)
     return {"native_above_idle_bytes": r["native_above_idle_bytes"], "rss_above_idle_bytes": r["peak_above_idle_bytes"],
             "iterations_per_s": r["iterations_per_s"], "seconds": r["seconds"]}
 
@@ -69,27 +66,26 @@ def main() -> None:
         os.environ.pop(var, None)
         if var in os.environ.get("PYD4J_BENCH_ENV", ""):
             sys.exit(f"PYD4J_BENCH_ENV sets {var}: unset it, this benchmark sets it per side")
-    doc: dict = {"benchmark": "malloc_env", "meta": {"iterations": args.iterations, "pairs": args.pairs,
-                                                     "omp_threads": 1, "setting": setting,
-                                                     "baseline": baseline or "glibc defaults", "machine": platform.platform(),
-                                                        "cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
-                 "networks": {}}
+    rec = Recorder("malloc_env")
+    doc = rec.doc
+    doc.update(meta={"iterations": args.iterations, "pairs": args.pairs, "omp_threads": 1, "setting": setting,
+                     "baseline": baseline or "glibc defaults"}, networks={})
     if args.out is None and baseline:
         sys.exit("--baseline: give --out too (the default file holds the comparison with glibc's defaults)")
-    out = Path(args.out or ROOT / "benchmarks" / "results" / OUTPUTS[next(iter(setting))])
+    out = Path(args.out or RESULTS / OUTPUTS[next(iter(setting))])
     for spec in args.runs.split(","):
         name, batch = spec.split("@")
-        rows: dict[str, list[dict]] = {"default": [], "set": []}
-        for pair in range(args.pairs):
-            for side in (("default", "set") if pair % 2 == 0 else ("set", "default")):
-                rows[side].append(one(name, int(batch), args.iterations, setting if side == "set" else baseline))
-                r = rows[side][-1]
-                print(f"{spec:16s} pair {pair} {side:8s} native {r['native_above_idle_bytes'] / MiB:7.1f} MiB "
-                      f"{r['iterations_per_s'] or 0:7.2f} it/s", flush=True)
+
+        def side_run(side: str, pair: int) -> dict:
+            r = one(name, int(batch), args.iterations, setting if side == "set" else baseline)
+            print(f"{spec:16s} pair {pair} {side:8s} native {r['native_above_idle_bytes'] / MiB:7.1f} MiB "
+                  f"{r['iterations_per_s'] or 0:7.2f} it/s", flush=True)
+            return r
+
+        rows = interleave(("default", "set"), args.pairs, side_run)
         med = {side: {k: statistics.median(x[k] for x in rs if x[k] is not None)
                       for k in ("native_above_idle_bytes", "iterations_per_s")} for side, rs in rows.items()}
-        speed = [c["iterations_per_s"] / d["iterations_per_s"] for c, d in zip(rows["set"], rows["default"])
-                 if c["iterations_per_s"] and d["iterations_per_s"]]
+        speed = ratios([c["iterations_per_s"] for c in rows["set"]], [d["iterations_per_s"] for d in rows["default"]])
         memory = [c["native_above_idle_bytes"] / d["native_above_idle_bytes"] for c, d in zip(rows["set"], rows["default"])]
         doc["networks"][spec] = {
             "runs": rows, "median": med,
@@ -97,8 +93,7 @@ def main() -> None:
             "native_pair_ratios": [round(x, 3) for x in memory],
             "speed_set_over_default": round(statistics.median(speed), 3) if speed else None,
             "speed_pair_ratios": [round(x, 3) for x in speed]}
-        doc["meta"]["load_avg_1m_at_end"] = os.getloadavg()[0]
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        rec.write(out)
         n = doc["networks"][spec]
         print(f"{spec}: native set/default {n['native_set_over_default']} (pairs {n['native_pair_ratios']}), "
               f"speed {n['speed_set_over_default']} (pairs {n['speed_pair_ratios']})", flush=True)

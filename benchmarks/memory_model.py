@@ -4,9 +4,9 @@
         [--iterations 3] [--long N] [--configs DIR] [--out benchmarks/results/memory_model.json]
 
 For each network -- the example networks (examples/networks) and models of DL4J's zoo built by
-DL4J's code at the smallest input they build at (`benchmarks/zoo_coverage.py`'s builder) -- at two
-small batches: the peak of DL4J's unchanged `fit()` above the idle JVM (the job of
-benchmarks/planned_training.py and zoo_coverage.py, with the agent taking no live points, whose full
+DL4J's code at the smallest input they build at (the harness's zoo builder, harness/zoo.py) -- at two
+small batches: the peak of DL4J's unchanged `fit()` above the idle JVM (the harness's
+measuring job, harness/training.py, with the agent taking no live points, whose full
 collections would free garbage fit() keeps: TrainSynthetic warms up at batch 1, then samples its
 memory every 2 ms while `fit()` trains `--iterations` iterations; one OpenMP thread: the
 native peak, RSS less the JVM's committed heap and non-heap, with the RSS beside it), and
@@ -22,14 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
+from harness.training import EXTRA_ENV, NETWORKS
+from harness.training import run as train_run
+from harness.zoo import build_model
 
 EXAMPLES = {"mlp": (64, 256), "lenet": (16, 64), "deep_cnn_bn": (8, 32), "resnet_graph": (8, 16),
             "lstm": (8, 32), "policy_value": (16, 64), "two_input": (16, 64)}
@@ -45,10 +45,7 @@ def measure(name: str, batch: int, iterations: int, folder: Path, environment: d
     which pyd4j's flags set): native (RSS less the JVM's committed heap and non-heap, which the model's
     off-heap figure is compared with: JIT code and metaspace grow in a long run and are the JVM's,
     `pyd4j estimate`'s jvm_native term), the whole RSS, and the workspaces fit() learned."""
-    import benchmarks.planned_training as pt
-
-    pt.NETWORKS = folder
-    r = pt.run(name, batch, iterations, None, folder, extra_env=environment or None, quiet=True)
+    r = train_run(folder / f"{name}.json", batch, iterations, None, folder, extra_env=environment or None, quiet=True)
     return {"measured_bytes": int(r["native_above_idle_bytes"]), "measured_rss_bytes": int(r["peak_above_idle_bytes"]),
             "workspaces": r["workspaces"]}
 
@@ -70,7 +67,7 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=0, metavar="N",
                     help="also measure each run's peak over N iterations (same job, same heap): what a long job holds")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to build a zoo model")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory_model.json"))
+    ap.add_argument("--out", default=str(RESULTS / "memory_model.json"))
     ap.add_argument("--configs", help="keep the built zoo models' configurations in this folder (default: a "
                     "temporary one), so that --repredict can recompute their rows too")
     ap.add_argument("--repredict", action="store_true", help="recompute the predictions of the example networks' rows "
@@ -80,20 +77,16 @@ def main() -> None:
         repredict(Path(args.out), Path(args.configs) if args.configs else None)
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    doc = {"benchmark": "memory_model", "meta": {"iterations": args.iterations, "omp_threads": 1, "target": TARGET,
-                                                 "machine": platform.platform(), "cpus": os.cpu_count(),
-                                                 "load_avg_1m_at_start": os.getloadavg()[0],
-                                                 # PYD4J_BENCH_ENV: extra environment of the measuring job (e.g. a malloc setting under test)
-                                                 "job_environment": json.loads(os.environ.get("PYD4J_BENCH_ENV", "{}"))},
-           "runs": []}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    rec = Recorder("memory_model")
+    doc = rec.doc
+    # PYD4J_BENCH_ENV: extra environment of the measuring job (e.g. a malloc setting under test)
+    doc.update(meta={"iterations": args.iterations, "omp_threads": 1, "target": TARGET, "job_environment": EXTRA_ENV},
+               runs=[])
 
     def record(row: dict) -> None:
         doc["runs"].append(row)
         doc["summary"] = summary(doc["runs"])
-        doc["summary"]["load_avg_1m_at_end"] = os.getloadavg()[0]
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        rec.write(args.out)
         print(f"{row['network']:14s} b={row['batch']:4d} predicted {row.get('predicted_bytes', 0) / MiB:8.1f} MiB "
               f"measured {row.get('measured_bytes', 0) / MiB:8.1f} MiB ratio {row.get('ratio')} "
               + (f"long ({row['long_iterations']} it) {row['measured_long_bytes'] / MiB:8.1f} MiB ratio {row['ratio_long']} "
@@ -123,15 +116,13 @@ def main() -> None:
             record(row)
 
     for name in [n for n in args.networks.split(",") if n]:
-        run(name, ROOT / "examples" / "networks" / f"{name}.json", EXAMPLES[name], ROOT / "examples" / "networks",
-            "examples/networks")
-    import benchmarks.zoo_coverage as zc
+        run(name, NETWORKS / f"{name}.json", EXAMPLES[name], NETWORKS, "examples/networks")
 
     with tempfile.TemporaryDirectory(prefix="pyd4j-memory-model-") as tmp:
         folder = Path(args.configs or tmp)
         folder.mkdir(parents=True, exist_ok=True)
         for name in [n for n in args.zoo.split(",") if n]:
-            built = zc.build(name, ZOO[name][0], folder, args.timeout)
+            built = build_model(name, ZOO[name][0], folder, args.timeout)
             if not built["built"]:
                 record({"network": name, "source": "deeplearning4j-zoo", "batch": 0,
                         "error": built.get("skipped") or built.get("error", "not built")})
@@ -154,12 +145,13 @@ def summary(runs: list[dict]) -> dict:
 
 
 def repredict(out: Path, configs: Path | None) -> None:
-    doc = json.loads(out.read_text())
+    rec = Recorder.amending(out)
+    doc = rec.doc
     for row in doc["runs"]:
         if not row.get("measured_bytes"):
             continue
         if row.get("source") == "examples/networks":
-            config = ROOT / "examples" / "networks" / f"{row['network']}.json"
+            config = NETWORKS / f"{row['network']}.json"
         elif configs is not None and (configs / f"{row['network']}.json").exists():
             config = configs / f"{row['network']}.json"
         else:
@@ -178,7 +170,7 @@ def repredict(out: Path, configs: Path | None) -> None:
               f"measured {row['measured_bytes'] / MiB:8.1f} MiB ratio {row['ratio']}", flush=True)
     doc["summary"].update(summary(doc["runs"]))
     doc["meta"]["repredicted"] = "predictions recomputed with the final model after the measurements"
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    rec.write(out)
     print(json.dumps(doc["summary"], indent=1))
 
 

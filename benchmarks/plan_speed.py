@@ -14,6 +14,7 @@ Writes benchmarks/results/plan_speed.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -21,14 +22,14 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from harness import RESULTS, Recorder
 from pyd4j.sched import zoo
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.policies import POLICIES, make_plan
 from pyd4j.sched.simulator import simulate
 
-OUT = Path(__file__).parent / "results" / "plan_speed.json"
+OUT = RESULTS / "plan_speed.json"
 CLI_CASES = {
     "plan_resnet3335_superneurons": (["plan", "--model", "resnet3335", "--batch", "16",
                                       "--policy", "superneurons", "--json"], 3.0),
@@ -61,6 +62,8 @@ def timed(fn, repeat: int = 3, setup=lambda: None) -> tuple[float, object]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    rec = Recorder("plan_speed")
     cli = {}
     for name, (args, target) in CLI_CASES.items():
         runs = [cli_run(args) for _ in range(3)]
@@ -92,13 +95,10 @@ def main() -> None:
                          "peak_bytes": res.peak_bytes})
             print(f"{name:12s} {len(g):6d} layers {policy:13s} plan {t_plan:.3f}s "
                   f"simulate {t_sim:.3f}s records {len(plan.steps)}")
-    doc = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-           "python": platform.python_version(), "cli": cli, "rows": rows,
-           "max_plan_plus_simulate_10k_s": max(r["plan_plus_simulate_s"] for r in rows
-                                               if r["layers"] >= 10_000)}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {OUT}")
+    rec.doc.update({"processor": platform.processor() or platform.machine(), "cli": cli, "rows": rows,
+                    "max_plan_plus_simulate_10k_s": max(r["plan_plus_simulate_s"] for r in rows
+                                                        if r["layers"] >= 10_000)})
+    print(f"wrote {rec.write(OUT, indent=2)}")
 
 
 if __name__ == "__main__":

@@ -26,14 +26,12 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Recorder, order
 
 
 def _digits_example():
@@ -43,91 +41,109 @@ def _digits_example():
     return module
 
 
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", choices=["mlp", "lenet"], default="lenet")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--depth", type=int, default=4, help="prefetch depth of the Python-fed runs (a)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="epochs per timed run (default: lenet 2, mlp 20, so each run lasts about a second; "
+                         "shorter runs measure fit()'s fixed start-up, not throughput)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up rounds of both paths")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--curve-repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="OMP_NUM_THREADS for ND4J (1 on small shared machines; 0 = ND4J's default)")
+    ap.add_argument("--out", default=str(RESULTS / "prefetch.json"))
+    return ap
+
+
+class Paths:
+    """The three ways of feeding the same batches to the same network: (a) Python-fed, sliced in the JVM;
+    (a') Python-fed, one callback a batch; (b) DL4J's own fit() on a ListDataSetIterator."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import jpype
+
+        from pyd4j.data import NumpyBatches
+        from pyd4j.nd import from_numpy
+
+        self.args = args
+        digits = _digits_example()
+        d = digits.load()
+        x = digits.features_for(args.net, d["x_train"])
+        y = d["y_train"]
+        self.net = digits.NETS[args.net](42)
+        self.batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False)
+        self.py_batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False, slice_in_java=False)
+        data_set = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
+        java_list = jpype.JClass("java.util.ArrayList")()
+        for f, l in self.batches:
+            java_list.add(data_set(from_numpy(f, copy=True), from_numpy(l, copy=True)))
+        # one list element per minibatch, so one element per next(): ListDataSetIterator's second
+        # argument counts list elements, not examples
+        self.list_iter = jpype.JClass("org.deeplearning4j.datasets.iterator.utilty.ListDataSetIterator")(java_list, 1)
+        self.n = len(x)
+        self.waits: list[float] = []
+
+    def python(self) -> float:
+        from pyd4j.train import fit
+
+        result = fit(self.net, self.batches, epochs=self.args.epochs, prefetch=self.args.depth, progress=False)
+        self.waits.append(result.wait_seconds / result.seconds)
+        return result.samples_per_s
+
+    def callback(self) -> float:
+        from pyd4j.train import fit
+
+        return fit(self.net, self.py_batches, epochs=self.args.epochs, prefetch=self.args.depth,
+                   progress=False).samples_per_s
+
+    def jvm(self) -> float:
+        t = time.perf_counter()
+        for _ in range(self.args.epochs):
+            self.list_iter.reset()
+            self.net.fit(self.list_iter)
+        return self.n * self.args.epochs / (time.perf_counter() - t)
+
+
+def measure(p: Paths, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Warm-up rounds of every path, then `repeats` rounds in rotated order, each after a settling run."""
+    runners: dict[str, Callable[[], float]] = {"python": p.python, "callback": p.callback, "jvm": p.jvm}
+    for _ in range(warmup):  # JIT (all paths), workspace sizes
+        p.python(), p.callback(), p.jvm()
+    runs: dict[str, list[float]] = {k: [] for k in runners}
+    for i in range(repeats):
+        for side in order(list(runners), i, rotate=True):
+            runners[side]()  # settling run after the switch (JIT re-profiles shared call sites), not counted
+            runs[side].append(runners[side]())
+    return runs
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--net", choices=["mlp", "lenet"], default="lenet")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--depth", type=int, default=4, help="prefetch depth of the Python-fed runs (a)")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="epochs per timed run (default: lenet 2, mlp 20, so each run lasts about a second; "
-                             "shorter runs measure fit()'s fixed start-up, not throughput)")
-    parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds of both paths")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--curve-repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="OMP_NUM_THREADS for ND4J (1 on small shared machines; 0 = ND4J's default)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prefetch.json"))
-    args = parser.parse_args()
+    args = parser().parse_args()
     if args.epochs is None:
         args.epochs = {"lenet": 2, "mlp": 20}[args.net]
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read when ND4J's native library loads
-
-    import jpype
-
     import pyd4j.jvm
-    from pyd4j.data import NumpyBatches
     from pyd4j.prefetch_tuning import tune_prefetch
-    from pyd4j.nd import from_numpy
-    from pyd4j.train import fit
 
+    rec = Recorder("prefetch")
     pyd4j.jvm.start(heap_max="2g")
-    digits = _digits_example()
-    d = digits.load()
-    x = digits.features_for(args.net, d["x_train"])
-    y = d["y_train"]
-    net = digits.NETS[args.net](42)
-    batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False)
-    py_batches = NumpyBatches(x, y, batch_size=args.batch, shuffle=False, slice_in_java=False)
-
-    data_set = jpype.JClass("org.nd4j.linalg.dataset.DataSet")
-    java_list = jpype.JClass("java.util.ArrayList")()
-    for f, l in batches:
-        java_list.add(data_set(from_numpy(f, copy=True), from_numpy(l, copy=True)))
-    # one list element per minibatch, so one element per next(): ListDataSetIterator's second
-    # argument counts list elements, not examples
-    list_iter = jpype.JClass("org.deeplearning4j.datasets.iterator.utilty.ListDataSetIterator")(java_list, 1)
-    n = len(x)
-
-    waits: list[float] = []
-
-    def run_python() -> float:
-        result = fit(net, batches, epochs=args.epochs, prefetch=args.depth, progress=False)
-        waits.append(result.wait_seconds / result.seconds)
-        return result.samples_per_s
-
-    def run_callback() -> float:
-        result = fit(net, py_batches, epochs=args.epochs, prefetch=args.depth, progress=False)
-        return result.samples_per_s
-
-    def run_jvm() -> float:
-        t = time.perf_counter()
-        for _ in range(args.epochs):
-            list_iter.reset()
-            net.fit(list_iter)
-        return n * args.epochs / (time.perf_counter() - t)
-
-    for _ in range(args.warmup):  # JIT (all paths), workspace sizes
-        run_python(), run_callback(), run_jvm()
-    python_runs, callback_runs, jvm_runs = [], [], []
-    runs_of = {run_python: python_runs, run_callback: callback_runs, run_jvm: jvm_runs}
-    for i in range(args.repeats):
-        order = [run_python, run_callback, run_jvm]
-        order = order[i % 3:] + order[:i % 3]
-        for fn in order:
-            fn()  # settling run after the switch (JIT re-profiles shared call sites), not counted
-            runs_of[fn].append(fn())
+    p = Paths(args)
+    runs = measure(p, args.warmup, args.repeats)
+    python_runs, callback_runs, jvm_runs = runs["python"], runs["callback"], runs["jvm"]
     a, b = statistics.median(python_runs), statistics.median(jvm_runs)
     a_cb = statistics.median(callback_runs)
-    wait_fraction = statistics.median(waits)
-
-    report = tune_prefetch(net, py_batches, depths=range(1, 17), epochs=1, repeats=args.curve_repeats, warmup_epochs=0)
-    doc = {
-        "benchmark": "prefetch",
-        "network": f"digits_{args.net}", "params": int(net.numParams()), "batch": args.batch, "samples": n,
+    report = tune_prefetch(p.net, p.py_batches, depths=range(1, 17), epochs=1, repeats=args.curve_repeats,
+                           warmup_epochs=0)
+    doc: dict[str, Any] = rec.doc
+    doc.update({
+        "network": f"digits_{args.net}", "params": int(p.net.numParams()), "batch": args.batch, "samples": p.n,
         "epochs_per_run": args.epochs, "repeats": args.repeats,
         "python_fed": {"prefetch": args.depth, "samples_per_s": a, "runs": python_runs,
-                       "fit_waited_for_data_fraction": wait_fraction},
+                       "fit_waited_for_data_fraction": statistics.median(p.waits)},
         "python_callback_per_batch": {"prefetch": args.depth, "samples_per_s": a_cb, "runs": callback_runs,
                                       "ratio_over_jvm": a_cb / b},
         "jvm_list_iterator": {"prefetch": 2, "samples_per_s": b, "runs": jvm_runs},
@@ -135,12 +151,9 @@ def main() -> None:
         "ratio_best_runs": max(python_runs) / max(jvm_runs),
         "depth_curve": [{"depth": r.depth, "samples_per_s": r.samples_per_s, "runs": r.runs}
                         for r in report.results],
-        "recommended_depth": report.recommended, "best_depth": report.best,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": args.threads or None,
-                    "load_avg_1m_at_end": os.getloadavg()[0]},
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        "recommended_depth": report.recommended, "best_depth": report.best, "omp_threads": args.threads or None,
+    })
+    rec.write(args.out, indent=2)
     print(json.dumps({k: doc[k] for k in ("network", "ratio_python_over_jvm", "recommended_depth")}))
     print(f"(a) python-fed {a:,.0f} samples/s  (a') per-batch callback {a_cb:,.0f}  "
           f"(b) ListDataSetIterator {b:,.0f} samples/s  ratio {a / b:.2f} / {a_cb / b:.2f}")

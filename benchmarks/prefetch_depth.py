@@ -23,22 +23,16 @@ chosen depth's median over the best's, over depth 2 (DL4J's own) and over no pre
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
+from harness import RESULTS, Recorder, median_range, order, ratios
+from harness.speedjobs import FIXTURES_JAR
+from harness.speedjobs import command as speed_job
 from pyd4j.profile.speed import MAX_PREFETCH, Change, Setup, job_runner, prefetch_candidate, probe_of
 from pyd4j.profile.timesplit import time_split
-
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-from benchmarks.speed_tuning import FIXTURES_JAR  # noqa: E402
-from benchmarks.speed_tuning import command as speed_job  # noqa: E402
 
 GRID = (0, 1, 2, 3, 4, 6, 8)   # 0: no prefetch (fit() calls next() on the training thread)
 
@@ -70,7 +64,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=8, help="epochs of 32 batches a run")
     ap.add_argument("--loaders", default="even-fast,even-slow,uneven-fast,uneven-slow",
                     help="the loaders to measure (comma-separated)")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "prefetch_depth.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "prefetch_depth.json")
     args = ap.parse_args()
     wanted = [x for x in args.loaders.split(",") if x]
     unknown = sorted(set(wanted) - set(loaders(1.0)))
@@ -79,8 +73,8 @@ def main() -> None:
     if not FIXTURES_JAR.exists():
         raise SystemExit(f"{FIXTURES_JAR} is not built; run `make setup`")
     os.environ["OMP_NUM_THREADS"] = "1"
+    rec = Recorder("prefetch_depth")
     tmp = Path(tempfile.mkdtemp(prefix="prefetch-depth-"))
-    started, load_start = time.time(), os.getloadavg()[0]
 
     # the compute time per iteration, from the agent's split of a run whose loader costs nothing (three
     # times as long as the others, so that the JIT's first iterations weigh little)
@@ -110,14 +104,12 @@ def main() -> None:
 
     for r in range(args.rounds):
         for name, row in rows.items():
-            depths = sorted(int(d) for d in row["runs"])
-            k = r % len(depths)
-            for d in depths[k:] + depths[:k]:
+            for d in order(sorted(int(d) for d in row["runs"]), r, rotate=True):
                 m = row["_runner"](setup(d), f"d{d}")
                 row["runs"][str(d)].append(round(m.iterations_per_s, 2) if m.ok and m.iterations_per_s else None)
-        _write(args.out, rows, compute, started, load_start, args)
+        _write(rec, args.out, rows, compute, args)
         print(f"round {r + 1} of {args.rounds} done", flush=True)
-    _write(args.out, rows, compute, started, load_start, args)
+    _write(rec, args.out, rows, compute, args)
 
 
 def _summary(row: dict) -> dict:
@@ -133,8 +125,7 @@ def _summary(row: dict) -> dict:
            "best": int(best)}
 
     def paired(a: str, b: str) -> dict | None:
-        rs = [x / y for x, y in zip(row["runs"][a], row["runs"][b]) if x and y]
-        return {"median": round(statistics.median(rs), 3), "range": [round(min(rs), 3), round(max(rs), 3)]} if rs else None
+        return median_range(ratios(row["runs"][a], row["runs"][b]))
 
     if chosen in med:
         out["chosen_over_best"] = paired(chosen, best)
@@ -144,21 +135,18 @@ def _summary(row: dict) -> dict:
     return out
 
 
-def _write(path: Path, rows: dict, compute: float, started: float, load_start: float, args) -> None:
+def _write(rec: Recorder, path: Path, rows: dict, compute: float, args) -> None:
     loaders_out = {}
     for name, row in rows.items():
         loaders_out[name] = {k: v for k, v in row.items() if not k.startswith("_")} | _summary(row)
     within = [r.get("chosen_within_3pct_of_best") for r in loaders_out.values() if "chosen_within_3pct_of_best" in r]
-    doc = {"benchmark": "prefetch_depth",
-           "meta": {"network": "SpeedJob mlp, batch 64", "epochs_per_run": args.epochs, "rounds": args.rounds,
-                    "grid": list(GRID), "max_prefetch": MAX_PREFETCH, "compute_ms_per_iteration": round(compute, 2),
-                    "omp_threads": 1, "machine": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
-                    "wall_s": round(time.time() - started, 1)},
-           "loaders": loaders_out,
-           "summary": {"chosen_within_3pct_of_best": f"{sum(within)} of {len(within)}"}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    rec.doc.update({
+        "meta": {"network": "SpeedJob mlp, batch 64", "epochs_per_run": args.epochs, "rounds": args.rounds,
+                 "grid": list(GRID), "max_prefetch": MAX_PREFETCH, "compute_ms_per_iteration": round(compute, 2),
+                 "omp_threads": 1},
+        "loaders": loaders_out,
+        "summary": {"chosen_within_3pct_of_best": f"{sum(within)} of {len(within)}"}})
+    rec.write(path)
 
 
 if __name__ == "__main__":

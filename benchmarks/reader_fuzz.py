@@ -8,19 +8,15 @@ how many ended in anything but the reader's clean refusal. Result: benchmarks/re
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Recorder
-
-sys.path.insert(0, str(ROOT))
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from tests.readers import bad_documents, readers  # noqa: E402
+from harness import RESULTS, Recorder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.readers import bad_documents, readers
 
 
 def run(name: str, reader, examples: int) -> dict:

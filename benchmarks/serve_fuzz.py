@@ -10,17 +10,13 @@ check failures, and readiness read between operations. Result: benchmarks/result
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import RESULTS, ROOT, Recorder
-
-sys.path.insert(0, str(ROOT))
-from tests.serve.fuzzing import fuzz, start_serve, stop  # noqa: E402
-
-NETWORKS = ROOT / "examples" / "networks"
+from harness import RESULTS, Recorder
+from harness.training import NETWORKS
+from tests.serve.fuzzing import fuzz, start_serve, stop
 SERVE_ARGS = ("--max-batch", "8", "--slice-rows", "whole", "--budget", "8m")  # a budget for one model at a time
 
 

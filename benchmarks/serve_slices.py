@@ -5,7 +5,7 @@
         [--configs DIR] [--out benchmarks/results/serve_slices.json]
 
 Each model (the example networks, and models of DL4J's zoo built by DL4J's code at the smallest input
-they build at, `benchmarks/zoo_coverage.py`'s builder) is loaded as `pyd4j serve` loads it, with
+they build at, the harness's zoo builder, harness/zoo.py) is loaded as `pyd4j serve` loads it, with
 `slice_rows="auto"`: the rows per output() call chosen at load, the workspaces then (settled) against
 those of a whole max-batch call, and the load time. Then, independently of the choice's own timings,
 the same max-batch input is run whole and in the chosen slices in `--pairs` alternated pairs (whole
@@ -18,34 +18,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Recorder, interleave, median_range, ratios
+from harness.zoo import build_model
 
 
 def recheck(m, x: list[np.ndarray], rows: int, max_batch: int, pairs: int) -> dict:
-    """Whole and sliced alternated `pairs` times: fastest over fastest (the choice's estimator) and the
+    """Whole and sliced interleaved `pairs` times: fastest over fastest (the choice's estimator) and the
     paired ratios' median and range."""
-    from pyd4j.serve.sizing import alternate
-
-    def run(side: int) -> None:
+    def run(side: int, _pair: int) -> float:
         m.slice_rows = side
+        start = time.perf_counter()
         m.infer(x)
+        return time.perf_counter() - start
 
-    times = alternate(run, max_batch, rows, pairs)
+    times = interleave((max_batch, rows), pairs, run)
     m.slice_rows = rows
-    r = [a / b for a, b in zip(times[rows], times[max_batch])]
+    r = median_range(ratios(times[rows], times[max_batch])) or {}
     return {"recheck_ratio": round(min(times[rows]) / min(times[max_batch]), 3),
-            "recheck_median_pair_ratio": round(statistics.median(r), 3), "recheck_pair_range": [round(min(r), 3), round(max(r), 3)],
+            "recheck_median_pair_ratio": r.get("median"), "recheck_pair_range": r.get("range"),
             "recheck_whole_ms": [round(t * 1000, 1) for t in times[max_batch]],
             "recheck_sliced_ms": [round(t * 1000, 1) for t in times[rows]]}
 
@@ -81,7 +77,6 @@ def measure(name: str, path: Path, max_batch: int, pairs: int, spill: Path) -> d
 
 
 def main() -> None:
-    import benchmarks.zoo_coverage as zc
     import pyd4j.jvm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -91,17 +86,15 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--probe-batch", type=int, default=2)
     ap.add_argument("--configs", help="folder of built zoo models, reused (default: a temporary one)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serve_slices.json"))
+    ap.add_argument("--out", default=str(RESULTS / "serve_slices.json"))
     args = ap.parse_args()
     pyd4j.jvm.start(heap_max="4g")
     from pyd4j.serve import sizing
 
-    doc: dict = {"benchmark": "serve_slices", "meta": {"max_batch": args.max_batch, "pairs": args.pairs,
-                                                       "tolerance": sizing.TOLERANCE, "time_limit_s": sizing.TIME_LIMIT_S,
-                                                       "machine": platform.platform(), "cpus": os.cpu_count(),
-                                                       "load_avg_1m_at_start": os.getloadavg()[0]},
-                 "models": {}}
-    out = Path(args.out)
+    rec = Recorder("serve_slices")
+    doc = rec.doc
+    doc.update(meta={"max_batch": args.max_batch, "pairs": args.pairs, "tolerance": sizing.TOLERANCE,
+                     "time_limit_s": sizing.TIME_LIMIT_S}, models={})
     spill = Path(tempfile.mkdtemp(prefix="pyd4j-bench-slices-"))
     with tempfile.TemporaryDirectory(prefix="pyd4j-slices-zoo-") as tmp:
         folder = Path(args.configs or tmp)
@@ -111,7 +104,7 @@ def main() -> None:
         for name, path in todo:
             try:
                 if name.startswith("zoo ") and not (folder / f"{name[4:]}.info.json").exists():
-                    built = zc.build(name[4:], args.probe_batch, folder, 900.0)
+                    built = build_model(name[4:], args.probe_batch, folder, 900.0)
                     if not built["built"]:
                         raise RuntimeError(built.get("skipped") or built.get("error"))
                 row = measure(name, path, args.max_batch, args.pairs, spill)
@@ -122,8 +115,7 @@ def main() -> None:
                 row = {"error": f"{type(err).__name__}: {err}"[:800]}
                 print(f"{name}: {row['error']}", flush=True)
             doc["models"][name] = row
-            doc["meta"]["load_avg_1m_at_end"] = os.getloadavg()[0]
-            out.write_text(json.dumps(doc, indent=1) + "\n")
+            rec.write(args.out)
     ok = [r for r in doc["models"].values() if "slice_rows" in r]
     sliced = [r for r in ok if r["slice_rows"] < args.max_batch]
     doc["summary"] = {
@@ -135,7 +127,7 @@ def main() -> None:
         "recheck_ratios": {n: r["recheck_ratio"] for n, r in doc["models"].items() if "recheck_ratio" in r},
         "slower_than_tolerance_on_recheck": [n for n, r in doc["models"].items()
                                              if r.get("recheck_ratio", 0) > 1 + sizing.TOLERANCE]}
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    rec.write(args.out)
     print(json.dumps(doc["summary"], indent=1))
 
 

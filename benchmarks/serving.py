@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-NETWORKS = ROOT / "examples" / "networks"
+from harness import RESULTS, Recorder, interleave, order
+from harness.training import NETWORKS
 
 # (name, base network, first hidden layer size or None for the example as it is, seed)
 MODELS = [("mlp256", "mlp", 256, 1), ("mlp512", "mlp", 512, 2), ("mlp1024", "mlp", 1024, 3),
@@ -120,17 +117,20 @@ def restore_vs_zip(models: dict[str, Path], repeats: int) -> dict:
         m = ServedModel(name, path, d)
         fp = m.load(32)
         x = [np.zeros((1, *s.shape[1:]), np.float32) for s in m.inputs]
-        disk, zipped = [], []
-        for i in range(repeats):
-            for how in (("disk", "zip") if i % 2 == 0 else ("zip", "disk")):
-                m.evict()
-                if how == "disk":
-                    disk.append(m.restore())
-                else:
-                    t0 = time.perf_counter()
-                    m.net = ModelSerializer.restoreMultiLayerNetwork(str(path), False)
-                    zipped.append(time.perf_counter() - t0)
-                m.infer(x)
+
+        def restore(how: str, _round: int, m=m, path=path, x=x) -> float:
+            m.evict()
+            if how == "disk":
+                seconds = m.restore()
+            else:
+                t0 = time.perf_counter()
+                m.net = ModelSerializer.restoreMultiLayerNetwork(str(path), False)
+                seconds = time.perf_counter() - t0
+            m.infer(x)
+            return seconds
+
+        times = interleave(("disk", "zip"), repeats, restore)
+        disk, zipped = times["disk"], times["zip"]
         m.close()
         out[name] = {"footprint_bytes": fp.total_bytes, "params_bytes": fp.params_bytes,
                      "workspace_bytes": fp.workspace_bytes, "estimate_bytes": fp.estimate_bytes,
@@ -257,27 +257,70 @@ def soak_run(models: dict[str, Path], budget: int, n: int, args) -> dict:
         "heap_live_mib": [round(s["heap_live"] / 2**20, 1) for s in result["samples"]]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=400, help="requests per run of the Zipf mix")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of resident/budget/zip (order alternates)")
-    parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the request mix")
-    parser.add_argument("--ratio", type=float, default=3.5, help="sum of footprints / budget (>= 3)")
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--max-batch", type=int, default=32)
-    parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--max-seconds", type=float, default=300.0, help="bound on one run of the mix")
-    parser.add_argument("--repeats", type=int, default=7, help="repeats of the in-process comparisons")
-    parser.add_argument("--soak", type=int, default=1250, help="soak requests per model (0: no soak)")
-    parser.add_argument("--soak-only", action="store_true",
-                        help="run only the soaks (budget and no budget) and replace them in an existing --out")
-    parser.add_argument("--soak-budget-only", action="store_true",
-                        help="with --soak-only: only the soak under the budget (the one with evictions)")
-    parser.add_argument("--backend-only", action="store_true",
-                        help="run only the in-process vs gateway comparison and put it in an existing --out")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serving.json"))
-    args = parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=400, help="requests per run of the Zipf mix")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of resident/budget/zip (order alternates)")
+    ap.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the request mix")
+    ap.add_argument("--ratio", type=float, default=3.5, help="sum of footprints / budget (>= 3)")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--max-wait-ms", type=float, default=2.0)
+    ap.add_argument("--max-seconds", type=float, default=300.0, help="bound on one run of the mix")
+    ap.add_argument("--repeats", type=int, default=7, help="repeats of the in-process comparisons")
+    ap.add_argument("--soak", type=int, default=1250, help="soak requests per model (0: no soak)")
+    ap.add_argument("--soak-only", action="store_true",
+                    help="run only the soaks (budget and no budget) and replace them in an existing --out")
+    ap.add_argument("--soak-budget-only", action="store_true",
+                    help="with --soak-only: only the soak under the budget (the one with evictions)")
+    ap.add_argument("--backend-only", action="store_true",
+                    help="run only the in-process vs gateway comparison and put it in an existing --out")
+    ap.add_argument("--out", default=str(RESULTS / "serving.json"))
+    return ap
 
+
+def again(args: argparse.Namespace, models: dict[str, Path]) -> None:
+    """--backend-only and --soak-only: measure again only those, into the existing --out."""
+    rec = Recorder.amending(args.out)
+    doc = rec.doc
+    if args.backend_only:
+        doc["backend_choice"] = backend_choice(models, "mlp1024", args.repeats * 3)
+        rec.write(args.out, indent=2)
+        print(json.dumps(doc["backend_choice"]))
+        return
+    doc["soak"] = soak_run(models, doc["budget_bytes"], args.soak, args)
+    if not args.soak_budget_only:
+        doc["soak_no_budget"] = soak_run(models, None, args.soak, args)
+    doc["settings"]["soak"] = args.soak
+    rec.write(args.out, indent=2)
+    for key in ("soak",) if args.soak_budget_only else ("soak", "soak_no_budget"):
+        print(key, json.dumps({k: doc[key][k] for k in ("requests", "failed", "verdict", "seconds", "rss_mib", "heap_live_mib")}))
+
+
+def pooled(runs: list[dict], mode: str) -> dict:
+    """The runs of one mode of the mix, pooled: medians of their percentiles and throughput, sums of the rest."""
+    rs = [r for r in runs if r["mode"] == mode]
+    return {"runs": len(rs), "requests": sum(r["requests"] for r in rs), "failed": sum(r["failed"] for r in rs),
+            "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 2),
+            "p99_ms": round(statistics.median(r["p99_ms"] for r in rs), 2),
+            "throughput_rps": round(statistics.median(r["throughput_rps"] for r in rs), 2),
+            "restores": sum(r["restores"] for r in rs), "evictions": sum(r["evictions"] for r in rs),
+            "peak_resident_bytes": max(r["peak_resident_bytes"] for r in rs)}
+
+
+def comparison(summary: dict, restore: dict) -> dict:
+    b, a, z = summary["budget"], summary["resident"], summary["zip"]
+    return {"budget_p50_over_resident": round(b["p50_ms"] / a["p50_ms"], 2),
+            "budget_p99_over_resident": round(b["p99_ms"] / a["p99_ms"], 2),
+            "budget_throughput_over_resident": round(b["throughput_rps"] / a["throughput_rps"], 2),
+            "zip_p50_over_budget": round(z["p50_ms"] / b["p50_ms"], 2),
+            "zip_p99_over_budget": round(z["p99_ms"] / b["p99_ms"], 2),
+            "budget_throughput_over_zip": round(b["throughput_rps"] / z["throughput_rps"], 2),
+            "median_zip_load_over_disk_restore": round(statistics.median(r["zip_over_disk"] for r in restore.values()), 2)}
+
+
+def main() -> None:
+    args = parser().parse_args()
     import logging
 
     import pyd4j.jvm
@@ -287,77 +330,41 @@ def main() -> None:
     t_start = time.perf_counter()
     d = Path(tempfile.mkdtemp(prefix="pyd4j-bench-models-"))
     models = write_models(d)
-
-    if args.backend_only:
-        doc = json.loads(Path(args.out).read_text())
-        doc["backend_choice"] = backend_choice(models, "mlp1024", args.repeats * 3)
-        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-        print(json.dumps(doc["backend_choice"]))
+    if args.backend_only or args.soak_only:
+        again(args, models)
         return
-    if args.soak_only:
-        doc = json.loads(Path(args.out).read_text())
-        doc["soak"] = soak_run(models, doc["budget_bytes"], args.soak, args)
-        if not args.soak_budget_only:
-            doc["soak_no_budget"] = soak_run(models, None, args.soak, args)
-        doc["settings"]["soak"] = args.soak
-        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-        for key in ("soak",) if args.soak_budget_only else ("soak", "soak_no_budget"):
-            print(key, json.dumps({k: doc[key][k] for k in ("requests", "failed", "verdict", "seconds", "rss_mib", "heap_live_mib")}))
-        return
+    rec = Recorder("serving")
     restore = restore_vs_zip(models, args.repeats)
     footprints = {n: r["footprint_bytes"] for n, r in restore.items()}
     budget = max(int(sum(footprints.values()) / args.ratio), max(footprints.values()))
     plan = zipf_plan(list(models), args.requests, args.zipf, seed=0)
     print(f"footprints {footprints}, sum {sum(footprints.values())}, budget {budget}", file=sys.stderr)
-
+    modes = ["resident", "budget", "zip"]
     runs = []
-    order = ["resident", "budget", "zip"]
     for r in range(args.rounds):
-        for mode in (order if r % 2 == 0 else order[::-1]):
-            res = run_mix(models, mode, budget, plan, args)
-            print(json.dumps(res), file=sys.stderr)
-            runs.append(res)
-
-    def pooled(mode: str) -> dict:
-        rs = [r for r in runs if r["mode"] == mode]
-        return {"runs": len(rs), "requests": sum(r["requests"] for r in rs), "failed": sum(r["failed"] for r in rs),
-                "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 2),
-                "p99_ms": round(statistics.median(r["p99_ms"] for r in rs), 2),
-                "throughput_rps": round(statistics.median(r["throughput_rps"] for r in rs), 2),
-                "restores": sum(r["restores"] for r in rs), "evictions": sum(r["evictions"] for r in rs),
-                "peak_resident_bytes": max(r["peak_resident_bytes"] for r in rs)}
-
-    summary = {m: pooled(m) for m in order}
-    b, a, z = summary["budget"], summary["resident"], summary["zip"]
-    comparison = {"budget_p50_over_resident": round(b["p50_ms"] / a["p50_ms"], 2),
-                  "budget_p99_over_resident": round(b["p99_ms"] / a["p99_ms"], 2),
-                  "budget_throughput_over_resident": round(b["throughput_rps"] / a["throughput_rps"], 2),
-                  "zip_p50_over_budget": round(z["p50_ms"] / b["p50_ms"], 2),
-                  "zip_p99_over_budget": round(z["p99_ms"] / b["p99_ms"], 2),
-                  "budget_throughput_over_zip": round(b["throughput_rps"] / z["throughput_rps"], 2),
-                  "median_zip_load_over_disk_restore": round(statistics.median(r["zip_over_disk"] for r in restore.values()), 2)}
+        for mode in order(modes, r):
+            runs.append(run_mix(models, mode, budget, plan, args))
+            print(json.dumps(runs[-1]), file=sys.stderr)
+    summary = {m: pooled(runs, m) for m in modes}
     overhead = server_overhead(models, "mlp1024", args.repeats * 3)
     backends = backend_choice(models, "mlp1024", args.repeats * 3)
     frees = eviction_frees()
     soak = soak_run(models, budget, args.soak, args) if args.soak else None
     soak_no_budget = soak_run(models, None, args.soak, args) if args.soak else None
-    doc = {
-        "benchmark": "serving", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                            "load_avg_at_end": os.getloadavg()},
+    rec.doc.update({
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "models": restore, "footprint_sum_bytes": sum(footprints.values()), "budget_bytes": budget,
         "footprint_sum_over_budget": round(sum(footprints.values()) / budget, 2),
         "server_errors": sum(r["server_errors"] for r in runs),  # a Java OOM in output() answers 500
         "failed_requests": sum(r["failed"] for r in runs),
-        "mix": summary, "comparison": comparison, "runs": runs,
+        "mix": summary, "comparison": comparison(summary, restore), "runs": runs,
         "server_overhead": overhead, "backend_choice": backends, "eviction_frees": frees, "soak": soak,
         "soak_no_budget": soak_no_budget,
         "seconds": round(time.perf_counter() - t_start, 1),
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps({k: doc[k] for k in ("footprint_sum_over_budget", "failed_requests", "mix", "comparison",
-                                          "server_overhead", "eviction_frees")}, indent=1))
+    })
+    rec.write(args.out, indent=2)
+    print(json.dumps({k: rec.doc[k] for k in ("footprint_sum_over_budget", "failed_requests", "mix", "comparison",
+                                              "server_overhead", "eviction_frees")}, indent=1))
     if soak:
         print(json.dumps({k: soak[k] for k in ("requests", "failed", "verdict", "seconds")}))
 

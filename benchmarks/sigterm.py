@@ -26,8 +26,7 @@ import uuid
 from pathlib import Path
 
 from harness import RESULTS, ROOT, Recorder
-
-NETWORKS = ROOT / "examples" / "networks"
+from harness.training import NETWORKS
 MARK = "PYD4J_SIGTERM_TRIAL"
 
 

@@ -43,21 +43,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pyd4j.memory.container import ContainerResult, diagnose  # noqa: E402
-from pyd4j.memory.estimate import HEAP_GC_FACTOR, Estimate, estimate  # noqa: E402
-from pyd4j.memory.flags import SparkFlags, SparkShape, spark_flags  # noqa: E402
-from pyd4j.profile.timeline import Timeline  # noqa: E402
-from pyd4j.spark.cluster import LocalCluster  # noqa: E402
+from harness import RESULTS, ROOT, Recorder
+from pyd4j.memory.container import ContainerResult, diagnose
+from pyd4j.memory.estimate import HEAP_GC_FACTOR, Estimate, estimate
+from pyd4j.memory.flags import SparkFlags, SparkShape, spark_flags
+from pyd4j.profile.timeline import Timeline
+from pyd4j.spark.cluster import LocalCluster
 from pyd4j.profile.spark_executors import classify, driver_log_lines, exit_code  # noqa: E402
 from pyd4j.spark.job import MAIN_CLASS, job_classpath_conf, run_example, with_agent  # noqa: E402
 
@@ -296,36 +293,31 @@ def shape_flags(shape: Shape) -> SparkFlags:
                                                                   worker_memory=8 * 1024 * MiB))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
-                        help="training examples, for the shapes that do not set their own")
-    parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
-                        help=f"shapes to run, comma-separated, of: {', '.join(SHAPE_KEYS)}")
-    parser.add_argument("--control", default=None,
-                        help="the shape the negative control repeats (default: the first of --shapes; 'none': none)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
-    parser.add_argument("--fractions", default=",".join(map(str, CONTROL_FRACTIONS)),
-                        help="negative control: fractions of the generated container to try, until one fails")
-    parser.add_argument("--no-tune", action="store_true", help="skip `pyd4j tune -- spark-submit` (small job, 2x1)")
-    parser.add_argument("--tune-examples", type=int, default=TUNE_EXAMPLES,
-                        help="training examples of the tuned job (long enough for tune's leak verdicts)")
-    parser.add_argument("--merge", action="store_true",
-                        help="keep --out's runs, controls and tune for the shapes (and tune) this run does not repeat")
-    args = parser.parse_args()
-    try:
-        shapes = [SHAPE_KEYS[k.strip()] for k in args.shapes.split(",") if k.strip()]
-        control_shape = None if args.control == "none" else SHAPE_KEYS[args.control] if args.control else shapes[0]
-    except (KeyError, IndexError) as e:
-        parser.error(f"unknown or no shape {e}; known: {', '.join(SHAPE_KEYS)}")
-    print(f"shapes: {[s.name for s in shapes]}; negative control on: {control_shape.name if control_shape else None}",
-          flush=True)
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
+                    help="training examples, for the shapes that do not set their own")
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
+                    help=f"shapes to run, comma-separated, of: {', '.join(SHAPE_KEYS)}")
+    ap.add_argument("--control", default=None,
+                    help="the shape the negative control repeats (default: the first of --shapes; 'none': none)")
+    ap.add_argument("--out", default=str(RESULTS / "spark.json"))
+    ap.add_argument("--fractions", default=",".join(map(str, CONTROL_FRACTIONS)),
+                    help="negative control: fractions of the generated container to try, until one fails")
+    ap.add_argument("--no-tune", action="store_true", help="skip `pyd4j tune -- spark-submit` (small job, 2x1)")
+    ap.add_argument("--tune-examples", type=int, default=TUNE_EXAMPLES,
+                    help="training examples of the tuned job (long enough for tune's leak verdicts)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep --out's runs, controls and tune for the shapes (and tune) this run does not repeat")
+    return ap
 
+
+def shape_runs(shapes: list[Shape], examples: int) -> list[dict]:
     runs = []
     for shape in shapes:
         sf = shape_flags(shape)
-        examples = shape.examples or args.examples
-        r = run_shape(shape.name, shape.workers, shape.cores, shape.batch, examples, sf, sf.executor_container_bytes)
+        r = run_shape(shape.name, shape.workers, shape.cores, shape.batch, shape.examples or examples, sf,
+                      sf.executor_container_bytes)
         runs.append(r)
         for x in r["executors"]:
             print(f"{shape.name}: executor {x['executor']} heap pred {x['predicted_live_heap_bytes'] / MiB:.0f} meas "
@@ -335,25 +327,64 @@ def main() -> None:
                   f"{x['measured_need_bytes'] / MiB:.0f} MiB ratio {x['budget_ratio']}", flush=True)
         print(f"{shape.name}: ok={r['ok']} in {r['seconds']} s, scores {r['scores']} exits "
               f"{[e['kind'] for e in r['exits']]}", flush=True)
+    return runs
 
-    # negative control: the executor's container at a fraction of the generated one, until it fails
+
+def negative_controls(shape: Shape, examples: int, fractions: list[float]) -> list[dict]:
+    """The executor's container at a fraction of the generated one, until it fails."""
     controls = []
-    if control_shape:
-        full = shape_flags(control_shape)
-        for fraction in [float(f) for f in args.fractions.split(",")]:
-            control = run_control(control_shape.name, control_shape.workers, control_shape.cores, control_shape.batch,
-                                  control_shape.examples or args.examples, full, fraction)
-            controls.append(control)
-            print(f"negative control ({control_shape.name}) at {fraction:g}: ok={control['ok']} in "
-                  f"{control['seconds']} s, exits {[e['diagnosis'][:160] for e in control['exits']]}; driver log "
-                  f"{[d['diagnosis'][:160] for d in control['driver_log_diagnoses']]}", flush=True)
-            for x in control["executors"]:
-                print(f"  executor {x['executor']}: peak RSS {x['measured_need_bytes'] / MiB:.0f} MiB, off-heap "
-                      f"{x['measured_offheap_bytes'] / MiB:.0f} MiB (container "
-                      f"{control['control_container_bytes'] / MiB:.0f} MiB)", flush=True)
-            if not control["ok"]:
-                break
+    full = shape_flags(shape)
+    for fraction in fractions:
+        control = run_control(shape.name, shape.workers, shape.cores, shape.batch, shape.examples or examples,
+                              full, fraction)
+        controls.append(control)
+        print(f"negative control ({shape.name}) at {fraction:g}: ok={control['ok']} in "
+              f"{control['seconds']} s, exits {[e['diagnosis'][:160] for e in control['exits']]}; driver log "
+              f"{[d['diagnosis'][:160] for d in control['driver_log_diagnoses']]}", flush=True)
+        for x in control["executors"]:
+            print(f"  executor {x['executor']}: peak RSS {x['measured_need_bytes'] / MiB:.0f} MiB, off-heap "
+                  f"{x['measured_offheap_bytes'] / MiB:.0f} MiB (container "
+                  f"{control['control_container_bytes'] / MiB:.0f} MiB)", flush=True)
+        if not control["ok"]:
+            break
+    return controls
 
+
+def summarise(runs: list[dict], controls: list[dict], tune: dict | None) -> dict:
+    order = {s.name: i for i, s in enumerate(SHAPES)}
+    runs.sort(key=lambda r: order.get(r["shape"], len(order)))
+    by_shape = {}
+    for name in sorted({r["shape"] for r in runs} | {control_of(c) for c in controls},
+                       key=lambda n: order.get(n, len(order))):
+        by_shape[name] = shape_summary([r for r in runs if r["shape"] == name],
+                                       [c for c in controls if control_of(c) == name])
+    return {
+        "network": NETWORK.name,
+        **shape_summary(runs, []),
+        "shapes": by_shape,
+        "tune_outcome": tune["outcome"] if tune else None,
+        "tune_worst_executor": tune.get("spark", {}).get("worst_executor") if tune else None,
+        "tune_container_bytes": tune.get("container_bytes") if tune else None,
+        "tune_after_executor_peak_rss": [r.get("peak_rss") for r in tune["after"]["spark"]["executors"]]
+        if tune and tune.get("after") else None,
+        "note": "measured on a 2-core machine shared with other work; times are not compared",
+    }
+
+
+def main() -> None:
+    ap = parser()
+    args = ap.parse_args()
+    try:
+        shapes = [SHAPE_KEYS[k.strip()] for k in args.shapes.split(",") if k.strip()]
+        control_shape = None if args.control == "none" else SHAPE_KEYS[args.control] if args.control else shapes[0]
+    except (KeyError, IndexError) as e:
+        ap.error(f"unknown or no shape {e}; known: {', '.join(SHAPE_KEYS)}")
+    print(f"shapes: {[s.name for s in shapes]}; negative control on: {control_shape.name if control_shape else None}",
+          flush=True)
+    rec = Recorder("spark")
+    runs = shape_runs(shapes, args.examples)
+    controls = negative_controls(control_shape, args.examples, [float(f) for f in args.fractions.split(",")]) \
+        if control_shape else []
     tune = None if args.no_tune else run_tune(args.tune_examples, shape_flags(SHAPES[0]))
 
     old = json.loads(Path(args.out).read_text()) if args.merge and Path(args.out).exists() else {}
@@ -365,30 +396,12 @@ def main() -> None:
         old_controls = old.get("negative_controls", [])
     controls = old_controls + controls
     tune = tune if tune is not None else old.get("tune")
-    order = {s.name: i for i, s in enumerate(SHAPES)}
-    runs.sort(key=lambda r: order.get(r["shape"], len(order)))
-    by_shape = {}
-    for name in sorted({r["shape"] for r in runs} | {control_of(c) for c in controls},
-                       key=lambda n: order.get(n, len(order))):
-        by_shape[name] = shape_summary([r for r in runs if r["shape"] == name],
-                                       [c for c in controls if control_of(c) == name])
-    summary = {
-        "network": NETWORK.name,
-        **shape_summary(runs, []),
-        "shapes": by_shape,
-        "tune_outcome": tune["outcome"] if tune else None,
-        "tune_worst_executor": tune.get("spark", {}).get("worst_executor") if tune else None,
-        "tune_container_bytes": tune.get("container_bytes") if tune else None,
-        "tune_after_executor_peak_rss": [r.get("peak_rss") for r in tune["after"]["spark"]["executors"]]
-        if tune and tune.get("after") else None,
-        "note": "measured on a 2-core machine shared with other work; times are not compared",
-    }
+    summary = summarise(runs, controls, tune)
     # the first shape's control, as before shapes were selectable
     first = [c for c in controls if control_of(c) == SHAPES[0].name] or controls
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"summary": summary, "runs": runs,
-                                          "negative_control": first[-1] if first else None,
-                                          "negative_controls": controls, "tune": tune}, indent=1, default=str))
+    rec.doc.update({"summary": summary, "runs": runs, "negative_control": first[-1] if first else None,
+                    "negative_controls": controls, "tune": tune})
+    rec.write(args.out)
     print(json.dumps(summary, indent=1))
 
 

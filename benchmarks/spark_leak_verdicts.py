@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Recorder
+from harness.record import short_commit
+from harness.speedjobs import spark_cluster, train_on_spark
 
 MiB = 1024**2
 
 
 def executor_rows(run_dir: Path) -> list[dict]:
-    from pyd4j.profile.diagnose import envelope, leak_verdicts  # noqa: PLC0415
-    from pyd4j.profile.spark_executors import executor_lanes  # noqa: PLC0415
-    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
+    from pyd4j.profile.diagnose import envelope, leak_verdicts
+    from pyd4j.profile.spark_executors import executor_lanes
+    from pyd4j.profile.timeline import Timeline
 
     rows = []
     for t in executor_lanes(Timeline.load_lanes(run_dir)):
@@ -53,12 +51,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=32768)
     ap.add_argument("--epochs", default="1,3")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "spark_leak_verdicts.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "spark_leak_verdicts.json")
     args = ap.parse_args()
-    from benchmarks.speed_tuning import commit, spark_cluster, train_on_spark  # noqa: PLC0415
-    from pyd4j.profile import profile_job  # noqa: PLC0415
+    from pyd4j.profile import profile_job
 
-    started, load = time.time(), os.getloadavg()
+    rec = Recorder("spark_leak_verdicts")
     runs = []
     with tempfile.TemporaryDirectory(prefix="spark-leak-") as tmp_name:
         tmp = Path(tmp_name)
@@ -74,15 +71,14 @@ def main() -> None:
                           f"{r['points_above_later_held']} of {len(r['live_points'])} points above what it held later "
                           f"(largest by {(r['largest_excess_bytes'] or 0) / MiB:.1f} MiB); off-heap verdict "
                           f"{r['verdicts'][1]['status']}: {r['verdicts'][1]['reason'][:160]}", flush=True)
-    doc = {"benchmark": "spark_leak_verdicts", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
-           "load_average": [round(load[0], 2), round(os.getloadavg()[0], 2)],
-           "cluster": "loopback standalone, 2 workers of 1 core",
-           "job": "examples/spark TrainOnSpark, digits_mlp, parameter averaging (direct), batch 32 per worker", "runs": runs}
-    # each measurement is kept, with the code it measured: the file compares agents across commits
-    doc["code"] = commit()
-    earlier = json.loads(args.out.read_text())["measurements"] if args.out.exists() else []
-    args.out.write_text(json.dumps({"benchmark": "spark_leak_verdicts", "measurements": [*earlier, doc]}, indent=2) + "\n")
+    # each measurement is kept with its own run record and code: the file compares agents across commits; the
+    # file's `run` is the latest measurement's
+    earlier = json.loads(args.out.read_text()).get("measurements", []) if args.out.exists() else []
+    doc = {"run": rec.run, "cluster": "loopback standalone, 2 workers of 1 core",
+           "job": "examples/spark TrainOnSpark, digits_mlp, parameter averaging (direct), batch 32 per worker",
+           "runs": runs, "code": "commit " + short_commit()}
+    rec.doc.update(measurements=[*earlier, doc])
+    rec.write(args.out, indent=2)
 
 
 if __name__ == "__main__":

@@ -32,20 +32,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
-from pyd4j.profile import ab
-from pyd4j.profile.backend import MKL_OPTION, classpath_javacpp, find_mkl, without_builds
-from pyd4j.profile.speed import Setup, change_of, job_runner, tune_speed
+from harness import RESULTS, Recorder
+from harness.record import short_commit
+from harness.speedjobs import FIXTURES_JAR, GENERIC, OPENBLAS, claim_checked, command, environment, spark_cluster
+from harness.speedjobs import train_on_spark, tune_row
+from pyd4j.profile.speed import tune_speed
 
-ROOT = Path(__file__).resolve().parent
-FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
 WELL = "well"   # the environment measured best for the network at the start of the run (see well_set_threads)
-OPENBLAS = "<openblas>"   # in a job's JVM options: ND4J's own OpenBLAS, not MKL
-GENERIC = "<generic>"     # in a job's JVM options: the generic nd4j-native jar alone on the class path
 
 # name, kind, network, job options, JVM options, environment (None: removed; WELL: the measured best),
 # settings that undo the bad one. The bad settings of the first seven hurt most on a loaded machine
@@ -114,73 +109,6 @@ def well_set_threads(nets: set[str], seconds: int, rounds: int) -> dict:
     return out
 
 
-def command(net: str, seconds: int, options: list[str], jvm: list[str]) -> list[str]:
-    """The job: the class path pyd4j builds (the nd4j-native build for this CPU) with MKL's jar and
-    JavaCPP's option that loads it, unless `jvm` asks for OpenBLAS or the generic build."""
-    jars = classpath()[1:]
-    if GENERIC in jvm:
-        jars = without_builds(jars, keep="linux-x86_64")
-    blas: list[str] = []
-    if OPENBLAS not in jvm:
-        mkl = find_mkl(classpath_javacpp(jars))
-        if mkl is None:
-            raise SystemExit("MKL's redist jar is not in the local Maven repository: run `make setup`")
-        jars, blas = [*jars, str(mkl)], [MKL_OPTION]
-    own = [o for o in jvm if o not in (OPENBLAS, GENERIC)]
-    cp = os.pathsep.join([str(FIXTURES_JAR), *jars])
-    return ["java", *own, *blas, "-cp", cp, "org.pyd4j.fixtures.SpeedJob", net, str(seconds), *options]
-
-
-def recheck(job: list[str], env: dict, kept: list[dict], out: Path, runs: int) -> dict:
-    """A fresh alternated A/B of the job as it is against the job with the kept changes."""
-    changes = [change_of(row) for row in kept]
-    run = job_runner(job, out)
-    saved = dict(os.environ)
-    try:
-        _apply(env)
-
-        def side(setup: Setup, name: str):
-            def go() -> float:
-                m = run(setup, name)
-                if not m.ok or not m.iterations_per_s:
-                    raise ab.RunFailed(m.why)
-                return m.iterations_per_s
-            return go
-        c = ab.compare(side(Setup(), "before"), side(Setup(tuple(changes)), "after"), min_runs=runs, max_runs=runs)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return c.to_dict()
-
-
-def tune_row(doc: dict) -> dict:
-    """What a benchmark keeps of one tune's document: its verdict, kept changes and trials."""
-    s = doc["speed"]
-    return {"verdict": s["verdict"], "exit_code": doc["exit_code"], "ratio": s["ratio"], "interval": s["interval"],
-            "changes": s["changes"],
-            "tried": [{k: t[k] for k in ("setting", "on_top_of", "verdict", "ratio", "interval", "runs")} for t in s["tried"]],
-            "extra_runs": s["extra_runs"]}
-
-
-def claim_checked(row: dict, job: list[str], env: dict, out: Path, runs: int) -> None:
-    """A kept change re-measured by a fresh A/B (`recheck`): a claim it does not reproduce (median ratio <= 1)
-    is a false claim, one under 0.98 left the job slower. No kept change: neither."""
-    if row["changes"]:
-        row["recheck"] = recheck(job, env, row["changes"], out, runs)
-        row["false_claim"] = not (row["recheck"]["ratio"] or 0) > 1.0
-        row["left_slower"] = (row["recheck"]["ratio"] or 0) < 0.98
-    else:
-        row["false_claim"] = row["left_slower"] = False
-
-
-def _apply(env: dict) -> None:
-    for k, v in env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=4, help="training seconds per run of each job")
@@ -199,14 +127,13 @@ def main() -> None:
     if args.spark:
         spark_main(args)
         return
-    args.out = args.out or ROOT / "results" / "speed_tuning.json"
+    args.out = args.out or RESULTS / "speed_tuning.json"
     if not FIXTURES_JAR.exists():
         raise SystemExit(f"{FIXTURES_JAR} is not built; run `make setup`")
     wanted = set(filter(None, args.jobs.split(",")))
     results = []
-    started = time.time()
-    load_start = os.getloadavg()
-    tmp = Path(tempfile.mkdtemp(prefix="speed-tuning-"))
+    rec = Recorder("speed_tuning")
+    tmp = rec.hide(tempfile.mkdtemp(prefix="speed-tuning-"))
     corpus = [c for c in CORPUS if not wanted or c[0] in wanted]
     well = well_set_threads({c[2] for c in corpus if c[5] == WELL}, args.seconds, args.calibration_rounds)
     print("well-set threads:", {net: w["best"] for net, w in well.items()}, flush=True)
@@ -214,16 +141,11 @@ def main() -> None:
         if env == WELL:
             env = {"OMP_NUM_THREADS": str(well[net]["best"])}
         job = command(net, args.seconds, options, jvm)
-        saved = dict(os.environ)
         load_before = os.getloadavg()
-        try:
-            _apply(env)
+        with environment(env):
             t0 = time.monotonic()
             doc = tune_speed(job, tmp / name, max_runs=args.max_runs)
             wall = time.monotonic() - t0
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
         s = doc["speed"]
         row = {"job": name, "kind": kind, "network": net, "options": options, "jvm": jvm,
                "environment": {k: v for k, v in env.items()}, "bad_setting_undone_by": sorted(undo), **tune_row(doc),
@@ -236,68 +158,27 @@ def main() -> None:
         print(f"{name:30s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
               f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
               f"recheck {row.get('recheck', {}).get('ratio')}", flush=True)
-        _write(args.out, results, started, load_start, args, well)
-    _write(args.out, results, started, load_start, args, well)
-
-
-@contextmanager
-def spark_cluster(tmp: Path) -> Iterator[tuple[Path, str]]:
-    """A loopback standalone cluster of two 1-core workers for examples/spark's TrainOnSpark: (its properties
-    file, the examples jar). This process's SPARK_* environment is the cluster's until the block ends."""
-    from pyd4j.jvm.classpath import spark_examples_classpath  # noqa: PLC0415
-    from pyd4j.spark.cluster import LocalCluster  # noqa: PLC0415
-    from pyd4j.spark.install import write_properties  # noqa: PLC0415
-
-    saved = dict(os.environ)
-    try:
-        with LocalCluster(workers=2, cores=1, memory="1536m", directory=tmp / "cluster") as cluster:
-            os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("SPARK")})
-            jar, lib = spark_examples_classpath()
-            yield write_properties(tmp / "app.properties", {
-                **cluster.app_properties(), "spark.ui.enabled": "false", "spark.executor.memory": "768m",
-                "spark.driver.extraClassPath": f"{jar}{os.pathsep}{lib}",
-                "spark.executor.extraClassPath": f"{jar}{os.pathsep}{lib}"}), jar
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def train_on_spark(props: Path, jar: str, net: str, examples: int, conf: dict[str, str] | None = None,
-                   options: list[str] | tuple[str, ...] = (), epochs: int = 1) -> list[str]:
-    """The spark-submit command of TrainOnSpark on `net` with `examples` synthetic examples (64 features,
-    10 labels; `options` after them), parameter averaging, batch 32 per worker, on spark_cluster's cluster."""
-    from pyd4j.spark.install import spark_script  # noqa: PLC0415
-    from pyd4j.spark.job import MAIN_CLASS  # noqa: PLC0415
-
-    return [spark_script("spark-submit"), "--properties-file", str(props),
-            *[w for k, v in (conf or {}).items() for w in ("--conf", f"{k}={v}")], "--class", MAIN_CLASS, jar,
-            "--conf", net, "--data", f"synthetic:{examples}", "--features", "64", "--labels", "10",
-            *options, "--epochs", str(epochs), "--batch-per-worker", "32", "--approach", "direct", "--workers", "2"]
-
-
-def commit() -> str:
-    """The code a result was measured on."""
-    return "commit " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                      text=True).stdout.strip()
+        _write(rec, args.out, results, args, well)
+    _write(rec, args.out, results, args, well)
 
 
 def spark_main(args) -> None:
     """The Spark corpus: each job's tune, then a fresh A/B of what it kept, on one two-worker cluster."""
-    args.out = args.out or ROOT / "results" / "speed_tuning_spark.json"
+    args.out = args.out or RESULTS / "speed_tuning_spark.json"
     wanted = set(filter(None, args.jobs.split(",")))
     results: list[dict] = []
     if args.merge and args.out.exists():   # rows of an earlier run, each with the time it was measured
         earlier = json.loads(args.out.read_text())
-        results = [{**r, "measured": r.get("measured", earlier["started"])} for r in earlier["jobs"]
-                   if r["job"] not in wanted]
-    started, load_start = time.time(), os.getloadavg()
-    tmp = Path(tempfile.mkdtemp(prefix="speed-tuning-"))
+        since = earlier.get("started") or earlier["run"]["started_utc"]
+        results = [{**r, "measured": r.get("measured", since)} for r in earlier["jobs"] if r["job"] not in wanted]
+    rec = Recorder("speed_tuning")
+    tmp = rec.hide(tempfile.mkdtemp(prefix="speed-tuning-"))
     with spark_cluster(tmp) as (props, jar):
         for name, kind, net, conf, options, undo in [c for c in SPARK_CORPUS if not wanted or c[0] in wanted]:
             job = train_on_spark(props, jar, net, args.examples, conf, options)
             load_before = os.getloadavg()
             if args.cli_memory:
-                cli_memory_row(job, name, tmp / name, args)
+                cli_memory_row(rec, job, name, tmp / name, args)
                 return
             t0 = time.monotonic()
             doc = tune_speed(job, tmp / name, max_runs=args.max_runs, timeout_s=900)
@@ -317,16 +198,16 @@ def spark_main(args) -> None:
             print(f"{name:36s} {s['verdict']:20s} ratio {s['ratio']} {s['interval']} "
                   f"changes {[c['setting'] for c in s['changes']]} runs {s['extra_runs']} {wall:.0f}s "
                   f"recheck {row.get('recheck', {}).get('ratio')}", flush=True)
-            _write(args.out, results, started, load_start, args, {}, spark=True)
-    _write(args.out, results, started, load_start, args, {}, spark=True)
+            _write(rec, args.out, results, args, {}, spark=True)
+    _write(rec, args.out, results, args, {}, spark=True)
 
 
-def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
+def cli_memory_row(rec: Recorder, job: list[str], name: str, out: Path, args) -> None:
     """`pyd4j tune --speed --memory --json -- <spark-submit job>` as a user runs it: the memory tune's
     verdict and Spark settings, the speed tune's verdict on top of them, and whether every speed run's
     executors ran with the memory tune's JavaCPP limits (read from their timelines)."""
-    from pyd4j.profile.timeline import Timeline  # noqa: PLC0415
-    from pyd4j.profile.spark_executors import executor_lanes  # noqa: PLC0415
+    from pyd4j.profile.spark_executors import executor_lanes
+    from pyd4j.profile.timeline import Timeline
 
     t0, load_before = time.monotonic(), os.getloadavg()
     p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "tune", "--speed", "--memory", "--json", "--max-runs",
@@ -358,21 +239,22 @@ def cli_memory_row(job: list[str], name: str, out: Path, args) -> None:
            "wall_s": round(wall, 1), "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     row["examples"] = args.examples
-    row["code"] = commit()
-    # every run is kept: each is one measurement of the same command, at the code and job size it names
+    row["code"] = "commit " + short_commit()
+    # every run is kept: each is one measurement of the same command, at the code and job size it names; the
+    # file's `run` is the latest
     out_file = args.out.parent / "speed_memory_spark.json"
-    doc = json.loads(out_file.read_text()) if out_file.exists() else {
-        "benchmark": "speed_tuning --spark --cli-memory", "cores": os.cpu_count(),
+    earlier = json.loads(out_file.read_text()) if out_file.exists() else {
         "cluster": "loopback standalone, 2 workers of 1 core", "runs": []}
-    row["run"] = len(doc["runs"]) + 1
-    doc["runs"].append(row)
-    out_file.write_text(_portable(json.dumps(doc, indent=2)))
+    rec.doc.update({k: v for k, v in earlier.items() if k != "run"})
+    row["run"] = len(rec.doc["runs"]) + 1
+    rec.doc["runs"].append(row)
+    rec.write(out_file, indent=2)
     print(f"{name}: exit {p.returncode}, memory {row['memory_outcome']}, speed {row['speed_verdict']} {row['speed_ratio']}, "
           f"{row['speed_runs_with_memory_limits']} of {row['speed_runs']} speed runs with the memory tune's limits, "
           f"{wall:.0f}s", flush=True)
 
 
-def _write(path: Path, results: list[dict], started: float, load_start, args, threads: dict, spark: bool = False) -> None:
+def _write(rec: Recorder, path: Path, results: list[dict], args, threads: dict, spark: bool = False) -> None:
     bad = [r for r in results if r["kind"] == "bad"]
     well = [r for r in results if r["kind"] == "well"]
     speedups = [r["ratio"] if r["verdict"] == "verified" else 1.0 for r in bad]
@@ -387,27 +269,16 @@ def _write(path: Path, results: list[dict], started: float, load_start, args, th
         "extra_runs_median": statistics.median([r["extra_runs"] for r in results]) if results else None,
         "wall_s_median": statistics.median([r["wall_s"] for r in results]) if results else None,
     }
-    doc = {"benchmark": "speed_tuning", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "wall_s": round(time.time() - started, 1), "cores": os.cpu_count(),
-           "load_average_at_start": [round(x, 2) for x in load_start],
-           "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-           "cpu_priority": args.cpu_priority,
-           "settings": {"seconds": args.seconds, "max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
-           "well_set_threads": threads,
-           **({"spark": {"cluster": "loopback standalone, 2 workers of 1 core", "job": "examples/spark TrainOnSpark, "
-                         "parameter averaging (direct), 1 epoch, batch 32 per worker", "examples": args.examples,
-                         "speed": "sum of the executors' iterations per second"}} if spark else {}),
-           "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
-           "summary": summary, "jobs": results}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_portable(json.dumps(doc, indent=2)))
-
-
-def _portable(text: str) -> str:
-    """The results without this machine's paths: the home directory as ~, the project's as relative,
-    the runs' temporary directory as <runs>."""
-    text = re.sub(re.escape(tempfile.gettempdir()) + r"/speed-tuning-[A-Za-z0-9_]+/", "<runs>/", text)
-    return text.replace(str(PROJECT_ROOT) + "/", "").replace(str(Path.home()) + "/", "~/")
+    rec.doc.update({
+        "cpu_priority": args.cpu_priority,
+        "settings": {"seconds": args.seconds, "max_runs": args.max_runs, "recheck_runs": args.recheck_runs},
+        "well_set_threads": threads,
+        **({"spark": {"cluster": "loopback standalone, 2 workers of 1 core", "job": "examples/spark TrainOnSpark, "
+                      "parameter averaging (direct), 1 epoch, batch 32 per worker", "examples": args.examples,
+                      "speed": "sum of the executors' iterations per second"}} if spark else {}),
+        "method": "alternated runs; Hodges-Lehmann ratio with the exact Mann-Whitney 95% interval",
+        "summary": summary, "jobs": results})
+    rec.write(path, indent=2)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness import RESULTS, Recorder
 from pyd4j.sched import zoo
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.checkpoint import plan_checkpoint, thresholds
@@ -37,7 +38,6 @@ from pyd4j.sched.plan import Plan
 from pyd4j.sched.policies import make_plan
 from pyd4j.sched.simulator import InfeasiblePlan, ideal_time, simulate
 
-RESULTS = Path(__file__).parent / "results"
 NETWORKS: dict[str, Callable[[], Graph]] = {
     "alexnet": lambda: zoo.alexnet(batch=16),
     "vgg16": lambda: zoo.vgg(16, batch=16),
@@ -179,16 +179,17 @@ def main() -> None:
                     help="seconds per MILP solve (the gap is recorded when it is reached)")
     args = ap.parse_args()
     cost = CostModel.for_device("k40c")
-    doc = {"device": cost.device.name, "profile": "cudnn", "target": TARGET,
-           "time_limit_s": args.time_limit, "networks": {}}
+    rec = Recorder("sweeps")
+    doc = rec.doc
+    doc.update({"device": cost.device.name, "profile": "cudnn", "target": TARGET,
+                "time_limit_s": args.time_limit, "networks": {}})
     for name in args.networks:
         t0 = time.perf_counter()
         doc["networks"][name] = sweep(name, cost, args.time_limit)
         doc["networks"][name]["wall_s"] = round(time.perf_counter() - t0, 1)
         print(name, json.dumps({k: doc["networks"][name][k]
                                 for k in ("smallest_budget", "budget_ratio", "meets")}))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sweeps.json").write_text(json.dumps(doc, indent=1) + "\n")
+    rec.write(RESULTS / "sweeps.json")
     plot(doc, RESULTS / "sweeps.png")
 
 

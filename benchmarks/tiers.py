@@ -29,16 +29,10 @@ Per tier, measured in one run:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
 
 MiB = 1 << 20
 
@@ -238,8 +232,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="directory of the disk tier's file (default: java.io.tmpdir)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tiers.json"))
+    parser.add_argument("--out", default=str(RESULTS / "tiers.json"))
     args = parser.parse_args()
+    rec = Recorder("tiers")
 
     env = Env()
     tiers = {}
@@ -255,12 +250,9 @@ def main() -> None:
         tiers[name] = {"throughput": {**tp, "runs": runs, "first_round": first}, "overlap": ov}
     directory = args.dir or str(env.jpype.JClass("java.lang.System").getProperty("java.io.tmpdir"))
     store = str(env.jpype.JClass("java.nio.file.Files").getFileStore(env.Paths.get(directory)).type())
-    doc = {"benchmark": "tiers", "arrays": args.arrays, "mib": args.mib, "repeats": args.repeats,
-           "disk_directory_fs": store, "tiers": tiers,
-           "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                       "load_avg_1m_at_end": os.getloadavg()[0]}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    rec.doc.update({"arrays": args.arrays, "mib": args.mib, "repeats": args.repeats, "disk_directory_fs": store,
+                    "tiers": tiers})
+    rec.write(args.out, indent=2)
     print(f"wrote {args.out}")
 
 

@@ -25,12 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from leak_corpus import cases, run_pool
-
+from harness import RESULTS, Recorder, run_pool
+from harness.corpus import cases
 from pyd4j.profile.command import JavaCommand
 from pyd4j.profile.tune import tune_job
 
-ROOT = Path(__file__).resolve().parent
 # tuned: the healthy corpus jobs (M2.1 and beta7) and the leaking/dying ones leak_corpus.py tunes
 JOBS = ("mlp", "cnn", "lstm", "graph", "plateau", "short-30", "beta7-mlp", "leak-list", "leak-heap", "dies-heap")
 # the job's own arguments after its main class: where its seconds and (minimum) iterations go
@@ -101,16 +100,18 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated job names")
     parser.add_argument("--resummarise", action="store_true", help="recompute the summary of results/tuned_rerun.json")
     args = parser.parse_args()
-    out = ROOT / "results" / "tuned_rerun.json"
+    out = RESULTS / "tuned_rerun.json"
     if args.resummarise:
-        doc = json.loads(out.read_text())
+        rec = Recorder.amending(out)
+        doc = rec.doc
         for r in doc["jobs"]:
             r["must_hold"] = must_hold(r["tune_outcome"], {*(r.get("tune_findings") or []), *(r.get("tune_first_findings") or [])},
                                        r.get("tuned_iterations"))
         doc["summary"] = summary(doc["jobs"])
-        out.write_text(json.dumps(doc, indent=2, default=str))
+        rec.write(out, indent=2)
         print(json.dumps(doc["summary"], indent=2))
         return
+    rec = Recorder("tuned_rerun")
     os.environ["OMP_NUM_THREADS"] = "1"
     chosen = [c for c in cases(args.seconds) if c["name"] in JOBS and (not args.only or c["name"] in args.only.split(","))]
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,10 +123,10 @@ def main() -> None:
         again = {r["name"] for r in rows}
         rows = [r for r in json.loads(out.read_text())["jobs"] if r["name"] not in again] + rows
         rows.sort(key=lambda r: JOBS.index(r["name"]) if r["name"] in JOBS else len(JOBS))
-    doc = {"seconds": args.seconds, "factor": args.factor, "agent_options": "defaults", "omp_threads": 1,
-           "parallel": args.parallel, "cpus": os.cpu_count(), "when": when, "jobs": rows, "summary": summary(rows)}
-    out.write_text(json.dumps(doc, indent=2, default=str))
-    print(json.dumps(doc["summary"], indent=2))
+    rec.doc.update({"seconds": args.seconds, "factor": args.factor, "agent_options": "defaults", "omp_threads": 1,
+                    "parallel": args.parallel, "jobs": rows, "summary": summary(rows)})
+    rec.write(out, indent=2)
+    print(json.dumps(rec.doc["summary"], indent=2))
     print(f"wrote {out}")
 
 

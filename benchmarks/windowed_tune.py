@@ -30,13 +30,13 @@ from pathlib import Path
 
 import psutil
 
-from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
+from harness import RESULTS, Recorder
+from harness.speedjobs import FIXTURES_JAR
+from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.command import JavaCommand
 from pyd4j.units import parse_bytes
 
-ROOT = Path(__file__).resolve().parent
-OUT = ROOT / "results" / "windowed_tune.json"
-FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"
+OUT = RESULTS / "windowed_tune.json"
 CLI = [sys.executable, "-m", "pyd4j.cli"]
 LIMITS = {"heap": "-Xmx", "maxbytes": "-Dorg.bytedeco.javacpp.maxbytes=",
           "maxphysicalbytes": "-Dorg.bytedeco.javacpp.maxphysicalbytes=", "direct": "-XX:MaxDirectMemorySize="}
@@ -193,8 +193,8 @@ def main() -> None:
     earlier = json.loads(OUT.read_text()) if OUT.exists() else {"rows": []}
     rows: list[dict] = []
     lock = threading.Lock()
-    load_start = os.getloadavg()
-    started = time.time()
+    rec = Recorder("windowed_tune")
+    rec.hide(tempfile.gettempdir(), "<tmp>")
 
     def record(row: dict) -> None:
         with lock:
@@ -203,7 +203,7 @@ def main() -> None:
             rows.append(row)
             again = {(r["job"], r["item"]) for r in rows}
             kept = [r for r in earlier["rows"] if (r["job"], r["item"]) not in again]
-            write(kept + rows, args, load_start, started)
+            write(rec, kept + rows, args)
 
     with tempfile.TemporaryDirectory(prefix="windowed-tune-") as tmp:
         pending = [(j, [i for i in ITEMS[j] if not wanted or i in wanted]) for j in chosen]
@@ -219,19 +219,12 @@ def main() -> None:
     print(json.dumps(json.loads(OUT.read_text())["summary"], indent=2))
 
 
-def write(rows: list[dict], args, load_start, started: float) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    doc = {"benchmark": "windowed_tune", "command": ["benchmarks/windowed_tune.py", *sys.argv[1:]], "commit": commit,
-           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "machine": {
-               "cpus": os.cpu_count(), "ram_bytes": psutil.virtual_memory().total},
-           "load_average_at_start": [round(x, 2) for x in load_start],
-           "load_average_now": [round(x, 2) for x in os.getloadavg()], "omp_threads": 1, "iterations": args.iterations,
-           "jobs": {k: " ".join(v[v.index("org.pyd4j.fixtures.LongJob"):]) for k, v in jobs(args.iterations).items()},
-           "summary": summary(rows), "rows": rows}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=2, default=str)
-    OUT.write_text(text.replace(str(PROJECT_ROOT) + "/", "").replace(str(Path.home()) + "/", "~/")
-                   .replace(tempfile.gettempdir() + "/", "<tmp>/"))
+def write(rec: Recorder, rows: list[dict], args) -> None:
+    rec.doc.update({
+        "omp_threads": 1, "iterations": args.iterations,
+        "jobs": {k: " ".join(v[v.index("org.pyd4j.fixtures.LongJob"):]) for k, v in jobs(args.iterations).items()},
+        "summary": summary(rows), "rows": rows})
+    rec.write(OUT, indent=2)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, ROOT, Recorder, interleave
 
 EXAMPLES = {"digits_mlp": "org.pyd4j.examples.DigitsMlp", "digits_lenet": "org.pyd4j.examples.DigitsLeNet"}
 MEASURES = ("samples_per_s", "samples_per_s_after_first_epoch", "peak_offheap_bytes", "peak_physical_bytes",
@@ -49,17 +45,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=None, help="default: each example's own")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for the child JVMs (0: ND4J default)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "workspaces.json"))
+    parser.add_argument("--out", default=str(RESULTS / "workspaces.json"))
     args = parser.parse_args()
-
+    rec = Recorder("workspaces")
     networks = {}
     for name, main_class in EXAMPLES.items():
-        runs: dict[str, list[dict]] = {"ENABLED": [], "NONE": []}
-        for i in range(args.repeats):
-            for mode in (("ENABLED", "NONE") if i % 2 == 0 else ("NONE", "ENABLED")):
-                runs[mode].append(run(main_class, mode, args.epochs, args.threads))
-                print(f"{name} {mode}: {runs[mode][-1]['samples_per_s']:,.0f} samples/s, "
-                      f"acc {runs[mode][-1]['test_accuracy']:.3f}", flush=True)
+        def one(mode: str, _round: int, name: str = name, main_class: str = main_class) -> dict:
+            r = run(main_class, mode, args.epochs, args.threads)
+            print(f"{name} {mode}: {r['samples_per_s']:,.0f} samples/s, acc {r['test_accuracy']:.3f}", flush=True)
+            return r
+
+        runs = interleave(("ENABLED", "NONE"), args.repeats, one)
         summary = {mode: {m: statistics.median(r[m] for r in rs) for m in MEASURES if rs[0].get(m) is not None}
                    for mode, rs in runs.items()}
         en, no = summary["ENABLED"], summary["NONE"]
@@ -73,11 +69,8 @@ def main() -> None:
             },
             "runs": runs,
         }
-    doc = {"benchmark": "workspaces", "repeats": args.repeats, "networks": networks,
-           "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "omp_threads": args.threads or None,
-                       "load_avg_1m_at_end": os.getloadavg()[0]}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    rec.doc.update({"repeats": args.repeats, "networks": networks, "omp_threads": args.threads or None})
+    rec.write(args.out, indent=2)
     for name, r in networks.items():
         print(f"{name}: ENABLED/NONE samples/s {r['enabled_over_none']['samples_per_s']:.2f}, "
               f"peak off-heap {r['enabled_over_none']['peak_offheap_bytes']:.2f}")

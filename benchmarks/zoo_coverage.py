@@ -20,7 +20,7 @@ For each model, in child JVMs (one OpenMP thread):
    DL4J's own `fit()` from the same parameters and random state, the parameters judged the same way;
 4. where quick (the model's check within `--peak-timeout`): the peak above the idle JVM of three
    iterations of DL4J's `fit()` and of the same job under the liveness and the smallest plan at
-   `--peak-batch` (`benchmarks/planned_training.py`'s measuring job; the probe's working memory
+   `--peak-batch` (the harness's measuring job, harness/training.py; the probe's working memory
    scaled from the checked batch), and the ratios planned / fit(); `fit()` once more in the environment
    `pyd4j estimate` assumes (glibc's mmap threshold fixed, as pyd4j's flags set it), and each mode's
    predicted / measured peak: `pyd4j estimate` for fit(), the planner's device peak plus what any run
@@ -42,20 +42,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
+from harness.training import run as train_run
+from harness.zoo import build_model, input_shape, java, peak_plans, zoo_classpath
 
 MODELS = ("AlexNet", "Darknet19", "FaceNetNN4Small2", "InceptionResNetV1", "LeNet", "NASNet", "ResNet50",
           "SimpleCNN", "SqueezeNet", "TextGenerationLSTM", "TinyYOLO", "UNet", "VGG16", "VGG19", "Xception", "YOLO2")
-FIXTURES = ROOT / "tests" / "fixtures" / "java" / "target"
 CHUNK_TOLERANCE = 4.0
 PLANS = ("liveness", "recompute_in_memory", "smallest")
 # The peak-measuring runs: DL4J's fit() as the job runs it, the same in the environment `pyd4j estimate`
@@ -63,42 +60,6 @@ PLANS = ("liveness", "recompute_in_memory", "smallest")
 PEAK_MODES = ("fit", "fit_flags_env", "liveness", "smallest")
 PREDICTED_MODES = PEAK_MODES[1:]   # the model predicts fit() only in the environment it assumes
 PREDICTION_TARGET = 0.15
-
-
-def java_classpath() -> str:
-    from pyd4j.jvm.classpath import classpath
-
-    return ":".join([str(FIXTURES / "pyd4j-fixtures.jar"), str(FIXTURES / "zoo-lib" / "*")] + classpath())
-
-
-def env() -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1")
-
-
-def java(args: list[str], timeout: float, heap: str = "4g") -> subprocess.CompletedProcess:
-    return subprocess.run(["java", f"-Xmx{heap}", *args], capture_output=True, text=True, timeout=timeout, env=env())
-
-
-def build(model: str, batch: int, folder: Path, timeout: float) -> dict:
-    t = time.monotonic()
-    try:
-        out = java([f"-Dpyd4j.probe.batch={batch}", "-cp", java_classpath(), "org.pyd4j.fixtures.ZooNets",
-                    str(folder), model], timeout)
-    except subprocess.TimeoutExpired:
-        return {"built": False, "skipped": f"building took more than {timeout:.0f} s"}
-    rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
-    if out.returncode != 0 or not rows:
-        return {"built": False, "error": (out.stderr or out.stdout)[-600:]}
-    r = rows[-1]
-    if r.get("size") is None:
-        return {"built": False, "error": f"DL4J does not build it at any size tried (last: {r.get('error')})"}
-    return {"built": True, "size": r["size"], "kind": r["kind"], "build_s": round(time.monotonic() - t, 1)}
-
-
-def input_shape(inp: dict) -> tuple[int, ...]:
-    """A model's input shape from its .input.json entry: (C, H, W), or (features, time steps)."""
-    return ((inp["channels"], inp["height"], inp["width"]) if inp["type"] == "convolutional"
-            else (inp["size"], inp["timeSeriesLength"]))
 
 
 def plan(model: str, batch: int, folder: Path) -> tuple[dict, dict[str, str]]:
@@ -135,7 +96,7 @@ def check(model: str, batch: int, folder: Path, files: dict[str, str], timeout: 
     by_path = {v: k for k, v in files.items()}
     t = time.monotonic()
     try:
-        out = java(["-Dpyd4j.check.f64=true", "-cp", java_classpath(), "org.pyd4j.fixtures.PlannedCheck",
+        out = java(["-Dpyd4j.check.f64=true", "-cp", zoo_classpath(), "org.pyd4j.fixtures.PlannedCheck",
                     str(folder / f"{model}.json"), str(folder / f"{model}.input.json"), str(batch), str(fit_iterations),
                     *files.values()], timeout)
     except subprocess.TimeoutExpired:
@@ -184,37 +145,12 @@ def fit_row(r: dict, chunked: bool) -> dict:
             "exact": r["iteration_count"][0] == r["iteration_count"][1] and (bitwise if not chunked else not outside)}
 
 
-def peak_plans(model: str, batch: int, folder: Path) -> tuple[dict[str, str], dict[str, int]]:
-    """Liveness and smallest plans at the peak-measuring batch, made as `pyd4j plan` makes them (the
-    opaque steps' working memory from the line through probes at two small batches,
-    `pyd4j.dl4j.probe.fitted`, in this process's JVM), and the device peak each predicts."""
-    from pyd4j.dl4j.probe import fitted, of_configuration
-    from pyd4j.dl4j.graph import network_kind, probed_graph
-    from pyd4j.sched.choose import choose_plan, smallest_plan
-    from pyd4j.dl4j.plan_file import write_plan
-
-    doc = json.loads((folder / f"{model}.json").read_text())
-    inp = json.loads((folder / f"{model}.input.json").read_text())["inputs"][0]
-    g = probed_graph(doc, batch, input_shape(inp), probe=fitted(of_configuration(doc, model)))
-    files, predicted = {}, {}
-    for policy in ("liveness", "smallest"):
-        p, r = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
-        path = folder / f"{model}.{batch}.{policy}.plan.json"
-        path.unlink(missing_ok=True)
-        files[policy] = str(write_plan(path, p, r, network_kind(doc), model))
-        predicted[policy] = r.device_peak_bytes
-    return files, predicted
-
-
 def peaks(model: str, batch: int, folder: Path, timeout: float) -> dict:
     """Peak above the idle JVM: fit() and the same job under the liveness and the smallest plan, and
     fit() again in the environment `pyd4j estimate` assumes (glibc's mmap threshold fixed, as pyd4j's
     flags set it; the planned trainer fixes it itself). Each mode's prediction beside it: predicted /
     measured native memory (RSS less the JVM's committed heap and non-heap: what the models count)
     and predicted / measured RSS."""
-    import benchmarks.planned_training as pt
-
-    pt.NETWORKS = folder   # the measuring job reads <model>.json and its .input.json sidecar
     out: dict = {"batch": batch, "iterations": 3}
     try:
         files, predicted, environment = predictions(model, batch, folder)
@@ -227,7 +163,7 @@ def peaks(model: str, batch: int, folder: Path, timeout: float) -> dict:
             t = time.monotonic()
             # quiet: the agent takes no live points, whose full collections would free garbage fit() keeps (batch
             # normalization's backlog: ResNet50's fit() held 598 MiB with them, 753 without)
-            r = pt.run(model, batch, 3, p, folder, extra_env=environment if mode == "fit_flags_env" else None, quiet=True)
+            r = train_run(folder / f"{model}.json", batch, 3, p, folder, extra_env=environment if mode == "fit_flags_env" else None, quiet=True)
             out[mode] = {"peak_above_idle_bytes": r["peak_above_idle_bytes"],
                          "native_above_idle_bytes": r["native_above_idle_bytes"], "seconds": round(time.monotonic() - t, 1)}
             if mode in predicted:
@@ -271,7 +207,8 @@ def repredict(models: list[str], args: argparse.Namespace) -> None:
     """Recompute the predictions of the peaks in --out with the current model, keeping what was
     measured (the measurements do not depend on it)."""
     out = Path(args.out)
-    doc = json.loads(out.read_text())
+    rec = Recorder.amending(out)
+    doc = rec.doc
     for model in models:
         pk = (doc["models"].get(model) or {}).get("peak") or {}
         if not predicted_peak(pk):
@@ -284,7 +221,7 @@ def repredict(models: list[str], args: argparse.Namespace) -> None:
         over_fit(pk)
         pk["repredicted"] = "predictions recomputed with the current model after the measurements"
         print(model, {m: pk[m].get("predicted_over_native") for m in predicted if m in pk}, flush=True)
-    finish(doc, [m for m in MODELS if m in doc["models"]], out)
+    finish(rec, [m for m in MODELS if m in doc["models"]], out)
 
 
 def predicted_peak(pk: dict) -> bool:
@@ -389,7 +326,7 @@ def main() -> None:
     ap.add_argument("--fit-iterations", type=int, default=10,
                     help="iterations of planned fit() checked against DL4J's own fit() (0: the one-iteration check only)")
     ap.add_argument("--no-peak", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_coverage.json"))
+    ap.add_argument("--out", default=str(RESULTS / "zoo_coverage.json"))
     ap.add_argument("--resume", action="store_true", help="keep the models already in --out, run the others")
     ap.add_argument("--table-only", action="store_true", help="summarize --out (e.g. of an interrupted run)")
     ap.add_argument("--peaks-only", action="store_true", help="measure only the peaks of --models, into --out")
@@ -399,7 +336,7 @@ def main() -> None:
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     if args.table_only:   # an interrupted run: summarize what it wrote
-        finish(json.loads(Path(args.out).read_text()), models, Path(args.out))
+        finish(Recorder.amending(args.out), models, Path(args.out))
         return
     if args.peaks_only:
         measure_peaks(models, args)
@@ -409,10 +346,12 @@ def main() -> None:
             raise SystemExit("--repredict needs --configs: the folder the models were built into")
         repredict(models, args)
         return
-    doc = {"meta": {"batch": args.batch, "peak_batch": args.peak_batch, "fit_iterations": args.fit_iterations, "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
-                    "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "machine": platform.platform(),
-                    "cpus": os.cpu_count(), "dl4j": "1.0.0-M2.1"},
-           "models": {}}
+    rec = Recorder("zoo_coverage")
+    doc = rec.doc
+    doc.update(meta={"batch": args.batch, "peak_batch": args.peak_batch, "fit_iterations": args.fit_iterations,
+                     "timeout_s": args.timeout, "peak_timeout_s": args.peak_timeout,
+                     "chunk_tolerance": CHUNK_TOLERANCE, "omp_threads": 1, "dl4j": "1.0.0-M2.1"},
+               models={})
     if args.resume and Path(args.out).exists():
         doc["models"] = json.loads(Path(args.out).read_text()).get("models", {})
         doc["meta"]["resumed"] = sorted(doc["models"])
@@ -421,7 +360,7 @@ def main() -> None:
         for model in models:
             if model in doc["models"]:
                 continue
-            m = build(model, args.batch, folder, args.timeout)
+            m = build_model(model, args.batch, folder, args.timeout)
             if m["built"]:
                 verdict, files = plan(model, args.batch, folder)
                 m.update(verdict)
@@ -434,14 +373,15 @@ def main() -> None:
                                      f"the check took {m['check_s']} s > {args.peak_timeout:.0f} s"}
             doc["models"][model] = m
             print(model, json.dumps({k: v for k, v in m.items() if k not in ("plans",)})[:400], flush=True)
-            Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    finish(doc, models, Path(args.out))
+            rec.write(args.out)
+    finish(rec, models, Path(args.out))
 
 
 def measure_peaks(models: list[str], args: argparse.Namespace) -> None:
     """Step 4 alone for `models`, each already accepted and checked in --out."""
     out = Path(args.out)
-    doc = json.loads(out.read_text())
+    rec = Recorder.amending(out)
+    doc = rec.doc
     with tempfile.TemporaryDirectory(prefix="pyd4j-zoo-") as tmp:
         folder = Path(args.configs or tmp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -450,18 +390,19 @@ def measure_peaks(models: list[str], args: argparse.Namespace) -> None:
             if not (m and m.get("checked")):
                 raise SystemExit(f"{model}: not accepted and checked in {out}; run it without --peaks-only first")
             if not (folder / f"{model}.json").exists():
-                built = build(model, args.batch, folder, args.timeout)
+                built = build_model(model, args.batch, folder, args.timeout)
                 if built.get("size") != m["size"]:
                     raise SystemExit(f"{model}: built at {built.get('size')} now, {m['size']} in {out}: {built}")
             m["peak"] = {**peaks(model, args.peak_batch, folder, args.timeout),
                          "note": f"measured by --peaks-only, timeout {args.timeout:.0f} s, the agent quiet"}
             print(model, json.dumps(m["peak"]), flush=True)
-            out.write_text(json.dumps(doc, indent=1) + "\n")
-    finish(doc, [m for m in MODELS if m in doc["models"]], out)
+            rec.write(out)
+    finish(rec, [m for m in MODELS if m in doc["models"]], out)
 
 
-def finish(doc: dict, models: list[str], out: Path) -> None:
+def finish(rec: Recorder, models: list[str], out: Path) -> None:
     """Add the summary (models not run are listed as such), write the JSON, print the table."""
+    doc = rec.doc
     built = [m for m in doc["models"].values() if m.get("built")]
     accepted = [m for m in built if m.get("planned") and m.get("checked")]
     doc["summary"] = {"models": len(models), "run": len(doc["models"]), "built": len(built),
@@ -472,7 +413,7 @@ def finish(doc: dict, models: list[str], out: Path) -> None:
                                     if not m.get("built")},
                       "not_run": [m for m in models if m not in doc["models"]],
                       "predicted_over_measured_peak": prediction_summary(doc)}
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    rec.write(out)
     print(table(doc))
     print()
     print(prediction_table(doc))

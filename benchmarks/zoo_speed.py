@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/zoo_speed.py [--models LeNet,AlexNet,VGG16] [--batch 16] [--iterations 8]
         [--probe-batch 2] [--configs DIR] [--out benchmarks/results/zoo_speed.json]
 
-Each model is built by DL4J's code at the smallest input it builds at (`benchmarks/zoo_coverage.py`'s
-builder, `org.pyd4j.fixtures.ZooNets`, probed at `--probe-batch`; kept in `--configs` and reused when
-already there), planned at `--batch` under liveness and under the smallest plan (zoo_coverage's
+Each model is built by DL4J's code at the smallest input it builds at (the harness's
+zoo builder, `org.pyd4j.fixtures.ZooNets`, probed at `--probe-batch`; kept in `--configs` and reused when
+already there), planned at `--batch` under liveness and under the smallest plan (harness/zoo.py's
 `peak_plans`), and trained by `org.pyd4j.examples.TrainInterleaved`: two copies of the network (same
 seed, same batches) in one JVM, one with fit(), one under the plan, iterations alternating (fit, planned,
 planned, fit, ...), so load on a shared machine falls on both alike. Reported per plan: the ratio of the
@@ -13,7 +13,7 @@ sums of their iteration times after 2 warm-up iterations each (speed planned / f
 per-pair ratios and their range. Targets (issue #17): liveness >= 0.95, smallest plan >= 0.75.
 
 With `--separate N`, each plan is also measured in separate JVMs, N rounds of a fit()-only and a
-planned-only run alternating (`planned_training.separate`): in one JVM a planned iteration that follows
+planned-only run alternating (harness/training.py's `separate`): in one JVM a planned iteration that follows
 a fit() iteration runs slower than one that follows a planned iteration (ResNet50 b16: 1.6-1.7 s
 against 1.3-1.5 s), a cost of sharing the process that a user training with one of them does not pay.
 """
@@ -21,23 +21,18 @@ against 1.3-1.5 s), a cost of sharing the process that a user training with one 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import RESULTS, Recorder
+from harness.training import interleaved, separate
+from harness.zoo import build_model, peak_plans
 
 TARGETS = {"liveness": 0.95, "smallest": 0.75}
 
 
 def main() -> None:
-    import benchmarks.planned_training as pt
-    import benchmarks.zoo_coverage as zc
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="LeNet,AlexNet,VGG16")
     ap.add_argument("--batch", type=int, default=16)
@@ -46,28 +41,27 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to build a model")
     ap.add_argument("--separate", type=int, default=0, help="also N rounds of fit() and planned in separate JVMs")
     ap.add_argument("--configs", help="folder of built models, reused (default: a temporary one)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zoo_speed.json"))
+    ap.add_argument("--out", default=str(RESULTS / "zoo_speed.json"))
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    doc: dict = {"benchmark": "zoo_speed", "meta": {"batch": args.batch, "iterations": args.iterations, "warmup": 2,
-                                                    "omp_threads": 1, "targets": TARGETS, "machine": platform.platform(),
-                                                    "cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
-                 "models": {}}
-    out = Path(args.out)
+    rec = Recorder("zoo_speed")
+    doc = rec.doc
+    doc.update(meta={"batch": args.batch, "iterations": args.iterations, "warmup": 2, "omp_threads": 1,
+                     "targets": TARGETS}, models={})
     with tempfile.TemporaryDirectory(prefix="pyd4j-zoo-speed-") as tmp:
         folder = Path(args.configs or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        pt.NETWORKS = folder
         for model in args.models.split(","):
             row: dict = {}
             try:
                 if not (folder / f"{model}.info.json").exists():
-                    built = zc.build(model, args.probe_batch, folder, args.timeout)
+                    built = build_model(model, args.probe_batch, folder, args.timeout)
                     if not built["built"]:
                         raise RuntimeError(built.get("skipped") or built.get("error"))
-                files, _ = zc.peak_plans(model, args.batch, folder)
+                files, _ = peak_plans(model, args.batch, folder)
+                config = folder / f"{model}.json"
                 for policy, path in files.items():
-                    r = pt.interleaved(model, args.batch, args.iterations, {"path": path}, folder)
+                    r = interleaved(config, args.batch, args.iterations, {"path": path}, folder)
                     pairs = [f / p for f, p in zip(r["fit_s"][r["warmup"]:], r["planned_s"][r["warmup"]:])]
                     row[policy] = {"speed_over_fit": round(r["speed_over_fit"], 3),
                                    "pairwise_median": round(r["pairwise_median"], 3),
@@ -78,7 +72,7 @@ def main() -> None:
                     print(f"{model} b{args.batch} {policy}: {r['speed_over_fit']:.3f} of fit() "
                           f"(pairs {row[policy]['pair_range']})", flush=True)
                     if args.separate:
-                        s = pt.separate(model, args.batch, args.iterations, {"path": path}, folder, args.separate)
+                        s = separate(config, args.batch, args.iterations, {"path": path}, folder, args.separate)
                         row[policy]["separate_jvms"] = {**s, "speed_over_fit": round(s["speed_over_fit"], 3),
                                                         "run_ratio_range": [round(x, 3) for x in s["run_ratio_range"]],
                                                         "meets_target": s["speed_over_fit"] >= TARGETS[policy]}
@@ -88,8 +82,7 @@ def main() -> None:
                 row["error"] = f"{type(err).__name__}: {err}"[:800]
                 print(f"{model}: {row['error']}", flush=True)
             doc["models"][model] = row
-            doc["meta"]["load_avg_1m_at_end"] = os.getloadavg()[0]
-            out.write_text(json.dumps(doc, indent=1) + "\n")
+            rec.write(args.out)
 
 
 if __name__ == "__main__":

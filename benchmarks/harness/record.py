@@ -1,13 +1,5 @@
-"""The one runner every benchmark records its results with: machine, load, command line, commit and
-date under fixed keys (`run`), results validated against one schema before they are written, and the
-shared ways to get what benchmarks measure on (DL4J's zoo built by DL4J's own code).
-
-    from harness import Recorder
-    rec = Recorder("inference_footprint")
-    ... rec.doc["models"][name] = row; rec.write(path)
-
-Scripts import this module and the package, never each other.
-"""
+"""Where and how a result was measured: the `run` record every result file carries under fixed keys
+(machine, load, command line, commit and date), validated against one schema before it is written."""
 
 from __future__ import annotations
 
@@ -21,39 +13,64 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 FIXTURES = ROOT / "tests" / "fixtures" / "java" / "target"
 SCHEMA = 1
 
 
+class Amendment(BaseModel):
+    """A later command that rewrote part of a result file (a summary recomputed, predictions redone)."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str]
+    commit: str
+    dirty: bool
+    date_utc: str
+
+
 class RunRecord(BaseModel):
-    """Where and how a result was measured: the fixed keys of every result file's `run`."""
+    """The fixed keys of every result file's `run`. A record `reconstructed` from git for a file written
+    before the harness existed knows its command and commit only; measured ones know the rest too."""
 
     model_config = ConfigDict(extra="forbid")
     schema_version: int
     benchmark: str
     command: list[str]
     commit: str
-    dirty: bool
-    started_utc: str
-    finished_utc: str | None
-    seconds: float | None
-    machine: dict[str, Any]
-    load_average_start: list[float]
-    load_average_end: list[float] | None
+    dirty: bool | None = None
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    seconds: float | None = None
+    machine: dict[str, Any] = {}
+    load_average_start: list[float] | None = None
+    load_average_end: list[float] | None = None
+    committed_utc: str | None = None   # reconstructed: the date of the commit that last changed the file
+    reconstructed: bool = False
+    note: str | None = None
+    amended: list[Amendment] = []
+
+    @model_validator(mode="after")
+    def measured_knows_its_run(self) -> RunRecord:
+        if not self.command or not self.commit:
+            raise ValueError("a run record names its command and commit")
+        if not self.reconstructed:
+            missing = [k for k in ("dirty", "started_utc", "load_average_start") if getattr(self, k) is None]
+            if missing or not self.machine:
+                raise ValueError(f"a measured run record lacks {', '.join(missing) or 'machine'}")
+        return self
 
 
 class ResultFile(BaseModel):
+    """A result file: its `run` record and whatever the benchmark measured."""
+
     model_config = ConfigDict(extra="allow")
     run: RunRecord
 
 
-def _git(*args: str) -> str:
+def git(*args: str) -> str:
     out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
     return out.stdout.strip()
 
@@ -63,51 +80,97 @@ def machine() -> dict[str, Any]:
             "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
 
 
+def portable(text: str) -> str:
+    """`text` without this machine's paths: the project's made relative, the home directory as ~."""
+    return text.replace(str(ROOT) + "/", "").replace(str(Path.home()) + "/", "~/")
+
+
+def command_line() -> list[str]:
+    """The command that is running, as one would type it again from the project's folder."""
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    first = portable(str(script)) if script and script.exists() else (sys.argv[0] if sys.argv else "")
+    return ["python", first, *(portable(a) for a in sys.argv[1:])]
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def validate(doc: dict[str, Any]) -> None:
+    ResultFile.model_validate(doc)
+
+
+def short_commit() -> str:
+    return git("rev-parse", "--short", "HEAD")
+
+
+def write_json(path: str | Path, doc: dict[str, Any], indent: int = 1, hidden: dict[str, str] | None = None) -> Path:
+    """Validate `doc` and write it at once (a temporary file renamed: a reader never sees half of it),
+    without this machine's paths (the project's, the home directory, and each folder of `hidden` written
+    as its label)."""
+    validate(doc)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    text = json.dumps(doc, indent=indent, default=str)
+    for folder, label in (hidden or {}).items():
+        text = text.replace(folder.rstrip("/") + "/", label + "/")
+    tmp.write_text(portable(text) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def _dirty() -> bool:
+    return bool(git("status", "--porcelain", "--untracked-files=no"))
+
+
 class Recorder:
-    """One benchmark run: `doc` holds the results; `write` adds the end of the run and validates."""
+    """One benchmark run: `doc` holds the results under its `run` record; `write` adds the end of the run
+    and validates. Scripts that write as they go call `write` after each row. `Recorder.amending(path)`
+    is a later command that changes a result file it reads (a summary recomputed, rows added): the file's
+    `run` stays its measurement's, and the command is added under `amended`."""
 
-    def __init__(self, benchmark: str) -> None:
+    def __init__(self, benchmark: str, doc: dict[str, Any] | None = None) -> None:
         self.t0 = time.monotonic()
-        self.doc: dict[str, Any] = {"run": {
-            "schema_version": SCHEMA, "benchmark": benchmark, "command": [Path(sys.executable).name, *sys.argv],
-            "commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "finished_utc": None,
-            "seconds": None, "machine": machine(), "load_average_start": [round(x, 2) for x in os.getloadavg()],
-            "load_average_end": None}}
+        self.amendment: dict[str, Any] | None = None
+        self.hidden: dict[str, str] = {}   # folders of this run written as a label (its temporary folder)
+        self.doc: dict[str, Any] = doc if doc is not None else {"run": {
+            "schema_version": SCHEMA, "benchmark": benchmark, "command": command_line(),
+            "commit": git("rev-parse", "HEAD"), "dirty": _dirty(), "started_utc": _utc(), "finished_utc": None,
+            "seconds": None, "machine": machine(), "load_average_start": _load(), "load_average_end": None}}
 
-    def write(self, path: str | Path) -> Path:
-        run = self.doc["run"]
-        run.update(finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                   seconds=round(time.monotonic() - self.t0, 1),
-                   load_average_end=[round(x, 2) for x in os.getloadavg()])
-        ResultFile.model_validate(self.doc)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.doc, indent=1) + "\n")
-        tmp.replace(path)
-        return path
+    @classmethod
+    def amending(cls, path: str | Path, doc: dict[str, Any] | None = None) -> Recorder:
+        """The result file at `path` (or `doc`, read from it already), to be changed and written back."""
+        doc = doc if doc is not None else json.loads(Path(path).read_text())
+        rec = cls(doc["run"]["benchmark"], doc)
+        rec.amendment = {"command": command_line(), "commit": git("rev-parse", "HEAD"), "dirty": _dirty(),
+                         "date_utc": _utc()}
+        doc["run"].setdefault("amended", []).append(rec.amendment)
+        return rec
+
+    def hide(self, folder: str | Path, label: str = "<runs>") -> Path:
+        """Write `folder` (the run's temporary folder) as `label` in the results; returns it."""
+        self.hidden[str(folder)] = label
+        return Path(folder)
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return self.doc["run"]
+
+    def write(self, path: str | Path, indent: int = 1) -> Path:
+        if self.amendment is not None:
+            self.amendment["date_utc"] = _utc()
+        else:
+            self.run.update(finished_utc=_utc(), seconds=round(time.monotonic() - self.t0, 1),
+                            load_average_end=_load())
+        return write_json(path, self.doc, indent, self.hidden)
 
 
-def zoo_classpath() -> str:
-    from pyd4j.jvm.classpath import classpath
-
-    return ":".join([str(FIXTURES / "pyd4j-fixtures.jar"), str(FIXTURES / "zoo-lib" / "*")] + classpath())
-
-
-def build_zoo(models: list[str], folder: Path, timeout: float = 1200) -> dict[str, dict[str, Any]]:
-    """DL4J's zoo models built by DL4J's code (`org.pyd4j.fixtures.ZooNets`) at the smallest square input
-    each builds at, as `<model>.json` with its `<model>.input.json` in `folder`: {model: {"size", "kind"} or
-    {"error"}}. Models already in the folder are not built again."""
-    folder.mkdir(parents=True, exist_ok=True)
-    todo = [m for m in models if not (folder / f"{m}.json").exists()]
-    if todo:
-        out = subprocess.run(["java", "-Xmx4g", "-cp", zoo_classpath(), "org.pyd4j.fixtures.ZooNets", str(folder), *todo],
-                             capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
-        rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
-        built = {r["model"]: r for r in rows}
-    else:
-        built = {}
-    return {m: ({"size": built.get(m, {}).get("size"), "kind": built.get(m, {}).get("kind")}
-                if (folder / f"{m}.json").exists() else {"error": built.get(m, {}).get("error", "not built")})
-            for m in models}
+def amend(path: str | Path, doc: dict[str, Any], indent: int = 1) -> Path:
+    """Write back `doc`, read from the result file `path` and changed by this command (see `Recorder.amending`)."""
+    return Recorder.amending(path, doc).write(path, indent)
