@@ -1,0 +1,202 @@
+"""No module over 500 lines and no function over 80, in Python and in the helper jar's Java. Items still
+over are listed in ALLOWED with their size when listed: the list may only shrink. The test fails when a
+listed item grew past its figure, and when one is within the limit now (take it off the list)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON_ROOTS = ("pyd4j", "benchmarks", "examples", "tests")
+JAVA_ROOT = "java/src"
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+# "path" for a file, "path::name" for a function or method: its size in lines when it was listed.
+ALLOWED: dict[str, int] = {
+    "java/src/main/java/org/pyd4j/agent/Allocations.java": 509,
+    "java/src/main/java/org/pyd4j/agent/LiveSet.java": 653,
+    "java/src/main/java/org/pyd4j/agent/Sampler.java": 513,
+    "java/src/main/java/org/pyd4j/train/DiskTier.java": 534,
+    "java/src/main/java/org/pyd4j/train/PlanFile.java::parse": 132,
+    "java/src/main/java/org/pyd4j/train/PlannedTrainer.java": 822,
+    "java/src/main/java/org/pyd4j/train/PlannedTrainer.java::backward": 88,
+    "pyd4j/agent/executor.py": 537,
+    "pyd4j/agent/executor.py::backward": 99,
+    "pyd4j/agent/executor.py::execute": 114,
+    "pyd4j/agent/native.py": 649,
+    "pyd4j/commands/_tune_output.py::finish": 90,
+    "pyd4j/commands/plan.py": 501,
+    "pyd4j/commands/plan.py::command": 256,
+    "pyd4j/commands/tune.py::command": 85,
+    "pyd4j/dl4j/builder.py::layer": 93,
+    "pyd4j/dl4j/layer_rules.py::opaque_shape": 106,
+    "pyd4j/memory/estimate.py": 538,
+    "pyd4j/memory/flags.py": 800,
+    "pyd4j/profile/diagnose.py": 961,
+    "pyd4j/profile/diagnose.py::_oom": 82,
+    "pyd4j/profile/launch.py": 579,
+    "pyd4j/profile/launch.py::profile_job": 126,
+    "pyd4j/profile/report.py": 750,
+    "pyd4j/profile/speed.py": 548,
+    "pyd4j/profile/tune.py::tune_job": 121,
+    "pyd4j/sched/deps.py": 546,
+    "pyd4j/sched/deps.py::_apply": 129,
+    "pyd4j/sched/dtr.py::plan_dtr": 124,
+    "pyd4j/sched/emit.py::emit": 313,
+    "pyd4j/sched/optimum.py": 659,
+    "pyd4j/sched/optimum.py::_build": 253,
+    "pyd4j/sched/simulator.py": 523,
+    "pyd4j/sched/simulator.py::simulate": 313,
+    "pyd4j/train.py::fit": 86,
+    "pyd4j/workspaces.py": 796,
+    "tests/train/test_offload_tiers.py": 599,
+}
+
+
+def python_files() -> list[Path]:
+    return sorted(p for r in PYTHON_ROOTS for p in (ROOT / r).rglob("*.py") if "target" not in p.parts)
+
+
+def java_files() -> list[Path]:
+    return sorted((ROOT / JAVA_ROOT).rglob("*.java"))
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def python_functions(source: str) -> dict[str, int]:
+    """Each function's lines, from its `def` to its last line (nested functions counted on their own too)."""
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            name = node.name
+            while name in out:   # two functions of one name (e.g. in two classes): both kept
+                name += "'"
+            out[name] = node.end_lineno - node.lineno + 1
+    return out
+
+
+_JAVA_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+_TYPE_HEADER = re.compile(r"\b(class|interface|enum|record)\b|\bnew\s+[\w.<>\[\], ?]+\(.*\)\s*$", re.S)
+_CONTROL = re.compile(r"^\s*(if|for|while|switch|catch|synchronized|try|else|do)\b")
+
+
+def java_methods(source: str) -> dict[str, int]:
+    """Each method's (and constructor's) lines, from its declaration to its closing brace, by matching
+    braces with comments and literals blanked out: a `{` whose header has a parameter list and whose
+    enclosing block is a class body (named, or anonymous) opens a method."""
+    text = _JAVA_NOISE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), source)
+    out: dict[str, int] = {}
+    stack: list[tuple[str, str, int]] = []   # (kind, name, first line)
+    header_start = 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            header = text[header_start:i]
+            enclosing = stack[-1][0] if stack else "file"
+            if _TYPE_HEADER.search(header) and not _CONTROL.match(header):
+                stack.append(("class", "", 0))
+            elif enclosing == "class" and "(" in header and not _CONTROL.match(header):
+                lines = [(n, l) for n, l in enumerate(header.split("\n")) if l.strip() and not l.strip().startswith("@")]
+                offset = lines[0][0] if lines else 0
+                first = text.count("\n", 0, header_start) + offset + 1
+                name = header.split("(")[0].split()[-1]
+                stack.append(("method", name, first))
+            else:
+                stack.append(("block", "", 0))
+            header_start = i + 1
+        elif ch == "}":
+            kind, name, first = stack.pop() if stack else ("block", "", 0)
+            if kind == "method":
+                last = text.count("\n", 0, i) + 1
+                while name in out:
+                    name += "'"
+                out[name] = last - first + 1
+            header_start = i + 1
+        elif ch == ";":
+            header_start = i + 1
+    return out
+
+
+def measured() -> dict[str, int]:
+    """Every file and function over its limit, with its size."""
+    over: dict[str, int] = {}
+    for path, functions in [(p, python_functions) for p in python_files()] + [(p, java_methods) for p in java_files()]:
+        rel = path.relative_to(ROOT).as_posix()
+        n = line_count(path)
+        if n > MAX_FILE_LINES:
+            over[rel] = n
+        for name, size in functions(path.read_text()).items():
+            if size > MAX_FUNCTION_LINES:
+                over[f"{rel}::{name}"] = size
+    return over
+
+
+def limit_of(item: str) -> int:
+    return MAX_FUNCTION_LINES if "::" in item else MAX_FILE_LINES
+
+
+def test_nothing_over_its_limit_but_the_listed() -> None:
+    over = measured()
+    unlisted = {k: v for k, v in over.items() if k not in ALLOWED}
+    grew = {k: f"{v} lines, listed at {ALLOWED[k]}" for k, v in over.items() if k in ALLOWED and v > ALLOWED[k]}
+    assert not unlisted, f"over {MAX_FILE_LINES} lines a file or {MAX_FUNCTION_LINES} a function: {unlisted}; split it"
+    assert not grew, f"grew past its listed size: {grew}; split it instead"
+
+
+def test_the_list_only_holds_what_is_still_over() -> None:
+    over = measured()
+    within = sorted(k for k in ALLOWED if k not in over)
+    assert not within, f"within the limit now (or gone): {within}; take them off ALLOWED"
+
+
+PY_SAMPLE = '''
+def small():
+    return 1
+
+
+class A:
+    @property
+    def big(self):
+''' + "        x = 1\n" * 80 + '''        return x
+'''
+
+JAVA_SAMPLE = """
+class A {
+    @Override
+    public int small(int x) { return x; }
+    /* a { brace in a comment */
+    private static final String S = "a { brace in a string";
+    A(int y) {
+        if (y > 0) {
+            y++;
+        }
+    }
+    void big() {
+""" + "        int x = 1;\n" * 80 + """        Runnable r = new Runnable() {
+            public void run() { int z = 0; }
+        };
+    }
+}
+"""
+
+
+def test_function_sizes_are_measured_from_def_to_the_last_line() -> None:
+    sizes = python_functions(PY_SAMPLE)
+    assert sizes == {"small": 2, "big": 82}
+
+
+def test_java_method_sizes_by_brace_matching() -> None:
+    sizes = java_methods(JAVA_SAMPLE)
+    assert sizes["small"] == 1 and sizes["A"] == 5 and sizes["run"] == 1
+    assert sizes["big"] == 85
+
+
+@pytest.mark.parametrize("item", sorted(ALLOWED))
+def test_listed_items_exist(item: str) -> None:
+    assert (ROOT / item.split("::")[0]).exists(), f"{item}: no such file; take it off ALLOWED"
