@@ -63,7 +63,14 @@ def _loss(s: Spec) -> Any:
 
 
 def layer(s: Spec) -> Any:
-    """DL4J's layer configuration of one layer spec."""
+    """DL4J's layer configuration of one layer spec (`dropOut`: its own input dropout)."""
+    conf = _layer(s)
+    if "dropOut" in s:
+        conf.setIDropout(J("dropout.Dropout")(float(s["dropOut"])))
+    return conf
+
+
+def _layer(s: Spec) -> Any:
     c = s["class"]
     act = activation(s["act"]) if "act" in s else None
     if c in ("DenseLayer", "AutoEncoder", "EmbeddingLayer", "ElementWiseMultiplicationLayer"):

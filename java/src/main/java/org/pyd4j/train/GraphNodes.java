@@ -17,6 +17,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.graph.vertex.impl.ElementWiseVertex;
 import org.deeplearning4j.nn.graph.vertex.impl.LayerVertex;
+import org.deeplearning4j.nn.workspace.ArrayType;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.common.primitives.Pair;
 import org.nd4j.common.primitives.Triple;
@@ -195,7 +196,9 @@ final class GraphNodes extends NetworkNodes {
     @Override
     INDArray forward(int node, INDArray[] inputs, LayerWorkspaceMgr mgr) {
         GraphVertex v = vertices[node];
-        for (int k = 0; k < inputs.length; k++) v.setInput(k, inputs[k], mgr);
+        Layer l = layer(node);
+        boolean inPlace = !isOutput(node) && dropsInPlace(l, allowedBefore[node]);
+        for (int k = 0; k < inputs.length; k++) v.setInput(k, inPlace ? mgr.dup(ArrayType.INPUT, inputs[k]) : inputs[k], mgr);
         if (isOutput(node)) {
             INDArray[] labels = (INDArray[]) Reflect.get(net, ComputationGraph.class, "labels");
             ((IOutputLayer) v.getLayer()).setLabels(labels[conf.getNetworkOutputs().indexOf(v.getVertexName())]);
@@ -203,8 +206,13 @@ final class GraphNodes extends NetworkNodes {
         }
         // ComputationGraph.ffToLayerActivationsInWS with stored state: the layer on the vertex's first input
         // as set, without the vertex's preprocessor (see truncatedBpttProblems)
-        INDArray out = tbptt() && v.hasLayer() ? withStoredState(v.getLayer(), inputs[0], mgr) : null;
-        return out != null ? out : v.doForward(true, mgr);
+        if (inPlace) l.allowInputModification(true);
+        try {
+            INDArray out = tbptt() && v.hasLayer() ? withStoredState(v.getLayer(), v.getInputs()[0], mgr) : null;
+            return out != null ? out : v.doForward(true, mgr);
+        } finally {
+            if (inPlace) l.allowInputModification(false);
+        }
     }
 
     @Override

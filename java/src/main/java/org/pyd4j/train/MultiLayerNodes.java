@@ -12,6 +12,7 @@ import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.gradient.Gradient;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.workspace.ArrayType;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.common.primitives.Pair;
 import org.nd4j.common.primitives.Triple;
@@ -156,9 +157,17 @@ final class MultiLayerNodes extends NetworkNodes {
             ((IOutputLayer) layers[i]).setLabels(net.getLabels());
             return null;
         }
-        INDArray out = tbptt() ? withStoredState(layers[i], x, mgr) : null;   // see truncatedBpttProblems
-        if (out != null) return out;
-        return layers[i].activate(x, true, mgr);
+        boolean inPlace = dropsInPlace(layers[i], allowedBefore[i]);
+        if (inPlace) {
+            x = mgr.dup(ArrayType.INPUT, x);
+            layers[i].allowInputModification(true);
+        }
+        try {
+            INDArray out = tbptt() ? withStoredState(layers[i], x, mgr) : null;   // see truncatedBpttProblems
+            return out != null ? out : layers[i].activate(x, true, mgr);
+        } finally {
+            if (inPlace) layers[i].allowInputModification(false);
+        }
     }
 
     @Override

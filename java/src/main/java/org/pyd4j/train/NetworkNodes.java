@@ -214,6 +214,16 @@ abstract class NetworkNodes {
         return null;
     }
 
+    /** Whether the layer applies its input dropout in place on its input in DL4J's own fit(): DL4J allowed it
+     *  input modification ({@code allowed}, as its network's init set it: every MultiLayerNetwork layer after the
+     *  first, a graph layer its input's last reader) and it has an input dropout. The result can depend on it
+     *  (ElementWiseMultiplicationLayer computes from the array it was given, dropped only when in place), so the
+     *  trainer lets such a layer drop in place too -- on its own copy of its input, which it keeps as its dropped
+     *  input: the producer's output stays intact for the plan. */
+    static boolean dropsInPlace(Layer layer, boolean allowed) {
+        return allowed && layer != null && LayerState.inputDropout(layer) != null;
+    }
+
     /** DL4J's gradient object for this iteration, built from {@link #gradients} as DL4J does. */
     Gradient gradient(INDArray flattened) {
         Gradient g = new DefaultGradient(flattened);
