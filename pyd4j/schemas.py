@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-PLAN_SCHEMA = 1
+PLAN_SCHEMA = 2   # 2: nodes may be "sliced" (their steps run in pyd4j's two-pass, batch-sliced form)
+OLDEST_PLAN_SCHEMA = 1   # schema 1 is schema 2 without sliced nodes: still read
 TIMELINE_SCHEMA = 1
 PROFILE_SCHEMA = 1
 TUNE_SCHEMA = 1
@@ -65,6 +66,7 @@ class PlanNode(_Strict):
     inputs: list[Count]
     shape: list[Annotated[int, Field(ge=1, le=JAVA_INT_MAX)]] = []
     y_bytes: Bytes = 0
+    sliced: bool = False   # its steps run in pyd4j's batch-sliced form (org.pyd4j.train.SlicedBatchNorm)
 
     @model_validator(mode="after")
     def _dl4j_indices(self) -> "PlanNode":
@@ -81,7 +83,7 @@ class PlanDocument(_Strict):
 
     format: Literal["pyd4j-plan"]
     version: Annotated[int, Field(ge=1, le=1)]   # the format's own version, from before "schema"
-    schema_: Annotated[int, Field(ge=PLAN_SCHEMA, le=PLAN_SCHEMA)] = Field(PLAN_SCHEMA, alias="schema")
+    schema_: Annotated[int, Field(ge=OLDEST_PLAN_SCHEMA, le=PLAN_SCHEMA)] = Field(PLAN_SCHEMA, alias="schema")
     policy: Annotated[str, Field(min_length=1)]
     tensor_cache: bool = False
     budget_bytes: Annotated[int, Field(ge=1, le=JAVA_LONG_MAX)] | None = None
@@ -94,6 +96,8 @@ class PlanDocument(_Strict):
     def _graph_and_records(self) -> "PlanDocument":
         n = len(self.nodes)
         for pos, node in enumerate(self.nodes):
+            if node.sliced and self.schema_ < 2:
+                raise ValueError(f"node {node.id} is sliced, which plan schema 2 has and this file's {self.schema_} does not")
             if node.id != pos:
                 raise ValueError(f"node ids must be 0, 1, 2, ... in order; got {node.id} at position {pos}")
             for i in node.inputs:
@@ -337,6 +341,7 @@ class DevicesDocument(_Strict):
 
 MODELS: dict[str, type[BaseModel]] = {"plan": PlanDocument, "timeline": TimelineRecord,
                                       "profile": ProfileDocument, "tune": TuneDocument, "devices": DevicesDocument}
+OLDEST_VERSIONS = {"plan": OLDEST_PLAN_SCHEMA}
 VERSIONS = {"plan": PLAN_SCHEMA, "timeline": TIMELINE_SCHEMA, "profile": PROFILE_SCHEMA, "tune": TUNE_SCHEMA,
             "devices": DEVICES_SCHEMA}
 
@@ -350,9 +355,10 @@ def check_version(kind: str, doc: Any, where: str, fix: str) -> None:
     """Refuses a `kind` document that says it is of another schema version than this pyd4j reads
     (one without "schema" is of the version before it was written, read as the current one)."""
     want = VERSIONS[kind]
-    if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or doc["schema"] != want):
-        raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {kind} schema {want}: "
-                          f"{fix}")
+    oldest = OLDEST_VERSIONS.get(kind, want)
+    if isinstance(doc, dict) and "schema" in doc and (type(doc["schema"]) is not int or not oldest <= doc["schema"] <= want):
+        reads = f"{kind} schema {want}" if oldest == want else f"{kind} schemas {oldest} to {want}"
+        raise SchemaError(f"{where} has {kind} schema {doc['schema']!r}; this pyd4j reads {reads}: {fix}")
 
 
 def check(kind: str, doc: Any, where: str, fix: str) -> Any:

@@ -90,8 +90,11 @@ class Builder:
                           variant=f"global_{mode}", **attrs)
         if kind == "BatchNormalization":
             c = xs[1]
+            # the trainer can run it in two passes over batch slices (org.pyd4j.train.SlicedBatchNorm)
+            two_pass = (len(xs) in (2, 4) and not layer.get("lockGammaBeta") and not layer.get("idropout")
+                        and layer.get("cnn2DFormat", "NCHW") == "NCHW")
             return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
-                          **attrs)
+                          **({"two_pass": True} if two_pass else {}), **attrs)
         if kind == "ActivationLayer":
             return g._add(LayerType.ACT, (x,), xs, name, fn=activation(layer), **attrs)
         if kind == "DropoutLayer":  # its dropout is the node itself, not an input dropout

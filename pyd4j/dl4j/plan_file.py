@@ -4,7 +4,8 @@ The plan file (JSON, written by `write_plan`, read by the Java trainer `org.pyd4
 is this document -- the one place the format is defined:
 
     {
-      "format": "pyd4j-plan", "version": 1, "schema": 1,   # checked by pyd4j.schemas.PlanDocument
+      "format": "pyd4j-plan", "version": 1, "schema": 1,   # checked by pyd4j.schemas.PlanDocument;
+                                                             # 2 when a node is "sliced"
       "policy": "recompute",            # the planner policy that wrote the records
       "tensor_cache": false,            # time-optimised under "budget_bytes" (or minimum memory)
       "budget_bytes": null,
@@ -17,6 +18,7 @@ is this document -- the one place the format is defined:
          "dl4j": {"input": 0}, "inputs": [], "shape": [32, 1, 28, 28], "y_bytes": 100352},
         {"id": 1, "name": "layer0", "type": "CONV",
          "dl4j": {"layer": 0, "class": "ConvolutionLayer"}, "inputs": [0], ...},
+        {"id": 2, "name": "layer1", "type": "BN", "sliced": true, ...},   # two-pass, see below
         ...                             # graphs: "dl4j": {"vertex": "res_add", "class": ...}
       ],
       "records": [["ALLOC", 5], ["FORWARD", 1], ["OFFLOAD", 5], ["FREE", 5], ...,
@@ -31,8 +33,11 @@ and `["MOVE", dst, src]` (the buffer of tensor src becomes dst's after an in-pla
 compute record of a convolution that runs one of the profile's batch-chunk algorithms carries a
 third element, `{"algo": name, "chunks": k}`: the trainer runs that layer's forward or backward
 step on k slices of the batch (samples ceil(batch / k) at a time) and assembles the whole output,
-input gradient and parameter gradients (absent: the whole batch at once). The
-trainer creates arrays in the steps that produce them (ALLOC is accounting only), keeps DL4J's
+input gradient and parameter gradients (absent: the whole batch at once). A node marked
+`"sliced": true` (a batch normalization; plan schema 2) runs every step in pyd4j's two-pass form
+(`org.pyd4j.train.SlicedBatchNorm`: the batch's statistics accumulated over the slices first, then
+each slice normalized; nothing kept from forward for backward), in its records' chunks (1: one
+slice). The trainer creates arrays in the steps that produce them (ALLOC is accounting only), keeps DL4J's
 parameters, gradients and updater state where DL4J keeps them (W, DW, M records are accounting
 only), closes an activation (Y) or its gradient (DY) at its FREE, what a layer keeps for its
 backward step at the FREE of 5 * n + node, copies an activation to an offload tier at OFFLOAD and
@@ -48,7 +53,7 @@ from typing import Any
 
 from pyd4j.dl4j.probe import Probe
 from pyd4j.inputs import InputError, read_json
-from pyd4j.schemas import PLAN_SCHEMA, SchemaError, check
+from pyd4j.schemas import OLDEST_PLAN_SCHEMA, PLAN_SCHEMA, SchemaError, check
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.choose import choose_plan, smallest_plan
 from pyd4j.sched.plan import Op, Plan
@@ -69,11 +74,15 @@ def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str 
         if "dl4j" not in layer.attrs:
             raise ValueError(f"node {layer.name!r} has no DL4J identity: build the graph with "
                              "pyd4j.dl4j.graph.graph_from_dl4j_json")
-        nodes.append({"id": layer.id, "name": layer.name, "type": layer.type.value,
-                      "dl4j": layer.attrs["dl4j"], "inputs": list(layer.inputs),
-                      "shape": list(layer.out_shape), "y_bytes": layer.out_bytes})
+        node = {"id": layer.id, "name": layer.name, "type": layer.type.value, "dl4j": layer.attrs["dl4j"],
+                "inputs": list(layer.inputs), "shape": list(layer.out_shape), "y_bytes": layer.out_bytes}
+        if layer.attrs.get("variant") == "sliced":   # the two-pass batch normalization (SlicedBatchNorm)
+            node["sliced"] = True
+        nodes.append(node)
+    sliced = any(node.get("sliced") for node in nodes)
     return {
-        "format": FORMAT, "version": VERSION, "schema": PLAN_SCHEMA, "policy": plan.policy,
+        "format": FORMAT, "version": VERSION, "schema": PLAN_SCHEMA if sliced else OLDEST_PLAN_SCHEMA,
+        "policy": plan.policy,
         "tensor_cache": bool(plan.notes.get("tensor_cache")), "budget_bytes": budget,
         "network": {"kind": network_kind, "batch": g.batch, "dtype": g.dtype, "source": source},
         "predicted": {"peak_bytes": result.peak_bytes, "device_peak_bytes": result.device_peak_bytes,

@@ -98,9 +98,9 @@ def _under_budget(graph: Graph, policy: str, cost: CostModel,
     return best, (small, simulate(small, cost))
 
 
-def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = None,
-                cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
-    """The plan to train `graph` with (see the module docstring) and its simulation.
+def _choose(graph: Graph, budget: int | None = None, policy: str | None = None,
+            cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """`choose_plan` on the graph as it is.
     `policy` forces one policy (its fastest plan under `budget`, else its minimum-memory
     plan); `offload=False`: the trainer has no offload tier, so no candidate may offload.
     `policy="smallest"`: the smallest plan (`smallest_plan`), refused when it exceeds `budget`."""
@@ -140,9 +140,8 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
     return best
 
 
-def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
-    """The minimum-memory plan with the smallest simulated peak among the candidate policies
-    (every convolution in its least working memory)."""
+def _smallest(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """`smallest_plan` on the graph as it is."""
     cost = cost or default_cost()
     best: tuple[Plan, SimResult] | None = None
     for p in TRAINING_POLICIES:
@@ -154,3 +153,46 @@ def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = T
             best = (plan, r)
     assert best is not None
     return best
+
+
+def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = None,
+                cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """The plan to train `graph` with (see the module docstring) and its simulation.
+    `policy` forces one policy (its fastest plan under `budget`, else its minimum-memory
+    plan); `offload=False`: the trainer has no offload tier, so no candidate may offload.
+    `policy="smallest"`: the smallest plan (`smallest_plan`), refused when it exceeds `budget`.
+    When no plan of the graph as it is fits `budget`, its batch normalizations run in two passes
+    over batch slices (`two_pass_variant`); the error then names that variant's minimum."""
+    try:
+        return _choose(graph, budget, policy, cost, offload)
+    except BudgetTooSmall:
+        variant = two_pass_variant(graph)
+        if variant is None:
+            raise
+    return _choose(variant, budget, policy, cost, offload)
+
+
+def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
+    """The minimum-memory plan with the smallest simulated peak among the candidate policies
+    (every convolution in its least working memory), with DL4J's batch normalization or, where
+    that is smaller, its two-pass form (`two_pass_variant`)."""
+    best = _smallest(graph, cost, offload)
+    variant = two_pass_variant(graph)
+    if variant is not None:
+        other = _smallest(variant, cost, offload)
+        if other[1].device_peak_bytes < best[1].device_peak_bytes:
+            best = other
+    return best
+
+
+def two_pass_variant(graph: Graph) -> Graph | None:
+    """The graph with every batch normalization its builder marked `two_pass` (one the trainer can
+    run in two passes over batch slices: org.pyd4j.train.SlicedBatchNorm) in that form: its steps
+    then hold one slice's working memory and keep nothing from forward for backward, at some cost in
+    speed and exactly up to the order of floating-point additions. None: the graph has none."""
+    if not any(layer.attrs.get("two_pass") for layer in graph.layers):
+        return None
+    g = graph.with_profile(graph.profile)
+    g.layers = [replace(layer, attrs={**layer.attrs, "variant": "sliced"}) if layer.attrs.get("two_pass") else layer
+                for layer in graph.layers]
+    return g

@@ -145,9 +145,9 @@ def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
         peaks[policy] = r.device_peak_bytes
         assert r.device_peak_bytes >= bound.lower_bound_bytes, (policy, r.device_peak_bytes, bound)
     # the smallest plan: convolutions in as many batch chunks as they allow (the bound counts that scratch)
-    plan, r = smallest_plan(g, cost)
+    plan, r = smallest_plan(g, cost)   # with DL4J's batch normalization or its two-pass form, whichever is smaller
     peaks["smallest"] = r.device_peak_bytes
-    assert r.device_peak_bytes >= bound.lower_bound_bytes, ("smallest", r.device_peak_bytes, bound)
+    assert r.device_peak_bytes >= lower_bound(plan.graph).lower_bound_bytes, ("smallest", r.device_peak_bytes, bound)
     # the bound is reached or approached by the smallest plan (recomputation everywhere)
     assert min(peaks.values()) <= 1.5 * bound.lower_bound_bytes, (peaks, bound)
     # the peak step holds what the model says: its reads, its gradients, its scratch, its saved tensors

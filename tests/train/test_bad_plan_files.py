@@ -34,8 +34,8 @@ def _mutate(good: dict, how: str) -> dict | str | bytes:
         doc["records"][0] = ["FORWARD", -1]
     elif how == "another network, same layers":  # the MLP's layers, other sizes
         doc["nodes"][1]["shape"] = [4, 100]
-    elif how == "schema 2":
-        doc["schema"] = 2
+    elif how == "schema 3":
+        doc["schema"] = 3
     elif how == "nodes dropped":
         doc["nodes"] = doc["nodes"][:2]
     return doc
@@ -43,7 +43,7 @@ def _mutate(good: dict, how: str) -> dict | str | bytes:
 
 CASES = ["truncated", "empty", "whitespace", "not JSON", "JSON array", "FIFO", "directory", "missing",
          "negative y_bytes", "negative shape", "batch 0", "negative batch", "negative record",
-         "another network, same layers", "schema 2", "nodes dropped", "plan of another network"]
+         "another network, same layers", "schema 3", "nodes dropped", "plan of another network"]
 
 
 @pytest.fixture(scope="module")

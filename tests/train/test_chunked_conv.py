@@ -63,12 +63,13 @@ def plans(name: str, tmp_path: Path) -> tuple[list[str], dict[str, dict]]:
     return files, info
 
 
-def run_check(name: str, files: list[str]) -> list[dict]:
+def run_check(name: str, files: list[str], iterations: int = ITERATIONS, batch: int | None = None) -> list[dict]:
+    """PlannedCheck with the float64 reference, on the plan files (written at `batch`, BATCH[name] by default)."""
     cp = ":".join([str(FIXTURES_JAR)] + classpath())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(["java", "-Dpyd4j.check.f64=true", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.PlannedCheck",
-                          str(NETWORKS / f"{name}.json"), str(NETWORKS / f"{name}.input.json"), str(BATCH[name]),
-                          str(ITERATIONS), *files], capture_output=True, text=True, timeout=3000, env=env)
+                          str(NETWORKS / f"{name}.json"), str(NETWORKS / f"{name}.input.json"), str(batch or BATCH[name]),
+                          str(iterations), *files], capture_output=True, text=True, timeout=3000, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 

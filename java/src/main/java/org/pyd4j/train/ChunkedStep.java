@@ -52,16 +52,24 @@ final class ChunkedStep {
     private ChunkedStep() {
     }
 
-    /** Why {@code layer} cannot run in batch chunks (null: it can). */
-    static String problem(Layer layer, String name, int chunks) {
+    /** Why {@code layer} cannot run in batch chunks (null: it can). A node the plan marks {@code sliced}
+     *  is a batch normalization in its two-pass form ({@link SlicedBatchNorm}, statistics over every slice). */
+    static String problem(Layer layer, String name, int chunks, boolean sliced) {
         String fix = "; write the plan without batch chunks for it (no budget, or a larger one: "
                 + "`pyd4j plan ... --emit-plan FILE` without --budget)";
         String kind = layer == null ? null : layer.getClass().getName();
+        if (sliced) {
+            String p = SlicedBatchNorm.problem(layer, name);
+            return p == null ? null : p + fix;
+        }
         if (!CONVOLUTION.equals(kind) && !LRN.equals(kind)) {
             return "the plan runs " + name + " (" + (layer == null ? "not a layer" : layer.getClass().getSimpleName())
-                    + ") in " + chunks + " batch chunks; only a ConvolutionLayer or LocalResponseNormalization is run in batch chunks" + fix;
+                    + ") in " + chunks + " batch chunks; only a ConvolutionLayer or LocalResponseNormalization is run in batch chunks"
+                    + (SlicedBatchNorm.handles(layer) ? ", and a batch normalization only in its two-pass form (a node the "
+                    + "plan marks sliced, plan schema 2)" : "") + fix;
         }
-        if (LayerState.inputDropout(layer) != null) {
+        // LocalResponseNormalization ignores an input dropout setting (it draws no mask): only a convolution applies one
+        if (CONVOLUTION.equals(kind) && LayerState.inputDropout(layer) != null) {
             return "the plan runs " + name + " in " + chunks + " batch chunks, but it has input dropout: "
                     + "fit() draws one mask for the whole batch, which slices cannot reproduce" + fix;
         }
@@ -76,6 +84,7 @@ final class ChunkedStep {
 
     /** The layer's forward step on {@code x} (its whole input) in slices; returns the whole output. */
     static INDArray forward(Layer layer, INDArray x, int chunks, StepWorkspaceMgr mgr) {
+        if (SlicedBatchNorm.handles(layer)) return SlicedBatchNorm.forward(layer, x, chunks, mgr);
         long n = x.size(0);
         long step = rows(n, chunks);
         INDArray out = null;
@@ -100,6 +109,7 @@ final class ChunkedStep {
      * gradients of the whole batch in the layer's gradient view (the Gradient's entries).
      */
     static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr) {
+        if (SlicedBatchNorm.handles(layer)) return SlicedBatchNorm.backward(layer, epsilon, chunks, mgr);
         INDArray x = layer.input();
         long n = x.size(0);
         long step = rows(n, chunks);

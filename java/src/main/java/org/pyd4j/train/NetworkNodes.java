@@ -106,12 +106,18 @@ abstract class NetworkNodes {
         return inputGradient(node, p.getSecond(), mgr);
     }
 
+    /** Whether a record is a step in batch slices: chunks, or a node the plan runs sliced. */
+    final boolean sliced(PlanFile.Record r) {
+        return r.isCompute() && (r.chunks > 1 || plan.nodes.get(r.arg).sliced);
+    }
+
     /** What keeps the plan's batch-chunked steps from running (empty: nothing). */
     List<String> chunkProblems() {
         List<String> out = new ArrayList<>();
         for (PlanFile.Record r : plan.records) {
-            if (!r.isCompute() || r.chunks <= 1) continue;
-            String p = ChunkedStep.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", r.chunks);
+            if (!sliced(r)) continue;
+            String p = ChunkedStep.problem(layer(r.arg), "'" + plan.nodes.get(r.arg).name + "'", r.chunks,
+                    plan.nodes.get(r.arg).sliced);
             if (p != null && !out.contains(p)) out.add(p);
         }
         return out;
@@ -126,7 +132,7 @@ abstract class NetworkNodes {
     /** Batch chunks slice a step's input, not the mask arrays its layer holds: refuse the combination. */
     void checkChunkedMasks() {
         for (PlanFile.Record r : plan.records) {
-            if (!r.isCompute() || r.chunks <= 1) continue;
+            if (!sliced(r)) continue;
             Layer l = layer(r.arg);
             if (l != null && l.getMaskArray() != null) {
                 throw new UnsupportedOperationException("plan " + plan.source + " runs layer '" + plan.nodes.get(r.arg).name

@@ -22,7 +22,9 @@ public final class PlanFile {
     public static final String FORMAT = "pyd4j-plan";
     public static final int VERSION = 1;
     /** The plan schema this reader checks ({@code "schema"} in the file; absent in files written before it). */
-    public static final int SCHEMA = 1;
+    public static final int SCHEMA = 2;
+    /** Schema 1 is schema 2 without sliced nodes: both are read. */
+    public static final int OLDEST_SCHEMA = 1;
 
     /** Record operations, numbered as in pyd4j.sched.plan.Op. */
     public enum Op { ALLOC, FREE, OFFLOAD, PREFETCH, FORWARD, BACKWARD, RECOMPUTE, MOVE }
@@ -46,15 +48,17 @@ public final class PlanFile {
         public final int[] inputs;
         public final long yBytes;
         public final long[] shape;       // the node's output shape, batch first (empty when the file has none)
+        public final boolean sliced;     // its steps run pyd4j's batch-sliced form (SlicedBatchNorm), not DL4J's
 
         Node(int id, String name, String type, String dl4jClass, int layerIndex, String vertex,
              int inputIndex, int[] inputs, long yBytes) {
-            this(id, name, type, dl4jClass, layerIndex, vertex, inputIndex, inputs, yBytes, new long[0]);
+            this(id, name, type, dl4jClass, layerIndex, vertex, inputIndex, inputs, yBytes, new long[0], false);
         }
 
         Node(int id, String name, String type, String dl4jClass, int layerIndex, String vertex,
-             int inputIndex, int[] inputs, long yBytes, long[] shape) {
+             int inputIndex, int[] inputs, long yBytes, long[] shape, boolean sliced) {
             this.shape = shape;
+            this.sliced = sliced;
             this.id = id;
             this.name = name;
             this.type = type;
@@ -164,8 +168,9 @@ public final class PlanFile {
             throw bad(source, "is not a " + FORMAT + " file (no \"format\": \"" + FORMAT + "\"); write one with "
                     + "`pyd4j plan --model net.json --batch N --emit-plan FILE`");
         }
-        if (doc.has("schema") && !(doc.get("schema").isIntegralNumber() && doc.get("schema").asLong() == SCHEMA)) {
-            throw bad(source, "has plan schema " + doc.get("schema") + "; this pyd4j reads plan schema " + SCHEMA
+        if (doc.has("schema") && !(doc.get("schema").isIntegralNumber() && doc.get("schema").asLong() >= OLDEST_SCHEMA
+                && doc.get("schema").asLong() <= SCHEMA)) {
+            throw bad(source, "has plan schema " + doc.get("schema") + "; this pyd4j reads plan schemas " + OLDEST_SCHEMA + " to " + SCHEMA
                     + ": write the plan again with this pyd4j's `pyd4j plan --emit-plan`");
         }
         int version = doc.path("version").isIntegralNumber() ? doc.path("version").asInt(-1) : -1;
@@ -222,12 +227,17 @@ public final class PlanFile {
                 for (int k = 0; k < shape.length; k++) shape[k] = whole(n.get("shape").get(k), 1, Integer.MAX_VALUE, "node " + id + " shape", source);
             }
             long yBytes = n.has("y_bytes") ? whole(n.get("y_bytes"), 0, Long.MAX_VALUE, "node " + id + " y_bytes", source) : 0;
+            if (n.has("sliced") && !n.get("sliced").isBoolean()) throw bad(source, "node " + id + " sliced must be true or false");
+            boolean sliced = n.path("sliced").asBoolean(false);
+            if (sliced && !doc.path("schema").asText("").equals(String.valueOf(SCHEMA))) {
+                throw bad(source, "node " + id + " is sliced, which plan schema " + SCHEMA + " has and this file's does not");
+            }
             nodes.add(new Node(id, n.path("name").asText("node" + id), n.path("type").asText(),
                     d.hasNonNull("class") ? d.get("class").asText() : null,
                     d.has("layer") ? (int) whole(d.get("layer"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.layer", source) : -1,
                     d.hasNonNull("vertex") ? d.get("vertex").asText() : null,
                     d.has("input") ? (int) whole(d.get("input"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.input", source) : -1,
-                    inputs, yBytes, shape));
+                    inputs, yBytes, shape, sliced));
         }
         if (nodes.isEmpty()) throw bad(source, "has no nodes");
         if (!doc.path("records").isArray()) throw bad(source, "has no records array");

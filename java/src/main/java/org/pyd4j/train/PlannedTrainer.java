@@ -536,7 +536,7 @@ public final class PlannedTrainer implements AutoCloseable {
         stepStart();
         try {
             long t = System.nanoTime();
-            if (chunks > 1) {   // batch slices, each in its own working-memory scope
+            if (chunks > 1 || pn.sliced) {   // batch slices, each in its own working-memory scope
                 out = nodes.forwardInChunks(node, ins, mgr, chunks);
                 stats.chunkedSteps++;
             } else {
@@ -646,7 +646,7 @@ public final class PlannedTrainer implements AutoCloseable {
         double score = Double.NaN;
         int chunks = plan.records.get(at).chunks;
         long t = System.nanoTime();
-        if (chunks > 1 && !output) {   // batch slices, each in its own working-memory scope
+        if ((chunks > 1 || pn.sliced) && !output) {   // batch slices, each in its own working-memory scope
             grads = nodes.backwardInChunks(node, eps, bpMgr, chunks);
             stats.chunkedSteps++;
         } else {

@@ -1,0 +1,271 @@
+package org.pyd4j.train;
+
+import java.util.Map;
+
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.CNN2DFormat;
+import org.deeplearning4j.nn.gradient.DefaultGradient;
+import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.layers.BaseLayer;
+import org.deeplearning4j.nn.params.BatchNormalizationParamInitializer;
+import org.deeplearning4j.nn.workspace.ArrayType;
+import org.nd4j.common.primitives.Pair;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.memory.MemoryWorkspace;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.api.ops.impl.broadcast.BroadcastAddOp;
+import org.nd4j.linalg.api.ops.impl.broadcast.BroadcastMulOp;
+import org.nd4j.linalg.api.ops.impl.broadcast.BroadcastSubOp;
+import org.nd4j.linalg.factory.Nd4j;
+import org.nd4j.linalg.indexing.INDArrayIndex;
+import org.nd4j.linalg.indexing.NDArrayIndex;
+
+/**
+ * DL4J's BatchNormalization training step in slices of the batch, exactly: no step holds more than
+ * one slice's temporaries beside the whole input, output and their gradients.
+ *
+ * <p>The statistics span the batch, so each direction makes two passes over the slices:
+ * <ul>
+ *   <li>forward: the per-channel mean over every slice, then the biased variance (the sum of
+ *       squared deviations from that mean), both accumulated in double; then each slice normalized
+ *       with the whole batch's mean and standard deviation: {@code y = gamma (x - mean) / std + beta};</li>
+ *   <li>backward: the batch statistics again from the layer's input (nothing is kept from the
+ *       forward step), the per-channel sums of {@code dy} and {@code dy * xHat} over every slice, then
+ *       each slice's {@code dx = gamma / std * (dy - sum(dy) / m - xHat * sum(dy xHat) / m)} (m: the
+ *       values per channel in the batch); the parameter gradients and DL4J's running-statistics
+ *       "gradients" ({@code (1 - decay) (global - batch)}, or the log10 standard deviation's) written
+ *       into the layer's gradient views, as DL4J's own backprop writes them.</li>
+ * </ul>
+ * The result equals DL4J's whole-batch step up to the order of floating-point additions
+ * (tests/train/test_sliced_batch_norm.py holds both to a float64 reference). Supported: inputs of
+ * rank 2 and rank 4 (NCHW or NHWC), learned gamma and beta; {@link #problem} names the rest.
+ */
+final class SlicedBatchNorm {
+    static final String CLASS = "org.deeplearning4j.nn.layers.normalization.BatchNormalization";
+
+    private SlicedBatchNorm() {
+    }
+
+    static boolean handles(Layer layer) {
+        return layer != null && CLASS.equals(layer.getClass().getName());
+    }
+
+    private static org.deeplearning4j.nn.conf.layers.BatchNormalization conf(Layer layer) {
+        return (org.deeplearning4j.nn.conf.layers.BatchNormalization) layer.conf().getLayer();
+    }
+
+    /** Why the layer cannot run as a sliced batch normalization (null: it can). */
+    static String problem(Layer layer, String name) {
+        if (!handles(layer)) {
+            return "the plan runs " + name + " as a sliced batch normalization, but it is a "
+                    + (layer == null ? "vertex" : layer.getClass().getSimpleName());
+        }
+        if (conf(layer).isLockGammaBeta()) {
+            return "the plan runs " + name + " as a sliced batch normalization, which learns gamma and beta; "
+                    + "this one locks them (lockGammaBeta)";
+        }
+        if (LayerState.inputDropout(layer) != null) {
+            return "the plan runs " + name + " as a sliced batch normalization, but it has input dropout "
+                    + "(one mask drawn for the whole batch)";
+        }
+        return null;
+    }
+
+    /** The per-channel statistics of a batch: mean, biased variance and the values per channel. */
+    private static final class Stats {
+        final INDArray mean;   // [C], the layer's data type
+        final INDArray var;
+        final INDArray std;    // sqrt(var + eps)
+        final long m;
+
+        Stats(INDArray mean, INDArray var, INDArray std, long m) {
+            this.mean = mean;
+            this.var = var;
+            this.std = std;
+            this.m = m;
+        }
+    }
+
+    private static int channelDim(Layer layer, INDArray x) {
+        if (x.rank() == 2) return 1;
+        if (x.rank() != 4) {
+            throw new UnsupportedOperationException("a sliced batch normalization takes inputs of rank 2 or 4; "
+                    + "layer " + layer.conf().getLayer().getLayerName() + " has one of shape "
+                    + java.util.Arrays.toString(x.shape()));
+        }
+        return conf(layer).getCnn2DFormat() == CNN2DFormat.NCHW ? 1 : 3;
+    }
+
+    private static int[] otherDims(int rank, int ch) {
+        int[] out = new int[rank - 1];
+        for (int d = 0, k = 0; d < rank; d++) if (d != ch) out[k++] = d;
+        return out;
+    }
+
+    private static Stats stats(Layer layer, INDArray x, int ch, int chunks, StepWorkspaceMgr mgr, ArrayType scope) {
+        long n = x.size(0);
+        long step = ChunkedStep.rows(n, chunks);
+        int[] dims = otherDims(x.rank(), ch);
+        long c = x.size(ch);
+        long m = x.length() / c;
+        INDArray sum = outside(DataType.DOUBLE, c);
+        INDArray sq = outside(DataType.DOUBLE, c);
+        INDArray mean = outside(x.dataType(), c);
+        for (long a = 0; a < n; a += step) {
+            try (MemoryWorkspace ws = mgr.notifyScopeEntered(scope)) {
+                sum.addi(slice(x, a, Math.min(n, a + step)).castTo(DataType.DOUBLE).sum(dims));
+            }
+        }
+        INDArray mean64 = sum.div(m);
+        mean.assign(mean64);
+        for (long a = 0; a < n; a += step) {
+            try (MemoryWorkspace ws = mgr.notifyScopeEntered(scope)) {
+                INDArray d = slice(x, a, Math.min(n, a + step)).castTo(DataType.DOUBLE);
+                Nd4j.getExecutioner().exec(new BroadcastSubOp(d, mean64, d, ch));
+                sq.addi(d.muli(d).sum(dims));
+            }
+        }
+        INDArray var = outside(x.dataType(), c).assign(sq.div(m));
+        INDArray std = outside(x.dataType(), c).assign(org.nd4j.linalg.ops.transforms.Transforms.sqrt(
+                sq.div(m).addi(conf(layer).getEps()), false));
+        sum.close();
+        sq.close();
+        return new Stats(mean, var, std, m);
+    }
+
+    /** The forward (training) step on {@code x}, its whole input, in slices; returns the whole output. */
+    static INDArray forward(Layer layer, INDArray x, int chunks, StepWorkspaceMgr mgr) {
+        layer.setInput(x, mgr);   // the layer holds its whole input, as after DL4J's own forward step
+        int ch = channelDim(layer, x);
+        Stats s = stats(layer, x, ch, chunks, mgr, ArrayType.FF_WORKING_MEM);
+        INDArray gamma = layer.getParam(BatchNormalizationParamInitializer.GAMMA).reshape(s.mean.shape());
+        INDArray beta = layer.getParam(BatchNormalizationParamInitializer.BETA).reshape(s.mean.shape());
+        INDArray scale = gamma.div(s.std);   // gamma / std, per channel
+        long n = x.size(0);
+        long step = ChunkedStep.rows(n, chunks);
+        INDArray out = mgr.outside(x.dataType(), x.shape(), 'c');
+        try {
+            for (long a = 0; a < n; a += step) {
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.FF_WORKING_MEM)) {
+                    long b = Math.min(n, a + step);
+                    INDArray ys = slice(out, a, b);
+                    Nd4j.getExecutioner().exec(new BroadcastSubOp(slice(x, a, b), s.mean, ys, ch));
+                    Nd4j.getExecutioner().exec(new BroadcastMulOp(ys, scale, ys, ch));
+                    Nd4j.getExecutioner().exec(new BroadcastAddOp(ys, beta, ys, ch));
+                }
+            }
+        } finally {
+            close(scale, s.mean, s.var, s.std);
+        }
+        return out;
+    }
+
+    /**
+     * The backward step in slices: the gradient of the whole input, with the parameter gradients and
+     * the running-statistics updates in the layer's gradient views (the Gradient's entries, in DL4J's order).
+     */
+    static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr) {
+        INDArray x = layer.input();
+        int ch = channelDim(layer, x);
+        int[] dims = otherDims(x.rank(), ch);
+        Stats s = stats(layer, x, ch, chunks, mgr, ArrayType.BP_WORKING_MEM);
+        INDArray gamma = layer.getParam(BatchNormalizationParamInitializer.GAMMA).reshape(s.mean.shape());
+        long n = x.size(0);
+        long step = ChunkedStep.rows(n, chunks);
+        INDArray dBeta = outside(DataType.DOUBLE, s.mean.length());
+        INDArray dGamma = outside(DataType.DOUBLE, s.mean.length());
+        INDArray dx = mgr.outside(x.dataType(), x.shape(), 'c');
+        INDArray scale = null;
+        INDArray shift = null;
+        INDArray slope = null;
+        try {
+            for (long a = 0; a < n; a += step) {   // pass 1: sum(dy) and sum(dy * xHat) per channel
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+                    long b = Math.min(n, a + step);
+                    INDArray dy = slice(epsilon, a, b).castTo(DataType.DOUBLE);
+                    dBeta.addi(dy.sum(dims));
+                    dGamma.addi(normalized(slice(x, a, b), s, ch).castTo(DataType.DOUBLE).muli(dy).sum(dims));
+                }
+            }
+            scale = gamma.div(s.std);                                          // gamma / std
+            shift = dBeta.div(s.m).castTo(x.dataType());                       // sum(dy) / m
+            slope = dGamma.div(s.m).castTo(x.dataType());                      // sum(dy xHat) / m
+            for (long a = 0; a < n; a += step) {   // pass 2: each slice's input gradient
+                try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
+                    long b = Math.min(n, a + step);
+                    INDArray xHat = normalized(slice(x, a, b), s, ch);
+                    Nd4j.getExecutioner().exec(new BroadcastMulOp(xHat, slope, xHat, ch));   // xHat * slope
+                    INDArray ds = slice(dx, a, b);
+                    Nd4j.getExecutioner().exec(new BroadcastSubOp(slice(epsilon, a, b), shift, ds, ch));
+                    ds.subi(xHat);
+                    Nd4j.getExecutioner().exec(new BroadcastMulOp(ds, scale, ds, ch));
+                }
+            }
+            Gradient g = gradients(layer, s, dGamma, dBeta);
+            return new Pair<>(g, dx);
+        } finally {
+            close(dBeta, dGamma, scale, shift, slope, s.mean, s.var, s.std);
+        }
+    }
+
+    /** (x - mean) / std of one slice, in the current scope. */
+    private static INDArray normalized(INDArray xs, Stats s, int ch) {
+        INDArray h = Nd4j.getExecutioner().exec(new BroadcastSubOp(xs, s.mean, xs.ulike(), ch));
+        return Nd4j.getExecutioner().exec(new org.nd4j.linalg.api.ops.impl.broadcast.BroadcastDivOp(h, s.std, h, ch));
+    }
+
+    /** The layer's gradient views filled as DL4J's backprop fills them, in its order. */
+    @SuppressWarnings("unchecked")
+    private static Gradient gradients(Layer layer, Stats s, INDArray dGamma, INDArray dBeta) {
+        org.deeplearning4j.nn.conf.layers.BatchNormalization conf = conf(layer);
+        Map<String, INDArray> views = (Map<String, INDArray>) Reflect.get(layer, BaseLayer.class, "gradientViews");
+        double decay = conf.getDecay();
+        INDArray dGammaView = views.get(BatchNormalizationParamInitializer.GAMMA);
+        INDArray dBetaView = views.get(BatchNormalizationParamInitializer.BETA);
+        dGammaView.assign(dGamma.reshape(dGammaView.shape()));
+        dBetaView.assign(dBeta.reshape(dBetaView.shape()));
+        Gradient g = new DefaultGradient();
+        g.setGradientFor(BatchNormalizationParamInitializer.GAMMA, dGammaView);
+        g.setGradientFor(BatchNormalizationParamInitializer.BETA, dBetaView);
+        INDArray globalMean = layer.getParam(BatchNormalizationParamInitializer.GLOBAL_MEAN);
+        INDArray dMean = views.get(BatchNormalizationParamInitializer.GLOBAL_MEAN);
+        dMean.assign(globalMean.sub(s.mean.reshape(globalMean.shape())).muli(1 - decay));   // (1-d)(mean - batch mean)
+        g.setGradientFor(BatchNormalizationParamInitializer.GLOBAL_MEAN, dMean);
+        if (conf.isUseLogStd()) {
+            // log10(std[t]) - log10(std[t+1]), with var[t+1] = d var[t] + (1-d) batch var: as DL4J computes it
+            INDArray log10s = layer.getParam(BatchNormalizationParamInitializer.GLOBAL_LOG_STD);
+            INDArray view = views.get(BatchNormalizationParamInitializer.GLOBAL_LOG_STD);
+            INDArray vari = Nd4j.valueArrayOf(log10s.shape(), 10.0, globalMean.dataType());
+            org.nd4j.linalg.ops.transforms.Transforms.pow(vari, log10s, false);
+            vari.muli(vari);
+            INDArray next = vari.mul(decay).addi(s.var.reshape(vari.shape()).mul(1 - decay));
+            view.assign(org.nd4j.linalg.ops.transforms.Transforms.log(vari.divi(next), false)
+                    .muli(1.0 / (2.0 * Math.log(10.0))));
+            g.setGradientFor(BatchNormalizationParamInitializer.GLOBAL_LOG_STD, view);
+        } else {
+            INDArray globalVar = layer.getParam(BatchNormalizationParamInitializer.GLOBAL_VAR);
+            INDArray dVar = views.get(BatchNormalizationParamInitializer.GLOBAL_VAR);
+            dVar.assign(globalVar.sub(s.var.reshape(globalVar.shape())).muli(1 - decay));
+            g.setGradientFor(BatchNormalizationParamInitializer.GLOBAL_VAR, dVar);
+        }
+        return g;
+    }
+
+    /** Rows [a, b) of the first dimension (a view). */
+    private static INDArray slice(INDArray arr, long a, long b) {
+        INDArrayIndex[] idx = new INDArrayIndex[arr.rank()];
+        idx[0] = NDArrayIndex.interval(a, b);
+        for (int d = 1; d < idx.length; d++) idx[d] = NDArrayIndex.all();
+        return arr.get(idx);
+    }
+
+    private static INDArray outside(DataType type, long length) {
+        try (MemoryWorkspace ws = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
+            return Nd4j.zeros(type, length);
+        }
+    }
+
+    private static void close(INDArray... arrays) {
+        for (INDArray a : arrays) if (a != null && !a.isView() && !a.wasClosed() && a.closeable()) a.close();
+    }
+}
