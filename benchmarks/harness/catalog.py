@@ -39,6 +39,7 @@ CATALOG: dict[str, Benchmark] = {
     "lstm_steps": Benchmark("LSTM working memory glibc keeps, against the memory model", "30 min", "lstm_steps.json"),
     "malloc_env": Benchmark("one glibc malloc setting's effect on fit(): memory and speed", "20 min", "malloc_arenas.json"),
     "memory_model": Benchmark("`pyd4j estimate` against fit()'s measured peak, examples and zoo", "2 h", "memory_model.json"),
+    "network_generator": Benchmark("1,000 generated DL4J networks: planned, or refused by name, and exact against fit()", "1 h", "network_generator.json"),
     "plan_speed": Benchmark("`pyd4j plan` end to end and every policy on 10,000+ layers", "5 min", "plan_speed.json"),
     "planned_training": Benchmark("planned training against fit(): peak, speed, largest batch in a cgroup", "2 h", "planned_training.json"),
     "prefetch": Benchmark("Python-fed training with async prefetch against an in-JVM iterator", "5 min", "prefetch.json"),

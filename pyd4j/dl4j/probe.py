@@ -16,7 +16,12 @@ from typing import Any, Callable, Sequence
 
 from pyd4j.dl4j.config import build_network
 from pyd4j.jvm import java_errors
+from pyd4j.jvm.errors import JavaIllegalArgumentError
 from pyd4j.output import stdout_to_stderr
+from pyd4j.sched.graph import GraphError
+
+# LayerProbe's words for a network DL4J's own forward pass refuses at the planned shapes (the layer named)
+FORWARD_FAILS = "DL4J's forward pass of this network fails at"
 
 Probe = Callable[[Sequence[tuple[int, ...]]], dict[str, dict[str, Any]]]
 
@@ -28,8 +33,13 @@ def describe(net: Any, inputs: Sequence[tuple[int, ...]]) -> dict[str, dict[str,
     import jpype  # noqa: PLC0415
 
     probe = jpype.JClass("org.pyd4j.train.LayerProbe")
-    with java_errors(), stdout_to_stderr():
-        return json.loads(str(probe.describe(net, *[jpype.JArray(jpype.JLong)([int(d) for d in s]) for s in inputs])))
+    try:
+        with java_errors(), stdout_to_stderr():
+            return json.loads(str(probe.describe(net, *[jpype.JArray(jpype.JLong)([int(d) for d in s]) for s in inputs])))
+    except JavaIllegalArgumentError as err:
+        if FORWARD_FAILS not in str(err):
+            raise
+        raise GraphError(str(err).split(": ", 1)[-1]) from None   # names the layer and the reason
 
 
 def of_network(net: Any) -> Probe:

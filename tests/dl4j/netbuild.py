@@ -234,7 +234,11 @@ def configuration(spec: Spec, dtype: str | None = None) -> Any:
         else:
             gb = gb.addLayer(s["name"], layer(s), *s["inputs"])
     gb = gb.setOutputs(*spec["outputs"]).setInputTypes(*[input_type(s) for s in spec["inputs"]])
-    return gb.build()
+    conf = gb.build()
+    for s in spec["layers"]:   # the graph builder sets an embedding's nIn to its input's width: its vocabulary again
+        if s["class"] in ("EmbeddingLayer", "EmbeddingSequenceLayer"):
+            conf.getVertices().get(s["name"]).getLayerConf().getLayer().setNIn(int(s["nIn"]))
+    return conf
 
 
 def network(conf: Any) -> Any:

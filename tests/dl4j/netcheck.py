@@ -59,6 +59,15 @@ def names(spec: Spec) -> list[str]:
     return [s["name"] for s in spec["layers"]] + [f"in{k}" for k in range(len(spec["inputs"]))]
 
 
+class JarChanged(RuntimeError):
+    """The helper jar was rebuilt while this JVM ran (classes of two builds met): not an outcome of the
+    network; rebuild (`make setup`) and run again."""
+
+
+LINKAGE = ("IllegalAccessError", "NoClassDefFoundError", "NoSuchMethodError", "NoSuchFieldError",
+           "IncompatibleClassChangeError", "AbstractMethodError")
+
+
 def classify(err: BaseException, spec: Spec, stage: str) -> Outcome:
     """A refusal that names a layer or vertex and the reason, or a failure (with its traceback)."""
     from pyd4j.dl4j.config import ConfigurationError
@@ -66,6 +75,8 @@ def classify(err: BaseException, spec: Spec, stage: str) -> Outcome:
 
     text = str(err)
     java = getattr(err, "java_class", "") or ""
+    if java.rsplit(".", 1)[-1] in LINKAGE and "org.pyd4j" in text:
+        raise JarChanged(f"{stage}: {text}") from err
     refusal = isinstance(err, (GraphError, ConfigurationError)) or java.endswith("PlanRefusedException")
     named = any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text) for n in names(spec))
     if refusal and named:

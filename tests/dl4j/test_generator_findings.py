@@ -170,3 +170,28 @@ def test_a_layer_dropping_its_input_in_place_as_dl4j_lets_it(jvm, kind: str) -> 
     s = {"kind": kind, **BASE, "batch": 6, "inputs": [{"kind": "ff", "size": 4}], "layers": layers,
          "labels": [["ff", 2]], **({"outputs": ["out"]} if kind == "graph" else {})}
     exact(s)
+
+
+def test_lrn_with_input_dropout_runs_in_batch_chunks(jvm) -> None:
+    """The trainer refused a plan that slices an LRN with an input dropout setting ("fit() draws one mask
+    for the whole batch"): LRN draws none. The smallest plan slices it, within DL4J's float32 error."""
+    s = spec([{"class": "ConvolutionLayer", "nOut": 6, "act": "RELU", "kernel": [1, 1], "stride": [1, 1],
+               "padding": [0, 0], "mode": "Truncate"},
+              {"class": "LocalResponseNormalization", "dropOut": 0.5},
+              {"class": "OutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+             [{"kind": "cnn", "channels": 2, "height": 3, "width": 3}], [["ff", 2]], batch=4)
+    outcome = check(s, ("smallest",))
+    assert outcome.status == "exact" and outcome.chunked == ["smallest"], outcome.report(s)
+
+
+def test_a_layer_dl4j_cannot_run_at_the_planned_shape_is_named(jvm) -> None:
+    """Under truncated BPTT a plan is made for one segment: here 1 step, which the cropping leaves empty.
+    The probe's forward pass failed with DL4J's bare words ("Indexes shouldn't be empty"); the refusal now
+    names the layer DL4J fails at and the shape."""
+    s = spec([{"class": "LSTM", "nOut": 2, "act": "TANH"}, {"class": "Cropping1D", "cropping": [0, 1]},
+              {"class": "LSTM", "nOut": 2, "act": "TANH"},
+              {"class": "RnnOutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+             RNN_IN, [["rnn", 2, 3]], tbptt=1)
+    outcome = check(s)
+    assert outcome.status == "refused" and outcome.stage == "plan", outcome.report(s)
+    assert "fails at 'layer" in outcome.detail and "[3, 3, 1]" in outcome.detail, outcome.detail

@@ -62,7 +62,7 @@ public final class LayerProbe {
 
     private static void multiLayer(MultiLayerNetwork net, INDArray features, StringBuilder sb) {
         if (net.getFlattenedGradients() == null) net.initGradientsView();   // as fit() does: backprop writes there
-        List<INDArray> acts = net.feedForward(features, true);   // input, then each layer's output
+        List<INDArray> acts = forward(net, features);   // input, then each layer's output
         Layer[] layers = net.getLayers();
         for (int i = 0; i < layers.length; i++) {
             String name = layers[i].conf().getLayer().getLayerName();
@@ -81,7 +81,7 @@ public final class LayerProbe {
 
     private static void graph(ComputationGraph net, INDArray[] features, StringBuilder sb) {
         if (net.getFlattenedGradients() == null) net.initGradientsView();
-        Map<String, INDArray> acts = net.feedForward(features, true, false);
+        Map<String, INDArray> acts = forward(net, features);
         for (GraphVertex v : net.getVertices()) {
             if (v.isInputVertex()) continue;
             boolean opaque = v.hasLayer() ? LayerState.opaque(v.getLayer())
@@ -96,6 +96,55 @@ public final class LayerProbe {
             entry(sb, v.getVertexName(), acts.get(v.getVertexName()), v.numParams(), opaque, measured);
         }
         net.clearLayersStates();
+    }
+
+    /** DL4J's training-mode forward pass; where it fails, an IllegalArgumentException naming the first layer
+     *  it fails at (each prefix of the network run again to find it) and the features' shape. */
+    private static List<INDArray> forward(MultiLayerNetwork net, INDArray features) {
+        try {
+            return net.feedForward(features, true);
+        } catch (RuntimeException e) {
+            for (int i = 0; i < net.getnLayers(); i++) {
+                try {
+                    net.feedForwardToLayer(i, features, true);
+                } catch (RuntimeException at) {
+                    org.deeplearning4j.nn.conf.layers.Layer conf = net.getLayerWiseConfigurations().getConf(i).getLayer();
+                    String name = conf.getLayerName() == null ? "layer" + i : conf.getLayerName();
+                    throw failedAt(name, conf.getClass().getSimpleName(), features, at);
+                } finally {
+                    net.clear();
+                }
+            }
+            throw e;
+        }
+    }
+
+    private static Map<String, INDArray> forward(ComputationGraph net, INDArray[] features) {
+        try {
+            return net.feedForward(features, true, false);
+        } catch (RuntimeException e) {
+            for (int i : net.topologicalSortOrder()) {
+                GraphVertex v = net.getVertices()[i];
+                if (v.isInputVertex()) continue;
+                try {
+                    net.feedForward(features, i, true);
+                } catch (RuntimeException at) {
+                    String kind = v.hasLayer() ? v.getLayer().conf().getLayer().getClass().getSimpleName()
+                            : v.getClass().getSimpleName();
+                    throw failedAt(v.getVertexName(), kind, features[0], at);
+                } finally {
+                    net.clearLayersStates();
+                }
+            }
+            throw e;
+        }
+    }
+
+    private static IllegalArgumentException failedAt(String name, String kind, INDArray features, RuntimeException e) {
+        return new IllegalArgumentException("DL4J's forward pass of this network fails at '" + name + "' (" + kind
+                + ") on features of shape " + java.util.Arrays.toString(features.shape()) + ": " + e.getMessage()
+                + "; a plan is made for the batch and input shape DL4J's fit() trains on (under truncated BPTT one "
+                + "segment of tbpttFwdLength steps): give an input shape every layer takes", e);
     }
 
     private static void entry(StringBuilder sb, String name, INDArray y, long params, boolean opaque, String measured) {
