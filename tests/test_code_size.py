@@ -43,7 +43,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/profile/launch.py::profile_job": 126,
     "pyd4j/profile/report.py": 750,
     "pyd4j/profile/speed.py": 548,
-    "pyd4j/profile/tune.py::tune_job": 121,
     "pyd4j/sched/deps.py": 546,
     "pyd4j/sched/deps.py::_apply": 129,
     "pyd4j/sched/dtr.py::plan_dtr": 124,

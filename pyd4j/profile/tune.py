@@ -17,7 +17,7 @@ refused before any recommendation (1).
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -115,35 +115,14 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
         doc["window"] = None
         doc["notes"].append(f"--window {window.text()} is not applied to a spark-submit job: its executors are "
                             f"processes of the cluster, which the agent cannot end cleanly; each run is the whole job")
-
-    def windowed(name: str) -> RunWindow | None:
-        """The window of one run: the first runs' own; a re-run measures at least the first run's iterations."""
-        if doc["window"] is None or (verify_full and name.startswith("after")):
-            return None
-        least = first["iterations"] if name.startswith("after") and first.get("stopped_as_asked") else 0
-        return RunWindow(window, "memory", min_iterations=least)
-
-    def run(name: str, extra: list[str] = (), plan: str | None = None, spark_conf: dict | None = None) -> JobRun:
-        try:
-            return profile_job(argv, out / name, interval_ms=interval_ms, extra_jvm_options=list(extra),
-                               drop_memory_flags=bool(extra or spark_conf), on_sample=on_sample, timeout_s=timeout_s,
-                               plan=plan, describe=planned and name == "before", spark_conf=spark_conf,
-                               window=windowed(name))
-        except Stopped as err:
-            side = "before" if name.startswith("before") else "after"
-            if side == "after":
-                doc["verified"] = False
-            _stopped(err, out, doc, side)
-            raise
-
-    first: dict = {}
-    before = run("before")
-    first = side_of(before, spark)
+    runs = _Runs(argv, out, doc, interval_ms, on_sample, timeout_s, planned, window if doc["window"] else None, verify_full)
+    before = runs.run("before")
+    first = runs.first = side_of(before, spark)
     failure = untunable(before, first)
     if failure:
         raise JobFailedError(failure, {"out_dir": str(out), "before": first, "outcome": "error", "exit_code": EXIT_ERROR})
     if spark:
-        return _tune_spark(argv, out, doc, before, first, run, headroom, verify, repeat)
+        return _tune_spark(argv, out, doc, before, first, runs.run, headroom, verify, repeat)
     before_findings = diagnose(before.timeline)
     need = measured_need(before.timeline, before_findings)
     flagset = keep_unshown_limits(flags_for(need, before.timeline.name, total, headroom), before.timeline, before_findings)
@@ -153,14 +132,59 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
                 + window_notes(first)})
     if not verify:
         return recommended_only(doc, out, first)
+    if planned:  # same flags, the job's network under a plan
+        doc["plan"] = _plan_job(before, plan_policy, out / "plan.json")
+    return _verify(command, runs, before, need, flagset, total, headroom, repeat)
+
+
+@dataclass
+class _Runs:
+    """The runs of one tune: where each goes, its window, and the partial document if one is stopped."""
+
+    argv: list[str]
+    out: Path
+    doc: dict
+    interval_ms: int
+    on_sample: Callable[[dict], None] | None
+    timeout_s: float | None
+    planned: bool
+    window: WindowSpec | None
+    verify_full: bool
+    first: dict = field(default_factory=dict)
+
+    def windowed(self, name: str) -> RunWindow | None:
+        """The window of one run: the first runs' own; a re-run measures at least the first run's iterations."""
+        if self.window is None or (self.verify_full and name.startswith("after")):
+            return None
+        least = self.first["iterations"] if name.startswith("after") and self.first.get("stopped_as_asked") else 0
+        return RunWindow(self.window, "memory", min_iterations=least)
+
+    def run(self, name: str, extra: list[str] = (), plan: str | None = None, spark_conf: dict | None = None) -> JobRun:
+        try:
+            return profile_job(self.argv, self.out / name, interval_ms=self.interval_ms, extra_jvm_options=list(extra),
+                               drop_memory_flags=bool(extra or spark_conf), on_sample=self.on_sample,
+                               timeout_s=self.timeout_s, plan=plan, describe=self.planned and name == "before",
+                               spark_conf=spark_conf, window=self.windowed(name))
+        except Stopped as err:
+            side = "before" if name.startswith("before") else "after"
+            if side == "after":
+                self.doc["verified"] = False
+            _stopped(err, self.out, self.doc, side)
+            raise
+
+
+def _verify(command: JobCommand, runs: _Runs, before: JobRun, need, flagset, total, headroom: float,
+            repeat: int) -> dict:
+    """The re-runs: with the recommended flags (again from the numbers a failure at a limit the tune set
+    names, MAX_RERUNS at most), or the job's own flags under the plan; then the outcome."""
+    doc, first, planned = runs.doc, runs.first, runs.planned
+    before_findings = diagnose(before.timeline)
+    before_notes = list(flagset.notes) + window_notes(first)   # said again with the final recommendation
 
     def run_after(name: str) -> JobRun:
         """The re-run: the job's own flags under the plan, or the recommended flags."""
-        return run(name, plan=doc["plan"]["path"]) if planned else run(name, flagset.args())
+        return runs.run(name, plan=doc["plan"]["path"]) if planned else runs.run(name, flagset.args())
 
-    before_notes = list(flagset.notes) + window_notes(first)   # said again with the final recommendation
-    if planned:  # same flags, the job's network under a plan
-        doc["plan"] = _plan_job(before, plan_policy, out / "plan.json")
     attempts = []
     doc["max_reruns"] = 1 if planned else MAX_RERUNS
     for attempt in range(doc["max_reruns"]):
@@ -181,8 +205,7 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
             break
         # the re-run failed at a limit this tune set: read the numbers its error names, recommend again
         refusals = limit_refusals(after.timeline)
-        after_findings = diagnose(after.timeline)
-        need = larger(need, measured_need(after.timeline, after_findings))
+        need = larger(need, measured_need(after.timeline, diagnose(after.timeline)))
         flagset = keep_unshown_limits(flags_for(need, before.timeline.name, total, headroom), before.timeline,
                                       before_findings)
         doc["rerecommended_after"] = [r.text for r in refusals] or [failure["said"]]
@@ -199,7 +222,7 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
                          f"line sets a smaller -Xmx would refuse to start; set it where the job's JVM is started"
                          for arg in flagset.args() if arg not in passed]
         doc["notes"] += flags_not_taken(after, passed)
-    return _conclude(doc, out, first, attempts, repeat, lambda name: side_of(run(name)),
+    return _conclude(doc, runs.out, first, attempts, repeat, lambda name: side_of(runs.run(name)),
                      lambda name: side_of(run_after(name)))
 
 
