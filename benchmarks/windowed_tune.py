@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from harness import RESULTS, Recorder
+from harness.record import short_commit
 from harness.speedjobs import FIXTURES_JAR
 from pyd4j.jvm.classpath import classpath
 from pyd4j.profile.command import JavaCommand
@@ -199,6 +200,7 @@ def main() -> None:
     def record(row: dict) -> None:
         with lock:
             row["when"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            row["commit"] = short_commit()
             row["load_average"] = [round(x, 2) for x in os.getloadavg()]
             rows.append(row)
             again = {(r["job"], r["item"]) for r in rows}
