@@ -36,7 +36,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/dl4j/builder.py::layer": 93,
     "pyd4j/dl4j/layer_rules.py::opaque_shape": 106,
     "pyd4j/memory/estimate.py": 538,
-    "pyd4j/memory/flags.py": 800,
     "pyd4j/profile/diagnose.py": 961,
     "pyd4j/profile/diagnose.py::_oom": 82,
     "pyd4j/profile/launch.py": 579,
