@@ -41,7 +41,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/profile/launch.py": 579,
     "pyd4j/profile/launch.py::profile_job": 126,
     "pyd4j/profile/report.py": 750,
-    "pyd4j/profile/speed.py": 548,
     "pyd4j/sched/deps.py": 546,
     "pyd4j/sched/deps.py::_apply": 129,
     "pyd4j/sched/dtr.py::plan_dtr": 124,
