@@ -38,8 +38,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/memory/estimate.py": 538,
     "pyd4j/profile/diagnose.py": 961,
     "pyd4j/profile/diagnose.py::_oom": 82,
-    "pyd4j/profile/launch.py": 579,
-    "pyd4j/profile/launch.py::profile_job": 126,
     "pyd4j/profile/report.py": 750,
     "pyd4j/sched/deps.py": 546,
     "pyd4j/sched/deps.py::_apply": 129,

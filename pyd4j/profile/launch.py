@@ -7,10 +7,8 @@ pyd4j.profile.command), and each JVM writes its own timeline `jvm-<pid>.jsonl` (
 pyd4j.profile.jvms for who is who).
 
 Two ways for the agents to send their lines: straight into their files (default, survives
-anything), or a loopback socket that this process listens on, where the first line of each
-connection must carry a random token handed to the job in its environment (PYD4J_AGENT_TOKEN), so
-no other local process can inject samples; connections are served concurrently, so a silent one
-holds up no agent.
+anything), or a loopback socket that this process listens on, with a token
+(pyd4j.profile.agent_stream).
 
 The job runs in its own session (process group) with a marker in its environment; at its end, at
 its measurement window, on a timeout, on Ctrl-C/SIGTERM or on any error here, whatever it started
@@ -20,13 +18,11 @@ process is gone (even after SIGKILL). A run with a window (pyd4j.profile.window)
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -37,6 +33,7 @@ from typing import Callable
 
 from pyd4j.jvm.classpath import HELPER_JAR, ClasspathError
 from pyd4j.memory.machine import cgroup_limit_bytes
+from pyd4j.profile.agent_stream import SocketReceiver as _SocketReceiver, os_error as _os_error
 from pyd4j.profile.command import TOOL_OPTIONS, JobCommand, JobCommandError
 from pyd4j.profile.jvms import LANE_PATTERN, LANE_PREFIX, LANE_SUFFIX
 from pyd4j.profile.processes import GRACE_S, RUN_MARKER, ProcessTree, kill_tree, new_marker  # noqa: F401 (kill_tree: the one way)
@@ -45,9 +42,6 @@ from pyd4j.profile.timeline import RUN_META, Timeline, share_meta
 from pyd4j.profile.window import AFTER_WINDOW_GRACE_S, RunWindow
 
 DEFAULT_INTERVAL_MS = 100
-# How long a connection to the socket receiver may take to send its hello line before it is
-# dropped.
-HELLO_TIMEOUT_S = 5.0
 _AGENT_WRITE_FAILED = re.compile(r"\[pyd4j agent\] could not write the timeline of pid (\d+) \((.*?)\) at (\d+) ms")
 
 
@@ -150,167 +144,6 @@ class JobRun:
         return stopped_as_asked(self.stopped_by)
 
 
-# -- the agents' streams -------------------------------------------------------------------------
-
-class _SocketReceiver(threading.Thread):
-    """Accepts agent connections on loopback, each served on its own thread: a connection whose
-    first line carries the token has its lines appended to `jvm-<pid>.jsonl`; any other (wrong
-    token, garbage, silent past HELLO_TIMEOUT_S) is dropped without holding up the others."""
-
-    def __init__(self, run_dir: Path, token: str) -> None:
-        super().__init__(name="pyd4j-agent-receiver", daemon=True)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.2)
-        self.port = self.server.getsockname()[1]
-        self.run_dir = run_dir
-        self.token = token
-        self.rejected = 0
-        self.streams: list[Path] = []
-        self.write_errors: list[dict] = []
-        self.stop = threading.Event()
-        self._handlers: list[threading.Thread] = []
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                try:
-                    conn, _ = self.server.accept()
-                except OSError:
-                    continue
-                with self._lock:
-                    self._open.add(conn)
-                handler = threading.Thread(target=self._serve, args=(conn,), name="pyd4j-agent-stream", daemon=True)
-                self._handlers.append(handler)
-                handler.start()
-        finally:
-            self.server.close()
-
-    def close(self, timeout_s: float = HELLO_TIMEOUT_S + 2) -> None:
-        """Stop accepting; let open streams finish (their JVMs are gone by now), then cut them."""
-        self.stop.set()
-        self.join(timeout=timeout_s)
-        deadline = time.monotonic() + timeout_s
-        for h in list(self._handlers):
-            h.join(timeout=max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            for conn in self._open:
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        for h in list(self._handlers):
-            h.join(timeout=2)
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            with conn:
-                hello = self._hello(conn)
-                if hello is None:
-                    with self._lock:
-                        self.rejected += 1  # a local process without the token: drop it
-                    return
-                pid, rest = hello
-                path = self.run_dir / f"{LANE_PREFIX}{pid}{LANE_SUFFIX}"
-                with self._lock:
-                    n = 2
-                    while path in self.streams or path.exists():
-                        path = self.run_dir / f"{LANE_PREFIX}{pid}-{n}{LANE_SUFFIX}"
-                        n += 1
-                    self.streams.append(path)
-                conn.settimeout(None)
-                _copy_stream(conn, rest, path, pid, self.write_errors, self._lock)
-        finally:
-            with self._lock:
-                self._open.discard(conn)
-
-    def _hello(self, conn: socket.socket) -> tuple[int | str, bytes] | None:
-        """Read the first line within HELLO_TIMEOUT_S; (the agent's pid, the bytes after the line)
-        if it carries the token."""
-        deadline = time.monotonic() + HELLO_TIMEOUT_S
-        data = b""
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0 or len(data) > 4096:
-                return None
-            conn.settimeout(min(left, 0.5))
-            try:
-                chunk = conn.recv(4096)
-            except socket.timeout:
-                if self.stop.is_set():
-                    return None  # the run is over: no agent is still to say hello
-                continue
-            except OSError:
-                return None
-            if not chunk:
-                return None
-            data += chunk
-        first, rest = data.split(b"\n", 1)
-        try:
-            hello = json.loads(first)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
-        if not isinstance(hello, dict) or hello.get("type") != "hello" \
-                or not secrets.compare_digest(str(hello.get("token", "")).encode(), self.token.encode()):
-            return None
-        pid = hello.get("pid")
-        return (int(pid) if isinstance(pid, int) else "unknown"), rest
-
-
-def _copy_stream(conn: socket.socket, rest: bytes, path: Path, pid, errors: list[dict], lock: threading.Lock) -> None:
-    """Append an agent's stream to its file. When a write fails (disk full), the lines from then on
-    are counted, not written, and the stream is still read to its end, so the job is never held up."""
-    failure: dict | None = None
-    out = None
-    for chunk in _chunks(conn, rest):
-        if failure is None:
-            try:
-                out = out or _open_lane(path)
-                out.write(chunk)
-                out.flush()
-                continue
-            except OSError as err:
-                failure = {"pid": pid, "file": path.name, "error": _os_error(err),
-                           "errno": errno.errorcode.get(err.errno or 0, ""), "lost_lines": 0, "lost_bytes": 0,
-                           "from_t_ms": _first_t(chunk)}
-                with lock:
-                    errors.append(failure)
-        failure["lost_lines"] += chunk.count(b"\n")
-        failure["lost_bytes"] += len(chunk)
-    if out is not None:
-        try:
-            out.close()
-        except OSError:
-            pass
-
-
-def _open_lane(path: Path):
-    return path.open("ab")
-
-
-def _os_error(err: OSError) -> str:
-    return os.strerror(err.errno) if err.errno else str(err)
-
-
-def _chunks(conn: socket.socket, first: bytes):
-    if first:
-        yield first
-    while True:
-        try:
-            chunk = conn.recv(1 << 16)
-        except OSError:
-            return
-        if not chunk:
-            return
-        yield chunk
-
-
-def _first_t(chunk: bytes) -> int | None:
-    match = re.search(rb'"t":(\d+)', chunk)
-    return int(match.group(1)) if match else None
-
-
 class _LaneTail:
     """Follows every `jvm-*.jsonl` of the run directory as it grows: a new JVM's start line goes to
     `on_jvm`, each sample (with its JVM's "pid" added) to `on_sample`."""
@@ -398,7 +231,87 @@ def profile_job(
     check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = run_dir.resolve()
-    receiver = None
+    stop_file = run_dir / "window.stop"
+    agent, env, receiver, marker = _agent_and_env(run_dir, interval_ms, transport, hooks, plan, describe, env_changes,
+                                                  window.agent_options(stop_file) if window is not None else [])
+    full, env = command.launch(agent, extra_jvm_options, drop_memory_flags=drop_memory_flags, env=env,
+                               spark_conf=spark_conf)
+    meta = {
+        "command": full, "user_command": list(argv), "launcher": command.kind, "title": command.title,
+        "interval_ms": interval_ms, "transport": transport, "started": time.time(),
+        "cgroup_limit_bytes": cgroup_limit_bytes(), "extra_jvm_options": list(extra_jvm_options),
+        "java_tool_options": env.get(TOOL_OPTIONS, ""), "spark_conf": dict(spark_conf or {}),
+        "env_changes": dict(env_changes or {}), "returncode": None, "interrupted": False, "stopped_by": None,
+    }
+    _write_meta(run_dir, meta)
+    started = time.monotonic()
+    proc, stdout, stderr = _start(full, env, run_dir, echo_output, receiver)
+    tree = ProcessTree(proc, marker)
+    pumps = []
+    if echo_output:
+        pumps.append(threading.Thread(target=_tee, args=(proc.stdout, stdout), daemon=True))
+        pumps[-1].start()
+    stopped: Stopped | None = None
+    stopped_by = None
+    try:
+        stopped_by = _watch(proc, _LaneTail(run_dir, tree, on_sample, on_jvm), tree, timeout_s, started,
+                            _WindowWatch(window, run_dir, stop_file) if window is not None else None)
+    except KeyboardInterrupt as err:
+        stopped = err if isinstance(err, Stopped) else Stopped(signal.SIGINT)
+        stopped_by = stopped.name
+    finally:
+        root_done, left, still, signum = _end(proc, tree, pumps, (stdout, stderr), receiver)
+        if signum is not None and stopped is None:
+            stopped = Stopped(signum)
+            stopped_by = stopped_by or stopped.name
+        # one figure for how the job ended: 128 + N for a signal, as a shell says it (and the signal itself)
+        meta.update(returncode=exit_status(proc.returncode), interrupted=stopped_by is not None, stopped_by=stopped_by,
+                    signal=-proc.returncode if proc.returncode is not None and proc.returncode < 0 else None,
+                    wall_s=time.monotonic() - started, ended=time.time(),
+                    ended_after_exit=left if root_done else [], left_running=still,
+                    window=window.record() if window is not None else None)
+    return _finished(run_dir, full, meta, receiver, stopped)
+
+
+def _end(proc: subprocess.Popen, tree: ProcessTree, pumps: list[threading.Thread], logs: tuple,
+         receiver: _SocketReceiver | None) -> tuple[bool, list[dict], list[dict], int | None]:
+    """End the job's processes and close its streams, a stop signal held meanwhile (it must not cut that
+    short): (the root had exited, what was still running then, what is left now, the signal held)."""
+    with held_signals() as held:
+        root_done = proc.poll() is not None
+        left = tree.end()
+        still = tree.left_running()
+        for pump in pumps:
+            pump.join(timeout=5)
+        for log in logs:
+            log.close()
+        if receiver is not None:
+            receiver.close()
+    return root_done, left, still, held.signum
+
+
+def _start(full: list[str], env: dict[str, str], run_dir: Path, echo_output: bool,
+           receiver: _SocketReceiver | None) -> tuple[subprocess.Popen, object, object]:
+    """The job started in a session of its own, its output into the run directory: (process, stdout, stderr)."""
+    stdout = (run_dir / "stdout.log").open("wb")
+    stderr = (run_dir / "stderr.log").open("wb")
+    try:
+        proc = subprocess.Popen(full, stdout=subprocess.PIPE if echo_output else stdout, stderr=stderr,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    except OSError as err:
+        stdout.close()
+        stderr.close()
+        if receiver is not None:
+            receiver.close(timeout_s=1)
+        raise JobCommandError(f"could not start {full[0]!r}: {err.strerror or err}") from None
+    return proc, stdout, stderr
+
+
+def _agent_and_env(run_dir: Path, interval_ms: int, transport: str, hooks: bool, plan, describe: bool,
+                   env_changes: dict[str, str | None] | None, extra: list[str]
+                   ) -> tuple[str, dict[str, str], _SocketReceiver | None, str]:
+    """The agent option, the job's environment (its changes, the run's marker, the socket's token), the
+    socket receiver when the lines stream over one, and the marker."""
     env = dict(os.environ)
     for name, value in (env_changes or {}).items():
         if value is None:
@@ -407,8 +320,7 @@ def profile_job(
             env[name] = value
     marker = new_marker()
     env[RUN_MARKER] = marker
-    stop_file = run_dir / "window.stop"
-    extra = window.agent_options(stop_file) if window is not None else []
+    receiver = None
     if transport == "socket":
         token = secrets.token_hex(16)
         receiver = _SocketReceiver(run_dir, token)
@@ -421,67 +333,19 @@ def profile_job(
                              describe=describe, extra=extra)
     else:
         raise ValueError(f"transport {transport!r}: use 'file' or 'socket'")
-    full, env = command.launch(agent, extra_jvm_options, drop_memory_flags=drop_memory_flags, env=env,
-                               spark_conf=spark_conf)
-    meta = {
-        "command": full, "user_command": list(argv), "launcher": command.kind, "title": command.title,
-        "interval_ms": interval_ms, "transport": transport, "started": time.time(),
-        "cgroup_limit_bytes": cgroup_limit_bytes(), "extra_jvm_options": list(extra_jvm_options),
-        "java_tool_options": env.get(TOOL_OPTIONS, ""), "spark_conf": dict(spark_conf or {}), "env_changes": dict(env_changes or {}), "returncode": None, "interrupted": False, "stopped_by": None,
-    }
-    _write_meta(run_dir, meta)
-    stdout = (run_dir / "stdout.log").open("wb")
-    stderr = (run_dir / "stderr.log").open("wb")
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(full, stdout=subprocess.PIPE if echo_output else stdout, stderr=stderr,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    except OSError as err:
-        stdout.close()
-        stderr.close()
-        if receiver is not None:
-            receiver.close(timeout_s=1)
-        raise JobCommandError(f"could not start {full[0]!r}: {err.strerror or err}") from None
-    tree = ProcessTree(proc, marker)
-    pumps = []
-    if echo_output:
-        pumps.append(threading.Thread(target=_tee, args=(proc.stdout, stdout), daemon=True))
-        pumps[-1].start()
-    stopped: Stopped | None = None
-    stopped_by = None
-    left: list[dict] = []
-    try:
-        stopped_by = _watch(proc, _LaneTail(run_dir, tree, on_sample, on_jvm), tree, timeout_s, started,
-                            _WindowWatch(window, run_dir, stop_file) if window is not None else None)
-    except KeyboardInterrupt as err:
-        stopped = err if isinstance(err, Stopped) else Stopped(signal.SIGINT)
-        stopped_by = stopped.name
-    finally:
-        with held_signals() as held:   # a signal now must not cut the ending of the job's processes short
-            root_done = proc.poll() is not None
-            left = tree.end()
-            still = tree.left_running()
-            for pump in pumps:
-                pump.join(timeout=5)
-            stdout.close()
-            stderr.close()
-            if receiver is not None:
-                receiver.close()
-        if held.signum is not None and stopped is None:
-            stopped = Stopped(held.signum)
-            stopped_by = stopped_by or stopped.name
-        # one figure for how the job ended: 128 + N for a signal, as a shell says it (and the signal itself)
-        meta.update(returncode=exit_status(proc.returncode), interrupted=stopped_by is not None, stopped_by=stopped_by,
-                    signal=-proc.returncode if proc.returncode is not None and proc.returncode < 0 else None,
-                    wall_s=time.monotonic() - started, ended=time.time(),
-                    ended_after_exit=left if root_done else [], left_running=still,
-                    window=window.record() if window is not None else None)
+    return agent, env, receiver, marker
+
+
+def _finished(run_dir: Path, full: list[str], meta: dict, receiver: _SocketReceiver | None,
+              stopped: Stopped | None) -> JobRun:
+    """The ended run read back, its run.json completed; Stopped raised with it when pyd4j was stopped."""
     lanes = Timeline.load_lanes(run_dir)
     meta["jvms"] = [t.jvm.to_dict() for t in lanes if t.jvm is not None]
     meta["write_errors"] = _write_errors(run_dir, lanes, receiver, meta)
     _write_meta(run_dir, meta)
     share_meta(lanes, meta)
     primary = next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
+    stopped_by = meta["stopped_by"]
     run = JobRun(run_dir, full, meta["returncode"], stopped_by is not None, meta["wall_s"], primary, lanes, stopped_by)
     if stopped is not None:
         stopped.run = run

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pyd4j.profile import launch
+from pyd4j.profile import agent_stream, launch
 from pyd4j.profile.command import JobCommandError
 from pyd4j.profile.launch import RunDirError, _SocketReceiver, check_run_dir, profile_job
 from pyd4j.profile.tune import tune_job
@@ -35,7 +35,7 @@ def _lines(path) -> list[dict]:
 
 
 def test_receiver_listens_on_loopback_and_takes_only_the_token_holders(tmp_path, monkeypatch):
-    monkeypatch.setattr(launch, "HELLO_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(agent_stream, "HELLO_TIMEOUT_S", 0.3)
     receiver = _SocketReceiver(tmp_path, "right-token")
     assert receiver.server.getsockname()[0] == "127.0.0.1"
     receiver.start()
@@ -63,7 +63,7 @@ def test_silent_connections_hold_up_no_agent_and_every_agent_has_its_own_file(tm
     """A local process that opens connections and says nothing, before any agent connects: with
     connections served one at a time the agents would wait out the hello timeout (set to 10 min
     here) and their samples would be lost; served concurrently, they all stream at once."""
-    monkeypatch.setattr(launch, "HELLO_TIMEOUT_S", 600.0)
+    monkeypatch.setattr(agent_stream, "HELLO_TIMEOUT_S", 600.0)
     receiver = _SocketReceiver(tmp_path, "tok")
     receiver.start()
     silent = [socket.create_connection(("127.0.0.1", receiver.port)) for _ in range(4)]
@@ -108,7 +108,7 @@ def test_receiver_fake_disk_full_counts_what_was_lost_and_keeps_the_rest(tmp_pat
         def close(self):
             self.real.close()
 
-    monkeypatch.setattr(launch, "_open_lane", FullDisk)
+    monkeypatch.setattr(agent_stream, "_open_lane", FullDisk)
     receiver = _SocketReceiver(tmp_path, "tok")
     receiver.start()
     kept = b'{"type":"start","t":1,"pid":9}\n{"type":"sample","t":2}\n'
