@@ -28,7 +28,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/agent/executor.py": 537,
     "pyd4j/agent/executor.py::backward": 99,
     "pyd4j/agent/executor.py::execute": 114,
-    "pyd4j/agent/native.py": 649,
     "pyd4j/commands/_tune_output.py::finish": 90,
     "pyd4j/commands/plan.py": 501,
     "pyd4j/commands/plan.py::command": 256,

@@ -27,7 +27,7 @@ class Amendment(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: list[str]
     commit: str
-    dirty: bool
+    dirty: bool | None
     date_utc: str
 
 
@@ -57,7 +57,7 @@ class RunRecord(BaseModel):
         if not self.command or not self.commit:
             raise ValueError("a run record names its command and commit")
         if not self.reconstructed:
-            missing = [k for k in ("dirty", "started_utc", "load_average_start") if getattr(self, k) is None]
+            missing = [k for k in ("started_utc", "load_average_start") if getattr(self, k) is None]
             if missing or not self.machine:
                 raise ValueError(f"a measured run record lacks {', '.join(missing) or 'machine'}")
         return self
@@ -71,8 +71,17 @@ class ResultFile(BaseModel):
 
 
 def git(*args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
+    """git's answer in the project's folder; "" where there is no git or no repository (a copy of the tree)."""
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def commit() -> str:
+    """The commit measured: git's HEAD, else $PYD4J_COMMIT (a copy of the tree run elsewhere), else "unknown"."""
+    return git("rev-parse", "HEAD") or os.environ.get("PYD4J_COMMIT", "unknown")
 
 
 def machine() -> dict[str, Any]:
@@ -124,7 +133,10 @@ def write_json(path: str | Path, doc: dict[str, Any], indent: int = 1, hidden: d
     return path
 
 
-def _dirty() -> bool:
+def _dirty() -> bool | None:
+    """Whether tracked files differ from the commit (None: no git to ask)."""
+    if not git("rev-parse", "HEAD"):
+        return None
     return bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
@@ -140,7 +152,7 @@ class Recorder:
         self.hidden: dict[str, str] = {}   # folders of this run written as a label (its temporary folder)
         self.doc: dict[str, Any] = doc if doc is not None else {"run": {
             "schema_version": SCHEMA, "benchmark": benchmark, "command": command_line(),
-            "commit": git("rev-parse", "HEAD"), "dirty": _dirty(), "started_utc": _utc(), "finished_utc": None,
+            "commit": commit(), "dirty": _dirty(), "started_utc": _utc(), "finished_utc": None,
             "seconds": None, "machine": machine(), "load_average_start": _load(), "load_average_end": None}}
 
     @classmethod
@@ -148,7 +160,7 @@ class Recorder:
         """The result file at `path` (or `doc`, read from it already), to be changed and written back."""
         doc = doc if doc is not None else json.loads(Path(path).read_text())
         rec = cls(doc["run"]["benchmark"], doc)
-        rec.amendment = {"command": command_line(), "commit": git("rev-parse", "HEAD"), "dirty": _dirty(),
+        rec.amendment = {"command": command_line(), "commit": commit(), "dirty": _dirty(),
                          "date_utc": _utc()}
         doc["run"].setdefault("amended", []).append(rec.amendment)
         return rec

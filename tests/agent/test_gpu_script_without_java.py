@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Runs the script as __main__, then reports which JVM bridges were imported on the way.
 _RUN = """
-import runpy, sys
+import os, runpy, sys
 sys.argv = ["agent_gpu.py", *sys.argv[1:]]
+sys.path.insert(0, os.path.dirname({script!r}))   # as `python benchmarks/agent_gpu.py` has it
 try:
     runpy.run_path({script!r}, run_name="__main__")
 except SystemExit as e:

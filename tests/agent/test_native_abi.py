@@ -290,5 +290,5 @@ def test_library_path_override_names_the_bad_path(tmp_path):
 
 def test_stats_struct_matches_the_header():
     # The C struct is all 8-byte fields: 12 counters, 6 doubles, 2 counters.
-    assert ctypes.sizeof(native._Stats) == 20 * 8
-    assert ctypes.sizeof(native._BufferInfo) == 2 * 8 + 4 * 4 + 2 * 8
+    assert ctypes.sizeof(native.StatsStruct) == 20 * 8
+    assert ctypes.sizeof(native.BufferInfoStruct) == 2 * 8 + 4 * 4 + 2 * 8
