@@ -26,8 +26,6 @@ ALLOWED: dict[str, int] = {
     "java/src/main/java/org/pyd4j/train/PlannedTrainer.java": 822,
     "java/src/main/java/org/pyd4j/train/PlannedTrainer.java::backward": 88,
     "pyd4j/commands/_tune_output.py::finish": 90,
-    "pyd4j/commands/plan.py": 501,
-    "pyd4j/commands/plan.py::command": 256,
     "pyd4j/commands/tune.py::command": 85,
     "pyd4j/dl4j/builder.py::layer": 93,
     "pyd4j/dl4j/layer_rules.py::opaque_shape": 106,
