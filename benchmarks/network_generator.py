@@ -175,7 +175,9 @@ def main() -> None:
                     "failures": [{k: r[k] for k in ("status", "stage", "detail", "spec")}
                                  for r in rows if r["status"] == "failed"],
                     "refusals": sorted(Counter(r["detail"].split("\n")[0][:200]
-                                               for r in rows if r["status"] == "refused").items())})
+                                               for r in rows if r["status"] == "refused").items()),
+                    "dl4j_refusals": sorted(Counter(r["detail"].split("\n")[0][:160] for r in rows
+                                                    if r["status"] == "dl4j_refused").items(), key=lambda kv: -kv[1])})
     rec.write(out)
     if len(rows) >= args.count:
         rows_path.unlink()   # complete: nothing to resume

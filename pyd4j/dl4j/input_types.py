@@ -181,10 +181,14 @@ def java_input_type(spec: dict[str, Any]):
 
 
 def planner_shape(spec: dict[str, Any]) -> tuple[int, ...]:
-    """One example's shape as the planner's graph takes it: (C, H, W) for images (a flattened image's
-    FeedForwardToCnn preprocessor reshapes it), (features, time steps) for sequences, (features,)."""
+    """One example's shape as DL4J is given it and the planner's graph takes it: (C, H, W) for images,
+    (C*H*W,) for a flattened image (each layer's FeedForwardToCnn preprocessor reshapes it, as the
+    planner does: pyd4j.dl4j.layer_rules.preprocessed; a graph's dense layer reads it flat), (features,
+    time steps) for sequences, (features,)."""
     t = spec["type"]
-    if t in ("convolutional", "convolutionalFlat"):
+    if t == "convolutionalFlat":
+        return (int(spec["channels"]) * int(spec["height"]) * int(spec["width"]),)
+    if t == "convolutional":
         return (int(spec["channels"]), int(spec["height"]), int(spec["width"]))
     if t == "recurrent":
         return (int(spec["size"]), int(spec["timeSeriesLength"]))
@@ -193,9 +197,6 @@ def planner_shape(spec: dict[str, Any]) -> tuple[int, ...]:
 
 def array_shape(spec: dict[str, Any], batch: int) -> list[int]:
     """The shape of the array a network is fed for an input type, batch first (a flattened image flat)."""
-    t = spec["type"]
-    if t == "convolutionalFlat":
-        return [batch, int(spec["height"]) * int(spec["width"]) * int(spec["channels"])]
     return [batch, *planner_shape(spec)]
 
 

@@ -234,6 +234,8 @@ def configuration(spec: Spec, dtype: str | None = None) -> Any:
         else:
             gb = gb.addLayer(s["name"], layer(s), *s["inputs"])
     gb = gb.setOutputs(*spec["outputs"]).setInputTypes(*[input_type(s) for s in spec["inputs"]])
+    if "tbptt" in spec:
+        gb = gb.backpropType(enum("BackpropType", "TruncatedBPTT")).tBPTTLength(spec["tbptt"])
     conf = gb.build()
     for s in spec["layers"]:   # the graph builder sets an embedding's nIn to its input's width: its vocabulary again
         if s["class"] in ("EmbeddingLayer", "EmbeddingSequenceLayer"):

@@ -195,3 +195,32 @@ def test_a_layer_dl4j_cannot_run_at_the_planned_shape_is_named(jvm) -> None:
     outcome = check(s)
     assert outcome.status == "refused" and outcome.stage == "plan", outcome.report(s)
     assert "fails at 'layer" in outcome.detail and "[3, 3, 1]" in outcome.detail, outcome.detail
+    # a graph runs up to a layer only: the search names the first layer whose prefix fails
+    g = {**s, "kind": "graph", "outputs": ["out"],
+         "layers": [{**layer, "name": name, "inputs": [src]} for layer, name, src in
+                    zip(s["layers"], ["lstm", "crop", "lstm2", "out"], ["in0", "lstm", "crop", "lstm2"])]}
+    outcome = check(g)
+    assert outcome.status == "refused" and "fails at 'lstm2' (LSTM)" in outcome.detail, outcome.report(g)
+
+
+def test_a_graph_reading_a_flattened_image_flat_and_as_an_image_is_planned_from_its_sidecar(jvm) -> None:
+    """`pyd4j plan` planned a convolutionalFlat input as (C, H, W) and probed the graph with 4-d features,
+    which a dense layer reading the flat input refuses ("Input that is not a matrix ... rank 4"); a
+    flattened image is now planned flat, as DL4J is given it, and reshaped where a layer's preprocessor does."""
+    from pyd4j.dl4j.input_types import planner_shape
+
+    assert planner_shape({"type": "convolutionalFlat", "height": 3, "width": 5, "channels": 2}) == (30,)
+    s = {"kind": "graph", **BASE, "inputs": [{"kind": "cnnflat", "channels": 2, "height": 3, "width": 5}],
+         "layers": [{"class": "DenseLayer", "nOut": 3, "act": "TANH", "bias": True, "name": "dense", "inputs": ["in0"]},
+                    {"class": "ConvolutionLayer", "nOut": 2, "act": "RELU", "kernel": [2, 2], "stride": [1, 1],
+                     "padding": [0, 0], "mode": "Truncate", "name": "conv", "inputs": ["in0"]},
+                    {"class": "SeparableConvolution2D", "nOut": 2, "depthMultiplier": 1, "act": "TANH", "kernel": [1, 1],
+                     "stride": [1, 1], "padding": [0, 0], "mode": "Truncate", "name": "sep", "inputs": ["conv"]},
+                    {"class": "OutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real", "name": "out",
+                     "inputs": ["dense"]},
+                    {"class": "CnnLossLayer", "loss": "MSE", "act": "IDENTITY", "labels": "real", "name": "img",
+                     "inputs": ["sep"]}],
+         "outputs": ["out", "img"], "labels": [["ff", 2], ["cnn", 2, 2, 4]]}
+    assert [layer.out_shape for layer in graph_of(s).layers][:2] == [(3, 30), (3, 3)]
+    outcome = check(s, cli=True)
+    assert outcome.status == "exact", outcome.report(s)

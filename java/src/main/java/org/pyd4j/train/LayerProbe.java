@@ -123,11 +123,12 @@ public final class LayerProbe {
         try {
             return net.feedForward(features, true, false);
         } catch (RuntimeException e) {
-            for (int i : net.topologicalSortOrder()) {
+            List<Layer> layers = java.util.Arrays.asList(net.getLayers());
+            for (int i : net.topologicalSortOrder()) {   // up to each layer (DL4J runs a graph up to a layer only)
                 GraphVertex v = net.getVertices()[i];
-                if (v.isInputVertex()) continue;
+                if (!v.hasLayer()) continue;
                 try {
-                    net.feedForward(features, i, true);
+                    net.feedForward(features, layers.indexOf(v.getLayer()), true);
                 } catch (RuntimeException at) {
                     String kind = v.hasLayer() ? v.getLayer().conf().getLayer().getClass().getSimpleName()
                             : v.getClass().getSimpleName();
