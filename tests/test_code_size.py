@@ -21,7 +21,6 @@ ALLOWED: dict[str, int] = {
     "java/src/main/java/org/pyd4j/agent/Allocations.java": 509,
     "java/src/main/java/org/pyd4j/agent/LiveSet.java": 653,
     "java/src/main/java/org/pyd4j/agent/Sampler.java": 513,
-    "java/src/main/java/org/pyd4j/train/DiskTier.java": 534,
     "java/src/main/java/org/pyd4j/train/PlanFile.java::parse": 132,
     "java/src/main/java/org/pyd4j/train/PlannedTrainer.java": 822,
     "java/src/main/java/org/pyd4j/train/PlannedTrainer.java::backward": 88,
