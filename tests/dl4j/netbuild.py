@@ -94,6 +94,27 @@ def _layer(s: Spec) -> Any:
         return J(f"layers.recurrent.{c}")(layer(s["layer"]))
     if c == "MaskZeroLayer":
         return J("layers.util.MaskZeroLayer")(layer(s["layer"]), 0.0)
+    if c == "VariationalAutoencoder":
+        dist = J("layers.variational.GaussianReconstructionDistribution")(activation("IDENTITY"))
+        return (J("layers.variational.VariationalAutoencoder$Builder")().nOut(s["nOut"]).activation(act)
+                .encoderLayerSizes(s["hidden"]).decoderLayerSizes(s["hidden"]).reconstructionDistribution(dist).build())
+    if c in ("FrozenLayerWithBackprop", "FrozenLayer"):
+        return J(f"layers.misc.{c}")(layer(s["layer"]))
+    if c == "MaskLayer":
+        return J("layers.util.MaskLayer")()
+    if c in ("SelfAttentionLayer", "LearnedSelfAttentionLayer", "RecurrentAttentionLayer"):
+        b = J(f"layers.{c}$Builder")().nOut(s["nOut"]).nHeads(s["heads"]).headSize(s["nOut"]).projectInput(True)
+        if c == "LearnedSelfAttentionLayer":
+            b = b.nQueries(s["queries"])
+        if c == "RecurrentAttentionLayer":
+            b = b.activation(act)
+        return b.build()
+    if c == "LocallyConnected2D":
+        return (J("layers.LocallyConnected2D$Builder")().nOut(s["nOut"]).activation(act).kernelSize(*s["kernel"])
+                .stride(*s["stride"]).padding(*s["padding"]).convolutionMode(enum("ConvolutionMode", s["mode"])).build())
+    if c == "LocallyConnected1D":
+        return (J("layers.LocallyConnected1D$Builder")().nOut(s["nOut"]).activation(act).kernelSize(s["kernel"])
+                .convolutionMode(enum("ConvolutionMode", "Truncate")).build())
     if c == "RepeatVector":
         return J("layers.misc.RepeatVector$Builder")(s["n"]).build()
     if c == "ActivationLayer":
@@ -157,6 +178,10 @@ def vertex(s: Spec) -> Any:
     c = s["class"]
     if c == "ElementWiseVertex":
         return J("graph.ElementWiseVertex")(enum("graph.ElementWiseVertex$Op", s["op"]))
+    if c == "AttentionVertex":
+        n = s["nIn"]
+        return (J("graph.AttentionVertex$Builder")().nInQueries(n).nInKeys(n).nInValues(n).nOut(s["nOut"])
+                .nHeads(s["heads"]).headSize(s["nOut"]).projectInput(True).build())
     if c in ("MergeVertex", "L2Vertex", "StackVertex", "L2NormalizeVertex", "PoolHelperVertex"):
         return J(f"graph.{c}")()
     if c == "SubsetVertex":
@@ -179,7 +204,7 @@ def vertex(s: Spec) -> Any:
     return J("graph.PreprocessorVertex")(J("preprocessor.FeedForwardToCnnPreProcessor")(h, w, c_))
 
 
-VERTEX_CLASSES = ("ElementWiseVertex", "MergeVertex", "L2Vertex", "StackVertex", "UnstackVertex", "L2NormalizeVertex",
+VERTEX_CLASSES = ("AttentionVertex", "ElementWiseVertex", "MergeVertex", "L2Vertex", "StackVertex", "UnstackVertex", "L2NormalizeVertex",
                   "PoolHelperVertex", "SubsetVertex", "ScaleVertex", "ShiftVertex", "LastTimeStepVertex",
                   "ReverseTimeSeriesVertex", "DuplicateToTimeSeriesVertex", "ReshapeVertex", "PreprocessorVertex")
 

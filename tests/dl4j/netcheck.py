@@ -150,6 +150,12 @@ def params(net: Any) -> np.ndarray:
     return to_numpy(net.params(), copy=True)
 
 
+def fresh(conf: Any) -> Any:
+    """A configuration of its own for each network (a network counts its iterations in its configuration),
+    read back from DL4J's JSON: DL4J's clone() of a graph drops a SameDiff vertex's updater."""
+    return conf.fromJson(conf.toJson())
+
+
 def train(spec: Spec, conf: Any, data: list[tuple], init: np.ndarray, **planned: Any) -> tuple[Any, Any]:
     """(parameters after fit(), its plan summary) of a new network of `conf` trained on `data` from the
     parameters `init` and DL4J's random state seeded as for every run (DL4J's seed 0 initialises at random)."""
@@ -158,7 +164,7 @@ def train(spec: Spec, conf: Any, data: list[tuple], init: np.ndarray, **planned:
     from pyd4j.nd import from_numpy
     from pyd4j.train import fit
 
-    net = netbuild.network(conf.clone())   # a network counts its iterations in its configuration
+    net = netbuild.network(fresh(conf))
     net.setParams(from_numpy(np.ascontiguousarray(init.reshape(1, -1)), copy=True))
     jpype.JClass("org.nd4j.linalg.factory.Nd4j").getRandom().setSeed(jpype.JLong(SEED))
     result = fit(net, data, progress=False, prefetch=1, **({"memory": "superneurons", **planned} if planned else {}))
@@ -221,7 +227,7 @@ def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False) 
     network's status is its worst mode's."""
     try:
         conf = netbuild.configuration(spec)
-        start = params(netbuild.network(conf.clone()))
+        start = params(netbuild.network(fresh(conf)))
     except Exception as err:  # noqa: BLE001 - DL4J's builders refused it
         return Outcome("dl4j_refused", "build", f"{type(err).__name__}: {err}")
     doc = json.loads(str(conf.toJson()))
@@ -232,7 +238,7 @@ def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False) 
     except Exception as err:  # noqa: BLE001 - DL4J's own fit() refused it
         return Outcome("dl4j_refused", "fit", f"{type(err).__name__}: {err}", preprocessors=found)
     try:
-        plan_route(spec, doc, netbuild.network(conf.clone()))
+        plan_route(spec, doc, netbuild.network(fresh(conf)))
         outcome = cli_route(spec, doc) if cli else None
     except Exception as err:  # noqa: BLE001 - classified
         outcome = classify(err, spec, "plan")

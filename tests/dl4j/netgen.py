@@ -99,7 +99,11 @@ def _ff(draw: Callable, n: int) -> list[tuple[Spec, Type]]:
             ({"class": "PReLULayer", "shape": [n]}, ("ff", n)),
             ({"class": "ElementWiseMultiplicationLayer", "nOut": n, "act": act}, ("ff", n)),
             ({"class": "AutoEncoder", "nOut": k, "act": act}, ("ff", k)),
-            ({"class": "RepeatVector", "n": draw(st.integers(1, 4))}, None)]
+            ({"class": "RepeatVector", "n": draw(st.integers(1, 4))}, None),
+            ({"class": "VariationalAutoencoder", "nOut": k, "hidden": draw(units(4)), "act": act}, ("ff", k)),
+            ({"class": draw(st.sampled_from(("FrozenLayerWithBackprop", "FrozenLayer"))),
+              "layer": {"class": "DenseLayer", "nOut": k, "act": act, "bias": True}}, ("ff", k)),
+            ({"class": "MaskLayer"}, ("ff", n))]
 
 
 # what DL4J takes on a flattened image (convolutionalFlat): the layers that reshape it (FeedForwardToCnn)
@@ -149,6 +153,9 @@ def _cnn(draw: Callable, c: int, h: int, w: int) -> list[tuple[Spec, Type]]:
     if h % 2 == 0 and w % 2 == 0:
         out.append(({"class": "SpaceToDepthLayer", "blocks": 2}, ("cnn", 4 * c, h // 2, w // 2)))
     out.append(({"class": "PReLULayer", "shape": [c, h, w]}, ("cnn", c, h, w)))
+    local = draw(window(h, w, ("Truncate",)))
+    if local:
+        out.append(({"class": "LocallyConnected2D", "nOut": k, "act": act, **local}, ("cnn", k, *local["out"])))
     return out
 
 
@@ -172,7 +179,14 @@ def _rnn(draw: Callable, n: int, t: int) -> list[tuple[Spec, Type]]:
             ("rnn", k, t)),
            ({"class": "MaskZeroLayer", "layer": cell}, ("rnn", k, t)),
            ({"class": "ActivationLayer", "act": draw(st.sampled_from(ACTIVATIONS))}, ("rnn", n, t)),
+           ({"class": "SelfAttentionLayer", "nOut": k, "heads": draw(st.integers(1, 2))}, ("rnn", k, t)),
+           ({"class": "LearnedSelfAttentionLayer", "nOut": k, "heads": draw(st.integers(1, 2)),
+             "queries": draw(st.integers(1, 3))}, None),
+           ({"class": "RecurrentAttentionLayer", "nOut": k, "heads": 1, "act": "TANH"}, ("rnn", k, t)),
            ({"class": "DropoutLayer", "p": 0.6}, ("rnn", n, t))]
+    if kernel <= t:
+        out.append(({"class": "LocallyConnected1D", "nOut": k, "kernel": kernel, "act": "TANH"},
+                    ("rnn", k, t - kernel + 1)))
     if conv_mode == "Same" or kernel <= t:
         ot = t if conv_mode == "Same" else t - kernel + 1
         out += [({"class": "Convolution1DLayer", "nOut": k, "kernel": kernel, "mode": conv_mode, "act": "TANH"},
@@ -208,6 +222,8 @@ def hidden_layer(draw: Callable, state: Type) -> tuple[Spec, Type]:
     layer, out = draw(st.sampled_from(options))
     if layer["class"] == "RepeatVector":
         out = ("rnn", state[1], layer["n"])
+    if layer["class"] == "LearnedSelfAttentionLayer":
+        out = ("rnn", layer["nOut"], layer["queries"])
     return dict(layer), out
 
 

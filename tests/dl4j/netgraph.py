@@ -14,7 +14,7 @@ from tests.dl4j.netgen import READ_BY_LAYERS, Spec, Type, hidden_layer, input_st
 ELEMENTWISE = ("Add", "Product", "Max", "Average", "Subtract")
 VERTICES = ("ElementWiseVertex", "MergeVertex", "SubsetVertex", "ScaleVertex", "ShiftVertex", "L2NormalizeVertex",
             "L2Vertex", "StackVertex", "LastTimeStepVertex", "DuplicateToTimeSeriesVertex", "PreprocessorVertex",
-            "ReshapeVertex", "ReverseTimeSeriesVertex", "PoolHelperVertex")
+            "ReshapeVertex", "ReverseTimeSeriesVertex", "PoolHelperVertex", "AttentionVertex")
 
 
 def merge_key(state: Type) -> tuple:
@@ -111,7 +111,12 @@ def _vertex(draw: Callable, g: Graph, kind: str) -> bool:
     if kind == "PreprocessorVertex" and ta[0] == "ff":
         g.add({"class": kind, "to": "cnn", "shape": [ta[1], 1, 1]}, [a], ("cnn", ta[1], 1, 1))
         return True
-    if kind == "PoolHelperVertex" and ta[0] == "cnn" and ta[2] >= 2 and ta[3] >= 2:
+    if kind == "AttentionVertex" and ta[0] == "rnn":   # self-attention: queries, keys and values one sequence
+        k = draw(st.integers(1, 4))
+        g.add({"class": kind, "nOut": k, "heads": draw(st.integers(1, 2)), "nIn": ta[1]}, [a, a, a], ("rnn", k, ta[2]))
+        return True
+    # DL4J's PoolHelperVertex strips the first row and column of square maps only (a DL4J limit)
+    if kind == "PoolHelperVertex" and ta[0] == "cnn" and ta[2] == ta[3] >= 2:
         g.add({"class": kind}, [a], ("cnn", ta[1], ta[2] - 1, ta[3] - 1))
         return True
     return False
