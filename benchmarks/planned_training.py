@@ -220,10 +220,11 @@ def ceiling(config: Path, fit_batch: int, planned_batch: int) -> dict:
     """How far any plan could go in the same container under the planner's model of DL4J's layers:
     the largest batch whose lower bound (`pyd4j.sched.bounds`: resident state plus the one step that
     needs most, each DL4J layer run as DL4J runs it) fits in what the smallest plan is predicted to
-    hold at the largest batch it trained at. Where it is below the goal, no plan reaches the goal
-    with DL4J's own layer code; where the plan is well above its bound, a better plan could."""
+    hold at the largest batch it trained at (the network's floor: its sliced steps included,
+    `network_lower_bound`). Where it is below the goal, no plan reaches the goal; where the plan is
+    well above its bound, a better plan could."""
     from pyd4j.dl4j.probe import of_configuration
-    from pyd4j.sched.bounds import lower_bound
+    from pyd4j.sched.choose import network_lower_bound as lower_bound
     from pyd4j.sched.choose import smallest_plan
 
     probe = of_configuration(json.loads(config.read_text()), str(config))

@@ -91,12 +91,13 @@ class Builder:
         if kind == "BatchNormalization":
             c = xs[1]
             # the trainer can run it in two passes over batch slices (org.pyd4j.train.SlicedBatchNorm)
-            two_pass = (len(xs) in (2, 4) and not layer.get("lockGammaBeta") and not layer.get("idropout")
-                        and layer.get("cnn2DFormat", "NCHW") == "NCHW")
+            sliceable = (len(xs) in (2, 4) and not layer.get("lockGammaBeta") and not layer.get("idropout")
+                         and layer.get("cnn2DFormat", "NCHW") == "NCHW")
             return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
-                          **({"two_pass": True} if two_pass else {}), **attrs)
-        if kind == "ActivationLayer":
-            return g._add(LayerType.ACT, (x,), xs, name, fn=activation(layer), **attrs)
+                          **({"sliceable": True} if sliceable else {}), **attrs)
+        if kind == "ActivationLayer":   # element by element: slices run it as DL4J does, bit for bit
+            sliceable = {"sliceable": True} if not layer.get("idropout") else {}
+            return g._add(LayerType.ACT, (x,), xs, name, fn=activation(layer), **sliceable, **attrs)
         if kind == "DropoutLayer":  # its dropout is the node itself, not an input dropout
             attrs.pop("idropout", None)
             return g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0),

@@ -161,12 +161,12 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
     `policy` forces one policy (its fastest plan under `budget`, else its minimum-memory
     plan); `offload=False`: the trainer has no offload tier, so no candidate may offload.
     `policy="smallest"`: the smallest plan (`smallest_plan`), refused when it exceeds `budget`.
-    When no plan of the graph as it is fits `budget`, its batch normalizations run in two passes
-    over batch slices (`two_pass_variant`); the error then names that variant's minimum."""
+    When no plan of the graph as it is fits `budget`, its sliceable layers run in batch slices
+    (`sliced_variant`: batch normalization in two passes); the error then names that variant's minimum."""
     try:
         return _choose(graph, budget, policy, cost, offload)
     except BudgetTooSmall:
-        variant = two_pass_variant(graph)
+        variant = sliced_variant(graph)
         if variant is None:
             raise
     return _choose(variant, budget, policy, cost, offload)
@@ -174,10 +174,10 @@ def choose_plan(graph: Graph, budget: int | None = None, policy: str | None = No
 
 def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = True) -> tuple[Plan, SimResult]:
     """The minimum-memory plan with the smallest simulated peak among the candidate policies
-    (every convolution in its least working memory), with DL4J's batch normalization or, where
-    that is smaller, its two-pass form (`two_pass_variant`)."""
+    (every convolution in its least working memory), with DL4J's own steps or, where that is
+    smaller, the sliced ones (`sliced_variant`)."""
     best = _smallest(graph, cost, offload)
-    variant = two_pass_variant(graph)
+    variant = sliced_variant(graph)
     if variant is not None:
         other = _smallest(variant, cost, offload)
         if other[1].device_peak_bytes < best[1].device_peak_bytes:
@@ -185,14 +185,28 @@ def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = T
     return best
 
 
-def two_pass_variant(graph: Graph) -> Graph | None:
-    """The graph with every batch normalization its builder marked `two_pass` (one the trainer can
-    run in two passes over batch slices: org.pyd4j.train.SlicedBatchNorm) in that form: its steps
-    then hold one slice's working memory and keep nothing from forward for backward, at some cost in
-    speed and exactly up to the order of floating-point additions. None: the graph has none."""
-    if not any(layer.attrs.get("two_pass") for layer in graph.layers):
+def sliced_variant(graph: Graph) -> Graph | None:
+    """The graph with every layer its builder marked `sliceable` in its sliced form (variant
+    `sliced`, the profile's `TYPE.sliced` entries): its steps run in batch slices, each slice's
+    working memory at a time, and write the input gradient over the output's where the plan lets
+    them. A DL4J batch normalization then runs in two passes (org.pyd4j.train.SlicedBatchNorm:
+    nothing kept from forward for backward, exact up to the order of additions), an activation layer
+    as DL4J runs it, slice by slice (bit for bit). None: the graph has no such layer."""
+    if not any(layer.attrs.get("sliceable") for layer in graph.layers):
         return None
     g = graph.with_profile(graph.profile)
-    g.layers = [replace(layer, attrs={**layer.attrs, "variant": "sliced"}) if layer.attrs.get("two_pass") else layer
+    g.layers = [replace(layer, attrs={**layer.attrs, "variant": "sliced"}) if layer.attrs.get("sliceable") else layer
                 for layer in graph.layers]
     return g
+
+
+def network_lower_bound(graph: Graph) -> Bound:
+    """What no plan of the network goes below: the smaller lower bound (`pyd4j.sched.bounds`) of the
+    graph as it is and of its sliced variant (`sliced_variant`), which `choose_plan` may fall back on."""
+    bound = lower_bound(graph)
+    variant = sliced_variant(graph)
+    if variant is not None:
+        other = lower_bound(variant)
+        if other.lower_bound_bytes < bound.lower_bound_bytes:
+            bound = other
+    return bound

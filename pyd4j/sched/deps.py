@@ -111,13 +111,15 @@ def chunkable(layer: "Layer") -> bool:
     org.pyd4j.train.ChunkedStep): a plain DL4J ConvolutionLayer, or a LocalResponseNormalization
     (its backward step holds eight input-sized arrays), without input dropout (one mask is drawn for
     the whole batch). Both compute each sample on its own and keep nothing from forward for
-    backward. An input preprocessor (a reshape per sample) runs on the whole batch first. A batch
-    normalization in its two-pass form (variant `sliced`) runs in slices too: its statistics are
-    accumulated over every slice first."""
+    backward. An input preprocessor (a reshape per sample) runs on the whole batch first. A layer
+    in its sliced form (variant `sliced`: batch normalization in two passes, an activation layer)
+    runs in slices too."""
     dl4j = layer.attrs.get("dl4j", {})
     kind = (layer.type.value, dl4j.get("class"))
-    if layer.type.value == "BN":   # only in its two-pass form (`pyd4j.sched.choose.two_pass_variant`)
-        return layer.attrs.get("variant") == "sliced"
+    if layer.attrs.get("variant") == "sliced":   # `pyd4j.sched.choose.sliced_variant`
+        return True
+    if layer.type.value == "BN":   # DL4J's own: its statistics span the batch
+        return False
     return (kind in (("CONV", "ConvolutionLayer"), ("CONV", "Convolution2D"), ("LRN", "LocalResponseNormalization"))
             and layer.attrs.get("idropout") is None)
 

@@ -17,7 +17,7 @@ from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
 from pyd4j.sched.graph import LayerType
 from pyd4j.sched.plan import Op
 from pyd4j.sched.simulator import record_scratch, simulate, tensor_timeline
-from pyd4j.sched.choose import IN_MEMORY, BudgetTooSmall, choose_plan, default_cost, smallest_plan, two_pass_variant
+from pyd4j.sched.choose import IN_MEMORY, BudgetTooSmall, choose_plan, default_cost, smallest_plan, sliced_variant
 from pyd4j.dl4j.plan_file import plan_document
 from pyd4j.sched.zoo import build
 
@@ -125,7 +125,7 @@ def test_the_minimum_that_works_counts_chunks() -> None:
     assert e.value.minimum == rs.device_peak_bytes
     # the message says what no plan can go below (batch normalization in two passes: the network's
     # floor), and which step holds it
-    bound = lower_bound(two_pass_variant(g))
+    bound = lower_bound(sliced_variant(g))
     assert e.value.bound == bound and bound.lower_bound_bytes <= e.value.minimum
     assert f"{bound.l_peak_step.lower()} step of {bound.l_peak_layer!r} ({bound.l_peak_bytes})" in str(e.value)
     assert f"holds less than {bound.lower_bound_bytes} bytes" in str(e.value)

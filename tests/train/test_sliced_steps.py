@@ -1,9 +1,10 @@
-"""Batch normalization in two passes over batch slices (org.pyd4j.train.SlicedBatchNorm): DL4J's
+"""Batch normalization in two passes over batch slices (org.pyd4j.train.SlicedBatchNorm) and activation
+layers in slices: DL4J's
 training step, exactly up to the order of floating-point additions, in a fraction of its memory
 (real DL4J).
 
 The networks' batch normalizations run in the planner's two-pass variant
-(`pyd4j.sched.choose.two_pass_variant`), whole (one slice) and with every sliceable step in as many
+(`pyd4j.sched.choose.sliced_variant`), whole (one slice) and with every sliceable step in as many
 batch slices as the batch allows. `org.pyd4j.fixtures.PlannedCheck` (child JVM,
 `-Dpyd4j.check.f64=true`) compares one planned iteration with DL4J's own
 `computeGradientAndScore()` and both with the same computation in float64 (the exact result), and
@@ -22,7 +23,7 @@ import pytest
 from pyd4j.dl4j.graph import graph_from_dl4j_json, network_kind
 from pyd4j.dl4j.input_types import sidecar_shapes
 from pyd4j.dl4j.plan_file import write_plan
-from pyd4j.sched.choose import BudgetTooSmall, choose_plan, default_cost, smallest_plan, two_pass_variant
+from pyd4j.sched.choose import BudgetTooSmall, choose_plan, default_cost, smallest_plan, sliced_variant
 from pyd4j.sched.convws import assign_workspaces
 from pyd4j.sched.simulator import simulate
 from tests.train.conftest import NETWORKS
@@ -35,7 +36,7 @@ BATCH = {"deep_cnn_bn": 4, "resnet_graph": 4, "deep_cnn30": 2}
 def sliced_plans(name: str, batch: int, tmp_path: Path) -> list[str]:
     config = NETWORKS / f"{name}.json"
     doc = json.loads(config.read_text())
-    g = two_pass_variant(graph_from_dl4j_json(doc, batch, sidecar_shapes(config)))
+    g = sliced_variant(graph_from_dl4j_json(doc, batch, sidecar_shapes(config)))
     assert g is not None
     cost = default_cost()
     whole, r = choose_plan(g, policy="liveness")
@@ -68,14 +69,14 @@ def test_sliced_batch_norm_trains_as_dl4j_does(name: str, tmp_path: Path) -> Non
         assert worst_plan <= FLOOR * worst_fit + 1e-6, (where, "parameters", worst_fit, worst_plan)
 
 
-def test_the_two_pass_variant_holds_less_and_is_chosen_only_when_needed() -> None:
+def test_the_sliced_variant_holds_less_and_is_chosen_only_when_needed() -> None:
     """No plan with DL4J's batch normalization fits a budget just under its smallest plan; the
     two-pass variant's does, and choose_plan takes it only then."""
     config = NETWORKS / "deep_cnn_bn.json"
     doc = json.loads(config.read_text())
     g = graph_from_dl4j_json(doc, 64, sidecar_shapes(config))
     plain = smallest_plan_of(g)
-    variant = two_pass_variant(g)
+    variant = sliced_variant(g)
     assert variant is not None and all(l.attrs.get("variant") == "sliced" for l in variant.layers if l.type.value == "BN")
     two_pass = smallest_plan_of(variant)
     assert two_pass < 0.9 * plain, (two_pass, plain)
@@ -94,3 +95,33 @@ def smallest_plan_of(g) -> int:
     from pyd4j.sched.choose import _smallest
 
     return _smallest(g)[1].device_peak_bytes
+
+
+@pytest.mark.jvm
+@pytest.mark.slow
+def test_sliced_activation_layers_are_dl4j_bit_for_bit(tmp_path: Path) -> None:
+    """Activation layers in batch slices run DL4J's own step on each slice, element by element, and
+    write the input gradient over the output gradient where the plan moves it: the result is DL4J's
+    own, bit for bit (everything else as DL4J runs it)."""
+    from dataclasses import replace
+
+    from tests.train.test_chunked_conv import chunk_record
+
+    config = NETWORKS / "deep_cnn_bn.json"
+    doc = json.loads(config.read_text())
+    g = graph_from_dl4j_json(doc, 4, sidecar_shapes(config))
+    acts = g.with_profile(g.profile)
+    acts.layers = [replace(l, attrs={**l.attrs, "variant": "sliced"}) if l.type.value == "ACT" else l for l in g.layers]
+    plan, r = choose_plan(acts, policy="liveness")
+    assert any(s.op.name == "MOVE" for s in plan.steps)   # input gradients written in place
+    whole = write_plan(tmp_path / "acts.json", plan, r, network_kind(doc), str(config))
+    sliced = json.loads(whole.read_text())
+    for layer in acts.layers:
+        if layer.type.value == "ACT":
+            for op in ("FORWARD", "BACKWARD"):
+                chunk_record(sliced, layer.id, op, chunks=2)
+    (tmp_path / "acts2.json").write_text(json.dumps(sliced))
+    rows = run_check("deep_cnn_bn", [str(whole), str(tmp_path / "acts2.json")], ITERATIONS, 4)
+    for row in rows:
+        assert row["stats"]["chunked_steps"] > 0 and row["stats"]["rebuilds"] == 0, row["plan"]
+        assert row["bit_identical"] and row["score"] == row["score_ref"] and row["params_identical"], row["plan"]

@@ -48,20 +48,27 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
 final class ChunkedStep {
     static final String CONVOLUTION = "org.deeplearning4j.nn.layers.convolution.ConvolutionLayer";
     static final String LRN = "org.deeplearning4j.nn.layers.normalization.LocalResponseNormalization";
+    static final String ACTIVATION = "org.deeplearning4j.nn.layers.ActivationLayer";
 
     private ChunkedStep() {
     }
 
     /** Why {@code layer} cannot run in batch chunks (null: it can). A node the plan marks {@code sliced}
-     *  is a batch normalization in its two-pass form ({@link SlicedBatchNorm}, statistics over every slice). */
+     *  is a batch normalization in its two-pass form ({@link SlicedBatchNorm}, statistics over every
+     *  slice) or an activation layer (DL4J's own step, slice by slice). */
     static String problem(Layer layer, String name, int chunks, boolean sliced) {
         String fix = "; write the plan without batch chunks for it (no budget, or a larger one: "
                 + "`pyd4j plan ... --emit-plan FILE` without --budget)";
         String kind = layer == null ? null : layer.getClass().getName();
-        if (sliced) {
+        if (sliced && !ACTIVATION.equals(kind)) {
             String p = SlicedBatchNorm.problem(layer, name);
             return p == null ? null : p + fix;
         }
+        if (sliced && LayerState.inputDropout(layer) != null) {
+            return "the plan runs " + name + " in batch slices, but it has input dropout: fit() draws one mask "
+                    + "for the whole batch, which slices cannot reproduce" + fix;
+        }
+        if (sliced) return null;
         if (!CONVOLUTION.equals(kind) && !LRN.equals(kind)) {
             return "the plan runs " + name + " (" + (layer == null ? "not a layer" : layer.getClass().getSimpleName())
                     + ") in " + chunks + " batch chunks; only a ConvolutionLayer or LocalResponseNormalization is run in batch chunks"
@@ -109,7 +116,15 @@ final class ChunkedStep {
      * gradients of the whole batch in the layer's gradient view (the Gradient's entries).
      */
     static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr) {
-        if (SlicedBatchNorm.handles(layer)) return SlicedBatchNorm.backward(layer, epsilon, chunks, mgr);
+        return backward(layer, epsilon, chunks, mgr, false);
+    }
+
+    /** As above; {@code inPlace}: the input gradient is written over {@code epsilon}, slice by slice, each
+     *  slice's after its own step read it (a layer whose input and output are alike; the caller hands
+     *  {@code epsilon} on as the input's gradient). */
+    static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr,
+                                             boolean inPlace) {
+        if (SlicedBatchNorm.handles(layer)) return SlicedBatchNorm.backward(layer, epsilon, chunks, mgr, inPlace);
         INDArray x = layer.input();
         long n = x.size(0);
         long step = rows(n, chunks);
@@ -123,7 +138,7 @@ final class ChunkedStep {
                     layer.setInput(slice(x, a, b), mgr);
                     Pair<Gradient, INDArray> p = layer.backpropGradient(slice(epsilon, a, b), mgr);
                     INDArray part = p.getSecond();
-                    if (epsOut == null) epsOut = like(part, n, mgr);
+                    if (epsOut == null) epsOut = inPlace ? epsilon : like(part, n, mgr);   // in place: over dy's slice, read
                     slice(epsOut, a, b).assign(part);
                     free(part);
                     gradient = p.getFirst();

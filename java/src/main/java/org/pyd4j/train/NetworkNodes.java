@@ -99,9 +99,10 @@ abstract class NetworkNodes {
      *  slice runs in its own working-memory scope, so the caller opens none. */
     abstract INDArray forwardInChunks(int node, INDArray[] inputs, StepWorkspaceMgr mgr, int chunks);
 
-    /** The backward step of a convolution or LRN node in batch slices, as {@link #backward} returns it. */
-    Held[] backwardInChunks(int node, INDArray epsilon, StepWorkspaceMgr mgr, int chunks) {
-        org.nd4j.common.primitives.Pair<Gradient, INDArray> p = ChunkedStep.backward(layer(node), epsilon, chunks, mgr);
+    /** The backward step of a convolution or LRN node in batch slices, as {@link #backward} returns it;
+     *  {@code inPlace}: a sliced batch normalization's input gradient written over {@code epsilon}. */
+    Held[] backwardInChunks(int node, INDArray epsilon, StepWorkspaceMgr mgr, int chunks, boolean inPlace) {
+        org.nd4j.common.primitives.Pair<Gradient, INDArray> p = ChunkedStep.backward(layer(node), epsilon, chunks, mgr, inPlace);
         addGradient(node, p.getFirst());
         return inputGradient(node, p.getSecond(), mgr);
     }

@@ -646,9 +646,18 @@ public final class PlannedTrainer implements AutoCloseable {
         double score = Double.NaN;
         int chunks = plan.records.get(at).chunks;
         long t = System.nanoTime();
+        // the plan writes the input's gradient over this node's (a MOVE of its DY follows): a sliced batch
+        // normalization does so, and the array changes hands
+        PlanFile.Record next = at + 1 < plan.records.size() ? plan.records.get(at + 1) : null;
+        boolean inPlace = pn.sliced && !output && next != null && next.op == PlanFile.Op.MOVE
+                && next.src == PlanFile.KINDS * node + PlanFile.DY && nodes.preprocessor(node) == null;
         if ((chunks > 1 || pn.sliced) && !output) {   // batch slices, each in its own working-memory scope
-            grads = nodes.backwardInChunks(node, eps, bpMgr, chunks);
+            grads = nodes.backwardInChunks(node, eps, bpMgr, chunks, inPlace);
             stats.chunkedSteps++;
+            if (inPlace) {   // the gradient is dy's array now: held again below as the input's
+                live -= state[node].dy.bytes;
+                state[node].dy = null;
+            }
         } else {
             StepWorkspaceMgr m = nodes.opaque(node) ? opaqueBpMgr : bpMgr;
             try (MemoryWorkspace ws = m.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {

@@ -26,8 +26,8 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
  *
  * <p>The statistics span the batch, so each direction makes two passes over the slices:
  * <ul>
- *   <li>forward: the per-channel mean over every slice, then the biased variance (the sum of
- *       squared deviations from that mean), both accumulated in double; then each slice normalized
+ *   <li>forward: the per-channel mean and biased variance of each slice, combined over the slices
+ *       in double (Chan et al.'s pairwise rule); then each slice normalized
  *       with the whole batch's mean and standard deviation: {@code y = gamma (x - mean) / std + beta};</li>
  *   <li>backward: the batch statistics again from the layer's input (nothing is kept from the
  *       forward step), the per-channel sums of {@code dy} and {@code dy * xHat} over every slice, then
@@ -102,35 +102,51 @@ final class SlicedBatchNorm {
         return out;
     }
 
+    /**
+     * The batch's per-channel mean and biased variance from each slice's own (ND4J's mean and var, as
+     * DL4J's step takes them over the whole batch), combined in double by Chan et al.'s pairwise rule:
+     * no temporary of a slice's size, and with one slice exactly DL4J's figures.
+     */
     private static Stats stats(Layer layer, INDArray x, int ch, int chunks, StepWorkspaceMgr mgr, ArrayType scope) {
         long n = x.size(0);
         long step = ChunkedStep.rows(n, chunks);
         int[] dims = otherDims(x.rank(), ch);
         long c = x.size(ch);
-        long m = x.length() / c;
-        INDArray sum = outside(DataType.DOUBLE, c);
-        INDArray sq = outside(DataType.DOUBLE, c);
-        INDArray mean = outside(x.dataType(), c);
+        long perSample = x.length() / c / n;
+        INDArray mean = null;   // double, [C]
+        INDArray m2 = null;     // sum of squared deviations, double
+        long seen = 0;
         for (long a = 0; a < n; a += step) {
+            long b = Math.min(n, a + step);
+            long count = (b - a) * perSample;
+            INDArray sliceMean;
+            INDArray sliceM2;
             try (MemoryWorkspace ws = mgr.notifyScopeEntered(scope)) {
-                sum.addi(slice(x, a, Math.min(n, a + step)).castTo(DataType.DOUBLE).sum(dims));
+                INDArray xs = slice(x, a, b);
+                try (MemoryWorkspace out = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
+                    sliceMean = xs.mean(dims).castTo(DataType.DOUBLE).reshape(c);
+                    sliceM2 = xs.var(false, dims).castTo(DataType.DOUBLE).reshape(c).muli(count);
+                }
             }
-        }
-        INDArray mean64 = sum.div(m);
-        mean.assign(mean64);
-        for (long a = 0; a < n; a += step) {
-            try (MemoryWorkspace ws = mgr.notifyScopeEntered(scope)) {
-                INDArray d = slice(x, a, Math.min(n, a + step)).castTo(DataType.DOUBLE);
-                Nd4j.getExecutioner().exec(new BroadcastSubOp(d, mean64, d, ch));
-                sq.addi(d.muli(d).sum(dims));
+            if (mean == null) {
+                mean = sliceMean;
+                m2 = sliceM2;
+            } else {   // (mean, m2) of seen values and of count more: delta = their means' difference
+                INDArray delta = sliceMean.sub(mean);
+                double total = seen + count;
+                mean.addi(delta.mul(count / total));
+                m2.addi(sliceM2).addi(delta.muli(delta).muli((double) seen * count / total));
+                close(delta, sliceMean, sliceM2);
             }
+            seen += count;
         }
-        INDArray var = outside(x.dataType(), c).assign(sq.div(m));
+        INDArray var64 = m2.div(seen);
+        INDArray out = outside(x.dataType(), c).assign(mean);
+        INDArray var = outside(x.dataType(), c).assign(var64);
         INDArray std = outside(x.dataType(), c).assign(org.nd4j.linalg.ops.transforms.Transforms.sqrt(
-                sq.div(m).addi(conf(layer).getEps()), false));
-        sum.close();
-        sq.close();
-        return new Stats(mean, var, std, m);
+                var64.addi(conf(layer).getEps()), false));
+        close(mean, m2, var64);
+        return new Stats(out, var, std, seen);
     }
 
     /** The forward (training) step on {@code x}, its whole input, in slices; returns the whole output. */
@@ -165,6 +181,16 @@ final class SlicedBatchNorm {
      * the running-statistics updates in the layer's gradient views (the Gradient's entries, in DL4J's order).
      */
     static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr) {
+        return backward(layer, epsilon, chunks, mgr, false);
+    }
+
+    /**
+     * As {@link #backward(Layer, INDArray, int, StepWorkspaceMgr)}; {@code inPlace}: the input gradient is
+     * written over {@code epsilon} (each slice's after both passes read it), which the caller owns and
+     * hands on: the step then holds no array of the input's size but those it reads.
+     */
+    static Pair<Gradient, INDArray> backward(Layer layer, INDArray epsilon, int chunks, StepWorkspaceMgr mgr,
+                                             boolean inPlace) {
         INDArray x = layer.input();
         int ch = channelDim(layer, x);
         int[] dims = otherDims(x.rank(), ch);
@@ -174,7 +200,7 @@ final class SlicedBatchNorm {
         long step = ChunkedStep.rows(n, chunks);
         INDArray dBeta = outside(DataType.DOUBLE, s.mean.length());
         INDArray dGamma = outside(DataType.DOUBLE, s.mean.length());
-        INDArray dx = mgr.outside(x.dataType(), x.shape(), 'c');
+        INDArray dx = inPlace ? epsilon : mgr.outside(x.dataType(), x.shape(), 'c');
         INDArray scale = null;
         INDArray shift = null;
         INDArray slope = null;
@@ -182,9 +208,9 @@ final class SlicedBatchNorm {
             for (long a = 0; a < n; a += step) {   // pass 1: sum(dy) and sum(dy * xHat) per channel
                 try (MemoryWorkspace ws = mgr.notifyScopeEntered(ArrayType.BP_WORKING_MEM)) {
                     long b = Math.min(n, a + step);
-                    INDArray dy = slice(epsilon, a, b).castTo(DataType.DOUBLE);
-                    dBeta.addi(dy.sum(dims));
-                    dGamma.addi(normalized(slice(x, a, b), s, ch).castTo(DataType.DOUBLE).muli(dy).sum(dims));
+                    INDArray dy = slice(epsilon, a, b);
+                    dBeta.addi(dy.sum(dims).castTo(DataType.DOUBLE));
+                    dGamma.addi(normalized(slice(x, a, b), s, ch).muli(dy).sum(dims).castTo(DataType.DOUBLE));
                 }
             }
             scale = gamma.div(s.std);                                          // gamma / std
@@ -195,7 +221,7 @@ final class SlicedBatchNorm {
                     long b = Math.min(n, a + step);
                     INDArray xHat = normalized(slice(x, a, b), s, ch);
                     Nd4j.getExecutioner().exec(new BroadcastMulOp(xHat, slope, xHat, ch));   // xHat * slope
-                    INDArray ds = slice(dx, a, b);
+                    INDArray ds = slice(dx, a, b);   // over dy's slice when in place: dy's slice is read first
                     Nd4j.getExecutioner().exec(new BroadcastSubOp(slice(epsilon, a, b), shift, ds, ch));
                     ds.subi(xHat);
                     Nd4j.getExecutioner().exec(new BroadcastMulOp(ds, scale, ds, ch));
