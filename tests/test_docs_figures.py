@@ -13,8 +13,9 @@ is a figure table, in README.md or any page of docs/. Each row:
 - `value`: the measured numbers, one per key and in the keys' order. Every number in the cell is checked,
   so the cell holds no other digits. The digits printed set the rounding: `1.39` matches 1.38865, `4713`
   matches 4713.3. A unit right after a number converts the JSON value before comparing: `µs` and `ms`
-  (the JSON holds seconds), `%` (a fraction), `MiB` and `GiB` (bytes); anything else (`×`, `s`, `MB/s`,
-  words) is compared as the JSON holds it. `2,046` is two thousand and forty-six. A key whose value is
+  (the JSON holds seconds), `%` (a fraction), `MiB` and `GiB` (bytes), unless the key's name ends in
+  that unit already (`overhead_ms` printed in ms, `slowdown_percent` in %); anything else (`×`, `s`,
+  `MB/s`, words) is compared as the JSON holds it. `2,046` is two thousand and forty-six. A key whose value is
   text or true/false matches when that text is in the cell (digits in that text are not numbers to check).
 - `target`: the target and whether it was met (free text).
 - `result file`: `benchmarks/results/NAME.json`, in backticks; the file must exist.
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 HEADER = ["figure", "value", "target", "result file", "key", "command", "measured"]
 UNITS = {"µs": 1e6, "ms": 1e3, "%": 100.0, "MiB": 1 / 2**20, "GiB": 1 / 2**30}
+NAMED = {"µs": ("_us",), "ms": ("_ms",), "%": ("_percent", "_pct"), "MiB": ("_mib",), "GiB": ("_gib",)}
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:\s?(µs|ms|%|MiB|GiB)(?!\w))?")
 CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 SUBCOMMAND = re.compile(r"(?:^|[\s/(\"'])pyd4j\s+([a-z][a-z-]*)")
@@ -114,11 +116,12 @@ def printed_numbers(cell: str) -> list[tuple[float, int, str | None]]:
     return out
 
 
-def matches(printed: tuple[float, int, str | None], value: Any) -> bool:
+def matches(printed: tuple[float, int, str | None], value: Any, key: str = "") -> bool:
     number, decimals, unit = printed
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return False
-    scaled = value * UNITS.get(unit or "", 1.0)
+    named = unit is not None and key.lower().endswith(NAMED.get(unit, ()))
+    scaled = value * (1.0 if named else UNITS.get(unit or "", 1.0))
     return abs(scaled - number) <= 0.5 * 10 ** -decimals + 1e-9 * max(1.0, abs(number))
 
 
@@ -164,7 +167,7 @@ def test_figure_traces_to_its_result(where: str, row: dict[str, str]) -> None:
     assert len(printed) == len(numeric), (
         f"{where}: the value cell prints {len(printed)} numbers for {len(numeric)} numeric keys: {row['value']!r}")
     for (key, value), shown in zip(numeric, printed):
-        assert matches(shown, value), f"{where}: {key} is {value!r} in {files[0]}, the row prints {shown[0]}{shown[2] or ''}"
+        assert matches(shown, value, key), f"{where}: {key} is {value!r} in {files[0]}, the row prints {shown[0]}{shown[2] or ''}"
     run = doc["run"]
     commands = spans(row["command"])
     assert len(commands) == 1 and commands[0] in run_record_commands(run), (
@@ -181,6 +184,8 @@ def test_value_parsing() -> None:
     assert matches((1.39, 2, None), 1.38865) and not matches((1.39, 2, None), 1.4)
     assert matches((24.0, 0, "µs"), 2.4136e-05) and matches((4713.0, 0, None), 4713.3)
     assert matches((64.0, 0, "MiB"), 64 * 2**20) and not matches((1.0, 0, None), True)
+    assert matches((1.4, 1, "ms"), 1.389, "server_overhead.batch1.overhead_ms")
+    assert not matches((1.4, 1, "ms"), 1.389, "server_overhead.batch1.overhead_s")
     doc = {"a": {"budget_0.4": {"x": [1, {"y": 2}]}, "b c": 3}}
     assert resolve(doc, "a.budget_0.4.x.1.y") == 2 and resolve(doc, "a.b c") == 3
     with pytest.raises(KeyError):
