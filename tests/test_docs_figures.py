@@ -17,7 +17,8 @@ is a figure table, in README.md or any page of docs/. Each row:
   that unit already (`overhead_ms` printed in ms, `slowdown_percent` in %); anything else (`×`, `s`,
   `MB/s`, words) is compared as the JSON holds it. `2,046` is two thousand and forty-six. A key whose value is
   text or true/false matches when that text is in the cell (digits in that text are not numbers to check).
-- `target`: the target and whether it was met (free text).
+- `target`: `—` where there is none; else the target and the verdict, which says `met`, `missed` or
+  `not measured` (a target missed is shown as missed).
 - `result file`: `benchmarks/results/NAME.json`, in backticks; the file must exist.
 - `key`: one dotted path per number, each in backticks, e.g. `summary.bad_found`. List items are numbers
   (`comparisons.1.ratio`); a JSON key that itself holds a dot or a space is written as it is
@@ -148,7 +149,8 @@ def test_the_readme_has_a_figure_table() -> None:
 @pytest.mark.parametrize("where,row", ROWS, ids=[w for w, _ in ROWS])
 def test_figure_traces_to_its_result(where: str, row: dict[str, str]) -> None:
     files = spans(row["result file"])
-    assert len(files) == 1 and files[0].startswith("benchmarks/results/"), f"{where}: result file {row['result file']!r}"
+    assert len(files) == 1 and files[0].startswith("benchmarks/results/"), (
+        f"{where}: result file {row['result file']!r}")
     path = ROOT / files[0]
     assert path.is_file(), f"{where}: {files[0]} does not exist"
     doc = json.loads(path.read_text())
@@ -167,7 +169,11 @@ def test_figure_traces_to_its_result(where: str, row: dict[str, str]) -> None:
     assert len(printed) == len(numeric), (
         f"{where}: the value cell prints {len(printed)} numbers for {len(numeric)} numeric keys: {row['value']!r}")
     for (key, value), shown in zip(numeric, printed):
-        assert matches(shown, value, key), f"{where}: {key} is {value!r} in {files[0]}, the row prints {shown[0]}{shown[2] or ''}"
+        assert matches(shown, value, key), (
+            f"{where}: {key} is {value!r} in {files[0]}, the row prints {shown[0]}{shown[2] or ''}")
+    target = row["target"]
+    assert target == "—" or re.search(r"\b(met|missed|not measured)\b", target), (
+        f"{where}: target {target!r} says neither met, missed nor not measured")
     run = doc["run"]
     commands = spans(row["command"])
     assert len(commands) == 1 and commands[0] in run_record_commands(run), (
