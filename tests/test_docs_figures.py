@@ -274,3 +274,11 @@ def test_option_checks_catch_what_does_not_exist() -> None:
     assert problems_in(".venv/bin/pyd4j tuner --json", "t", True)[0].startswith("t: `pyd4j tuner`")
     assert problems_in("--no-such-option", "t", False) == ["t: no subcommand has --no-such-option"]
     assert problems_in("pyd4j serve --budget 64m  # see --idle-before-evict", "t", True) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_relative_links_resolve(page: Path) -> None:
+    """Every relative link `[text](path)` on a page names a file of the project."""
+    links = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text())
+    missing = [link for link in links if "://" not in link and not (page.parent / link).exists()]
+    assert not missing, f"{page.relative_to(ROOT)}: links to missing files {missing}"
