@@ -37,6 +37,8 @@ Inside code in README.md and docs/*.md (fenced blocks and `inline spans`):
   one of that subcommand's options; a fenced line ending in a backslash continues on the next;
 - a `# comment` in a fenced block, and an inline span that starts with an option (`--window 5m`), name
   options of some subcommand.
+
+Links: every relative link `[text](path)` on these pages names a file of the project.
 """
 
 from __future__ import annotations
