@@ -83,7 +83,7 @@ wheel: $(JAR)
 
 # Each benchmark writes JSON to benchmarks/results/ (figures in benchmarks/README.md); `make bench-list`
 # lists what each measures and how long it takes.
-BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_env batchnorm_backlog lstm_steps collector_choice flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices serve_fuzz reader_fuzz sigterm network_generator
+BENCHMARKS := interop plan_speed depth sweeps calibration cpu_profile memory_model malloc_env batchnorm_backlog lstm_steps collector_choice flags_accuracy explicit_gc_limits agent_overhead live_heap prefetch workspaces spark agent_gpu tiers planned_training zoo_coverage zoo_speed leak_corpus tuned_rerun speed_tuning prefetch_depth backends serving serve_slices serve_fuzz reader_fuzz sigterm network_generator inference_footprint sliced_exactness
 bench-list: $(VENV)
 	$(PY) -m benchmarks.harness
 

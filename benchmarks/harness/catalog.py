@@ -49,6 +49,7 @@ CATALOG: dict[str, Benchmark] = {
     "serve_slices": Benchmark("`serve --slice-rows auto`: workspace saved, speed kept", "20 min", "serve_slices.json"),
     "serving": Benchmark("several models under a memory budget: latency, evictions, soak", "45 min", "serving.json"),
     "sigterm": Benchmark("serve and tune stopped by SIGTERM: processes left behind", "5 min", "sigterm.json"),
+    "sliced_exactness": Benchmark("sliced steps (two-pass batch norm, activations) against DL4J and float64 on zoo models", "40 min", "sliced_exactness.json"),
     "spark": Benchmark("per-executor flags on a loopback Spark cluster, negative control, tune", "30 min", "spark.json"),
     "spark_leak_verdicts": Benchmark("leak verdicts on Spark executors against what they kept", "15 min", "spark_leak_verdicts.json"),
     "speed_tuning": Benchmark("`pyd4j tune --speed` on jobs with one bad setting or none", "50 min", "speed_tuning.json"),
