@@ -62,7 +62,8 @@ def child(seed: int, count: int, cli_every: int, skip: set[str], rows: Path) -> 
             f.write(json.dumps({"start": spec, "seed": seed}) + "\n")
         t0 = time.perf_counter()
         try:
-            outcome = check(spec, cli=cli_every > 0 and len(seen) % cli_every == 0)
+            outcome = check(spec, cli=cli_every > 0 and len(seen) % cli_every == 0,
+                            progress=lambda stage: rows.open("a").write(json.dumps({"at": stage}) + "\n"))
         except JarChanged:   # not this network's outcome: the parent runs the chunk again in a new JVM
             with rows.open("a") as f:
                 f.write(json.dumps({"abort": spec}) + "\n")
@@ -84,16 +85,21 @@ def read_rows(rows: Path) -> list[dict[str, Any]]:
         return out
     for line in rows.read_text().splitlines():
         r = json.loads(line)
-        if "start" in r:
+        if "at" in r:   # the stage the last network started is at
+            if started:
+                started[next(reversed(started))]["at"] = r["at"]
+        elif "start" in r:
             started[json.dumps(r["start"], sort_keys=True)] = r
         elif "abort" in r:   # the helper jar changed under the JVM: no outcome, drawn again
             started.pop(json.dumps(r["abort"], sort_keys=True), None)
         else:
             started.pop(json.dumps(r["spec"], sort_keys=True), None)
             out.append(r)
-    for r in started.values():
-        out.append({"spec": r["start"], "seed": r["seed"], "status": "failed", "stage": "crash",
-                    "detail": "the JVM died or hung while this network trained", "modes": {}, "chunked": [],
+    for r in started.values():   # its JVM died: in DL4J's own builders or fit(), DL4J's; anywhere else, a failure
+        dl4j = r.get("at") in ("build", "fit")
+        out.append({"spec": r["start"], "seed": r["seed"], "status": "dl4j_refused" if dl4j else "failed",
+                    "stage": "crash", "detail": f"the JVM died or hung at stage {r.get('at')!r}"
+                    + (" (in DL4J's own builders or fit())" if dl4j else ""), "modes": {}, "chunked": [],
                     "preprocessors": [], "seconds": None})
     return out
 

@@ -222,9 +222,12 @@ def planned_mode(spec: Spec, mode: str, conf: Any, data: list[tuple], start: np.
 RANK = ("exact", "refused", "failed")   # a network's status: its worst mode's
 
 
-def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False) -> Outcome:
+def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False,
+          progress: Any = lambda stage: None) -> Outcome:
     """The outcome of one generated network (see the module docstring); every planned mode runs, and the
-    network's status is its worst mode's."""
+    network's status is its worst mode's. `progress(stage)` is told each stage as it starts (a JVM that dies
+    in DL4J's own fit() is DL4J's, not the planner's)."""
+    progress("build")
     try:
         conf = netbuild.configuration(spec)
         start = params(netbuild.network(fresh(conf)))
@@ -233,10 +236,12 @@ def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False) 
     doc = json.loads(str(conf.toJson()))
     found = preprocessors(doc)
     data = netbuild.batches(spec)
+    progress("fit")
     try:
         plain, _ = train(spec, conf, data, start)
     except Exception as err:  # noqa: BLE001 - DL4J's own fit() refused it
         return Outcome("dl4j_refused", "fit", f"{type(err).__name__}: {err}", preprocessors=found)
+    progress("plan")
     try:
         plan_route(spec, doc, netbuild.network(fresh(conf)))
         outcome = cli_route(spec, doc) if cli else None
@@ -245,7 +250,7 @@ def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False) 
     if outcome is not None:
         outcome.preprocessors = found
         return outcome
-    runs = [planned_mode(spec, mode, conf, data, start, plain) for mode in modes]
+    runs = [progress(mode) or planned_mode(spec, mode, conf, data, start, plain) for mode in modes]
     worst = max(runs, key=lambda r: RANK.index(r.status))
     return Outcome(worst.status, worst.stage if worst.status != "exact" else ",".join(modes), worst.detail,
                    [m for r in runs for m in r.chunked], {m: r.status for m, r in zip(modes, runs)}, found)

@@ -224,3 +224,46 @@ def test_a_graph_reading_a_flattened_image_flat_and_as_an_image_is_planned_from_
     assert [layer.out_shape for layer in graph_of(s).layers][:2] == [(3, 30), (3, 3)]
     outcome = check(s, cli=True)
     assert outcome.status == "exact", outcome.report(s)
+
+
+@pytest.mark.parametrize("kind", ["multilayer", "graph"])
+def test_layers_below_a_frozen_layer_get_no_gradient_as_in_fit(jvm, kind: str) -> None:
+    """DL4J's FrozenLayer passes no gradient back, and DL4J's backprop stops there (the layers below keep
+    their parameters); the trainer refused ("BACKWARD layer0 has no gradient of its output"). In the graph
+    the layer below also feeds a live branch, whose gradient it gets."""
+    frozen = {"class": "FrozenLayer", "layer": {"class": "DenseLayer", "nOut": 5, "act": "ELU", "bias": True}}
+    if kind == "multilayer":
+        s = spec([{"class": "DenseLayer", "nOut": 3, "act": "SIGMOID", "bias": True}, frozen,
+                  {"class": "OutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+                 [{"kind": "ff", "size": 4}], [["ff", 2]], l2=1e-3)
+    else:
+        s = {"kind": "graph", **BASE, "l2": 1e-3, "dropOut": 0.5, "inputs": [{"kind": "ff", "size": 4}],
+             "layers": [{"class": "DenseLayer", "nOut": 3, "act": "SIGMOID", "bias": True, "name": "d", "inputs": ["in0"]},
+                        {**frozen, "name": "f", "inputs": ["d"]},
+                        {"class": "DenseLayer", "nOut": 5, "act": "TANH", "bias": True, "name": "e", "inputs": ["d"]},
+                        {"class": "ElementWiseVertex", "op": "Add", "name": "add", "inputs": ["f", "e"]},
+                        {"class": "OutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real",
+                         "name": "out", "inputs": ["add"]}],
+             "outputs": ["out"], "labels": [["ff", 2]]}
+    exact(s)
+
+
+def test_a_loss_layer_behind_a_pass_through_preprocessor(jvm) -> None:
+    """Global pooling over time feeds a LossLayer through an RnnToFeedForward preprocessor that passes the
+    2-d array through: the loss layer's tanh gradient, written over that array, was closed by the trainer
+    as the preprocessor's dead intermediate, and the score read a closed array."""
+    exact(spec([{"class": "DenseLayer", "nOut": 3, "act": "TANH", "bias": True}, {"class": "RepeatVector", "n": 2},
+                {"class": "GlobalPoolingLayer", "pooling": "MAX"},
+                {"class": "LossLayer", "loss": "L2", "act": "TANH", "labels": "real"}],
+               [{"kind": "ff", "size": 3}], [["ff", 3]]))
+
+
+def test_a_wrapped_layer_keeps_its_dropped_input_when_its_producer_is_recomputed(jvm) -> None:
+    """LastTimeStep(LSTM) with input dropout behind an ActivationLayer the smallest plan recomputes: the
+    trainer took the wrapper for a layer without dropout and gave the LSTM the recomputed, undropped input
+    for its backward step (parameters off by 0.07)."""
+    exact(spec([{"class": "ActivationLayer", "act": "SIGMOID"},
+                {"class": "LastTimeStep", "layer": {"class": "LSTM", "nOut": 4, "act": "SOFTSIGN"}},
+                {"class": "DenseLayer", "nOut": 4, "act": "TANH", "bias": True},
+                {"class": "OutputLayer", "nOut": 1, "loss": "SQUARED_HINGE", "act": "TANH", "labels": "sign"}],
+               [{"kind": "rnn", "size": 1, "steps": 1}], [["ff", 1]], dropOut=0.5, updater="Sgd", lr=0.1, batch=4))

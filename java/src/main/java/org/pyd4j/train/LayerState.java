@@ -79,8 +79,12 @@ public final class LayerState {
                 || ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isInputModificationAllowed();
     }
 
-    /** Whether the layer's input dropout ran on its current input (it then owns the dropped copy). */
+    /** Whether the layer's input dropout ran on its current input (it then owns the dropped copy); a wrapper
+     *  (LastTimeStep, MaskZeroLayer, TimeDistributed, FrozenLayer) answers for the layer it wraps, which drops. */
     static boolean dropoutApplied(Layer layer) {
+        while (layer instanceof org.deeplearning4j.nn.layers.wrapper.BaseWrapperLayer) {
+            layer = ((org.deeplearning4j.nn.layers.wrapper.BaseWrapperLayer) layer).getUnderlying();
+        }
         return layer instanceof org.deeplearning4j.nn.layers.AbstractLayer
                 && ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isDropoutApplied();
     }

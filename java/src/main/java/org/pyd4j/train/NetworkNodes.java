@@ -89,7 +89,12 @@ abstract class NetworkNodes {
      */
     final Held[] inputGradient(int node, INDArray eps, LayerWorkspaceMgr mgr) {
         InputPreProcessor pp = preprocessor(node);
-        return new Held[] {pp == null || eps == null ? Held.own(eps) : Held.preprocessed(eps, pp.backprop(eps, miniBatch(), mgr))};
+        if (pp == null || eps == null) return new Held[] {Held.own(eps)};
+        INDArray processed = pp.backprop(eps, miniBatch(), mgr);
+        // a weightless loss layer's gradient written over its own input (sigmoid, tanh): not a dead intermediate
+        Layer l = layer(node);
+        boolean overInput = l != null && l.input() != null && Held.sameMemory(eps, l.input());
+        return new Held[] {overInput ? Held.own(processed) : Held.preprocessed(eps, processed)};
     }
 
     /** Add a backward step's parameter gradients to this iteration's, in DL4J's order. */

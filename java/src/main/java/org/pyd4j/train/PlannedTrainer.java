@@ -92,6 +92,7 @@ public final class PlannedTrainer implements AutoCloseable {
         boolean hostCopy;            // its output has a copy in the offload tier
         boolean offloadPending;      // ... still being written
         boolean incoming;            // ... being brought back (prefetched, not yet taken)
+        boolean cut;                 // a reader's backward passed no gradient back to it (a FrozenLayer)
     }
 
     // replay state of one iteration, by node
@@ -603,6 +604,10 @@ public final class PlannedTrainer implements AutoCloseable {
     private double backward(int node) {
         PlanFile.Node pn = plan.nodes.get(node);
         if (pn.isInput()) throw planError("network inputs have no backward step");
+        if (state[node].cut && state[node].dy == null && !nodes.isOutput(node)) {   // DL4J's backprop stops there too
+            releaseState(node);
+            return Double.NaN;
+        }
         if (!state[node].ready) {
             // the plan released the layer's state (with its output) and did not rebuild it: rebuild
             // it now from the inputs, exactly (same random state); its output is not needed again
@@ -674,6 +679,7 @@ public final class PlannedTrainer implements AutoCloseable {
         sweep(nodes.opaque(node) ? opaqueBpMgr : bpMgr, node, returned);
         for (int k = 0; k < grads.length && k < pn.inputs.length; k++) {
             Held g = grads[k];
+            if (g == null) state[pn.inputs[k]].cut = true;   // a FrozenLayer passes no gradient back
             if (g == null) continue;
             int j = pn.inputs[k];
             boolean alias = state[node].dy != null && state[node].dy.sharesMemoryWith(g.array);
