@@ -250,7 +250,10 @@ def check(spec: Spec, modes: tuple[str, ...] = tuple(MODES), cli: bool = False,
     if outcome is not None:
         outcome.preprocessors = found
         return outcome
-    runs = [progress(mode) or planned_mode(spec, mode, conf, data, start, plain) for mode in modes]
+    runs = []
+    for mode in modes:
+        progress(mode)
+        runs.append(planned_mode(spec, mode, conf, data, start, plain))
     worst = max(runs, key=lambda r: RANK.index(r.status))
     return Outcome(worst.status, worst.stage if worst.status != "exact" else ",".join(modes), worst.detail,
                    [m for r in runs for m in r.chunked], {m: r.status for m, r in zip(modes, runs)}, found)
