@@ -38,8 +38,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/sched/emit.py::emit": 313,
     "pyd4j/sched/optimum.py": 659,
     "pyd4j/sched/optimum.py::_build": 253,
-    "pyd4j/sched/simulator.py": 523,
-    "pyd4j/sched/simulator.py::simulate": 313,
     "pyd4j/train.py::fit": 86,
 }
 
