@@ -92,312 +92,335 @@ def emit(graph: Graph, dec: Decisions, budget: int | None = None,
          reserve: list[int] | None = None, lookahead: int = 2) -> list[Step]:
     """Schedule records for one training iteration under `dec` (with the tensor cache when a
     `budget` is given; see the module docstring)."""
-    layers = graph.layers
-    n = len(layers)
-    cons = graph.consumers
-    d = graph.deps
-    inputs = [tuple(dict.fromkeys(layer.inputs)) for layer in layers]
-    offload, drop, mc, free = dec.offload, dec.drop, dec.memory_centric, dec.free
-    caching = budget is not None and free
-    steps: list[Step] = []
-    add = steps.append
-    new, S = tuple.__new__, Step  # records built without the NamedTuple's Python __new__
-    A, F, OFF, PRE, FW, BW, RC, MV = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD,
-                                      Op.BACKWARD, Op.RECOMPUTE, Op.MOVE)
-    ysz, psz = d.ysz, d.psz
-    keep_dw = d.keep_dw
-    live = 0
-    for layer in layers:
-        if layer.param_shapes:
-            base = 5 * layer.id
-            add(new(S, (A, base + _W, 0, 0, -1)))
-            if keep_dw:
-                add(new(S, (A, base + _DW, 0, 0, -1)))
-            if d.asz[base + _M]:   # M, the updater's state: none under a stateless updater (Sgd, NoOp)
-                add(new(S, (A, base + _M, 0, 0, -1)))
-            live += (2 if keep_dw else 1) * psz[layer.id] + d.asz[base + _M]
-    for i, nbytes in enumerate(d.state_bytes):
-        if nbytes:
-            add(new(S, (A, state_tid(n, i), 0, 0, -1)))
-            live += nbytes
-    ws_fwd, ws_bwd, ws_rc = d.ws_fwd, d.ws_bwd, d.ws_rc
-    saved = d.saved_bytes
-    saved_live = [False] * n
+    e = _Emitter(graph, dec, budget, reserve, lookahead)
+    e.resident()
+    e.forward_pass()
+    limit = sys.getrecursionlimit()
+    if e.n + 100 > limit:
+        sys.setrecursionlimit(e.n + 100)
+    try:
+        e.backward_pass()
+    finally:
+        sys.setrecursionlimit(limit)
+    steps = e.steps
+    if e.caching:   # OFFLOAD records of tensors never evicted are dropped
+        drop_off = {k for k in e.off_at if not e.evicted[steps[k].arg // 5]}
+        steps = [s for k, s in enumerate(steps) if k not in drop_off]
+    return steps
 
-    def keep_saved(i: int) -> None:
-        # the forward/recompute step of i is about to write what it keeps for its backward
-        if saved[i] and not saved_live[i]:
-            alloc(state_tid(n, i), saved[i])
-            saved_live[i] = True
 
-    def drop_saved(i: int) -> None:
-        nonlocal live
-        if saved[i] and saved_live[i] and free:
-            add(new(S, (F, state_tid(n, i), 0, 0, -1)))
-            live -= saved[i]
-            saved_live[i] = False
+_NEW, _S = tuple.__new__, Step   # records built without the NamedTuple's Python __new__
+A, F, OFF, PRE, FW, BW, RC, MV = (Op.ALLOC, Op.FREE, Op.OFFLOAD, Op.PREFETCH, Op.FORWARD, Op.BACKWARD,
+                                  Op.RECOMPUTE, Op.MOVE)
 
-    def room(i: int, ws: list[int]) -> int:
-        return ws[i] + (reserve[i] if reserve is not None else 0)
 
-    valid = [False] * n
-    host = [False] * n
-    cached = [False] * n  # on the device, released, evictable (tensor cache)
-    evicted = [False] * n  # its OFFLOAD record is kept
-    heap: list[tuple[int, int]] = []  # (-next use, layer) of cache entries
-    off_at: list[int] = []  # indexes of OFFLOAD records (cache mode: kept only if evicted)
-    remaining = [len(c) for c in cons]
+class _Emitter:
+    """The state of one `emit`: records written so far, bytes live, and each output's whereabouts
+    (valid on the device, on the host, a cache entry, evicted)."""
 
-    order = backward_order(graph)
-    need = [()] * n
-    for i in order:
-        need[i] = d.bwd_reads[i]
-    uses = y_uses(graph, order, drop)
-    at_pos: list[list[int]] = [[] for _ in order]
-    for j in range(n):
-        for p in uses[j]:
-            at_pos[p].append(j)
-    ptr = [0] * n
+    def __init__(self, graph: Graph, dec: Decisions, budget: int | None, reserve: list[int] | None,
+                 lookahead: int) -> None:
+        self.graph, self.budget, self.reserve, self.lookahead = graph, budget, reserve, lookahead
+        self.layers = layers = graph.layers
+        self.n = n = len(layers)
+        self.cons = graph.consumers
+        self.d = d = graph.deps
+        self.inputs = [tuple(dict.fromkeys(layer.inputs)) for layer in layers]
+        self.offload, self.drop, self.mc, self.free = dec.offload, dec.drop, dec.memory_centric, dec.free
+        self.caching = budget is not None and dec.free
+        self.steps: list[Step] = []
+        self.ysz, self.psz, self.keep_dw = d.ysz, d.psz, d.keep_dw
+        self.live = 0
+        self.saved = d.saved_bytes
+        self.saved_live = [False] * n
+        self.valid = [False] * n
+        self.host = [False] * n
+        self.cached = [False] * n    # on the device, released, evictable (tensor cache)
+        self.evicted = [False] * n   # its OFFLOAD record is kept
+        self.heap: list[tuple[int, int]] = []   # (-next use, layer) of cache entries
+        self.off_at: list[int] = []   # indexes of OFFLOAD records (cache mode: kept only if evicted)
+        self.remaining = [len(c) for c in self.cons]
+        self.order = order = backward_order(graph)
+        self.need: list[tuple[int, ...]] = [()] * n
+        for i in order:
+            self.need[i] = d.bwd_reads[i]
+        self.uses = uses = y_uses(graph, order, self.drop)
+        self.at_pos: list[list[int]] = [[] for _ in order]
+        for j in range(n):
+            for p in uses[j]:
+                self.at_pos[p].append(j)
+        self.ptr = [0] * n
+        self.pinned: dict[int, int] = {}
+        self.dy_alloc = [False] * n
+        self.has_grad = [graph.has_grad(i) for i in range(n)]
 
-    def next_use(j: int) -> int | None:
-        u, p = uses[j], ptr[j]
+    def add(self, op: Op, t: int, src: int = -1) -> None:
+        self.steps.append(_NEW(_S, (op, t, 0, 0, src)))
+
+    def resident(self) -> None:
+        """Parameters, their gradients when kept, the updater's state and persistent layer state."""
+        d = self.d
+        for layer in self.layers:
+            if layer.param_shapes:
+                base = 5 * layer.id
+                self.add(A, base + _W)
+                if self.keep_dw:
+                    self.add(A, base + _DW)
+                if d.asz[base + _M]:   # M, the updater's state: none under a stateless updater (Sgd, NoOp)
+                    self.add(A, base + _M)
+                self.live += (2 if self.keep_dw else 1) * self.psz[layer.id] + d.asz[base + _M]
+        for i, nbytes in enumerate(d.state_bytes):
+            if nbytes:
+                self.add(A, state_tid(self.n, i))
+                self.live += nbytes
+
+    def keep_saved(self, i: int) -> None:
+        """The forward/recompute step of i is about to write what it keeps for its backward step."""
+        if self.saved[i] and not self.saved_live[i]:
+            self.alloc(state_tid(self.n, i), self.saved[i])
+            self.saved_live[i] = True
+
+    def drop_saved(self, i: int) -> None:
+        if self.saved[i] and self.saved_live[i] and self.free:
+            self.add(F, state_tid(self.n, i))
+            self.live -= self.saved[i]
+            self.saved_live[i] = False
+
+    def room(self, i: int, ws: list[int]) -> int:
+        return ws[i] + (self.reserve[i] if self.reserve is not None else 0)
+
+    def next_use(self, j: int) -> int | None:
+        u, p = self.uses[j], self.ptr[j]
         return u[p] if p < len(u) else None
 
-    def evict(nbytes: int, after: int) -> None:
-        # free cache entries (furthest next use first, only those used after `after`)
-        # until nbytes more fit the budget
-        nonlocal live
-        while live + nbytes > budget and heap:  # type: ignore[operator]
+    def evict(self, nbytes: int, after: int) -> None:
+        """Free cache entries (furthest next use first, only those used after `after`) until
+        nbytes more fit the budget."""
+        heap, cached, valid = self.heap, self.cached, self.valid
+        while self.live + nbytes > self.budget and heap:  # type: ignore[operator]
             key, j = heap[0]
-            if not cached[j] or -key != next_use(j):
+            if not cached[j] or -key != self.next_use(j):
                 heapq.heappop(heap)  # stale entry
                 continue
             if -key <= after:
                 return
             heapq.heappop(heap)
             cached[j] = valid[j] = False
-            add(new(S, (F, 5 * j, 0, 0, -1)))
-            live -= ysz[j]
-            if j in offload:
-                host[j] = evicted[j] = True
+            self.add(F, 5 * j)
+            self.live -= self.ysz[j]
+            if j in self.offload:
+                self.host[j] = self.evicted[j] = True
 
-    def alloc(t: int, nbytes: int) -> None:
-        nonlocal live
-        if caching:
-            evict(nbytes, -2)
-        add(new(S, (A, t, 0, 0, -1)))
-        live += nbytes
+    def alloc(self, t: int, nbytes: int) -> None:
+        if self.caching:
+            self.evict(nbytes, -2)
+        self.add(A, t)
+        self.live += nbytes
 
-    def release(j: int) -> None:
-        # j is not needed until its next use: free it, or keep it as a cache entry
-        nonlocal live
-        nxt = next_use(j)
-        if caching and nxt is not None:
-            if not cached[j]:
-                cached[j] = True
-                heapq.heappush(heap, (-nxt, j))
+    def release(self, j: int) -> None:
+        """j is not needed until its next use: free it, or keep it as a cache entry."""
+        nxt = self.next_use(j)
+        if self.caching and nxt is not None:
+            if not self.cached[j]:
+                self.cached[j] = True
+                heapq.heappush(self.heap, (-nxt, j))
             return
-        cached[j] = valid[j] = False
-        add(new(S, (F, 5 * j, 0, 0, -1)))
-        live -= ysz[j]
+        self.cached[j] = self.valid[j] = False
+        self.add(F, 5 * j)
+        self.live -= self.ysz[j]
 
-    fwd_inplace = [j if j >= 0 and j not in offload and j not in drop and i not in drop else -1
-                   for i, j in enumerate(d.fwd_inplace)]
-    for i in range(n):
-        j = fwd_inplace[i]
-        keep_saved(i)
-        if j >= 0:  # the output takes over its input's buffer
-            if caching and room(i, ws_fwd):
-                evict(room(i, ws_fwd), -1)
-            add(new(S, (FW, i, 0, 0, -1)))
-            add(new(S, (MV, 5 * i, 0, 0, 5 * j)))
-            valid[j] = False
-            live += ysz[i] - ysz[j]
-        else:
-            alloc(5 * i, ysz[i])
-            if caching and room(i, ws_fwd):
-                evict(room(i, ws_fwd), -1)
-            add(new(S, (FW, i, 0, 0, -1)))
-        valid[i] = True
-        if i in offload:
-            off_at.append(len(steps))
-            add(new(S, (OFF, 5 * i, 0, 0, -1)))
-            if not caching:
-                host[i] = True
-        if free:
-            for j in inputs[i]:
-                remaining[j] -= 1
-                if (remaining[j] == 0 and valid[j]
-                        and (j in offload or j in drop or not uses[j])):
-                    release(j)
-                    if j in drop:  # rebuilt with its output before its backward step
-                        drop_saved(j)
-            if not cons[i] and not uses[i]:
-                release(i)
+    # -- the forward pass ---------------------------------------------------------------------
+    def forward_pass(self) -> None:
+        d, offload, drop, ysz, valid = self.d, self.offload, self.drop, self.ysz, self.valid
+        fwd_inplace = [j if j >= 0 and j not in offload and j not in drop and i not in drop else -1
+                       for i, j in enumerate(d.fwd_inplace)]
+        for i in range(self.n):
+            j = fwd_inplace[i]
+            self.keep_saved(i)
+            if j >= 0:  # the output takes over its input's buffer
+                if self.caching and self.room(i, d.ws_fwd):
+                    self.evict(self.room(i, d.ws_fwd), -1)
+                self.add(FW, i)
+                self.add(MV, 5 * i, 5 * j)
+                valid[j] = False
+                self.live += ysz[i] - ysz[j]
+            else:
+                self.alloc(5 * i, ysz[i])
+                if self.caching and self.room(i, d.ws_fwd):
+                    self.evict(self.room(i, d.ws_fwd), -1)
+                self.add(FW, i)
+            valid[i] = True
+            if i in offload:
+                self.off_at.append(len(self.steps))
+                self.add(OFF, 5 * i)
+                if not self.caching:
+                    self.host[i] = True
+            if self.free:
+                self.release_inputs(i)
 
-    pinned: dict[int, int] = {}
-    dy_alloc = [False] * n
-    has_grad = [graph.has_grad(i) for i in range(n)]
+    def release_inputs(self, i: int) -> None:
+        """After the forward step of i: inputs it was the last reader of, and its own output if nothing
+        reads it, go (or become cache entries)."""
+        uses, offload, drop = self.uses, self.offload, self.drop
+        for j in self.inputs[i]:
+            self.remaining[j] -= 1
+            if self.remaining[j] == 0 and self.valid[j] and (j in offload or j in drop or not uses[j]):
+                self.release(j)
+                if j in drop:  # rebuilt with its output before its backward step
+                    self.drop_saved(j)
+        if not self.cons[i] and not uses[i]:
+            self.release(i)
 
-    def release_intermediate(u: int) -> None:
-        # u was materialised only to rebuild another tensor during this step: recoverable
-        # intermediates of memory-centric rebuilds go at once (prefetch hoisting brings host
-        # copies back early where memory allows); the rest waits for the sweep after the step
-        if caching:
-            if u in offload or u in drop:
-                release(u)
-        elif u in mc or host[u]:
-            release(u)
+    # -- rebuilding what the backward pass needs ------------------------------------------------
+    def release_intermediate(self, u: int) -> None:
+        """u was materialised only to rebuild another tensor during this step: recoverable
+        intermediates of memory-centric rebuilds go at once (prefetch hoisting brings host copies
+        back early where memory allows); the rest waits for the sweep after the step."""
+        if self.caching:
+            if u in self.offload or u in self.drop:
+                self.release(u)
+        elif u in self.mc or self.host[u]:
+            self.release(u)
 
-    def materialize(j: int, cur: tuple[int, ...], pos: int) -> None:
-        if valid[j]:
-            cached[j] = False  # a hit: in use again
-            return
-        if host[j]:
-            alloc(5 * j, ysz[j])
-            add(new(S, (PRE, 5 * j, 0, 0, -1)))
-        elif j in drop:
-            ins = d.rc_reads[j]
-            for u in ins:  # pinned: a nested rebuild must not release them
-                pinned[u] = pinned.get(u, 0) + 1
-            for u in ins:
-                materialize(u, cur, pos)
-            alloc(5 * j, ysz[j])
-            keep_saved(j)
-            if caching and room(j, ws_rc):
-                evict(room(j, ws_rc), pos + lookahead)
-            add(new(S, (RC, j, 0, 0, -1)))
-            valid[j] = True
-            for u in ins:
-                pinned[u] -= 1
-            for u in ins:
-                if u not in cur and valid[u] and not pinned.get(u):
-                    release_intermediate(u)
-            return
-        else:
-            raise RuntimeError(f"plan lost tensor {layers[j].name}:Y (neither kept, offloaded "
-                               "nor recomputable); this is a policy bug")
-        valid[j] = True
-
-    def rebuild_saved(i: int, cur: tuple[int, ...], pos: int) -> None:
-        # BACKWARD of i needs what its forward step kept: run the forward step again
-        nonlocal live
-        ins = d.rc_reads[i]
+    def rebuild(self, j: int, cur: tuple[int, ...], pos: int) -> None:
+        """RECOMPUTE of j after materialising what it reads (pinned: a nested rebuild must not
+        release them); the inputs only this rebuild needed are released after it."""
+        ins, pinned = self.d.rc_reads[j], self.pinned
         for u in ins:
             pinned[u] = pinned.get(u, 0) + 1
         for u in ins:
-            materialize(u, cur, pos)
-        temporary = not valid[i]
+            self.materialize(u, cur, pos)
+        temporary = not self.valid[j]
         if temporary:
-            alloc(5 * i, ysz[i])
-        keep_saved(i)
-        if caching and room(i, ws_rc):
-            evict(room(i, ws_rc), pos + lookahead)
-        add(new(S, (RC, i, 0, 0, -1)))
-        valid[i] = True
+            self.alloc(5 * j, self.ysz[j])
+        self.keep_saved(j)
+        if self.caching and self.room(j, self.d.ws_rc):
+            self.evict(self.room(j, self.d.ws_rc), pos + self.lookahead)
+        self.add(RC, j)
+        self.valid[j] = True
         for u in ins:
             pinned[u] -= 1
         for u in ins:
-            if u not in cur and valid[u] and not pinned.get(u):
-                release_intermediate(u)
-        if temporary and i not in cur:
-            add(new(S, (F, 5 * i, 0, 0, -1)))
-            live -= ysz[i]
-            valid[i] = cached[i] = False
+            if u not in cur and self.valid[u] and not pinned.get(u):
+                self.release_intermediate(u)
+        return temporary
 
-    def prefetch_ahead(pos: int) -> None:
-        # bring evicted tensors of the next `lookahead` steps back early, evicting only cache
-        # entries needed after them, and leaving room for the gradients those steps allocate
-        nonlocal live
+    def materialize(self, j: int, cur: tuple[int, ...], pos: int) -> None:
+        if self.valid[j]:
+            self.cached[j] = False  # a hit: in use again
+            return
+        if self.host[j]:
+            self.alloc(5 * j, self.ysz[j])
+            self.add(PRE, 5 * j)
+        elif j in self.drop:
+            self.rebuild(j, cur, pos)
+            return
+        else:
+            raise RuntimeError(f"plan lost tensor {self.layers[j].name}:Y (neither kept, offloaded "
+                               "nor recomputable); this is a policy bug")
+        self.valid[j] = True
+
+    def rebuild_saved(self, i: int, cur: tuple[int, ...], pos: int) -> None:
+        """BACKWARD of i needs what its forward step kept: run the forward step again (its output,
+        if it had to be made for that, goes again when the step does not read it)."""
+        if self.rebuild(i, cur, pos) and i not in cur:
+            self.add(F, 5 * i)
+            self.live -= self.ysz[i]
+            self.valid[i] = self.cached[i] = False
+
+    def prefetch_ahead(self, pos: int) -> None:
+        """Bring evicted tensors of the next `lookahead` steps back early, evicting only cache
+        entries needed after them, and leaving room for the gradients those steps allocate."""
+        d, order, ysz, valid, host = self.d, self.order, self.ysz, self.valid, self.host
         grads: dict[int, int] = {}
         dw = 0
-        for q in range(pos + 1, min(pos + 1 + lookahead, len(order))):
+        for q in range(pos + 1, min(pos + 1 + self.lookahead, len(order))):
             iq = order[q]
             for j in d.bwd_dx[iq]:
-                if has_grad[j] and not dy_alloc[j]:
+                if self.has_grad[j] and not self.dy_alloc[j]:
                     grads[j] = ysz[j]
-            if d.bwd_dw[iq] and not keep_dw:
-                dw = max(dw, psz[iq])
+            if d.bwd_dw[iq] and not self.keep_dw:
+                dw = max(dw, self.psz[iq])
             extra = sum(grads.values()) + dw
-            for j in need[iq]:
+            for j in self.need[iq]:
                 if valid[j] or not host[j]:
                     continue
-                evict(ysz[j] + extra, q)
-                if live + ysz[j] + extra > budget:  # type: ignore[operator]
+                self.evict(ysz[j] + extra, q)
+                if self.live + ysz[j] + extra > self.budget:  # type: ignore[operator]
                     return
-                add(new(S, (A, 5 * j, 0, 0, -1)))
-                add(new(S, (PRE, 5 * j, 0, 0, -1)))
-                live += ysz[j]
-                valid[j] = cached[j] = True
-                heapq.heappush(heap, (-q, j))
+                self.add(A, 5 * j)
+                self.add(PRE, 5 * j)
+                self.live += ysz[j]
+                valid[j] = self.cached[j] = True
+                heapq.heappush(self.heap, (-q, j))
 
-    limit = sys.getrecursionlimit()
-    if n + 100 > limit:
-        sys.setrecursionlimit(n + 100)
-    try:
-        for pos, i in enumerate(order):
-            cur = need[i]
-            for j in cur:
-                materialize(j, cur, pos)
-            if saved[i] and not saved_live[i]:
-                rebuild_saved(i, cur, pos)
-            ip = d.bwd_inplace[i]
-            if ip is not None:
-                tj, src = ip
-                if dy_alloc[tj] or (src == 5 * i + _Y and (host[i] or i in offload
-                                                           or not valid[i])):
-                    ip = None
-            for j in d.bwd_dx[i]:  # after materialising: gradients are not live during rebuilds
-                if not dy_alloc[j] and (ip is None or j != ip[0]):
-                    alloc(5 * j + _DY, ysz[j])
-                    dy_alloc[j] = True
-            dw = d.bwd_dw[i] and not keep_dw
-            if dw:
-                alloc(5 * i + _DW, psz[i])
-            if caching and room(i, ws_bwd):
-                evict(room(i, ws_bwd), pos + lookahead)
-            add(new(S, (BW, i, 0, 0, -1)))
-            moved_dy = False
-            if ip is not None:
-                tj, src = ip
-                add(new(S, (MV, 5 * tj + _DY, 0, 0, src)))
-                dy_alloc[tj] = True
-                if src == 5 * i + _Y:
-                    valid[i] = cached[i] = False
-                    live += ysz[tj] - ysz[i]
-                else:
-                    moved_dy = True
-                    live += ysz[tj] - ysz[i]
-            if dw:
-                add(new(S, (F, 5 * i + _DW, 0, 0, -1)))
-                live -= psz[i]
-            drop_saved(i)
-            for j in at_pos[pos]:
-                ptr[j] += 1
-            if not free:
+    # -- the backward pass ----------------------------------------------------------------------
+    def backward_pass(self) -> None:
+        for pos, i in enumerate(self.order):
+            moved_dy = self.backward_step(pos, i)
+            for j in self.at_pos[pos]:
+                self.ptr[j] += 1
+            if self.free:
+                self.after_step(pos, i, moved_dy)
+
+    def backward_step(self, pos: int, i: int) -> bool:
+        """BACKWARD of i with what it reads, the gradients it writes and its dW; whether it wrote its
+        input's gradient over its own (a MOVE of its DY)."""
+        d, ysz, dy_alloc = self.d, self.ysz, self.dy_alloc
+        cur = self.need[i]
+        for j in cur:
+            self.materialize(j, cur, pos)
+        if self.saved[i] and not self.saved_live[i]:
+            self.rebuild_saved(i, cur, pos)
+        ip = d.bwd_inplace[i]
+        if ip is not None:
+            tj, src = ip
+            if dy_alloc[tj] or (src == 5 * i + _Y and (self.host[i] or i in self.offload or not self.valid[i])):
+                ip = None
+        for j in d.bwd_dx[i]:  # after materialising: gradients are not live during rebuilds
+            if not dy_alloc[j] and (ip is None or j != ip[0]):
+                self.alloc(5 * j + _DY, ysz[j])
+                dy_alloc[j] = True
+        dw = d.bwd_dw[i] and not self.keep_dw
+        if dw:
+            self.alloc(5 * i + _DW, self.psz[i])
+        if self.caching and self.room(i, d.ws_bwd):
+            self.evict(self.room(i, d.ws_bwd), pos + self.lookahead)
+        self.add(BW, i)
+        moved_dy = False
+        if ip is not None:
+            tj, src = ip
+            self.add(MV, 5 * tj + _DY, src)
+            dy_alloc[tj] = True
+            if src == 5 * i + _Y:
+                self.valid[i] = self.cached[i] = False
+            else:
+                moved_dy = True
+            self.live += ysz[tj] - ysz[i]
+        if dw:
+            self.add(F, 5 * i + _DW)
+            self.live -= self.psz[i]
+        self.drop_saved(i)
+        return moved_dy
+
+    def after_step(self, pos: int, i: int, moved_dy: bool) -> None:
+        """After BACKWARD of i: its gradient goes, and the outputs its step was the last user of
+        before their next use (a host copy needed by the next step is kept, unless that step first
+        rebuilds a dropped tensor: then it comes back after the rebuild instead of sitting through it)."""
+        order, drop, valid = self.order, self.drop, self.valid
+        if self.has_grad[i] and self.dy_alloc[i] and not moved_dy:
+            self.add(F, 5 * i + _DY)
+            self.live -= self.ysz[i]
+        rebuild_next = pos + 1 < len(order) and any(u in drop and not valid[u] for u in self.need[order[pos + 1]])
+        for j in self.at_pos[pos]:
+            if not valid[j]:
                 continue
-            if has_grad[i] and dy_alloc[i] and not moved_dy:
-                add(new(S, (F, 5 * i + _DY, 0, 0, -1)))
-                live -= ysz[i]
-            # a host copy needed by the next step is kept, unless that step first rebuilds a
-            # dropped tensor: then it comes back after the rebuild instead of sitting through it
-            rebuild_next = pos + 1 < len(order) and any(
-                u in drop and not valid[u] for u in need[order[pos + 1]])
-            for j in at_pos[pos]:
-                if not valid[j]:
-                    continue
-                nxt = next_use(j)
-                if caching:
-                    if nxt is None or j in offload or j in drop:
-                        release(j)
-                elif (nxt is None or (host[j] and (nxt > pos + 1 or rebuild_next))
-                      or (j in mc and nxt > pos + 1)):
-                    release(j)
-            if caching:
-                prefetch_ahead(pos)
-    finally:
-        sys.setrecursionlimit(limit)
-    if caching:
-        drop_off = {k for k in off_at if not evicted[steps[k].arg // 5]}
-        steps = [s for k, s in enumerate(steps) if k not in drop_off]
-    return steps
+            nxt = self.next_use(j)
+            if self.caching:
+                if nxt is None or j in self.offload or j in drop:
+                    self.release(j)
+            elif (nxt is None or (self.host[j] and (nxt > pos + 1 or rebuild_next))
+                  or (j in self.mc and nxt > pos + 1)):
+                self.release(j)
+        if self.caching:
+            self.prefetch_ahead(pos)
