@@ -22,9 +22,15 @@ MKL_JAR     := $(HOME)/.m2/repository/org/bytedeco/mkl/$(MKL_VERSION)/mkl-$(MKL_
 # The wheel carries the helper/agent jar, ASM relocated inside it (not ND4J: jobs bring their own classpath).
 WHEEL_JARS := pyd4j/jvm/java
 
-.PHONY: setup demo test bench bench-list clean cuda-check wheel
+.PHONY: setup demo test bench bench-list clean cuda-check wheel hooks
 
-setup: $(VENV) $(JAR) $(NATIVE_LIB) $(MKL_JAR)
+setup: hooks $(VENV) $(JAR) $(NATIVE_LIB) $(MKL_JAR)
+
+# Commit subjects of at most 72 characters: git runs .githooks/commit-msg (a no-op outside a git checkout).
+hooks:
+	@if [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$$(pwd -P)" ] && \
+	  [ "$$(git config core.hooksPath)" != .githooks ]; then \
+	  git config core.hooksPath .githooks && echo "git hooks: core.hooksPath = .githooks"; fi
 
 $(VENV): pyproject.toml constraints.txt
 	python3 -m venv .venv
