@@ -29,7 +29,8 @@ from pathlib import Path
 from harness import RESULTS, Recorder, run_pool
 from harness.corpus import cases
 from pyd4j.profile import profile_job
-from pyd4j.profile.diagnose import diagnose, leak_verdicts
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.leak_verdicts import leak_verdicts
 from pyd4j.profile.tune import tune_job
 
 LEAK_KINDS = ("leak-offheap", "leak-heap")

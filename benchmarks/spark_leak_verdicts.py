@@ -26,7 +26,7 @@ MiB = 1024**2
 
 
 def executor_rows(run_dir: Path) -> list[dict]:
-    from pyd4j.profile.diagnose import envelope, leak_verdicts
+    from pyd4j.profile.leak_verdicts import envelope, leak_verdicts
     from pyd4j.profile.spark_executors import executor_lanes
     from pyd4j.profile.timeline import Timeline
 

@@ -105,7 +105,8 @@ def read_run_meta(work: Path, data: bytes) -> Any:
 
 def read_tune(work: Path, data: bytes) -> Any:
     from pyd4j.commands.report import _check_tune_document
-    from pyd4j.profile.report import _tune_section, find_tune_doc
+    from pyd4j.profile.report_page import tune_section
+    from pyd4j.profile.tune_doc import find_tune_doc
 
     run = work / "before"
     run.mkdir(exist_ok=True)
@@ -113,7 +114,7 @@ def read_tune(work: Path, data: bytes) -> Any:
     _check_tune_document(run)
     found = find_tune_doc(run)   # the report's own reader, on a document that passed the check
     if found is not None:
-        _tune_section(found[0], found[1], work)
+        tune_section(found[0], found[1], work)
     return found
 
 

@@ -53,7 +53,7 @@ def test_wheel_profiles_reports_and_tunes_a_job(installed, tmp_path):
     assert doc["exit_code"] == 0 and doc["samples"] > 0 and doc["iterations"] == 60, doc
     assert doc["peaks"]["rss"] and doc["peaks"]["heap_used"]
     # the leak check (scipy's trend tests) judges the 60-iteration run from the wheel alone
-    code = ("import sys; from pyd4j.profile.timeline import Timeline; from pyd4j.profile.diagnose import leak_verdicts\n"
+    code = ("import sys; from pyd4j.profile.timeline import Timeline; from pyd4j.profile.leak_verdicts import leak_verdicts\n"
             "v = leak_verdicts(Timeline.load(sys.argv[1])); print(' '.join(x.status for x in v))")
     statuses = run([str(bin_dir / "python"), "-c", code, str(tmp_path / "run")], tmp_path, env).stdout.split()
     assert statuses and set(statuses) <= {"leak", "no-leak", "not-enough-data"} and "leak" not in statuses, statuses
@@ -79,7 +79,7 @@ def test_wheel_imports_every_module_and_runs_the_leak_check(installed, tmp_path)
             "mods = [m.name for m in pkgutil.walk_packages(pyd4j.__path__, 'pyd4j.')\n"
             "        if not m.name.startswith('pyd4j.serve')]  # the serve extra's HTTP side is not installed here\n"
             "for m in mods: importlib.import_module(m)\n"
-            "from pyd4j.profile.diagnose import fit_trend\n"
+            "from pyd4j.profile.leak_verdicts import fit_trend\n"
             "x = np.arange(60.0); t = fit_trend(x, 1000.0 + 50.0 * x, 'iteration')\n"
             "print(len(mods), t.slope, t.p_value)")
     count, slope, p_value = run([str(bin_dir / "python"), "-c", code], tmp_path, env).stdout.split()

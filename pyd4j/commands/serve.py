@@ -60,14 +60,14 @@ def _status_rows(status: dict) -> list[list[str]]:
 
 
 def judge_soak(result: dict) -> dict:
-    """The profiler's leak verdicts (pyd4j.profile.diagnose.judge) on a soak's memory samples: server
+    """The profiler's leak verdicts (pyd4j.profile.leak_verdicts.judge) on a soak's memory samples: server
     RSS, live heap and JavaCPP's count after full collections against requests served. The first
     round is warm-up (JIT, workspaces learning their sizes) and is left out, as the profiler does."""
     from dataclasses import asdict  # noqa: PLC0415
 
     import numpy as np  # noqa: PLC0415
 
-    from pyd4j.profile.diagnose import LEAK_MIN_GROWTH, LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP, judge  # noqa: PLC0415
+    from pyd4j.profile.leak_verdicts import LEAK_MIN_GROWTH, LEAK_MIN_GROWTH_HEAP, LEAK_MIN_RELATIVE_HEAP, judge  # noqa: PLC0415
 
     used = result["samples"][2:]
     x = np.array([s["requests"] for s in used], dtype=float)

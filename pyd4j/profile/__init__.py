@@ -6,7 +6,8 @@ OOMs, leaks, GC pressure and workspace spills, write reports, and tune JVM flags
     for finding in diagnose(run.timeline): print(finding.title, finding.fix)
 """
 
-from pyd4j.profile.diagnose import Finding, diagnose
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.finding import Finding
 from pyd4j.profile.launch import JobRun, profile_job
 from pyd4j.profile.session import session
 from pyd4j.profile.timeline import Timeline

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pyd4j.output import human_bytes
-from pyd4j.profile.diagnose import LEAK_MIN_GROWTH, leak_verdicts
+from pyd4j.profile.leak_verdicts import LEAK_MIN_GROWTH, leak_verdicts
 from pyd4j.profile.signals import stopped_as_asked
 from pyd4j.profile.timeline import Timeline
 

@@ -185,3 +185,19 @@ def identify(lanes: Sequence["Timeline"]) -> list[JvmIdentity]:
         best = max(jobs, key=lambda i: (rows[i]["iterations"], _did_work(lanes[i]), lanes[i].duration_s(), -i))
         rows[best]["primary"] = True
     return [JvmIdentity(**r) for r in rows]
+
+
+def primary_lane(lanes: Sequence["Timeline"]) -> "Timeline":
+    """The lane of the job's main JVM (see `identify`), else the first."""
+    return next((t for t in lanes if t.jvm is not None and t.jvm.primary), lanes[0])
+
+
+def lane_label(t: "Timeline") -> str:
+    """A lane as reports name it: its JVM's label, else the job's short name."""
+    return t.jvm.label if t.jvm is not None else short_name(t.name)
+
+
+def run_origin_ms(lanes: Sequence["Timeline"]) -> float:
+    """The common time origin of a run's lanes: the first JVM's start."""
+    starts = [t.t0 for t in lanes if t.samples or t.start]
+    return min(starts) if starts else 0.0

@@ -15,8 +15,10 @@ import numpy as np
 
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
 from pyd4j.output import human_bytes
-from pyd4j.profile.diagnose import Finding, LimitRefusal, diagnose, limit_refusals
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.finding import Finding
 from pyd4j.profile.flatness import sizing_scope
+from pyd4j.profile.oom import LimitRefusal, limit_refusals
 from pyd4j.profile.timeline import Timeline
 from pyd4j.units import jvm_size, parse_bytes
 

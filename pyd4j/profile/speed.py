@@ -25,9 +25,9 @@ from typing import Callable, Sequence
 
 from pyd4j.profile import ab, fatal_error, spark_speed
 from pyd4j.profile.command import JobCommand, JobCommandError
-from pyd4j.profile.diagnose import stderr_tail
 from pyd4j.profile.launch import default_run_dir, profile_job
 from pyd4j.profile.signals import Stopped, stopped_as_asked
+from pyd4j.profile.startup import stderr_tail
 from pyd4j.profile.speed_report import print_speed, speed_doc as _speed_doc  # noqa: F401 (print_speed: the CLI's)
 from pyd4j.profile.speed_candidates import (  # noqa: F401 (what to try: named here for callers)
     DATA_SHARE, GC_SHARE, MAX_PREFETCH, THREAD_VARIABLES, _mkl, _native_build, candidates, cores, prefetch_candidate,
@@ -128,7 +128,7 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
             return measured(True, f"stopped at the {result.stopped_by}")
         if not result.ok:
             fatal = fatal_error.find(run_dir)   # a JVM that crashed says why on stdout, not in its last stderr lines
-            tail = [fatal[0].summary()] if fatal else stderr_tail(result.timeline if cluster is not None else t)
+            tail = [fatal[0].summary()] if fatal else stderr_tail((result.timeline if cluster is not None else t).run_dir)
             return measured(False, f"exit code {result.returncode}" + (f" ({result.stopped_by})" if result.stopped_by else "")
                             + (f": {' | '.join(tail)}" if tail else ""))
         if not ips:

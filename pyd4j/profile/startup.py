@@ -1,6 +1,7 @@
 """Why a job never started: the `java` launcher's own error lines in the job's stderr (a wrong
 main class, a missing jar, an unknown option), each turned into what went wrong and the fix, so
-`pyd4j profile` says "main class com.acme.Trian not found" rather than "exited with code 1"."""
+`pyd4j profile` says "main class com.acme.Trian not found" rather than "exited with code 1"; and the
+last lines of the job's stderr, for a job that died before it reached ND4J."""
 
 from __future__ import annotations
 
@@ -87,3 +88,13 @@ def agent_refusal_in(run_dir: Path) -> str | None:
     for prefix in ("java.lang.IllegalArgumentException: ", "java.lang.NumberFormatException: "):
         reason = reason.removeprefix(prefix)
     return reason
+
+
+def stderr_tail(run_dir: Path, lines: int = 3) -> list[str]:
+    """The job's last few stderr lines (stack frames and the JVM's "Picked up JAVA_TOOL_OPTIONS" echo of
+    the agent's option left out): why a job that never reached ND4J died."""
+    stderr = run_dir / "stderr.log"
+    if not stderr.exists():
+        return []
+    text = [ln.strip() for ln in stderr.read_text(errors="replace").splitlines()]
+    return [ln for ln in text if ln and not ln.startswith(("at ", "Picked up "))][-lines:]

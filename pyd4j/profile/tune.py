@@ -23,9 +23,10 @@ from typing import Callable
 
 from pyd4j.memory.flags import DEFAULT_HEADROOM
 from pyd4j.profile.command import JobCommand
-from pyd4j.profile.diagnose import diagnose, limit_refusals
+from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, check_run_dir, default_run_dir, profile_job
 from pyd4j.profile.need import LIMIT_FLAGS, flags_for, keep_unshown_limits, larger, measured_need, raised_by  # noqa: F401
+from pyd4j.profile.oom import limit_refusals
 from pyd4j.profile.signals import Stopped
 from pyd4j.profile.tune_outcome import (  # noqa: F401 (the tune's outcome rules, named here for callers)
     EXIT_ERROR, EXIT_NOT_VERIFIED, EXIT_RERUN_FAILED, EXIT_VERIFIED, LEAK_KINDS, gc_pressure_not_from_flags,
@@ -70,7 +71,7 @@ def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
 def _plan_not_applied(run: JobRun) -> str | None:
     """Why the re-run did not train under its plan (the agent refused it, or never met a network to
     apply it to), or None when it did."""
-    from pyd4j.profile.diagnose import plan_refusals  # noqa: PLC0415
+    from pyd4j.profile.plan_refusal import plan_refusals  # noqa: PLC0415
 
     refused = plan_refusals(run.timeline)
     if refused:

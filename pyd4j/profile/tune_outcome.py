@@ -12,8 +12,10 @@ import statistics
 
 from pyd4j.output import human_bytes
 from pyd4j.profile.command import MEMORY_FLAG_PREFIXES
-from pyd4j.profile.diagnose import Finding, diagnose, gc_share
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.finding import Finding
 from pyd4j.profile.flatness import sizing_scope
+from pyd4j.profile.gc_pressure import gc_share
 from pyd4j.profile.launch import JobRun
 from pyd4j.units import SizeError, parse_bytes
 

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pyd4j.profile.diagnose import leak_verdicts
 from pyd4j.profile.flatness import plateau, trained_seconds
 from pyd4j.profile.jvms import LANE_PREFIX, LANE_SUFFIX
+from pyd4j.profile.leak_verdicts import leak_verdicts
 from pyd4j.profile.timeline import Events, Timeline
 
 MEMORY_MIN_S = 60.0

@@ -87,13 +87,13 @@ class Stopper:
 
 
 def verdicts_reached(t) -> bool:
-    from pyd4j.profile.diagnose import leak_verdicts
+    from pyd4j.profile.leak_verdicts import leak_verdicts
 
     return all(v.status != "not-enough-data" for v in leak_verdicts(t))
 
 
 def offheap_leak_found(t) -> bool:
-    from pyd4j.profile.diagnose import leak_verdicts
+    from pyd4j.profile.leak_verdicts import leak_verdicts
 
     return any(v.status == "leak" for v in leak_verdicts(t)[1:])
 

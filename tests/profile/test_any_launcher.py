@@ -22,7 +22,8 @@ import pytest
 
 from pyd4j.jvm.classpath import PROJECT_ROOT
 from pyd4j.profile import profile_job
-from pyd4j.profile.report import perfetto_trace, write_report
+from pyd4j.profile.perfetto import perfetto_trace
+from pyd4j.profile.report import write_report
 from pyd4j.profile.timeline import Timeline
 from tests.profile.conftest import FIXTURES_JAR, fixture_command, idle_command
 

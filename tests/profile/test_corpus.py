@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyd4j.profile.diagnose import diagnose, leak_verdicts
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.leak_verdicts import leak_verdicts
 from tests.profile.conftest import HEALTHY, LEAKING, leak_site_line
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]

@@ -12,7 +12,8 @@ import itertools
 import numpy as np
 import pytest
 
-from pyd4j.profile.diagnose import diagnose, leak_verdicts
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.leak_verdicts import leak_verdicts
 from tests.profile.conftest import DEADLINE_S, PROJECT_ROOT, Stopper, corpus_command, leak_site_line, offheap_leak_found, \
     run_concurrently, verdicts_reached
 
@@ -130,7 +131,7 @@ def test_a_slow_job_is_judged_from_the_points_taken_for_it(default_runs):
     """At a second an iteration the agent's first needed points fall within a few iterations; the verdict
     wants its points to span LEAK_MIN_ITERATIONS after warm-up, so the agent keeps taking points every few
     iterations until they do (why = "needed-span"): the timeline up to the last of them is judged."""
-    from pyd4j.profile.diagnose import LEAK_MIN_ITERATIONS
+    from pyd4j.profile.leak_verdicts import LEAK_MIN_ITERATIONS
 
     t = finished(default_runs, "slow").timeline
     spread = [p for p in t.live_points if p.get("why") == "needed-span"]
@@ -180,7 +181,7 @@ def test_a_job_that_never_trains_is_judged_on_seconds_from_points_taken_for_it(d
     takes the points that verdict needs (why = "needed-idle", one every IDLE_GAP_MS at most) instead of
     waiting for its regular pace, which a short job outlives; a job that keeps every prediction is found at
     its line from those points alone."""
-    from pyd4j.profile.diagnose import LEAK_MIN_SECONDS
+    from pyd4j.profile.leak_verdicts import LEAK_MIN_SECONDS
 
     t = finished(default_runs, "serve-and-keep").timeline
     assert t.iterations() == 0

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from pyd4j.profile import Timeline, diagnose
-from pyd4j.profile.diagnose import fit_trend, leak_sites, leak_verdicts
+from pyd4j.profile.leak_verdicts import fit_trend, leak_verdicts
+from pyd4j.profile.leaks import leak_sites
 from tests.profile.conftest import fixture_command
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
@@ -131,7 +132,7 @@ def test_trend_fit_matches_a_hand_made_line():
 
 
 def test_flat_noise_is_no_leak_and_few_points_are_not_enough():
-    from pyd4j.profile.diagnose import judge
+    from pyd4j.profile.leak_verdicts import judge
 
     rng = np.random.default_rng(1)
     x = np.arange(0, 400, 20, dtype=float)
@@ -145,7 +146,7 @@ def test_flat_noise_is_no_leak_and_few_points_are_not_enough():
 
 def test_reasons_in_seconds_say_s_not_ss():
     """Jobs without iterations are judged over seconds: "over 27 s", never "over 27 ss"."""
-    from pyd4j.profile.diagnose import judge
+    from pyd4j.profile.leak_verdicts import judge
 
     x = np.array([0.0, 9.0, 27.0])
     verdict = judge(x, np.array([1.0, 2.0, 3.0]) * (1 << 20), "s", "live heap", 8 << 20)
@@ -158,7 +159,7 @@ def test_reasons_in_seconds_say_s_not_ss():
 def test_gc_pressure_leaves_out_the_collections_made_to_measure_the_live_set(tmp_path):
     """Made-up timeline (our own logic only): 20 s, 4 s of it in full collections the agent's inspections
     (or jcmd) caused and 0.5 s in the job's own young collections: 2.5% of the run is the job's, not 22%."""
-    from pyd4j.profile.diagnose import gc_share
+    from pyd4j.profile.gc_pressure import gc_share
     from pyd4j.profile.timeline import Timeline
 
     t0 = 1_000_000

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from pyd4j.profile.report import perfetto_trace, write_report
+from pyd4j.profile.perfetto import perfetto_trace
+from pyd4j.profile.report import write_report
 from pyd4j.profile.timeline import Timeline
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]

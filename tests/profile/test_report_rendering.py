@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from matplotlib.text import Text
 
-from pyd4j.profile import report
+from pyd4j.profile import perfetto, plots, report
 from pyd4j.profile.live import LiveView
 from pyd4j.profile.timeline import Timeline
 
@@ -58,12 +58,12 @@ def _boxes_overlap(a, b) -> bool:
 
 
 def test_limits_close_together_get_separate_labels_and_far_ones_are_named_off_the_axis():
-    plt = report._plt()
+    plt = plots._plt()
     fig, ax = plt.subplots(figsize=(8, 3), layout="constrained")
     ax.plot([0, 1], [0, 150])
-    note = report.draw_limits(ax, [("-Xmx", 256 * MIB, "b"), ("JavaCPP maxbytes", 256 * MIB, "r"),
-                                   ("JavaCPP maxphysicalbytes", 262 * MIB, "k"), ("container limit", 10 << 30, "g")],
-                              150 * MIB, MIB, "MiB")
+    note = plots.draw_limits(ax, [("-Xmx", 256 * MIB, "b"), ("JavaCPP maxbytes", 256 * MIB, "r"),
+                                  ("JavaCPP maxphysicalbytes", 262 * MIB, "k"), ("container limit", 10 << 30, "g")],
+                             150 * MIB, MIB, "MiB")
     assert "container limit 10 GiB" in note and "68×" in note           # named, with how far off the axis
     fig.canvas.draw()
     labels = [t for t in ax.texts if "MiB" in t.get_text()]
@@ -78,14 +78,14 @@ def test_memory_plot_of_a_long_main_class_keeps_its_title_and_legend_inside_and_
     write_lane(tmp_path, 5, command=f"{LONG_MAIN} --epochs 3")
     write_meta(tmp_path, cgroup_limit_bytes=64 << 30)
     t = Timeline.load(tmp_path)
-    plt = report._plt()
+    plt = plots._plt()
     captured = {}
-    real_save = report._save
-    report._save = lambda plt_, fig, path: captured.setdefault("fig", fig) and path  # keep the figure to measure it
+    real_save = plots._save
+    plots._save = lambda plt_, fig, path: captured.setdefault("fig", fig) and path  # keep the figure to measure it
     try:
-        report.plot_memory(t, tmp_path / "m.png")
+        plots.plot_memory(t, tmp_path / "m.png")
     finally:
-        report._save = real_save
+        plots._save = real_save
     fig = captured["fig"]
     fig.canvas.draw()
     ax = fig.axes[0]
@@ -105,8 +105,8 @@ def test_a_limit_label_in_the_right_margin_is_whole_inside_the_saved_picture(tmp
     picture's right edge, and the label is as wide in the picture as matplotlib laid it out."""
     write_lane(tmp_path, 5, heap_max=150 * MIB)     # -Xmx = JavaCPP maxbytes 150 MiB, labelled right of the axes
     write_meta(tmp_path)
-    path = report.plot_memory(Timeline.load(tmp_path), tmp_path / "m.png")
-    pixels = (report._plt().imread(path)[..., :3] * 255).astype(int)
+    path = plots.plot_memory(Timeline.load(tmp_path), tmp_path / "m.png")
+    pixels = (plots._plt().imread(path)[..., :3] * 255).astype(int)
     colour = np.array([0x1F, 0x3B, 0x73])            # _COLORS["heap_used"]: -Xmx's line and label
     columns = np.nonzero((np.abs(pixels - colour).sum(axis=2) < 60).any(axis=0))[0]
     assert columns.size
@@ -114,7 +114,7 @@ def test_a_limit_label_in_the_right_margin_is_whole_inside_the_saved_picture(tmp
     margin_px = pixels.shape[1] - 1 - columns.max()
     assert margin_px >= 0.1 * dpi, f"the label ends {margin_px} px from the picture's right edge"
     # the label's width in the picture is the laid-out width of its text: nothing of it was cut
-    plt = report._plt()
+    plt = plots._plt()
     fig, ax = plt.subplots(figsize=(4, 2), dpi=dpi)
     text = ax.text(0, 0, "-Xmx = JavaCPP maxbytes 150 MiB", fontsize=8)
     fig.canvas.draw()
@@ -129,24 +129,24 @@ def test_workspaces_of_kibibytes_are_shown_in_kib_with_the_legend_beside(tmp_pat
     write_meta(tmp_path)
     t = Timeline.load(tmp_path)
     captured = {}
-    real_save = report._save
-    report._save = lambda plt_, fig, path: captured.setdefault("fig", fig) and path
+    real_save = plots._save
+    plots._save = lambda plt_, fig, path: captured.setdefault("fig", fig) and path
     try:
-        report.plot_workspaces(t, tmp_path / "ws.png")
+        plots.plot_workspaces(t, tmp_path / "ws.png")
     finally:
-        report._save = real_save
+        plots._save = real_save
     fig = captured["fig"]
     ax = fig.axes[0]
     assert ax.get_ylabel() == "KiB"
     assert np.nanmax(ax.lines[0].get_ydata()) == pytest.approx(48)
     fig.canvas.draw()
     assert not _boxes_overlap(fig.legends[0].get_window_extent(), ax.get_window_extent())
-    report._plt().close(fig)
+    plots._plt().close(fig)
 
 
 @pytest.mark.parametrize("largest, unit", [(512, "B"), (40 * 1024, "KiB"), (300 * MIB, "MiB"), (3 << 30, "GiB")])
 def test_byte_unit_fits_the_largest_value(largest, unit):
-    assert report.byte_unit(largest)[1] == unit
+    assert plots.byte_unit(largest)[1] == unit
 
 
 def test_heap_after_full_gc_is_the_live_heap_and_young_gc_readings_are_not(tmp_path):
@@ -156,7 +156,7 @@ def test_heap_after_full_gc_is_the_live_heap_and_young_gc_readings_are_not(tmp_p
     write_lane(tmp_path, 5, gcs=gcs)
     write_meta(tmp_path)
     t = Timeline.load(tmp_path)
-    live, label = report.live_heap_points(t)
+    live, label = plots.live_heap_points(t)
     assert [g["heap_after"] for g in live] == [12 * MIB] and "full GC" in label and "live" in label
     page = report.write_report(tmp_path)["html"].read_text()
     assert "it is not the live heap" in page and "heap after full collections, the live heap" in page
@@ -170,7 +170,7 @@ def test_the_agents_live_points_are_the_live_heap_as_measured_over_the_jobs_full
     with path.open("a") as f:
         f.write("".join(json.dumps(x) + "\n" for x in live))
     write_meta(tmp_path)
-    points, label = report.live_heap_points(Timeline.load(tmp_path))
+    points, label = plots.live_heap_points(Timeline.load(tmp_path))
     # every live point as measured (a histogram after a full GC counts what jcmd counts), not the job's own
     # full GC's collector usage
     assert [p["heap_after"] for p in points] == [9 * MIB, 10 * MIB, 11 * MIB] and "class_histogram" in label
@@ -228,7 +228,7 @@ def test_each_jvm_is_its_own_lane_in_the_page_the_plot_and_the_trace(tmp_path):
     assert "JVMs of the run (3)" in page and "launcher (maven)" in page and "job (main)" in page
     assert paths["jvms_png"].exists() and "memory_121_png" in paths      # the other job JVM has its own plot
     assert "<h1>pyd4j profile: VeryLongNamedTrainingJobMain</h1>" in page and f'class="full">{LONG_MAIN}' in page
-    trace = report.perfetto_trace(Timeline.load_lanes(tmp_path))
+    trace = perfetto.perfetto_trace(Timeline.load_lanes(tmp_path))
     names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert sorted(names) == [100, 120, 121] and "maven" in names[100]
     first = min(e["ts"] for e in trace["traceEvents"] if e.get("ph") == "C")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pyd4j.profile import profile_job
-from pyd4j.profile.diagnose import diagnose, leak_verdicts
+from pyd4j.profile.diagnose import diagnose
+from pyd4j.profile.leak_verdicts import leak_verdicts
 from tests.profile.conftest import fixture_command, run_concurrently
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]

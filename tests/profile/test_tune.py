@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pyd4j.memory.flags import MIN_MAXBYTES
-from pyd4j.profile.diagnose import limit_refusals
+from pyd4j.profile.oom import limit_refusals
 from pyd4j.profile.tune import flags_for, gc_pressure_not_from_flags, measured_need, not_verified_because, raised_by, throughput
 from tests.profile.conftest import compat_command, corpus_command, fixture_command, run_concurrently
 
