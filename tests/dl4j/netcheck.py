@@ -15,6 +15,7 @@ not a network DL4J trains, so not counted against the planner).
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import tempfile
@@ -167,7 +168,10 @@ def train(spec: Spec, conf: Any, data: list[tuple], init: np.ndarray, **planned:
     net = netbuild.network(fresh(conf))
     net.setParams(from_numpy(np.ascontiguousarray(init.reshape(1, -1)), copy=True))
     jpype.JClass("org.nd4j.linalg.factory.Nd4j").getRandom().setSeed(jpype.JLong(SEED))
-    result = fit(net, data, progress=False, prefetch=1, **({"memory": "superneurons", **planned} if planned else {}))
+    # each run its own copy of the batches: DL4J's fit() may write over its features (a layer dropping its
+    # input in place through a MaskLayer, which passes its input on), and pyd4j hands DL4J numpy's memory
+    result = fit(net, copy.deepcopy(data), progress=False, prefetch=1,
+                 **({"memory": "superneurons", **planned} if planned else {}))
     return params(net), result.plan
 
 

@@ -267,3 +267,38 @@ def test_a_wrapped_layer_keeps_its_dropped_input_when_its_producer_is_recomputed
                 {"class": "DenseLayer", "nOut": 4, "act": "TANH", "bias": True},
                 {"class": "OutputLayer", "nOut": 1, "loss": "SQUARED_HINGE", "act": "TANH", "labels": "sign"}],
                [{"kind": "rnn", "size": 1, "steps": 1}], [["ff", 1]], dropOut=0.5, updater="Sgd", lr=0.1, batch=4))
+
+
+def test_the_probe_leaves_the_gradient_view_as_it_found_it(jvm) -> None:
+    """The probe's backward steps wrote into the network's gradient view and left it there: a layer fit()
+    gives no gradient (below a FrozenLayer) was then updated with the probe's gradient (PReLU, an opaque
+    layer the probe measures; parameters off by 0.015)."""
+    exact(spec([{"class": "PReLULayer", "shape": [5]},
+                {"class": "FrozenLayer", "layer": {"class": "DenseLayer", "nOut": 6, "act": "RELU", "bias": True}},
+                {"class": "OutputLayer", "nOut": 3, "loss": "MCXENT", "act": "SOFTMAX", "labels": "onehot"}],
+               [{"kind": "ff", "size": 5}], [["ff", 3]], updater="Sgd", lr=0.1, batch=5))
+
+
+def test_a_shared_activation_dropped_in_place_by_its_last_reader_is_refused_by_name(jvm) -> None:
+    """DL4J's fit() lets the last reader of 'td' (c5) drop it in place; lc4 (a SameDiff layer, no dropout
+    of its own) read that same array and computes its backward step from the dropped values. Planned
+    training gave lc4 the intact activation (parameters off by 0.1); it now refuses, naming both."""
+    s = {"kind": "graph", **BASE, "updater": "Sgd", "lr": 0.1, "dropOut": 0.5, "batch": 2,
+         "inputs": [{"kind": "rnn", "size": 4, "steps": 6}],
+         "layers": [{"class": "TimeDistributed", "layer": {"class": "DenseLayer", "nOut": 3, "act": "TANH", "bias": True},
+                     "name": "td", "inputs": ["in0"]},
+                    {"class": "LocallyConnected1D", "nOut": 1, "kernel": 1, "act": "TANH", "name": "lc4", "inputs": ["td"]},
+                    {"class": "Convolution1DLayer", "nOut": 5, "kernel": 1, "mode": "Same", "act": "TANH", "name": "c5",
+                     "inputs": ["td"]},
+                    {"class": "RnnOutputLayer", "nOut": 4, "loss": "MSE", "act": "IDENTITY", "labels": "real",
+                     "name": "out", "inputs": ["lc4"]},
+                    {"class": "RnnOutputLayer", "nOut": 4, "loss": "MSE", "act": "IDENTITY", "labels": "real",
+                     "name": "out2", "inputs": ["c5"]}],
+         "outputs": ["out", "out2"], "labels": [["rnn", 4, 6], ["rnn", 4, 6]]}
+    outcome = check(s)
+    assert outcome.status == "refused", outcome.report(s)
+    assert "vertex 'c5' applies its input dropout in place on the output of 'td'" in outcome.detail
+    assert "'lc4' computes its backward step" in outcome.detail
+    without = {**s, "dropOut": None}
+    without.pop("dropOut")
+    exact(without)

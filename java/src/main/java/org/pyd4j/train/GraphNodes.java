@@ -209,9 +209,34 @@ final class GraphNodes extends NetworkNodes {
         if (inPlace) l.allowInputModification(true);
         try {
             INDArray out = tbptt() && v.hasLayer() ? withStoredState(v.getLayer(), v.getInputs()[0], mgr) : null;
-            return out != null ? out : v.doForward(true, mgr);
+            out = out != null ? out : v.doForward(true, mgr);
+            if (inPlace && LayerState.dropoutApplied(l)) refuseSharedInPlaceDropout(node, inputs[0]);
+            return out;
         } finally {
             if (inPlace) l.allowInputModification(false);
+        }
+    }
+
+    /** DL4J's fit() lets the last reader of an activation drop it in place; a reader before it that keeps that
+     *  very array (it applies no dropout of its own) then computes its backward step from the dropped values.
+     *  The trainer keeps every activation intact, so it refuses that case, in the first forward pass (before
+     *  any update), naming both vertices; a layer that ignores its dropout setting drops nothing. */
+    private void refuseSharedInPlaceDropout(int node, INDArray input) {
+        String name = vertices[node].getVertexName();
+        String from = conf.getVertexInputs().get(name).get(0);
+        for (PlanFile.Node n : plan.nodes) {
+            GraphVertex w = vertices[n.id];
+            List<String> ins = w == null || n.id == node ? null : conf.getVertexInputs().get(w.getVertexName());
+            if (ins == null || !ins.contains(from) || !backwardReadsInput(n.id, ins.indexOf(from))) continue;
+            for (INDArray a : referenced(n.id)) {
+                if (a != null && !a.wasClosed() && Held.sameMemory(a, input)) {
+                    throw new PlanRefusedException(java.util.Collections.singletonList("vertex '" + name + "' applies its "
+                            + "input dropout in place on the output of '" + from + "' in DL4J's fit(), and '"
+                            + w.getVertexName() + "' computes its backward step from that same array, dropped: planned "
+                            + "training keeps activations intact and cannot reproduce it; remove the input dropout of '"
+                            + name + "' or train with DL4J's own fit()"));
+                }
+            }
         }
     }
 

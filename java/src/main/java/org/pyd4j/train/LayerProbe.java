@@ -48,6 +48,10 @@ public final class LayerProbe {
     public static String describe(Model net, long[]... featureShape) {
         Random r = Nd4j.getRandom();
         long[] state = {r.rootState(), r.nodeState()};
+        // the gradient view as it was (zeros where the probe makes it): the probe's backward steps write there,
+        // and a layer fit() gives no gradient (below a FrozenLayer) would be updated with what they left
+        INDArray view = gradientView(net);
+        INDArray before = view == null ? null : view.dup();
         try {
             INDArray[] f = new INDArray[featureShape.length];
             for (int i = 0; i < f.length; i++) f[i] = Nd4j.rand(net.params().dataType(), featureShape[i]).subi(0.5);
@@ -57,7 +61,14 @@ public final class LayerProbe {
             return sb.append('}').toString();
         } finally {
             r.setStates(state[0], state[1]);
+            if (before != null) view.assign(before);
+            else if (gradientView(net) != null) gradientView(net).assign(0);
         }
+    }
+
+    private static INDArray gradientView(Model net) {
+        return net instanceof MultiLayerNetwork ? ((MultiLayerNetwork) net).getFlattenedGradients()
+                : ((ComputationGraph) net).getFlattenedGradients();
     }
 
     private static void multiLayer(MultiLayerNetwork net, INDArray features, StringBuilder sb) {
