@@ -1,5 +1,5 @@
-"""README.md and docs/*.md say only what can be traced: each figure to its result file and JSON key, each
-command and option to the `pyd4j` command's own definition.
+"""README.md, benchmarks/README.md and docs/*.md say only what can be traced: each figure to its result file
+and JSON key, each command and option to the `pyd4j` command's own definition.
 
 Figure tables
 -------------
@@ -7,7 +7,7 @@ A markdown table whose header row is exactly
 
     | figure | value | target | result file | key | command | measured |
 
-is a figure table, in README.md or any page of docs/. Each row:
+is a figure table, in README.md, benchmarks/README.md or any page of docs/. Each row:
 
 - `figure`: what was measured (free text, not checked).
 - `value`: the measured numbers, one per key and in the keys' order. Every number in the cell is checked,
@@ -24,7 +24,8 @@ is a figure table, in README.md or any page of docs/. Each row:
   (`comparisons.1.ratio`); a JSON key that itself holds a dot or a space is written as it is
   (`networks_chunked.deep_cnn_bn.planned.budget_0.4.peak_over_fit`).
 - `command`: in backticks, the command line the result file's run record holds (`run.command`, or a
-  later command under `run.amended`), as a shell would take it.
+  later command under `run.amended`), as a shell would take it; an argument that names a folder of the
+  machine that ran it (an absolute path) is written `DIR`.
 - `measured`: the date (YYYY-MM-DD) of that run record: `run.started_utc`, or, for a record
   reconstructed from git (results older than the benchmark harness), `run.committed_utc`.
 
@@ -39,6 +40,9 @@ Inside code in README.md and docs/*.md (fenced blocks and `inline spans`):
   options of some subcommand.
 
 Links: every relative link `[text](path)` on these pages names a file of the project.
+
+benchmarks/README.md holds the current figures only: at most 400 lines, and a figure table in every
+section (one per capability), unless the section says "No result file yet".
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ import pytest
 from pyd4j.cli import main as pyd4j_main
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BENCHMARKS_README = ROOT / "benchmarks" / "README.md"
+PAGES = [ROOT / "README.md", BENCHMARKS_README, *sorted((ROOT / "docs").glob("*.md"))]
 HEADER = ["figure", "value", "target", "result file", "key", "command", "measured"]
 UNITS = {"µs": 1e6, "ms": 1e3, "%": 100.0, "MiB": 1 / 2**20, "GiB": 1 / 2**30}
 NAMED = {"µs": ("_us",), "ms": ("_ms",), "%": ("_percent", "_pct"), "MiB": ("_mib",), "GiB": ("_gib",)}
@@ -134,7 +139,12 @@ def run_record_dates(run: dict[str, Any]) -> set[str]:
 
 
 def run_record_commands(run: dict[str, Any]) -> list[str]:
-    return [shlex.join(run["command"]), *(shlex.join(a["command"]) for a in run.get("amended", []))]
+    """Each command of the run record as a shell takes it, also with its absolute paths written DIR."""
+    out: list[str] = []
+    for command in [run["command"], *(a["command"] for a in run.get("amended", []))]:
+        out.append(shlex.join(command))
+        out.append(shlex.join("DIR" if arg.startswith("/") else arg for arg in command))
+    return list(dict.fromkeys(out))
 
 
 def spans(cell: str) -> list[str]:
@@ -146,6 +156,19 @@ ROWS = [row for page in PAGES for row in figure_rows(page)]
 
 def test_the_readme_has_a_figure_table() -> None:
     assert any(where.startswith("README.md") for where, _ in ROWS)
+
+
+def test_benchmarks_readme_is_short_with_a_figure_table_per_section() -> None:
+    """One table per capability (a `## ` section each), the current state only: at most 400 lines."""
+    lines = BENCHMARKS_README.read_text().splitlines()
+    assert len(lines) <= 400, f"benchmarks/README.md has {len(lines)} lines; at most 400"
+    sections = [i for i, line in enumerate(lines) if line.startswith("## ")] + [len(lines)]
+    assert len(sections) > 1, "benchmarks/README.md has no `## ` section"
+    rel = str(BENCHMARKS_README.relative_to(ROOT))
+    for start, end in zip(sections, sections[1:]):
+        rows = [w for w, _ in ROWS if w.startswith(rel + ":") and start < int(w.rsplit(":", 1)[1]) <= end]
+        waiting = any("No result file yet" in line for line in lines[start:end])
+        assert rows or waiting, f"{rel}:{start + 1}: section {lines[start]!r} has no figure table row"
 
 
 @pytest.mark.parametrize("where,row", ROWS, ids=[w for w, _ in ROWS])
@@ -194,6 +217,9 @@ def test_value_parsing() -> None:
     assert matches((64.0, 0, "MiB"), 64 * 2**20) and not matches((1.0, 0, None), True)
     assert matches((1.4, 1, "ms"), 1.389, "server_overhead.batch1.overhead_ms")
     assert not matches((1.4, 1, "ms"), 1.389, "server_overhead.batch1.overhead_s")
+    run = {"command": ["python", "benchmarks/x.py", "--configs", "/tmp/zoo", "--out", "r.json"]}
+    assert run_record_commands(run) == ["python benchmarks/x.py --configs /tmp/zoo --out r.json",
+                                        "python benchmarks/x.py --configs DIR --out r.json"]
     doc = {"a": {"budget_0.4": {"x": [1, {"y": 2}]}, "b c": 3}}
     assert resolve(doc, "a.budget_0.4.x.1.y") == 2 and resolve(doc, "a.b c") == 3
     with pytest.raises(KeyError):
