@@ -109,12 +109,6 @@ def _layer(s: Spec) -> Any:
         if c == "RecurrentAttentionLayer":
             b = b.activation(act)
         return b.build()
-    if c == "LocallyConnected2D":
-        return (J("layers.LocallyConnected2D$Builder")().nOut(s["nOut"]).activation(act).kernelSize(*s["kernel"])
-                .stride(*s["stride"]).padding(*s["padding"]).convolutionMode(enum("ConvolutionMode", s["mode"])).build())
-    if c == "LocallyConnected1D":
-        return (J("layers.LocallyConnected1D$Builder")().nOut(s["nOut"]).activation(act).kernelSize(s["kernel"])
-                .convolutionMode(enum("ConvolutionMode", "Truncate")).build())
     if c == "RepeatVector":
         return J("layers.misc.RepeatVector$Builder")(s["n"]).build()
     if c == "ActivationLayer":
@@ -130,6 +124,20 @@ def _layer(s: Spec) -> Any:
     if c == "GlobalPoolingLayer":
         b = J("layers.GlobalPoolingLayer$Builder")(enum("layers.PoolingType", s["pooling"]))
         return (b.pnorm(2) if s["pooling"] == "PNORM" else b).build()
+    conf = _window_layer(s, act)
+    return conf if conf is not None else output(s)
+
+
+def _window_layer(s: Spec, act: Any) -> Any:
+    """A layer sliding a window over an image or a sequence, or padding, cropping or resampling one; None
+    for any other class."""
+    c = s["class"]
+    if c == "LocallyConnected2D":
+        return (J("layers.LocallyConnected2D$Builder")().nOut(s["nOut"]).activation(act).kernelSize(*s["kernel"])
+                .stride(*s["stride"]).padding(*s["padding"]).convolutionMode(enum("ConvolutionMode", s["mode"])).build())
+    if c == "LocallyConnected1D":
+        return (J("layers.LocallyConnected1D$Builder")().nOut(s["nOut"]).activation(act).kernelSize(s["kernel"])
+                .convolutionMode(enum("ConvolutionMode", "Truncate")).build())
     if c == "ConvolutionLayer":
         return _window(c, s).nOut(s["nOut"]).activation(act).build()
     if c == "SubsamplingLayer":
@@ -161,7 +169,7 @@ def _layer(s: Spec) -> Any:
         return J("layers.ZeroPadding1DLayer")(*s["padding"])
     if c == "Cropping1D":
         return J("layers.convolutional.Cropping1D")(*s["cropping"])
-    return output(s)
+    return None
 
 
 def output(s: Spec) -> Any:

@@ -43,6 +43,24 @@ final class Held {
         return other != null && (sameMemory(other, array) || (base != null && root(other) == base));
     }
 
+    /** A copy of {@code a} out of any workspace. */
+    static INDArray detachedCopy(INDArray a) {
+        try (org.nd4j.linalg.api.memory.MemoryWorkspace ws = org.nd4j.linalg.factory.Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
+            return a.dup(a.ordering());
+        }
+    }
+
+    /** Bytes of the arrays that are not views. */
+    static long bytes(java.util.List<INDArray> arrays) {
+        long b = 0;
+        for (INDArray a : arrays) if (!a.isView()) b += bytes(a);
+        return b;
+    }
+
+    static long bytes(INDArray a) {
+        return a.length() * a.dataType().width();
+    }
+
     /** The buffer an array's memory belongs to (a view's buffer is a separate object over its base's). */
     static DataBuffer root(INDArray a) {
         DataBuffer d = a.data();

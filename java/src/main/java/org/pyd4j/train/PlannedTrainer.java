@@ -1,8 +1,6 @@
 package org.pyd4j.train;
 
 import java.io.IOException;
-import java.lang.reflect.Method;
-import java.lang.reflect.Proxy;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
@@ -208,12 +206,7 @@ public final class PlannedTrainer implements AutoCloseable {
             out.add("the network's optimization algorithm is " + algo + "; planned training replaces the gradient step "
                     + "of STOCHASTIC_GRADIENT_DESCENT only; use DL4J's own fit()");
         }
-        for (TrainingListener l : listeners(net)) {
-            if (usesForwardPass(l)) {
-                out.add("listener " + l.getClass().getName() + " reads every layer's activations (onForwardPass), which "
-                        + "planned training frees as it goes; remove the listener or use DL4J's own fit()");
-            }
-        }
+        out.addAll(Listeners.problems(net));
         return out;
     }
 
@@ -308,28 +301,6 @@ public final class PlannedTrainer implements AutoCloseable {
     }
 
     // ---------------------------------------------------------------- installation
-
-    private static Collection<TrainingListener> listeners(Model net) {
-        Collection<TrainingListener> l = net instanceof MultiLayerNetwork ? ((MultiLayerNetwork) net).getListeners()
-                : ((ComputationGraph) net).getListeners();
-        return l == null ? Collections.emptyList() : l;
-    }
-
-    private static boolean usesForwardPass(TrainingListener l) {
-        if (Proxy.isProxyClass(l.getClass())) {
-            // pyd4j's profiling agent listens through a proxy that ignores onForwardPass
-            return !Proxy.getInvocationHandler(l).getClass().getName().startsWith("org.pyd4j.");
-        }
-        try {
-            for (Class<?> arg : new Class<?>[] {List.class, java.util.Map.class}) {
-                Method m = l.getClass().getMethod("onForwardPass", Model.class, arg);
-                if (m.getDeclaringClass() != org.deeplearning4j.optimize.api.BaseTrainingListener.class) return true;
-            }
-            return false;
-        } catch (NoSuchMethodException e) {
-            return true;
-        }
-    }
 
     private void install() {
         Class<?> owner = net instanceof MultiLayerNetwork ? MultiLayerNetwork.class : ComputationGraph.class;
@@ -447,8 +418,8 @@ public final class PlannedTrainer implements AutoCloseable {
         // step's slices come and go one at a time)
         long closed = 0;
         for (INDArray a : made) {
-            if (a.wasClosed()) closed = Math.max(closed, bytes(a));
-            else stepMade[at] += bytes(a);
+            if (a.wasClosed()) closed = Math.max(closed, Held.bytes(a));
+            else stepMade[at] += Held.bytes(a);
         }
         stepMade[at] += closed;
         outPeak = Math.max(outPeak, stepStartLive + stepMade[at]);
@@ -458,7 +429,7 @@ public final class PlannedTrainer implements AutoCloseable {
         for (INDArray a : nodes.referenced(node)) keep.add(Held.root(a));
         for (INDArray a : made) {
             if (a.wasClosed() || keep.contains(Held.root(a)) || !a.closeable()) continue;
-            stats.sweptBytes += bytes(a);
+            stats.sweptBytes += Held.bytes(a);
             if (!pool.release(Held.root(a), Long.MAX_VALUE, live, poolLimit())) a.close();
         }
     }
@@ -559,7 +530,7 @@ public final class PlannedTrainer implements AutoCloseable {
             boolean alias = out.isView() && !mgr.made(root);
             for (INDArray in : ins) alias |= in != null && Held.sameMemory(in, out);
             if (!alias && out.isView()) for (INDArray k : nodes.referenced(node)) alias |= k != out && Held.root(k) == root;
-            if (alias) out = detachedCopy(out);
+            if (alias) out = Held.detachedCopy(out);
             state[node].y = Held.own(out);
             hold(state[node].y.bytes);
         }
@@ -567,25 +538,9 @@ public final class PlannedTrainer implements AutoCloseable {
         state[node].bound = ins;
         Layer l = nodes.layer(node);
         state[node].caches = l == null ? Collections.emptyList() : LayerState.caches(l, out);
-        state[node].cacheBytes = bytes(state[node].caches);
+        state[node].cacheBytes = Held.bytes(state[node].caches);
         hold(state[node].cacheBytes);
         state[node].ready = true;
-    }
-
-    private static INDArray detachedCopy(INDArray a) {
-        try (MemoryWorkspace ws = Nd4j.getMemoryManager().scopeOutOfWorkspaces()) {
-            return a.dup(a.ordering());
-        }
-    }
-
-    private static long bytes(List<INDArray> arrays) {
-        long b = 0;
-        for (INDArray a : arrays) if (!a.isView()) b += bytes(a);
-        return b;
-    }
-
-    private static long bytes(INDArray a) {
-        return a.length() * a.dataType().width();
     }
 
     /** Close what the node's layer kept for its backward step. */
@@ -604,10 +559,7 @@ public final class PlannedTrainer implements AutoCloseable {
     private double backward(int node) {
         PlanFile.Node pn = plan.nodes.get(node);
         if (pn.isInput()) throw planError("network inputs have no backward step");
-        if (state[node].cut && state[node].dy == null && !nodes.isOutput(node)) {   // DL4J's backprop stops there too
-            releaseState(node);
-            return Double.NaN;
-        }
+        if (state[node].cut && state[node].dy == null && !nodes.isOutput(node)) return cutOff(node);
         if (!state[node].ready) {
             // the plan released the layer's state (with its output) and did not rebuild it: rebuild
             // it now from the inputs, exactly (same random state); its output is not needed again
@@ -677,6 +629,14 @@ public final class PlannedTrainer implements AutoCloseable {
         INDArray[] returned = new INDArray[grads.length];
         for (int k = 0; k < grads.length; k++) returned[k] = grads[k] == null ? null : grads[k].array;
         sweep(nodes.opaque(node) ? opaqueBpMgr : bpMgr, node, returned);
+        handOn(node, pn, grads);
+        releaseState(node);   // the layer's kept arrays are dead once its backprop ran
+        return score;
+    }
+
+    /** Each input its gradient from this backward step: kept (a copy where it shares memory with what the
+     *  step or a live activation holds), or added to what another reader gave it, as DL4J accumulates. */
+    private void handOn(int node, PlanFile.Node pn, Held[] grads) {
         for (int k = 0; k < grads.length && k < pn.inputs.length; k++) {
             Held g = grads[k];
             if (g == null) state[pn.inputs[k]].cut = true;   // a FrozenLayer passes no gradient back
@@ -691,7 +651,7 @@ public final class PlannedTrainer implements AutoCloseable {
                 if (!alias) release(g);
                 continue;
             }
-            if (alias) g = Held.own(detachedCopy(g.array));   // e.g. an add vertex passing its gradient on
+            if (alias) g = Held.own(Held.detachedCopy(g.array));   // e.g. an add vertex passing its gradient on
             if (state[j].dy == null) {
                 state[j].dy = g;
                 hold(g.bytes);
@@ -700,8 +660,12 @@ public final class PlannedTrainer implements AutoCloseable {
                 release(g);
             }
         }
-        releaseState(node);   // the layer's kept arrays are dead once its backprop ran
-        return score;
+    }
+
+    /** A node whose readers passed it no gradient (a FrozenLayer): DL4J's backprop stops there, so does the replay. */
+    private double cutOff(int node) {
+        releaseState(node);
+        return Double.NaN;
     }
 
     private void free(int t) {
