@@ -24,6 +24,7 @@ CATALOG: dict[str, Benchmark] = {
     "batchnorm_backlog": Benchmark("memory BatchNormalization leaves to the collector per iteration", "15 min", "batchnorm_backlog.json"),
     "buffer_pool": Benchmark("planned trainer's buffer pool on and off: peak memory and speed", "1 h", "buffer_pool.json"),
     "calibration": Benchmark("planner's cost model against published K40c img/s", "2 min", "calibration.json"),
+    "cli_golden": Benchmark("estimate/flags/batch/plan JSON on the example networks against another commit (needs --base)", "10 min", "cli_golden.json"),
     "collector_choice": Benchmark("Serial against G1: resident memory and speed of fit()", "30 min", "collector_choice.json"),
     "cpu_profile": Benchmark("DL4J layers timed with ND4J: the planner's CPU device profile", "5 min", "cpu_profile.json"),
     "depth": Benchmark("SuperNeurons planner on the K40c profile: zoo peaks, budget sweep, deepest ResNet", "10 min", "depth.json"),
