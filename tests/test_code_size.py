@@ -30,7 +30,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/memory/estimate.py": 538,
     "pyd4j/sched/deps.py": 546,
     "pyd4j/sched/deps.py::_apply": 129,
-    "pyd4j/sched/dtr.py::plan_dtr": 124,
     "pyd4j/sched/optimum.py": 659,
     "pyd4j/sched/optimum.py::_build": 253,
     "pyd4j/train.py::fit": 86,
