@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = ROOT / ".githooks" / "commit-msg"
 LIMIT = 72
-BASE = "b4cb9d58fa0ef85fb00efdfeee055613d8c7d59d"   # the last commit with a subject over the limit
+BASE = "b84df9af79930f39d22f34a4019ee4447c93ef5f"   # the last commit with a subject over the limit
 
 
 def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
