@@ -95,10 +95,11 @@ def portable(text: str) -> str:
 
 
 def command_line() -> list[str]:
-    """The command that is running, as one would type it again from the project's folder."""
+    """The command that is running, as one would type it again from the project's folder; an argument
+    that is a path outside the project (a scratch folder of configurations) is written DIR."""
     script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     first = portable(str(script)) if script and script.exists() else (sys.argv[0] if sys.argv else "")
-    return ["python", first, *(portable(a) for a in sys.argv[1:])]
+    return ["python", first, *("DIR" if portable(a).startswith("/") else portable(a) for a in sys.argv[1:])]
 
 
 def _utc() -> str:
