@@ -25,7 +25,7 @@ def report(doc: dict, side: str) -> str | None:
 
 def finish(doc: dict, as_json: bool) -> None:
     """The tune's document printed: the JSON document, or the before/after table and what follows it."""
-    from pyd4j.output import emit_json, human_bytes, print_table  # noqa: PLC0415
+    from pyd4j.output import emit_json  # noqa: PLC0415
 
     last = "after" if doc.get("after") else "before"
     if last == "after":
@@ -36,9 +36,20 @@ def finish(doc: dict, as_json: bool) -> None:
     if as_json:
         emit_json(doc)
         return
-    sides = [(n, doc[n]) for n in ("before", "after") if doc.get(n)]
-    if not sides:
+    if not any(doc.get(n) for n in ("before", "after")):
         return
+    _print_sides(doc)
+    _print_recommendation(doc)
+    _print_outcome(doc)
+    if doc.get("report"):
+        click.echo(f"report: {doc['report']}")
+
+
+def _print_sides(doc: dict) -> None:
+    """The before/after table (and, for a Spark job, the one per executor)."""
+    from pyd4j.output import human_bytes, print_table  # noqa: PLC0415
+
+    sides = [(n, doc[n]) for n in ("before", "after") if doc.get(n)]
 
     def row(label, fn):
         return [label, *(fn(s) for _, s in sides)]
@@ -67,6 +78,12 @@ def finish(doc: dict, as_json: bool) -> None:
 
         headers, rows = before_after_rows(doc)
         print_table("per executor (the worst one sizes them all)", headers, rows)
+
+
+def _print_recommendation(doc: dict) -> None:
+    """What the tune ran or recommends: the plan, the flags and why, notes, its re-runs and the throughput."""
+    from pyd4j.output import human_bytes  # noqa: PLC0415
+
     if doc.get("plan"):
         p = doc["plan"]
         said = next((e["result"] for e in p.get("agent", []) if e["type"] == "plan"), {"status": "not reached"})
@@ -94,6 +111,10 @@ def finish(doc: dict, as_json: bool) -> None:
                    f"{speed['speedup']:.2f}x")
     if speed.get("warning"):
         click.echo(f"warning: {speed['warning']}")
+
+
+def _print_outcome(doc: dict) -> None:
+    """The tune's verdict in one line (none for a partial tune)."""
     outcome = None if doc.get("partial") else doc.get("outcome")
     if doc.get("gc_pressure_not_from_flags"):
         click.echo(f"note: GC pressure in the re-run: {doc['gc_pressure_not_from_flags']}")
@@ -111,8 +132,6 @@ def finish(doc: dict, as_json: bool) -> None:
         failures = ((doc["after"].get("spark") or {}).get("executor_memory_failures") or [])
         click.echo(f"re-run FAILED (exit code {doc['after']['exit_code']}; "
                    + ", ".join(doc["after"]["findings"] + failures) + "); see the report")
-    if doc.get("report"):
-        click.echo(f"report: {doc['report']}")
 
 
 def stopped_exit(err, job: list[str], as_json: bool, then: str) -> None:

@@ -131,28 +131,36 @@ def command(out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat,
         params.job_command(job)
     except JobCommandError as err:
         raise click.UsageError(str(err)) from None
-    if and_memory and not speed:
-        raise click.UsageError("--memory goes with --speed (the memory tune and then the speed tune); "
-                               "`pyd4j tune` without --speed is the memory tune alone")
     budget = [o for o, n in (("--budget-runs", "budget_runs"), ("--budget-minutes", "budget_minutes")) if given(n)]
-    if budget and not speed:
-        raise click.UsageError(f"{', '.join(budget)} belong to --speed (the runs its A/Bs may spend); the memory tune "
-                               f"makes two runs, each ended at its --window")
-    if verify_full and no_verify:
-        raise click.UsageError("--verify-full asks for a verifying re-run of the whole job, --no-verify for none: give one")
+    _refuse_mixed_options(speed, and_memory, budget, no_verify, verify_full, plan_policy, repeat, total)
     if speed:
-        given_memory = [o for o, v in (("--plan", plan_policy), ("--no-verify", no_verify), ("--repeat", repeat != 1),
-                                       ("--total", total and not and_memory), ("--verify-full", verify_full and not and_memory)) if v]
-        if given_memory:
-            raise click.UsageError(f"{', '.join(given_memory)} belong to the memory tune; --speed runs its own A/B "
-                                   f"(--max-runs): run `pyd4j tune` without --speed for memory flags"
-                                   + ("" if and_memory else ", or add --memory for --total"))
         memory_doc = memory_first(list(job), out_dir, interval_ms, total, headroom, timeout_s, as_json, window,
                                   verify_full) if and_memory else None
         speed_tune(list(job), out_dir, interval_ms, timeout_s, max_runs, as_json, memory_doc, window,
                    budget_runs, budget_minutes)
     _memory_tune(list(job), out_dir, interval_ms, total, headroom, no_verify, timeout_s, repeat, plan_policy,
                  window, verify_full, as_json)
+
+
+def _refuse_mixed_options(speed: bool, and_memory: bool, budget: list[str], no_verify: bool, verify_full: bool,
+                          plan_policy, repeat: int, total) -> None:
+    """Options of the speed tune given to the memory tune, or the other way round, refused with which is which."""
+    if and_memory and not speed:
+        raise click.UsageError("--memory goes with --speed (the memory tune and then the speed tune); "
+                               "`pyd4j tune` without --speed is the memory tune alone")
+    if budget and not speed:
+        raise click.UsageError(f"{', '.join(budget)} belong to --speed (the runs its A/Bs may spend); the memory tune "
+                               f"makes two runs, each ended at its --window")
+    if verify_full and no_verify:
+        raise click.UsageError("--verify-full asks for a verifying re-run of the whole job, --no-verify for none: give one")
+    if not speed:
+        return
+    given_memory = [o for o, v in (("--plan", plan_policy), ("--no-verify", no_verify), ("--repeat", repeat != 1),
+                                   ("--total", total and not and_memory), ("--verify-full", verify_full and not and_memory)) if v]
+    if given_memory:
+        raise click.UsageError(f"{', '.join(given_memory)} belong to the memory tune; --speed runs its own A/B "
+                               f"(--max-runs): run `pyd4j tune` without --speed for memory flags"
+                               + ("" if and_memory else ", or add --memory for --total"))
 
 
 def _memory_tune(job: list[str], out_dir, interval_ms: int, total, headroom: float, no_verify: bool, timeout_s,

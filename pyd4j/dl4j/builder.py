@@ -32,85 +32,104 @@ class Builder:
         if preprocessor is not None:
             attrs["preprocessor"] = simple_name(preprocessor["@class"])
         xs = preprocessed(preprocessor, g.shape(x), g.batch, name)   # what DL4J's layer is given
-        n = xs[0]   # the batch, or batch x time steps for a layer a preprocessor applies to every step
         check_nin(layer, kind, xs, name)
-        if kind in ("ConvolutionLayer", "Convolution2D"):
-            c, h, w = self._chw(xs, name)
-            kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
-            sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
-            ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-            dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
-            same = layer.get("convolutionMode") == "Same"
-            oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
-            cout = whole(layer["nout"], f"{name}: nOut")
-            params: tuple[tuple[int, ...], ...] = ((cout, c, kh, kw),)
-            if layer.get("hasBias", True):
-                params += ((cout,),)
-            macs = n * cout * oh * ow * c * kh * kw
-            return g._add(LayerType.CONV, (x,), (n, cout, oh, ow), name, params, 2.0 * macs,
-                          4.0 * macs, kernel=(kh, kw), stride=sh, pad=(ph, pw), bias=bool(len(params) > 1),
-                          act=activation(layer), **attrs)
-        if kind in ("DenseLayer", "OutputLayer"):
-            f = math.prod(xs[1:])
-            cout = whole(layer["nout"], f"{name}: nOut")
-            params = ((f, cout),) + (((cout,),) if layer.get("hasBias", True) else ())
-            macs = n * f * cout
-            ltype = LayerType.SOFTMAX if kind == "OutputLayer" else LayerType.FC
-            if kind == "OutputLayer":
-                attrs["loss"] = simple_name(layer.get("lossFn", {}).get("@class", "?"))
-            return g._add(ltype, (x,), (n, cout), name, params, 2.0 * macs, 4.0 * macs,
-                          act=activation(layer), bias=len(params) > 1, **attrs)
-        if kind == "SubsamplingLayer":
-            c, h, w = self._chw(xs, name)
-            kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
-            sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
-            ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-            dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
-            mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
-            same = layer.get("convolutionMode") == "Same"
-            oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
-            if mode is None:   # PNORM: not measured, an opaque step
-                return g._add(LayerType.OPAQUE, (x,), (n, c, oh, ow), name, (),
-                              float(n * c * oh * ow * kh * kw), **attrs)
-            return g._add(LayerType.POOL, (x,), (n, c, oh, ow), name, (),
-                          float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
-                          mode=mode, **({"variant": "avg"} if mode == "avg" else {}), **attrs)
-        if kind == "GlobalPoolingLayer":
-            mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
-            collapse = layer.get("collapseDimensions", True)
-            if len(xs) != 4:   # over time (N, C, T) or a 3-D map (N, C, D, H, W): DL4J's own step, opaque
-                out = (n, xs[1]) if collapse else (n, xs[1], *(1,) * (len(xs) - 2))
-                return g._add(LayerType.OPAQUE, (x,), out, name, (), float(math.prod(xs)), **attrs)
-            c, h, w = self._chw(xs, name)
-            if mode is None or not collapse:   # not measured: opaque
-                out = (n, c) if collapse else (n, c, 1, 1)
-                return g._add(LayerType.OPAQUE, (x,), out, name, (), float(n * c * h * w), **attrs)
-            return g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
-                          kernel=h, stride=h, pad=0, mode=mode, global_pool=True,
-                          variant=f"global_{mode}", **attrs)
-        if kind == "BatchNormalization":
-            c = xs[1]
-            # the trainer can run it in two passes over batch slices (org.pyd4j.train.SlicedBatchNorm)
-            sliceable = (len(xs) in (2, 4) and not layer.get("lockGammaBeta") and not layer.get("idropout")
-                         and layer.get("cnn2DFormat", "NCHW") == "NCHW")
-            return g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
-                          **({"sliceable": True} if sliceable else {}), **attrs)
-        if kind == "ActivationLayer":   # element by element: slices run it as DL4J does, bit for bit
-            sliceable = {"sliceable": True} if not layer.get("idropout") else {}
-            return g._add(LayerType.ACT, (x,), xs, name, fn=activation(layer), **sliceable, **attrs)
-        if kind == "DropoutLayer":  # its dropout is the node itself, not an input dropout
-            attrs.pop("idropout", None)
-            return g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0),
-                          **attrs)
-        if kind == "LocalResponseNormalization":
-            self._chw(xs, name)
-            size = whole(layer.get("n", 5), f"{name}: n")
-            return g._add(LayerType.LRN, (x,), xs, name, fwd=float(math.prod(xs) * (size + 4)),
-                          size=size, alpha=float(layer.get("alpha", 1e-4)),
-                          beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
+        step = _STEPS.get(kind)
+        if step is not None:
+            return step(self, layer, x, xs, name, attrs)
         if kind in LOSS_LAYERS:
             return self._loss(kind, layer, x, xs, name, attrs)
         return self._opaque(kind, layer, (x,), name, attrs, [xs])
+
+    # One method per DL4J layer kind the planner measures. `xs` is what DL4J's layer is given: its
+    # first entry the batch, or batch x time steps for a layer a preprocessor applies to every step.
+
+    def _conv(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str, attrs: dict[str, Any]) -> int:
+        n = xs[0]
+        c, h, w = self._chw(xs, name)
+        kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
+        sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
+        ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+        dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
+        same = layer.get("convolutionMode") == "Same"
+        oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+        cout = whole(layer["nout"], f"{name}: nOut")
+        params: tuple[tuple[int, ...], ...] = ((cout, c, kh, kw),)
+        if layer.get("hasBias", True):
+            params += ((cout,),)
+        macs = n * cout * oh * ow * c * kh * kw
+        return self.g._add(LayerType.CONV, (x,), (n, cout, oh, ow), name, params, 2.0 * macs,
+                           4.0 * macs, kernel=(kh, kw), stride=sh, pad=(ph, pw), bias=bool(len(params) > 1),
+                           act=activation(layer), **attrs)
+
+    def _dense(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str, attrs: dict[str, Any]) -> int:
+        n, f = xs[0], math.prod(xs[1:])
+        cout = whole(layer["nout"], f"{name}: nOut")
+        params = ((f, cout),) + (((cout,),) if layer.get("hasBias", True) else ())
+        macs = n * f * cout
+        output = simple_name(layer["@class"]) == "OutputLayer"
+        if output:
+            attrs["loss"] = simple_name(layer.get("lossFn", {}).get("@class", "?"))
+        return self.g._add(LayerType.SOFTMAX if output else LayerType.FC, (x,), (n, cout), name, params,
+                           2.0 * macs, 4.0 * macs, act=activation(layer), bias=len(params) > 1, **attrs)
+
+    def _subsampling(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str,
+                     attrs: dict[str, Any]) -> int:
+        n = xs[0]
+        c, h, w = self._chw(xs, name)
+        kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
+        sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
+        ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+        dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
+        mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
+        same = layer.get("convolutionMode") == "Same"
+        oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+        if mode is None:   # PNORM: not measured, an opaque step
+            return self.g._add(LayerType.OPAQUE, (x,), (n, c, oh, ow), name, (),
+                               float(n * c * oh * ow * kh * kw), **attrs)
+        return self.g._add(LayerType.POOL, (x,), (n, c, oh, ow), name, (),
+                           float(n * c * oh * ow * kh * kw), kernel=kh, stride=sh, pad=ph,
+                           mode=mode, **({"variant": "avg"} if mode == "avg" else {}), **attrs)
+
+    def _global_pooling(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str,
+                        attrs: dict[str, Any]) -> int:
+        n = xs[0]
+        mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
+        collapse = layer.get("collapseDimensions", True)
+        if len(xs) != 4:   # over time (N, C, T) or a 3-D map (N, C, D, H, W): DL4J's own step, opaque
+            out = (n, xs[1]) if collapse else (n, xs[1], *(1,) * (len(xs) - 2))
+            return self.g._add(LayerType.OPAQUE, (x,), out, name, (), float(math.prod(xs)), **attrs)
+        c, h, w = self._chw(xs, name)
+        if mode is None or not collapse:   # not measured: opaque
+            out = (n, c) if collapse else (n, c, 1, 1)
+            return self.g._add(LayerType.OPAQUE, (x,), out, name, (), float(n * c * h * w), **attrs)
+        return self.g._add(LayerType.POOL, (x,), (n, c), name, (), float(n * c * h * w),
+                           kernel=h, stride=h, pad=0, mode=mode, global_pool=True,
+                           variant=f"global_{mode}", **attrs)
+
+    def _batch_norm(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str,
+                    attrs: dict[str, Any]) -> int:
+        c = xs[1]
+        # the trainer can run it in two passes over batch slices (org.pyd4j.train.SlicedBatchNorm)
+        sliceable = (len(xs) in (2, 4) and not layer.get("lockGammaBeta") and not layer.get("idropout")
+                     and layer.get("cnn2DFormat", "NCHW") == "NCHW")
+        return self.g._add(LayerType.BN, (x,), xs, name, ((4 * c,),), 8.0 * math.prod(xs),
+                           **({"sliceable": True} if sliceable else {}), **attrs)
+
+    def _activation(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str,
+                    attrs: dict[str, Any]) -> int:
+        sliceable = {"sliceable": True} if not layer.get("idropout") else {}   # element by element: bit for bit
+        return self.g._add(LayerType.ACT, (x,), xs, name, fn=activation(layer), **sliceable, **attrs)
+
+    def _dropout(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str, attrs: dict[str, Any]) -> int:
+        p = attrs.pop("idropout", None)   # its dropout is the node itself, not an input dropout
+        return self.g._add(LayerType.DROPOUT, (x,), xs, name, p=1.0 - (p if p is not None else 1.0), **attrs)
+
+    def _lrn(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str, attrs: dict[str, Any]) -> int:
+        self._chw(xs, name)
+        size = whole(layer.get("n", 5), f"{name}: n")
+        return self.g._add(LayerType.LRN, (x,), xs, name, fwd=float(math.prod(xs) * (size + 4)),
+                           size=size, alpha=float(layer.get("alpha", 1e-4)),
+                           beta=float(layer.get("beta", 0.75)), k=float(layer.get("k", 2.0)), **attrs)
 
     def _loss(self, kind: str, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str,
               attrs: dict[str, Any]) -> int:
@@ -200,3 +219,12 @@ def vertex(b: Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> int:
         g.layers[i].attrs["dl4j"] = dl4j
         return i
     return b._opaque(kind, vertex, tuple(xs), name, {"dl4j": dl4j})
+
+
+_STEPS = {
+    "ConvolutionLayer": Builder._conv, "Convolution2D": Builder._conv,
+    "DenseLayer": Builder._dense, "OutputLayer": Builder._dense,
+    "SubsamplingLayer": Builder._subsampling, "GlobalPoolingLayer": Builder._global_pooling,
+    "BatchNormalization": Builder._batch_norm, "ActivationLayer": Builder._activation,
+    "DropoutLayer": Builder._dropout, "LocalResponseNormalization": Builder._lrn,
+}

@@ -19,6 +19,7 @@ import math
 from typing import Any, Iterator
 
 from pyd4j.sched import deps as _deps
+from pyd4j.sched.graph_deps import GraphDeps, graph_deps
 from pyd4j.sched.layer import CHEAP, CHEAP_STRUCTURAL, DTYPE_BYTES, GraphError, Layer, LayerType, Tensor
 from pyd4j.sched.plan import Kind, state_tid, tid
 
@@ -39,13 +40,13 @@ class Graph:
         self.profile = _deps.profile(profile)
         self.layers: list[Layer] = []
         self._consumers: list[list[int]] | None = None
-        self._deps: _deps.GraphDeps | None = None
+        self._deps: GraphDeps | None = None
         self._memo: dict[str, Any] = {}  # derived tables (bounds, decisions), reset on change
 
     @property
-    def deps(self) -> "_deps.GraphDeps":
-        """The dependency model applied to this graph (see `pyd4j.sched.deps`)."""
-        return _deps.graph_deps(self)
+    def deps(self) -> GraphDeps:
+        """The dependency model applied to this graph (see `pyd4j.sched.graph_deps`)."""
+        return graph_deps(self)
 
     def with_profile(self, profile: "str | _deps.Profile") -> "Graph":
         """The same layers under another dependency profile (a shallow copy)."""

@@ -13,7 +13,7 @@ of its output dY, and, when it has parameters, W (parameters), dW (their gradien
 (BN statistics, dropout masks; `pyd4j.sched.deps`) owns one more tensor, `state_tid(n, i)`,
 numbered after all the others (n = number of layers), so the ids above never change.
 
-In-place steps (`pyd4j.sched.deps.GraphDeps.fwd_inplace` / `bwd_inplace`) write their result
+In-place steps (`pyd4j.sched.graph_deps.GraphDeps.fwd_inplace` / `bwd_inplace`) write their result
 over a tensor they read; the MOVE record right after such a compute record renames that buffer:
 `Step(Op.MOVE, dst, src=src)` -- no copy, no allocation; `src` is no longer allocated, `dst` is.
 A FORWARD/RECOMPUTE record whose output is not allocated, or a BACKWARD record writing a
