@@ -85,7 +85,9 @@ def _check_layers(doc: dict[str, Any], kind: str, where: str) -> None:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not 0 <= value <= JAVA_INT_MAX):
                 name = layer.get("layerName") or label
-                raise ConfigurationError(f"{where}: {label} ({name}) has {key} = {value!r}; a layer's size must be a "
+                builder = {"nin": "nIn", "nout": "nOut"}.get(key, key)   # the builder's name for the JSON key
+                raise ConfigurationError(f"{where}: {label} ({name}) has {builder} = {value!r} (JSON key {key!r}); "
+                                         "a layer's size must be a "
                                          f"whole number from 0 (inferred by DL4J) to {JAVA_INT_MAX}: fix the network "
                                          "configuration")
 
