@@ -105,9 +105,17 @@ def test_zoo_network_trains_planned_exactly(zoo: Path, model: str, tmp_path: Pat
         if policy == "smallest" and r["stats"]["chunked_steps"]:
             # convolutions in batch slices: the same sums in another order. Against the same iteration
             # in float64, each variable's error is of the size of DL4J's own float32 error (a relative
-            # difference to DL4J's result means nothing where a gradient is ~0, e.g. a bias before BN)
+            # difference to DL4J's result means nothing where a gradient is ~0, e.g. a bias before BN).
+            # A gradient that is exactly 0 in float64 (the beta of a batch normalization whose output
+            # only reaches another one's batch statistics) is a residue of cancelling sums: its error is
+            # measured against DL4J's own error on the sums of the same layer (its gamma: the same terms)
+            by_layer: dict[str, float] = {}
+            for name, (_, _, err_dl4j, _, _) in r["gradient_by_variable"].items():
+                layer = name.rsplit("_", 1)[0]
+                by_layer[layer] = max(by_layer.get(layer, 0.0), err_dl4j)
             for name, (_, _, err_dl4j, err_planned, scale) in r["gradient_by_variable"].items():
-                assert err_planned <= CHUNK_TOLERANCE * max(err_dl4j, 1e-6 * scale), (name, err_planned, err_dl4j)
+                floor = by_layer[name.rsplit("_", 1)[0]] if scale < 1e-12 else err_dl4j
+                assert err_planned <= CHUNK_TOLERANCE * max(floor, 1e-6 * scale), (name, err_planned, err_dl4j)
             assert abs(r["score"] - r["score_ref"]) <= 1e-6 * abs(r["score_ref"]), policy
         else:   # unchunked: DL4J's ops in DL4J's order, the same bits
             assert r["bitwise"], (policy, r["worst_variable"], r["max_relative"])
