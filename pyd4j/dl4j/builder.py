@@ -169,7 +169,9 @@ class Builder:
                 raise
             shape, params = None, None
         if known is not None:   # DL4J's own shape inference and parameter count win
-            dl4j = (g.batch, *known["shape"]) if known.get("shape") is not None else shape
+            # DL4J's shapes are per example; the batch is the rule's (a StackVertex multiplies it)
+            batch = shape[0] if shape is not None else g.batch
+            dl4j = (batch, *known["shape"]) if known.get("shape") is not None else shape
             # but not a series' length where the rule has one: DL4J's input types cannot carry it past a
             # DuplicateToTimeSeriesVertex (which takes another input's length at run time; its type says 1)
             same_series = shape is not None and dl4j is not None and len(shape) == len(dl4j) == 3 and shape[:2] == dl4j[:2]
@@ -201,6 +203,12 @@ def vertex(b: Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> int:
         layer = dict(vertex["layerConf"]["layer"])
         layer["layerName"] = name
         return b.layer(layer, xs[0], {"vertex": name}, vertex.get("preProcessor"))
+    if kind in ("ElementWiseVertex", "MergeVertex"):
+        batches = [g.shape(x)[0] for x in xs]
+        if len(set(batches)) > 1:   # a StackVertex multiplies the batch, an UnstackVertex divides it
+            raise GraphError(f"{kind} {name!r} combines inputs of batch sizes {batches} (shapes "
+                             f"{[g.shape(x) for x in xs]}): its inputs must agree in the batch; put an "
+                             "UnstackVertex after a StackVertex before combining their outputs with others")
     if kind == "ElementWiseVertex":
         op = vertex.get("op", "Add")
         if op not in ELTWISE_OPS:
@@ -213,7 +221,7 @@ def vertex(b: Builder, name: str, vertex: dict[str, Any], xs: list[int]) -> int:
         if all(len(s) in (2, 3) for s in shapes):  # merging feature vectors or sequences (N, C, T)
             if len({s[2:] for s in shapes}) != 1:
                 raise GraphError(f"merge vertex {name!r}: inputs {shapes} differ beyond the channels")
-            i = g._add(LayerType.CONCAT, tuple(xs), (g.batch, sum(s[1] for s in shapes), *shapes[0][2:]), name)
+            i = g._add(LayerType.CONCAT, tuple(xs), (shapes[0][0], sum(s[1] for s in shapes), *shapes[0][2:]), name)
         else:
             i = g.concat(xs, name=name)
         g.layers[i].attrs["dl4j"] = dl4j

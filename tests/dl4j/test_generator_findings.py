@@ -302,3 +302,39 @@ def test_a_shared_activation_dropped_in_place_by_its_last_reader_is_refused_by_n
     without = {**s, "dropOut": None}
     without.pop("dropOut")
     exact(without)
+
+
+def test_a_layer_two_levels_below_a_frozen_layer_gets_no_gradient_either(jvm) -> None:
+    """Backprop stops at a FrozenLayer for every layer below it, not only the next one: the trainer cut
+    the layer right below and then refused the one under it ("BACKWARD layer0 has no gradient of its
+    output"). Generated: FrozenLayer, PReLU, FrozenLayer, output."""
+    def frozen(n: int) -> dict:
+        return {"class": "FrozenLayer", "layer": {"class": "DenseLayer", "nOut": n, "act": "ELU", "bias": True}}
+    s = spec([frozen(4), {"class": "DenseLayer", "nOut": 3, "act": "SIGMOID", "bias": True}, frozen(5),
+              {"class": "OutputLayer", "nOut": 2, "loss": "MSE", "act": "IDENTITY", "labels": "real"}],
+             [{"kind": "ff", "size": 4}], [["ff", 2]], updater="AMSGrad")
+    exact(s)
+
+
+def test_a_vertex_combining_a_stacked_batch_with_the_batch_is_refused_by_name(jvm) -> None:
+    """A StackVertex doubles the batch; an ElementWiseVertex adding its output to a network input (batch
+    N and 2N) was refused by the planner's join with no layer named ("JOIN needs >= 2 inputs of one
+    shape"). Now the vertex is named with both batches; stacking and unstacking again plans as DL4J runs it."""
+    from pyd4j.sched.graph import GraphError
+
+    cnn = {"kind": "cnn", "channels": 1, "height": 3, "width": 2}
+    out = {"class": "CnnLossLayer", "loss": "MCXENT", "act": "SOFTMAX", "labels": "onehot", "name": "loss"}
+    bad = {"kind": "graph", **BASE, "batch": 2, "inputs": [cnn, cnn],
+           "layers": [{"class": "StackVertex", "name": "stack", "inputs": ["in0", "in1"]},
+                      {"class": "ElementWiseVertex", "op": "Add", "name": "add", "inputs": ["in0", "stack"]},
+                      {**out, "inputs": ["add"]}],
+           "outputs": ["loss"], "labels": [["cnn", 1, 3, 2]]}
+    with pytest.raises(GraphError, match=r"ElementWiseVertex 'add' combines inputs of batch sizes \[2, 4\]"):
+        graph_of(bad)
+    good = {**bad, "layers": [bad["layers"][0],
+                              {"class": "UnstackVertex", "from": 1, "stackSize": 2, "name": "un", "inputs": ["stack"]},
+                              {"class": "ElementWiseVertex", "op": "Add", "name": "add", "inputs": ["in0", "un"]},
+                              {**out, "inputs": ["add"]}]}
+    g = graph_of(good)
+    assert [layer.out_shape[0] for layer in g.layers] == [2, 2, 4, 2, 2, 2]
+    exact(good)

@@ -5,7 +5,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
 import java.util.Collections;
-import java.util.HashMap;
 import java.util.List;
 
 import org.deeplearning4j.nn.api.Layer;
@@ -662,9 +661,10 @@ public final class PlannedTrainer implements AutoCloseable {
         }
     }
 
-    /** A node whose readers passed it no gradient (a FrozenLayer): DL4J's backprop stops there, so does the replay. */
+    /** A node whose readers passed it no gradient (a FrozenLayer): backprop stops there and below it. */
     private double cutOff(int node) {
         releaseState(node);
+        for (int j : plan.nodes.get(node).inputs) state[j].cut = true;
         return Double.NaN;
     }
 
