@@ -56,8 +56,10 @@ def _event(line: str, skipped: dict[str, int]) -> tuple[dict[str, Any] | None, s
     if kind == "epoch" and not (_number(event.get("epoch")) and 0 <= event["epoch"] <= MAX_VALUE):
         return None, "epoch without its number"
     if kind == "start":   # who the JVM is (pid, start time, arguments): its version is checked by the caller
+        # only the types of what it holds are checked: its own "t" is never read (t0 is jvm_start), so a
+        # start line without one (older runs, hand-written lanes) still says who the JVM is
         try:
-            TimelineStart.model_validate({k: v for k, v in event.items() if k != "schema"})
+            TimelineStart.model_validate({"t": 0, **{k: v for k, v in event.items() if k != "schema"}})
         except ValidationError:
             return None, "start record of wrong types"
     if kind in PLAN_RECORDS:   # the agent's plan and network records: read as dicts of known types later
