@@ -13,6 +13,7 @@ copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J
 
     .venv/bin/python benchmarks/windowed_tune.py [--iterations 12000] [--parallel 2] [--only healthy,leak]
                                                  [--items window,full,hold,speed,speed-full,timeout,plan]
+                                                 [--out benchmarks/results/windowed_tune.json]
 """
 
 from __future__ import annotations
@@ -190,18 +191,20 @@ def main() -> None:
     parser.add_argument("--items", default="", help="comma-separated items (default: each job's all)")
     parser.add_argument("--hold-timeout", type=float, default=3600, help="seconds a whole run may take")
     parser.add_argument("--resummarise", action="store_true", help="recompute the summary of the result file")
+    parser.add_argument("--out", type=Path, default=OUT, help="the result file (rows of earlier runs kept)")
     args = parser.parse_args()
+    out = args.out
     if args.resummarise:
-        doc = json.loads(OUT.read_text())
+        doc = json.loads(out.read_text())
         doc["summary"] = summary(doc["rows"])
-        amend(OUT, doc, indent=2)
+        amend(out, doc, indent=2)
         print(json.dumps(doc["summary"], indent=2))
         return
     os.environ["OMP_NUM_THREADS"] = "1"
     commands = jobs(args.iterations)
     chosen = [j for j in ITEMS if not args.only or j in args.only.split(",")]
     wanted = set(filter(None, args.items.split(",")))
-    earlier = json.loads(OUT.read_text()) if OUT.exists() else {"rows": []}
+    earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}
     rows: list[dict] = []
     lock = threading.Lock()
     rec = Recorder("windowed_tune")
@@ -228,7 +231,7 @@ def main() -> None:
             threads.append(th)
         for th in threads:
             th.join()
-    print(json.dumps(json.loads(OUT.read_text())["summary"], indent=2))
+    print(json.dumps(json.loads(out.read_text())["summary"], indent=2))
 
 
 def write(rec: Recorder, rows: list[dict], args) -> None:
@@ -236,7 +239,7 @@ def write(rec: Recorder, rows: list[dict], args) -> None:
         "omp_threads": 1, "iterations": args.iterations,
         "jobs": {k: " ".join(v[v.index("org.pyd4j.fixtures.LongJob"):]) for k, v in jobs(args.iterations).items()},
         "summary": summary(rows), "rows": rows})
-    rec.write(OUT, indent=2)
+    rec.write(args.out, indent=2)
 
 
 if __name__ == "__main__":
