@@ -15,7 +15,7 @@ CUDA_BUILD := native/build-cuda-check
 CUDA_WHEELS := nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-crt nvidia-nvvm
 
 # MKL's libraries for ND4J's JavaCPP (1.5.7), in the local Maven repository: `tune --speed` and
-# `pyd4j backend` try MKL in OpenBLAS's place from there (never on ND4J's default class path).
+# `pyd4j nd4j-build` try MKL in OpenBLAS's place from there (never on ND4J's default class path).
 MKL_VERSION := 2022.0-1.5.7
 MKL_JAR     := $(HOME)/.m2/repository/org/bytedeco/mkl/$(MKL_VERSION)/mkl-$(MKL_VERSION)-linux-x86_64-redist.jar
 

@@ -1,4 +1,4 @@
-"""`pyd4j backend` on lenet, deep_cnn_bn and resnet_graph (examples/networks): every nd4j-native
+"""`pyd4j nd4j-build` on lenet, deep_cnn_bn and resnet_graph (examples/networks): every nd4j-native
 build this CPU can run and this machine has, measured in child JVMs with rounds alternated; the
 ranking with its spread, then a second, fresh measurement to see whether the chosen build is the
 fastest again. Writes benchmarks/results/backends.json (with the machine's load average: it may be
@@ -21,7 +21,7 @@ from harness import RESULTS, ROOT, Recorder
 from harness.training import NETWORKS
 from pyd4j.dl4j.config import read_config_file
 from pyd4j.dl4j.input_types import array_shape as input_shape, read_sidecar, sidecar_path
-from pyd4j.profile.backend import as_fast, compare_builds
+from pyd4j.profile.nd4j_build import as_fast, compare_builds
 
 
 def main() -> None:

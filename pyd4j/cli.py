@@ -7,6 +7,7 @@ click command. Every subcommand prints a human table by default and one JSON doc
 
 from __future__ import annotations
 
+import copy
 import importlib
 import pkgutil
 
@@ -72,6 +73,14 @@ def _register_subcommands() -> None:
             continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         main.add_command(module.command)
+        for old in getattr(module, "OLD_NAMES", ()):   # a renamed command's old name keeps working, unlisted
+            main.add_command(_alias(module.command, old))
+
+
+def _alias(command: click.Command, name: str) -> click.Command:
+    alias = copy.copy(command)
+    alias.name, alias.hidden = name, True
+    return alias
 
 
 _register_subcommands()

@@ -67,7 +67,7 @@ UNITS = {"µs": 1e6, "ms": 1e3, "%": 100.0, "MiB": 1 / 2**20, "GiB": 1 / 2**30}
 NAMED = {"µs": ("_us",), "ms": ("_ms",), "%": ("_percent", "_pct"), "MiB": ("_mib",), "GiB": ("_gib",)}
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:\s?(µs|ms|%|MiB|GiB)(?!\w))?")
 CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
-SUBCOMMAND = re.compile(r"(?:^|[\s/(\"'])pyd4j\s+([a-z][a-z-]*)")
+SUBCOMMAND = re.compile(r"(?:^|[\s/(\"'])pyd4j\s+([a-z][a-z0-9-]*)")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 

@@ -170,8 +170,8 @@ def test_fit_with_a_numpy_batches_and_its_own_input_shape_plans_at_its_batch(jvm
 
 
 @pytest.mark.jvm
-def test_backend_refuses_a_network_no_machine_holds_before_any_build_runs(tmp_path):
-    """The pre-init size check (pyd4j.dl4j.sizecheck) before `backend` starts a JVM per build."""
+def test_nd4j_build_refuses_a_network_no_machine_holds_before_any_build_runs(tmp_path):
+    """The pre-init size check (pyd4j.dl4j.sizecheck) before `nd4j-build` starts a JVM per build."""
     import subprocess
     import sys
 
@@ -179,7 +179,7 @@ def test_backend_refuses_a_network_no_machine_holds_before_any_build_runs(tmp_pa
     doc["confs"][0]["layer"]["nout"] = doc["confs"][1]["layer"]["nin"] = 2**31 - 1
     (tmp_path / "huge.json").write_text(json.dumps(doc))
     (tmp_path / "huge.input.json").write_text((NETS / "mlp.input.json").read_text())
-    p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "backend", "--model", str(tmp_path / "huge.json"),
+    p = subprocess.run([sys.executable, "-m", "pyd4j.cli", "nd4j-build", "--model", str(tmp_path / "huge.json"),
                         "--batch", "4", "--json"], capture_output=True, text=True, timeout=300)
     doc = json.loads(p.stdout)
     assert p.returncode == 2 and doc["ok"] is False and "Traceback" not in p.stderr

@@ -20,7 +20,7 @@ class Benchmark(NamedTuple):
 CATALOG: dict[str, Benchmark] = {
     "agent_gpu": Benchmark("side-agent on a GPU: copy bandwidth, overlap, planned training under a budget", "10 min (GPU)", "agent_gpu.json"),
     "agent_overhead": Benchmark("profiling agent's slowdown of a DL4J job, paired runs with and without it", "10 min", "agent_overhead.json"),
-    "backends": Benchmark("`pyd4j backend`: every nd4j-native build ranked, then measured again", "10 min", "backends.json"),
+    "backends": Benchmark("`pyd4j nd4j-build`: every nd4j-native build ranked, then measured again", "10 min", "backends.json"),
     "batchnorm_backlog": Benchmark("memory BatchNormalization leaves to the collector per iteration", "15 min", "batchnorm_backlog.json"),
     "buffer_pool": Benchmark("planned trainer's buffer pool on and off: peak memory and speed", "1 h", "buffer_pool.json"),
     "calibration": Benchmark("planner's cost model against published K40c img/s", "2 min", "calibration.json"),

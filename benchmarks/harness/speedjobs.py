@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyd4j.jvm.classpath import PROJECT_ROOT, classpath
 from pyd4j.profile import ab
-from pyd4j.profile.backend import MKL_OPTION, classpath_javacpp, find_mkl, without_builds
+from pyd4j.profile.nd4j_build import MKL_OPTION, classpath_javacpp, find_mkl, without_builds
 from pyd4j.profile.speed import Setup, change_of, job_runner
 
 FIXTURES_JAR = PROJECT_ROOT / "tests" / "fixtures" / "java" / "target" / "pyd4j-fixtures.jar"

@@ -9,7 +9,7 @@ object without allocating anything (each layer's `ParamInitializer.numParams`, e
 The limit is the smaller of the caller's budget (if any) and this machine's memory as the JVM sees
 it (the container's limit where one is set). `pyd4j.dl4j.config.network_of` runs the check before
 every `init()` pyd4j does (serve, plan's probe, tune's prefetch search); `pyd4j.train.fit` and
-`pyd4j backend` run it on the network they are given before training it.
+`pyd4j nd4j-build` run it on the network they are given before training it.
 """
 
 from __future__ import annotations

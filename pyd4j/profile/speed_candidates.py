@@ -87,32 +87,32 @@ def _native_build(probe: Probe, features: tuple[str, ...]) -> tuple[Change | Non
     """The most specific nd4j-native build this CPU runs, where the job loaded a less specific one and
     that build's jar (of the job's ND4J version) is at hand; else None and why not (None, None when
     the job already runs the best build or its backend is not ND4J's CPU one)."""
-    from pyd4j.profile import backend  # noqa: PLC0415
+    from pyd4j.profile import nd4j_build  # noqa: PLC0415
 
     library = probe.nd4j.get("native_library")
     if not library:
         return None, None
-    build = backend.build_of(library)
+    build = nd4j_build.build_of(library)
     if build is None:
         return None, f"ND4J loaded {library}, not a build pyd4j can tell: the nd4j-native build was not tried"
     version, current = build
-    better = [c for c in backend.CLASSIFIERS[backend.CLASSIFIERS.index(current) + 1:] if not backend.needs(c) - set(features)]
+    better = [c for c in nd4j_build.CLASSIFIERS[nd4j_build.CLASSIFIERS.index(current) + 1:] if not nd4j_build.needs(c) - set(features)]
     if not better:
         return None, None
     target = better[-1]
     if version is None:
         return None, (f"this CPU runs the {target} build, but the ND4J version of {library} is unknown: "
                       f"the nd4j-native build was not tried")
-    jar = backend.find_jar(target, version, [])
+    jar = nd4j_build.find_jar(target, version, [])
     if jar is None:
-        return None, (f"this CPU runs the {target} build, but {backend.ARTIFACT}-{version}-{target}.jar is not in the "
-                      f"local Maven repository: fetch it with `mvn dependency:get -Dartifact={backend.GROUP}:"
-                      f"{backend.ARTIFACT}:{version}:jar:{target}` and tune again")
-    flags = ", ".join(sorted(backend.needs(target)))
+        return None, (f"this CPU runs the {target} build, but {nd4j_build.ARTIFACT}-{version}-{target}.jar is not in the "
+                      f"local Maven repository: fetch it with `mvn dependency:get -Dartifact={nd4j_build.GROUP}:"
+                      f"{nd4j_build.ARTIFACT}:{version}:jar:{target}` and tune again")
+    flags = ", ".join(sorted(nd4j_build.needs(target)))
     return Change("nd4j_build", current, target,
                   f"the job loads the {current} build of nd4j-native {version} on a CPU with {flags}",
-                  agent=(f"native_jar={jar}",), build=target, maven=backend.maven_snippet(target, version),
-                  paste=f"the {target} classifier of {backend.ARTIFACT} beside the job's own (JavaCPP loads the most "
+                  agent=(f"native_jar={jar}",), build=target, maven=nd4j_build.maven_snippet(target, version),
+                  paste=f"the {target} classifier of {nd4j_build.ARTIFACT} beside the job's own (JavaCPP loads the most "
                         f"specific build it finds); or the agent option native_jar={jar}"), None
 
 
@@ -120,23 +120,23 @@ def _mkl(probe: Probe) -> tuple[Change | None, str | None]:
     """MKL for ND4J's BLAS calls where the job runs OpenBLAS and MKL's jar for its JavaCPP version is at
     hand (JavaCPP's loading property org.bytedeco.openblas.load=mkl_rt links MKL in OpenBLAS's place);
     else None and why not (None, None where the job runs no OpenBLAS)."""
-    from pyd4j.profile import backend  # noqa: PLC0415
+    from pyd4j.profile import nd4j_build  # noqa: PLC0415
 
     if probe.nd4j.get("blas") != "openblas":
         return None, None
     library = str(probe.nd4j.get("blas_library", ""))
-    javacpp = backend.javacpp_version(library)
+    javacpp = nd4j_build.javacpp_version(library)
     if javacpp is None:
         return None, f"ND4J calls OpenBLAS from {library}, of a JavaCPP version pyd4j cannot tell: MKL was not tried"
-    jar = backend.find_mkl(javacpp)
+    jar = nd4j_build.find_mkl(javacpp)
     if jar is None:
         return None, (f"MKL for JavaCPP {javacpp} is not in the local Maven repository: fetch it with "
-                      f"`mvn dependency:get -Dartifact={backend.mkl_artifact(javacpp)}` and tune again")
+                      f"`mvn dependency:get -Dartifact={nd4j_build.mkl_artifact(javacpp)}` and tune again")
     return Change("blas", "OpenBLAS", f"MKL {jar.parent.name.rsplit('-', 1)[0]}",
                   f"ND4J's matrix products (dense layers, convolutions as im2col) go to OpenBLAS "
                   f"(JavaCPP {javacpp}); MKL is the other BLAS JavaCPP can load in its place",
-                  jvm=(backend.MKL_OPTION,), agent=(f"native_jar={jar}",), blas="mkl", maven=backend.mkl_snippet(jar),
-                  paste=f"{backend.MKL_OPTION} with MKL's redist jar on the class path; or the agent option "
+                  jvm=(nd4j_build.MKL_OPTION,), agent=(f"native_jar={jar}",), blas="mkl", maven=nd4j_build.mkl_snippet(jar),
+                  paste=f"{nd4j_build.MKL_OPTION} with MKL's redist jar on the class path; or the agent option "
                         f"native_jar={jar}"), None
 
 

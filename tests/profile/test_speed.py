@@ -43,7 +43,7 @@ CACHE = "/home/u/.javacpp/cache/nd4j-native-{v}-{c}.jar/org/nd4j/linalg/cpu/nati
 
 def test_nd4j_build_candidate_from_the_library_the_job_loaded(tmp_path, monkeypatch):
     monkeypatch.setenv("MAVEN_OPTS", f"-Dmaven.repo.local={tmp_path}")
-    monkeypatch.setattr("pyd4j.profile.backend.JAVA_TARGET", tmp_path / "target")
+    monkeypatch.setattr("pyd4j.profile.nd4j_build.JAVA_TARGET", tmp_path / "target")
     jar = tmp_path / "org/nd4j/nd4j-native/1.0.0-M2.1/nd4j-native-1.0.0-M2.1-linux-x86_64-avx512.jar"
     generic = _probe(native_library=CACHE.format(v="1.0.0-M2.1", c="linux-x86_64"))
     # the jar is not at hand: not tried, and the note names the command that fetches it

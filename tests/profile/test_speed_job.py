@@ -71,7 +71,7 @@ def test_tune_speed_tries_the_nd4j_build_for_this_cpu_and_checks_it_loaded(tmp_p
     --speed tries the build for this CPU through the agent (native_jar=), the job's class path
     unchanged, and every run says which library ND4J really loaded."""
     from pyd4j.memory.machine import best_nd4j_classifier
-    from pyd4j.profile.backend import without_builds
+    from pyd4j.profile.nd4j_build import without_builds
 
     best = best_nd4j_classifier()
     if best == "linux-x86_64":
@@ -103,7 +103,7 @@ def test_tune_speed_tries_mkl_for_nd4js_blas_and_checks_it_was_called(tmp_path, 
     """The same job runs OpenBLAS (ND4J's default); tune --speed tries MKL in its place (JavaCPP's
     org.bytedeco.openblas.load=mkl_rt, MKL's jar added by the agent) and every run says which BLAS
     ND4J's calls went to."""
-    from pyd4j.profile.backend import find_mkl, javacpp_version
+    from pyd4j.profile.nd4j_build import find_mkl, javacpp_version
     from pyd4j.profile.timeline import Timeline
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -17,7 +17,7 @@ import org.nd4j.linalg.dataset.MultiDataSet;
 import org.nd4j.linalg.factory.Nd4j;
 
 /**
- * Training speed of one network on the ND4J build this JVM loaded (pyd4j backend runs one JVM per
+ * Training speed of one network on the ND4J build this JVM loaded (pyd4j nd4j-build runs one JVM per
  * nd4j-native build, each with only that build's jar on its class path).
  *
  * <p>Usage: {@code BackendBench <config.json> <MultiLayerNetwork|ComputationGraph> <seconds> <d0,d1,...>}

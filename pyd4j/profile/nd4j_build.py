@@ -27,7 +27,7 @@ CLASSIFIERS = ("linux-x86_64", "linux-x86_64-avx2", "linux-x86_64-avx512")
 _NATIVE_JAR = re.compile(r"^nd4j-native-(?P<version>\d[^-]*-M[\d.]+|\d[\d.]*(?:-beta\d+)?)-(?P<classifier>linux-x86_64(?:-avx2|-avx512)?)\.jar$")
 
 
-class BackendError(RuntimeError):
+class Nd4jBuildError(RuntimeError):
     """A build could not be measured (missing jar, failed JVM, another build loaded)."""
 
 
@@ -98,7 +98,7 @@ def nd4j_version(cp: list[str]) -> str:
         m = re.match(r"nd4j-api-(.+)\.jar$", Path(entry).name)
         if m:
             return m.group(1)
-    raise BackendError("no nd4j-api jar on the class path: run `make setup`")
+    raise Nd4jBuildError("no nd4j-api jar on the class path: run `make setup`")
 
 
 def find_jar(classifier: str, version: str, cp: list[str]) -> Path | None:
@@ -149,19 +149,19 @@ def measure_once(model: Path, kind: str, shape: list[int], jar: Path, classifier
             out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s,
                                  stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise BackendError(f"{name}: the measuring JVM ran past {timeout_s:.0f} s and was ended") from None
+            raise Nd4jBuildError(f"{name}: the measuring JVM ran past {timeout_s:.0f} s and was ended") from None
         err.seek(0)
         tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
     line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")), None)
     if out.returncode != 0 or line is None:
-        raise BackendError(f"{name}: the measuring JVM failed (exit code {out.returncode}): {' | '.join(tail)}")
+        raise Nd4jBuildError(f"{name}: the measuring JVM failed (exit code {out.returncode}): {' | '.join(tail)}")
     result = json.loads(line)
     loaded = result.get("library", "")
     if f"/{classifier}/" not in loaded:
-        raise BackendError(f"{name}: ND4J loaded {loaded or 'an unknown library'}, not this build")
+        raise Nd4jBuildError(f"{name}: ND4J loaded {loaded or 'an unknown library'}, not this build")
     blas = "mkl" if mkl_jar is not None else "openblas"
     if result.get("blas") != blas:
-        raise BackendError(f"{name}: ND4J's BLAS calls went to {result.get('blas') or 'an unknown BLAS'}, not {blas}")
+        raise Nd4jBuildError(f"{name}: ND4J's BLAS calls went to {result.get('blas') or 'an unknown BLAS'}, not {blas}")
     return result
 
 
@@ -207,7 +207,7 @@ def compare_builds(model: Path, kind: str, shape: list[int], seconds: float = 5.
             classifier, jar, mkl = builds[c]
             try:
                 result = measure_once(model, kind, shape, jar, classifier, seconds, mkl_jar=mkl)
-            except BackendError as err:
+            except Nd4jBuildError as err:
                 failures[c] = str(err)
                 continue
             speeds[c].append(result["iterations_per_s"])

@@ -1,4 +1,4 @@
-"""`pyd4j backend --model net.json --batch N`: the nd4j-native build and BLAS that train this network fastest here."""
+"""`pyd4j nd4j-build --model net.json --batch N`: the nd4j-native build and BLAS that train this network fastest here."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import click
 from pyd4j.commands import _params as params
 
 _NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
+OLD_NAMES = ("backend",)   # what the command was called before: still runs it, not listed in --help
 
 
-@click.command("backend")
+@click.command("nd4j-build")
 @click.option("--model", required=True, help="DL4J configuration JSON (MultiLayerNetwork or ComputationGraph), or "
               "the name of one in examples/networks (lenet, deep_cnn_bn, resnet_graph, ...)")
 @click.option("--batch", type=params.BATCH, required=True, help="minibatch size to train with")
@@ -36,7 +37,7 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
     from pyd4j.dl4j.config import ConfigurationError, read_config_file  # noqa: PLC0415
     from pyd4j.dl4j.input_types import array_shape, derive_inputs, parse_input_spec, read_sidecar, sidecar_path  # noqa: PLC0415
     from pyd4j.output import emit_json, fail, print_table  # noqa: PLC0415
-    from pyd4j.profile.backend import BackendError, compare_builds  # noqa: PLC0415
+    from pyd4j.profile.nd4j_build import Nd4jBuildError, compare_builds  # noqa: PLC0415
 
     path = Path(model)
     if not path.exists() and (_NETWORKS / f"{model}.json").exists():
@@ -62,21 +63,21 @@ def command(model, batch, input_spec, seconds, rounds, as_json) -> None:
         raise click.BadParameter(f"{path} does not say its input type and has no {sidecar_path(path).name}; "
                                  f"pass --input (e.g. --input cnn:32x32x3)", param_hint="--input")
     if len(specs) > 1:
-        raise click.BadParameter(f"{path} has {len(specs)} inputs; pyd4j backend feeds networks of one input",
+        raise click.BadParameter(f"{path} has {len(specs)} inputs; pyd4j nd4j-build feeds networks of one input",
                                  param_hint="--model")
     try:
         shape = array_shape(specs[0], batch)
         progress = (lambda c, r: None) if as_json else \
             (lambda c, r: click.echo(f"  {c}: {r['iterations_per_s']:.3g} iterations/s", err=True))
         doc = compare_builds(path.resolve(), kind, shape, seconds=seconds, rounds=rounds, on_result=progress)
-    except BackendError as err:
+    except Nd4jBuildError as err:
         fail(str(err), as_json, code=1)
     doc["exit_code"] = 0 if doc.get("fastest") else 1
     if as_json:
         emit_json(doc)
         sys.exit(doc["exit_code"])
-    print_table(f"pyd4j backend: {path.name} ({kind}), input {shape}", ["build", "iterations/s (median)", "min-max",
-                                                                         "spread", "runs"],
+    print_table(f"pyd4j nd4j-build: {path.name} ({kind}), input {shape}", ["build", "iterations/s (median)", "min-max",
+                                                                            "spread", "runs"],
                 [[r["build"], f"{r['median_iterations_per_s']:.3g}", f"{r['min']:.3g}-{r['max']:.3g}",
                   f"{r['spread']:.0%}", r["runs"]] for r in doc["ranking"]])
     for s in doc["skipped"]:

@@ -1,4 +1,4 @@
-"""pyd4j backend: which builds it measures, the input it feeds, and (real JVMs) that each
+"""pyd4j nd4j-build: which builds it measures, the input it feeds, and (real JVMs) that each
 measurement ran the build it names."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from pyd4j.jvm.classpath import classpath
 from pyd4j.dl4j.input_types import array_shape as input_shape
-from pyd4j.profile.backend import CLASSIFIERS, _NATIVE_JAR, find_jar, javacpp_version, label, needs, nd4j_version
+from pyd4j.profile.nd4j_build import CLASSIFIERS, _NATIVE_JAR, find_jar, javacpp_version, label, needs, nd4j_version
 
 
 def test_input_shapes_match_dl4j_layouts():
@@ -36,6 +36,19 @@ def test_javacpp_version_of_a_loaded_blas_and_of_a_class_path_jar():
     assert javacpp_version("/lib/openblas-0.3.19-1.5.7.jar") is None and javacpp_version("/usr/lib/libopenblas.so") is None
 
 
+def test_old_command_name_still_runs_it_unlisted():
+    from click.testing import CliRunner
+
+    from pyd4j.cli import main
+
+    assert main.commands["backend"].callback is main.commands["nd4j-build"].callback
+    assert main.commands["backend"].hidden and not main.commands["nd4j-build"].hidden
+    listing = CliRunner().invoke(main, ["--help"]).output
+    assert "nd4j-build" in listing and " backend " not in listing
+    old = CliRunner().invoke(main, ["backend", "--batch", "8"])   # the same options, the same refusals
+    assert old.exit_code == 2 and "--model" in old.output
+
+
 def test_native_jar_names():
     assert _NATIVE_JAR.match("nd4j-native-1.0.0-M2.1-linux-x86_64-avx512.jar").group("classifier") == "linux-x86_64-avx512"
     assert _NATIVE_JAR.match("nd4j-native-1.0.0-M2.1-linux-x86_64.jar").group("classifier") == "linux-x86_64"
@@ -47,10 +60,10 @@ def test_native_jar_names():
 
 @pytest.mark.jvm
 @pytest.mark.slow
-def test_backend_measures_each_available_build_on_lenet():
+def test_nd4j_build_measures_each_available_build_on_lenet():
     cp = classpath()
     available = [c for c in CLASSIFIERS if find_jar(c, nd4j_version(cp), cp)]
-    out = subprocess.run([sys.executable, "-m", "pyd4j.cli", "backend", "--model", "lenet", "--batch", "8",
+    out = subprocess.run([sys.executable, "-m", "pyd4j.cli", "nd4j-build", "--model", "lenet", "--batch", "8",
                           "--seconds", "1", "--rounds", "1", "--json"], capture_output=True, text=True, timeout=600)
     doc = json.loads(out.stdout)
     assert out.returncode == 0, out.stderr
