@@ -41,6 +41,13 @@ def settled_workspace_bytes(run: Callable[[], Any]) -> tuple[int, Any]:
     return max(sizes), result
 
 
+def example_inputs(shapes: Sequence[Sequence[int]], batch: int, dtype: np.dtype) -> list[np.ndarray]:
+    """Inputs for measuring a network's output() at `batch`: zeros, which every DL4J input accepts (an
+    EmbeddingLayer's index input refuses a negative or too large index, which random values give);
+    the memory output() holds depends on the shapes only. `shapes`: each input without the batch."""
+    return [np.zeros((batch, *s), dtype) for s in shapes]
+
+
 def output(net: Any, kind: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """One `net.output()` call on numpy inputs, as numpy copies; the outputs' ND4J memory is released
     at once rather than at Java's next collection."""
@@ -70,7 +77,7 @@ def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype,
         try:
             with java_errors():
                 for b in batches:
-                    arrays = [np.zeros((b, *s), dtype) for s in shapes]
+                    arrays = example_inputs(shapes, b, dtype)
                     held, outs = settled_workspace_bytes(lambda: output(net, kind, arrays))
                     found[b] = (held, sum(int(o.size) // b for o in outs))
                     workspaces.destroy_all()
@@ -86,5 +93,7 @@ def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype,
     if failure:
         raise failure[0]
     (b1, (w1, out_elems)), (b2, (w2, _)) = sorted(found.items())
-    per = (w2 - w1) / (b2 - b1)
+    # never a negative slope: a tiny network's workspaces may settle smaller at the larger batch
+    # (sizes rounded to the allocator's granules), which extended as a line would go below zero
+    per = max(0.0, (w2 - w1) / (b2 - b1))
     return max(0, int(round(w1 - per * b1))), int(round(per)), out_elems

@@ -53,7 +53,8 @@ class Metrics:
     def footprint(self, model: str, fp: "Footprint") -> None:
         for kind, value in (("params", fp.params_bytes), ("workspaces", fp.workspace_bytes), ("io", fp.io_bytes),
                             ("total", fp.total_bytes), ("estimate", fp.estimate_bytes)):
-            self.footprint_bytes.labels(model, kind).set(value)
+            if value is not None:   # no estimate: the series is absent rather than a made-up 0
+                self.footprint_bytes.labels(model, kind).set(value)
 
     def resident(self, model: str, n: int) -> None:
         self.resident_bytes.labels(model).set(n)

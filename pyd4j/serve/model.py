@@ -19,7 +19,7 @@ several calls; they are measured once they stop growing, with the batch run `sli
 from __future__ import annotations
 
 import ctypes
-import json
+import logging
 import math
 import tempfile
 import time
@@ -32,13 +32,15 @@ import numpy as np
 
 from pyd4j import workspaces
 from pyd4j.dl4j import config, input_types
-from pyd4j.dl4j.inference import output, settled_workspace_bytes
+from pyd4j.dl4j.inference import example_inputs, output, settled_workspace_bytes
 from pyd4j.dl4j.load import load
 from pyd4j.dl4j.sizecheck import check_parameters_fit, machine_bytes
 from pyd4j.inputs import MAX_TEXT_BYTES, InputError, model_name
-from pyd4j.memory.estimate import estimate
+from pyd4j.memory.estimate import EstimateError, estimate
 from pyd4j.serve import sizing
 from pyd4j.serve.protocol import DATATYPES, TensorSpec, datatype_of
+
+log = logging.getLogger("pyd4j.serve")
 
 
 class ModelLoadError(InputError):
@@ -53,15 +55,16 @@ class Footprint:
     params_bytes: int       # the flattened parameter buffer
     workspace_bytes: int    # DL4J's inference workspaces after max_batch rows run in slices of slice_rows
     io_bytes: int           # input and output arrays of one max_batch request
-    estimate_bytes: int     # pyd4j.memory.estimate (mode infer, no data pipeline) at slice_rows
+    estimate_bytes: int | None  # pyd4j.memory.estimate (mode infer, no data pipeline) at slice_rows
     slice_rows: int         # rows one output() call runs (pyd4j.serve.sizing)
     whole_workspace_bytes: int  # the workspaces had max_batch rows run in one call
+    estimate_error: str | None = None   # why there is no estimate (the model is served all the same)
 
     @property
     def total_bytes(self) -> int:
         return self.params_bytes + self.workspace_bytes + self.io_bytes
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str | None]:
         return dict(asdict(self), total_bytes=self.total_bytes)
 
 
@@ -166,7 +169,7 @@ class ServedModel:
                 raise ModelLoadError(f"model {self.name!r} has {len(names)} inputs {names} but {len(specs)} input types")
             dt = datatype_of(self.params_dtype)
             self.inputs = [TensorSpec(n, dt, tuple(input_types.array_shape(s, -1))) for n, s in zip(names, specs)]
-            one = self.infer([np.zeros((1, *s.shape[1:]), self.params_dtype) for s in self.inputs])
+            one = self.infer(example_inputs([s.shape[1:] for s in self.inputs], 1, self.params_dtype))
             self.outputs = [TensorSpec(n, datatype_of(a.dtype), (-1, *a.shape[1:])) for n, a in zip(self._output_names(), one)]
             self._check_batch_fits(max_batch)
             self.footprint = self._measure(max_batch, slice_rows, specs)
@@ -257,8 +260,7 @@ class ServedModel:
             raise ModelLoadError(f"model {self.name!r}: {err}") from None
 
     def _measure(self, max_batch: int, slice_rows: int | str, specs: list[dict[str, Any]]) -> Footprint:
-        rng = np.random.default_rng(0)
-        x = [rng.standard_normal((max_batch, *s.shape[1:])).astype(self.params_dtype) for s in self.inputs]
+        x = example_inputs([s.shape[1:] for s in self.inputs], max_batch, self.params_dtype)
         self.slice_rows = max_batch
         whole_ws, y = self._settled_workspaces(x)
         if slice_rows == "auto":
@@ -277,9 +279,13 @@ class ServedModel:
             ws, _ = self._settled_workspaces(x)
         params = int(self.net.params().length()) * self.params_dtype.itemsize
         io = sum(a.nbytes for a in x) + sum(a.nbytes for a in y)
-        e = estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
-        estimate_bytes = e.offheap_bytes - e.term_bytes("prefetch_buffers")  # a server has no data pipeline
-        return Footprint(max_batch, params, ws, io, estimate_bytes, self.slice_rows, whole_ws)
+        try:   # beside the measurement, never instead of it: a model pyd4j cannot estimate still serves
+            e = estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
+            estimate_bytes, why = e.offheap_bytes - e.term_bytes("prefetch_buffers"), None   # no data pipeline
+        except EstimateError as err:
+            estimate_bytes, why = None, str(err)
+            log.warning("model %s: no estimate beside its measured footprint: %s", self.name, err)
+        return Footprint(max_batch, params, ws, io, estimate_bytes, self.slice_rows, whole_ws, why)
 
     def _settled_workspaces(self, x: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
         """Bytes DL4J's inference workspaces hold once they stop growing, running `x` again and again

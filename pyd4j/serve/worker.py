@@ -132,8 +132,8 @@ class ModelWorker(threading.Thread):
         self.metrics.resident(name, fp.total_bytes)
         self.state = "ready"
         self.loaded.set()
-        log.info("model %s loaded (%s, %d bytes resident at batch %d, estimate %d)", name, self.model.source,
-                 fp.total_bytes, self.max_batch, fp.estimate_bytes)
+        log.info("model %s loaded (%s, %d bytes resident at batch %d, estimate %s)", name, self.model.source,
+                 fp.total_bytes, self.max_batch, fp.estimate_bytes if fp.estimate_bytes is not None else "none")
         sz = self.model.sizing
         if sz is not None and sz.how == "measured":
             ratio = next((st.ratio for st in reversed(sz.steps) if st.kept and st.rows == fp.slice_rows), 1.0)
