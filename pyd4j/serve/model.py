@@ -36,6 +36,7 @@ from pyd4j.dl4j.inference import example_inputs, output, settled_workspace_bytes
 from pyd4j.dl4j.load import load
 from pyd4j.dl4j.sizecheck import check_parameters_fit, machine_bytes
 from pyd4j.inputs import MAX_TEXT_BYTES, InputError, model_name
+from pyd4j.jvm.errors import JavaError
 from pyd4j.memory.estimate import EstimateError, estimate
 from pyd4j.serve import sizing
 from pyd4j.serve.protocol import DATATYPES, TensorSpec, datatype_of
@@ -282,8 +283,8 @@ class ServedModel:
         try:   # beside the measurement, never instead of it: a model pyd4j cannot estimate still serves
             e = estimate(self.net, self.slice_rows, dtype=self.params_dtype.name, mode="infer", input=specs)
             estimate_bytes, why = e.offheap_bytes - e.term_bytes("prefetch_buffers"), None   # no data pipeline
-        except EstimateError as err:
-            estimate_bytes, why = None, str(err)
+        except (EstimateError, JavaError) as err:   # DL4J's memory report fails on some networks (a null layer report)
+            estimate_bytes, why = None, f"{type(err).__name__}: {err}"
             log.warning("model %s: no estimate beside its measured footprint: %s", self.name, err)
         return Footprint(max_batch, params, ws, io, estimate_bytes, self.slice_rows, whole_ws, why)
 
