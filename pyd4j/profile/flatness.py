@@ -61,10 +61,12 @@ def trained_seconds(t: Timeline) -> float:
     return max(0.0, (last - first) / 1000.0)
 
 
-def plateau(t: Timeline) -> Plateau:
+def plateau(t: Timeline, allowance: float = 1.0) -> Plateau:
     """Whether each measure that sizes a flag stopped rising over the training measured (see the constants):
     libnd4j + JavaCPP bytes held, the live heap, metaspace and code cache, native memory. `drift` is native
-    memory's robust slope over the slices (bytes an hour), said even when it is within the allowance."""
+    memory's robust slope over the slices (bytes an hour), said even when it is within the allowance.
+    `allowance` scales the rise and drift allowed (an auto window ends on a clearer plateau than the
+    sizing check asks for: see pyd4j.profile.window.WINDOW_ALLOWANCE)."""
     first = first_iteration_ms(t)
     if first is None or not t.samples:
         return Plateau(False, [], "no training iteration was measured")
@@ -90,7 +92,7 @@ def plateau(t: Timeline) -> Plateau:
             drift = slope
         if not early.size or not late.size:
             continue
-        allowed = max(PLATEAU_SLACK, PLATEAU_SHARE * max(float(early.max()), 0.0))
+        allowed = allowance * max(PLATEAU_SLACK, PLATEAU_SHARE * max(float(early.max()), 0.0))
         rise = float(late.max() - early.max())
         if rise > allowed:
             rising.append(f"{name} +{human_bytes(rise)}")

@@ -36,6 +36,11 @@ from pyd4j.profile.timeline import Events, Timeline
 MEMORY_MIN_S = 60.0
 MEMORY_MIN_ITERATIONS = 50
 MEMORY_MAX_S = 180.0
+# A window ends on a plateau within this share of the rise and drift the sizing check allows
+# (pyd4j.profile.flatness.plateau): the samples taken while the job stops would otherwise tip a
+# borderline plateau (a healthy job's native memory drifting 19 MiB over a 63 s window, 16 MiB allowed)
+# and leave the tune unsized after a window that said "flat".
+WINDOW_ALLOWANCE = 0.5
 PROBE_MIN_S = 20.0
 PROBE_MIN_ITERATIONS = 30
 PROBE_MAX_S = 90.0
@@ -153,7 +158,7 @@ def memory_decision(t: Timeline, min_iterations: int = 0) -> str | None:
         return "a leak was found (" + "; ".join(v.label for v in verdicts if v.status == "leak") + ")"
     if trained < MEMORY_MIN_S or any(v.status == "not-enough-data" for v in verdicts):
         return None
-    flat = plateau(t)
+    flat = plateau(t, WINDOW_ALLOWANCE)
     return "the leak verdicts are decided (no leak) and " + flat.reason if flat.flat else None
 
 

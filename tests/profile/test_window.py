@@ -149,3 +149,15 @@ def test_native_peak_is_taken_where_the_heap_was_read():
             s["rss"] += 200 * MIB
     assert native_peak(t) == pytest.approx(100 * MIB)    # what the job had at every read
     assert t.peaks()["native"] >= 290 * MIB              # the interpolated series counts the heap's swell
+
+
+def test_a_window_ends_on_a_clearer_plateau_than_the_sizing_check_asks():
+    """A borderline creep (12 MiB over 60 s, 16 MiB allowed) is flat for the sizing check but does not end
+    an auto window: the samples taken while the job stops could tip it, leaving the tune unsized after a
+    window that said "flat" (a healthy 60,000-iteration job: native memory 19 MiB over its 63 s window)."""
+    creep = made_up(90, 20.0, native=lambda s: 200 * MIB + s * 0.2 * MIB, live=lambda s: 30 * MIB)
+    assert plateau(creep).flat and sizing_scope(creep).whole_job
+    assert not plateau(creep, window.WINDOW_ALLOWANCE).flat
+    assert window.memory_decision(creep) is None
+    steady = made_up(90, 20.0, live=lambda s: 30 * MIB)
+    assert "no leak" in window.memory_decision(steady) and sizing_scope(steady).whole_job
