@@ -103,7 +103,7 @@ def find_nvcc() -> str | None:
 
 # -- 1. bandwidth --------------------------------------------------------------------------------
 def bandwidth(native, size: int, count: int, reps: int) -> dict:
-    from pyd4j.agent.native import DEVICE_TO_HOST, HOST_TO_DEVICE, Agent
+    from pyd4j.device.native import DEVICE_TO_HOST, HOST_TO_DEVICE, Agent
 
     total = size * count
     agent = Agent(total + (1 << 20), total + (1 << 20))
@@ -143,7 +143,7 @@ def bandwidth(native, size: int, count: int, reps: int) -> dict:
 
 # -- 2. overlap ---------------------------------------------------------------------------------
 def overlap(size: int, count: int, gpu: bool) -> dict:
-    from pyd4j.agent.native import STREAM_COMPUTE, Agent
+    from pyd4j.device.native import STREAM_COMPUTE, Agent
 
     agent = Agent(size * count + (1 << 20), size * count + (1 << 20))
     try:
@@ -196,14 +196,14 @@ def network(gpu: bool):
 def train(backend_name: str, steps: int, gpu: bool) -> dict:
     import numpy as np
 
-    from pyd4j.agent.executor import execute, init_params, random_batch
+    from pyd4j.device.executor import execute, init_params, random_batch
     from pyd4j.sched.policies import make_plan
     from pyd4j.sched.simulator import simulate
 
     if backend_name == "cupy":
-        from pyd4j.agent.cupy_backend import CupyBackend as make
+        from pyd4j.device.cupy_backend import CupyBackend as make
     else:
-        from pyd4j.agent.native import NativeBackend as make
+        from pyd4j.device.native import NativeBackend as make
 
     g = network(gpu)
     base_plan = make_plan(g, "baseline")
@@ -302,7 +302,7 @@ def main() -> int:
             log(result["native"])
 
     if native_ok:
-        from pyd4j.agent import native
+        from pyd4j.device import native
 
         lib = native.load_library()
         result["library"] = lib.pyd4j_agent_build_kind().decode()

@@ -1,6 +1,6 @@
 """The package's layers are a checked contract: `lint-imports` (import-linter, configured in
 pyproject.toml) keeps every layer importing only the layers below it -- leaf modules, then `jvm`, `nd`,
-then sched/data/workspaces, memory (its fit() model is the planner's), profile/train/serve/agent, spark, and commands/cli -- with no two
+then sched/data/workspaces, memory (its fit() model is the planner's), profile/train/serve/device, spark, and commands/cli -- with no two
 packages of one layer importing each other, so no import circle passes; it keeps `pyd4j.sched`
 free of DL4J, memory, jpype and py4j (it plans without a JVM); and no package imports in a circle.
 Every contract pyproject.toml declares must be kept."""

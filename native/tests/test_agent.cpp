@@ -50,8 +50,8 @@ class AgentTest : public ::testing::Test {
 #define HOST_ONLY()                                                           \
   if (pyd4j_agent_is_cuda()) GTEST_SKIP() << "reads device memory directly"
 
-// ctypes mirrors these layouts (pyd4j/agent/native.py); keep them in step.
-static_assert(sizeof(pyd4j_agent_stats_t) == 20 * 8, "stats layout changed: update native.py");
+// ctypes mirrors these layouts (pyd4j/device/native_lib.py); keep them in step.
+static_assert(sizeof(pyd4j_agent_stats_t) == 20 * 8, "stats layout changed: update native_lib.py");
 static_assert(sizeof(pyd4j_agent_buffer_info_t) == 2 * 8 + 4 * 4 + 2 * 8, "info layout changed");
 
 TEST(AgentAbi, VersionAndBuild) {

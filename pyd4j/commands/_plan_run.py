@@ -59,18 +59,18 @@ def execute_plans(g, plans: dict, results: dict, backend: str) -> dict:
 
     import numpy as np
 
-    from pyd4j.agent.executor import execute, init_params, random_batch, reference_run
+    from pyd4j.device.executor import execute, init_params, random_batch, reference_run
 
     if backend == "native":
-        from pyd4j.agent.native import NativeBackend as make, load_library
+        from pyd4j.device.native import NativeBackend as make, load_library
 
         library = load_library().pyd4j_agent_build_kind().decode() + " build"
     elif backend == "cupy":
-        from pyd4j.agent.cupy_backend import CupyBackend as make
+        from pyd4j.device.cupy_backend import CupyBackend as make
 
         library = "CuPy"
     else:
-        from pyd4j.agent.host import HostBackend as make
+        from pyd4j.device.host import HostBackend as make
 
         library = "numpy"
     x, labels = random_batch(g)

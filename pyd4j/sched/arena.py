@@ -4,7 +4,7 @@ them (lowest free address that fits, neighbouring holes merged on free, nothing 
 The simulator replays a plan's allocations through it to report the arena high-water mark
 next to the accounted peak (the sum of live aligned sizes): the high-water is what a
 non-compacting device allocator must reserve, fragmentation included. The host backend
-(`pyd4j.agent.host`) places its buffers with the same class, and the native agent's C++ arena
+(`pyd4j.device.host`) places its buffers with the same class, and the native agent's C++ arena
 (`native/src/arena.hpp`) follows the same policy, so an executor's measured high-water can be
 compared with the simulated one.
 """

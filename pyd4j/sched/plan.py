@@ -1,7 +1,7 @@
 """Schedule records: what a plan tells an executor to do, one record at a time.
 
 A plan is a flat list of `Step` records replayed in order by the simulator
-(`pyd4j.sched.simulator`) and by executors (`pyd4j.agent.executor`). Memory is accounted in
+(`pyd4j.sched.simulator`) and by executors (`pyd4j.device.executor`). Memory is accounted in
 *program order*: a tensor occupies `aligned(nbytes)` device bytes from its ALLOC record to its
 FREE record, and a compute step's convolution workspace occupies `aligned(ws)` bytes during that
 step only. Executors use the same rule (`aligned`), which is why an executor's measured peak can

@@ -103,8 +103,8 @@ def test_time_optimised_plans_execute_exactly(net, policy: str) -> None:
     recomputation) with gradients equal to a plain run and measured peak == simulated peak."""
     import numpy as np
 
-    from pyd4j.agent.executor import execute, init_params, random_batch, reference_run
-    from pyd4j.agent.host import HostBackend
+    from pyd4j.device.executor import execute, init_params, random_batch, reference_run
+    from pyd4j.device.host import HostBackend
 
     g = net()
     params = init_params(g)

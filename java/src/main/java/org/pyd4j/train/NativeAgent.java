@@ -17,7 +17,7 @@ import com.sun.jna.Pointer;
  * direct mapping: the calls {@link PinnedHostTier} needs, each checked, with the library's own
  * message on failure.
  *
- * <p>The library is found as pyd4j's Python side finds it ({@code pyd4j/agent/native.py}): the
+ * <p>The library is found as pyd4j's Python side finds it ({@code pyd4j/device/native_lib.py}): the
  * system property {@value #LIBRARY_PROPERTY}, else the environment variable
  * {@value #LIBRARY_ENV}, else {@code native/build/libpyd4j_agent.so} of the source tree the
  * helper jar was built in (built by {@code make setup}).
