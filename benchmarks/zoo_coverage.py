@@ -192,15 +192,17 @@ def over_fit(out: dict) -> None:
 def predictions(model: str, batch: int, folder: Path) -> tuple[dict[str, str], dict[str, int], dict[str, str]]:
     """The plans' files, what each peak-measuring mode is predicted to hold off the heap, and the
     environment `pyd4j estimate` assumes. fit(): `pyd4j estimate` (the one memory model, with the job's
-    data pipeline); a plan: its device peak (the training step's memory) plus what any run of the network
-    holds besides its step (`Estimate.beside_the_step_bytes`: the same data pipeline, glibc's LSTM pieces)."""
+    data pipeline); a plan: what the planned job holds off the heap (`pyd4j.memory.planned_job.planned_job_offheap`,
+    the figure `pyd4j plan`, fit()'s `.plan` and `pyd4j tune --plan` show: its device peak plus what any run of the
+    network holds besides its step, the same data pipeline and glibc's LSTM pieces)."""
     from pyd4j.memory.estimate import estimate
+    from pyd4j.memory.planned_job import planned_job_offheap
 
     files, predicted = peak_plans(model, batch, folder)
     e = estimate(folder / f"{model}.json", batch)
-    beside = e.beside_the_step_bytes()
-    return files, {"fit_flags_env": e.offheap_bytes, "beside_the_step": beside,
-                   **{k: v + beside for k, v in predicted.items()}}, e.environment
+    planned = {k: planned_job_offheap(v, e) for k, v in predicted.items()}
+    return files, {"fit_flags_env": e.offheap_bytes, "beside_the_step": planned["liveness"].beside_the_step_bytes,
+                   **{k: v.total_bytes for k, v in planned.items()}}, e.environment
 
 
 def repredict(models: list[str], args: argparse.Namespace) -> None:

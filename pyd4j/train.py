@@ -218,13 +218,7 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
         if owned:
             it.shutdown()
         if planned is not None:
-            trainer, plan_doc, own_tier = planned
-            try:
-                plan_doc["trainer"] = json.loads(str(trainer.stats().toJson()))
-                trainer.close()
-            finally:
-                if own_tier is not None:
-                    own_tier.close()
+            _detach_plan(planned)
     samples = it.samples_consumed - start_samples
     try:
         score = float(net.score())
@@ -234,7 +228,32 @@ def fit(net, source: Any, epochs: int = 1, prefetch: int = 4, batch_size: int = 
                      seconds=seconds, samples_per_s=samples / seconds if seconds > 0 else 0.0,
                      prefetch=it.depth, peak_offheap=monitor.peak_offheap, peak_physical=monitor.peak_physical,
                      score=score, wait_seconds=it.wait_seconds - start_wait, epoch_seconds=epoch_seconds,
-                     plan=planned[1] if planned is not None else None)
+                     plan=_with_offheap(planned, it.depth) if planned is not None else None)
+
+
+def _detach_plan(planned: tuple) -> None:
+    """After training under a plan: the trainer's account into the plan's summary, the trainer and pyd4j's own
+    offload tier closed."""
+    trainer, plan_doc, own_tier = planned[:3]
+    try:
+        plan_doc["trainer"] = json.loads(str(trainer.stats().toJson()))
+        trainer.close()
+    finally:
+        if own_tier is not None:
+            own_tier.close()
+
+
+def _with_offheap(planned: tuple, prefetch: int) -> dict[str, Any]:
+    """The plan's summary with what the planned job holds off the heap (`pyd4j.memory.planned_job`, the figure
+    `pyd4j plan` and `pyd4j tune --plan` show) under "planned_job_offheap": the plan's peak and, beside the step,
+    this fit()'s data pipeline (its `prefetch` queue). Made after training, so that estimating the network
+    (which may probe its opaque layers in DL4J) cannot touch the training."""
+    from pyd4j.memory.planned_job import KEY, job_network_document  # noqa: PLC0415
+
+    summary = planned[1]
+    conf, shapes, dtype = planned[3]
+    summary[KEY] = job_network_document(summary["predicted"]["device_peak_bytes"], conf, shapes, dtype, prefetch)
+    return summary
 
 
 def _checked_batch(net, source: Any, batch_size: Any, input_shape: Any) -> int:
@@ -293,10 +312,12 @@ def _planned_shape(source: Any, batch_size: int, input_shape: Any) -> tuple[int,
 
 
 def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: str | int | None,
-                 tier: Any, policy: str | None, input_shape: Any = None) -> tuple[Any, dict[str, Any], Any] | None:
+                 tier: Any, policy: str | None,
+                 input_shape: Any = None) -> tuple[Any, dict[str, Any], Any, tuple] | None:
     """For memory="superneurons": plan the network, make the offload tier the plan needs (the
     third element: pyd4j's own tier, closed after training; None otherwise) and install the plan
-    in the network's optimizer."""
+    in the network's optimizer. The fourth: the configuration, input shapes (batch first) and data type
+    the plan was made for, which the planned job's off-heap figure is estimated for (`_with_offheap`)."""
     if memory is None:
         if budget is not None or tier != "auto" or policy is not None or input_shape is not None:
             raise ValueError("budget, tier, policy and input_shape are for planned training: add memory='superneurons'")
@@ -354,7 +375,8 @@ def _attach_plan(net, source: Any, batch_size: int, memory: str | None, budget: 
     summary = {"policy": plan.policy, "tensor_cache": plan_doc["tensor_cache"], "budget_bytes": cap,
                "predicted": plan_doc["predicted"], "batch": batch_size,
                "tier": None if given is None else str(given.getClass().getSimpleName())}
-    return trainer, summary, own
+    shapes = [list(node["shape"]) for node in plan_doc["nodes"] if node["type"] == "DATA"]
+    return trainer, summary, own, (doc, shapes, plan_doc["network"]["dtype"])
 
 
 def planned_graph(net, doc: dict[str, Any], batch_size: int, shape: tuple[int, ...] | None = None):

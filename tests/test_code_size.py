@@ -27,7 +27,6 @@ ALLOWED: dict[str, int] = {
     "pyd4j/memory/estimate.py": 538,
     "pyd4j/sched/optimum.py": 659,
     "pyd4j/sched/optimum.py::_build": 253,
-    "pyd4j/train.py::fit": 86,
 }
 
 

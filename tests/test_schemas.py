@@ -24,7 +24,7 @@ NETS = ROOT / "examples" / "networks"
 
 @pytest.fixture(scope="module")
 def good_plan(tmp_path_factory) -> dict:
-    """A plan the one writer wrote (`pyd4j plan --emit-plan`, no JVM)."""
+    """A plan the one writer wrote (`pyd4j plan --emit-plan`)."""
     out = tmp_path_factory.mktemp("plan") / "lenet.plan.json"
     subprocess.run([sys.executable, "-m", "pyd4j.cli", "plan", "--model", str(NETS / "lenet.json"), "--batch", "4",
                     "--policy", "recompute", "--emit-plan", str(out), "--json"], check=True, capture_output=True,

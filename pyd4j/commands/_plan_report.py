@@ -79,6 +79,33 @@ def dl4j_fit(build: Any, batch: int) -> dict:
                     "(pyd4j.dl4j.fitmem; the data pipeline not included)"}
 
 
+def planned_job_figure(g: Any, network_json: str, budget: int | None, policy: str | None,
+                       emitted: dict | None) -> dict:
+    """What the job training the network under the plan chosen as --emit-plan chooses it (and pyd4j.train.fit
+    with the same budget and policy) holds off the heap: `pyd4j.memory.planned_job`, the one figure."""
+    from pyd4j.memory.planned_job import planned_job_document
+    from pyd4j.sched.choose import BudgetTooSmall, choose_plan
+
+    if emitted is not None:
+        chosen, peak = emitted["policy"], emitted["device_peak_bytes"]
+    else:
+        try:
+            plan, result = choose_plan(g, budget, policy)
+        except BudgetTooSmall as err:
+            return {"policy": None, "error": str(err)}
+        chosen, peak = plan.policy, result.device_peak_bytes
+    return {"policy": chosen, **planned_job_document(peak, network_json, g.batch, g.dtype)}
+
+
+def planned_job_line(figure: dict) -> str:
+    """`pyd4j plan`'s line of the planned job's off-heap memory."""
+    from pyd4j.memory.planned_job import offheap_line
+
+    if figure.get("policy") is None:
+        return offheap_line(figure)
+    return f"{figure['policy']} plan (as --emit-plan and pyd4j.train.fit choose it): {offheap_line(figure)}"
+
+
 def print_minimum(doc: dict, g: Any, batch: int, cost: Any, cap: int, bound: Any, runs: PolicyRuns) -> None:
     print_table(
         f"{g.name}, batch {batch}, on {cost.device.name}, minimum memory: lower bound "
@@ -94,6 +121,8 @@ def print_minimum(doc: dict, g: Any, batch: int, cost: Any, cap: int, bound: Any
     if "dl4j_fit" in doc:
         click.echo(f"DL4J's own fit() (no plan) holds {human_bytes(doc['dl4j_fit']['bytes'])} off the heap at batch "
                    f"{batch}: the figure `pyd4j estimate` and `pyd4j flags` use (the data pipeline besides).")
+    if "planned_job_offheap" in doc:
+        click.echo(planned_job_line(doc["planned_job_offheap"]))
     print_table(
         f"Time-optimised under a budget of {human_bytes(cap)}: tensors stay cached on the "
         "device; only what the budget forces moves or is recomputed",

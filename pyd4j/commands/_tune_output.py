@@ -90,6 +90,10 @@ def _print_recommendation(doc: dict) -> None:
         click.echo(f"after: the job's network under the {p['policy']} plan {p['path']} (predicted peak "
                    f"{human_bytes(p['predicted_peak_bytes'])}): {said.get('status')}"
                    + (f" ({said['reason']})" if said.get("reason") else ""))
+        if p.get("planned_job_offheap"):
+            from pyd4j.memory.planned_job import offheap_line  # noqa: PLC0415
+
+            click.echo(f"  {offheap_line(p['planned_job_offheap'])}")
     if doc.get("recommended"):
         click.echo("recommended flags:")
         click.echo("  " + " ".join(doc["recommended"]))

@@ -11,7 +11,8 @@ from pyd4j import inputs
 from pyd4j.commands import _params as params
 from pyd4j.commands._plan_inputs import (_probe, _read_network, _refuse_conflicts, check_cupy, check_plan_options,
                                         cost_model, graph_builder, network_file)
-from pyd4j.commands._plan_report import dl4j_fit, document, print_extras, print_minimum, run_policies
+from pyd4j.commands._plan_report import (dl4j_fit, document, planned_job_figure, print_extras, print_minimum,
+                                         run_policies)
 from pyd4j.commands._plan_run import cupy_budget, emit_plan_file, execute_plans
 from pyd4j.commands._plan_run import optimum as solve_optimum
 from pyd4j.commands._plan_run import plot as plot_timelines
@@ -188,6 +189,8 @@ def _report(build: Callable[[int], Any], network_json: str | None, batch: int, c
         doc["emitted_plan"] = emitted
     if optimum:
         doc["optimum"] = solve_optimum(g, cost, cap)
+    if network_json and doc["profile"] == "dl4j":   # the network DL4J's planned trainer runs
+        doc["planned_job_offheap"] = planned_job_figure(g, network_json, budget, policies[0] if policies else None, emitted)
     if as_json:
         emit_json(doc)
         return

@@ -56,6 +56,7 @@ from pyd4j.inputs import InputError, read_json
 from pyd4j.schemas import OLDEST_PLAN_SCHEMA, PLAN_SCHEMA, SchemaError, check
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.choose import choose_plan, smallest_plan
+from pyd4j.sched.graph import LayerType
 from pyd4j.sched.plan import Op, Plan
 from pyd4j.sched.simulator import SimResult
 
@@ -137,7 +138,8 @@ def plan_for_job(network: dict[str, Any], path: str | Path, policy: str | None =
         plan, result = choose_plan(graph, budget, policy, offload=offload)
     write_plan(path, plan, result, network["kind"], "the job's network", budget)
     return {"path": str(path), "policy": plan.policy, "batch": graph.batch, "nodes": len(graph),
-            "predicted_peak_bytes": result.device_peak_bytes,
+            "predicted_peak_bytes": result.device_peak_bytes, "dtype": graph.dtype,
+            "input_shapes": [list(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA],
             "offloads": any(s.op.name == "OFFLOAD" for s in plan.steps)}
 
 

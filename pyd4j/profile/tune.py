@@ -54,18 +54,25 @@ def _plan_job(run: JobRun, policy: str, path: Path) -> dict:
     from pyd4j.jvm.errors import JavaError  # noqa: PLC0415
     from pyd4j.dl4j.probe import of_configuration  # noqa: PLC0415
     from pyd4j.dl4j.plan_file import plan_for_job  # noqa: PLC0415
+    from pyd4j.memory.planned_job import KEY, job_network_document  # noqa: PLC0415
 
     described = [e["network"] for e in run.timeline.network_events if e["type"] == "network" and e.get("network")]
     if not described:
         raise JobFailedError(f"the job trained no DL4J network the agent could describe (see {run.run_dir}): "
                              "there is nothing to plan", {"out_dir": str(path.parent), "before": side_of(run)})
     # the network the job trained last; the agent's trainer has the backend's offload tier
+    network = described[-1]
     try:
-        return plan_for_job(described[-1], path, policy, offload=True,
-                            probe=of_configuration(described[-1]["conf"], "the job's network"))
+        plan = plan_for_job(network, path, policy, offload=True,
+                            probe=of_configuration(network["conf"], "the job's network"))
     except (ValueError, JavaError) as err:   # refused by the planner (naming the layer), or by DL4J's probe
         raise JobFailedError(f"the job's network cannot be planned: {err}", {"out_dir": str(path.parent),
                                                                              "before": side_of(run)}) from None
+    # what the planned job holds off the heap: the figure `pyd4j plan` and fit()'s .plan show, with DL4J's
+    # own fit() data pipeline, as `pyd4j estimate` assumes it (the job's iterator in DL4J's async queue of 2)
+    plan[KEY] = job_network_document(plan["predicted_peak_bytes"], network["conf"], plan["input_shapes"],
+                                     plan["dtype"])
+    return plan
 
 
 def _plan_not_applied(run: JobRun) -> str | None:

@@ -58,7 +58,8 @@ def test_max_depth_and_max_batch(tmp_path: Path) -> None:
     assert simulate(make_plan(zoo.alexnet(batch=b + 1), "liveness")).peak_bytes > 2 << 30
 
 
-def test_plot_and_dl4j_network(tmp_path: Path) -> None:
+@pytest.mark.jvm   # `pyd4j plan` of a DL4J network estimates the planned job (pyd4j.memory.planned_job)
+def test_plot_and_dl4j_network(jvm, tmp_path: Path) -> None:
     png = tmp_path / "t.png"
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
     doc = run("--network", str(nets / "deep_cnn_bn.json"), "--batch", "16", "--plot", str(png))
@@ -72,7 +73,8 @@ def test_table_output() -> None:
     assert "Time-optimised under a budget" in r.output and "no-workspace algorithm" in r.output
 
 
-def test_profile_option_and_execute_needs_cudnn() -> None:
+@pytest.mark.jvm
+def test_profile_option_and_execute_needs_cudnn(jvm) -> None:
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
     doc = run("--network", str(nets / "lenet.json"), "--batch", "4", "--policy", "liveness")
     assert doc["profile"] == "dl4j"
@@ -86,7 +88,8 @@ def test_profile_option_and_execute_needs_cudnn() -> None:
     assert r.exit_code != 0 and "pyd4j.train.fit" in r.output
 
 
-def test_emit_plan_for_a_dl4j_network(tmp_path: Path) -> None:
+@pytest.mark.jvm
+def test_emit_plan_for_a_dl4j_network(jvm, tmp_path: Path) -> None:
     from pyd4j.dl4j.plan_file import read_plan
 
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
