@@ -24,7 +24,7 @@ from harness import RESULTS, Recorder
 from pyd4j.sched import zoo
 from pyd4j.sched.bounds import lower_bound
 from pyd4j.sched.costmodel import CostModel
-from pyd4j.sched.deps import profile
+from pyd4j.sched.deps import framework_deps
 from pyd4j.sched.policies import POLICIES, make_plan
 from pyd4j.sched.search import max_resnet_depth
 from pyd4j.sched.simulator import simulate
@@ -32,7 +32,7 @@ from pyd4j.sched.simulator import simulate
 OUT = RESULTS / "depth.json"
 NOMINAL = 12 * 2**30
 USABLE = NOMINAL * 15 // 16  # ECC on: 6.25% of the memory holds the check bits
-KEEP_DW = profile("cudnn", {"profiles": {"cudnn": {"keep_dw": True}}})
+KEEP_DW = framework_deps("cudnn", {"frameworks": {"cudnn": {"keep_dw": True}}})
 
 
 def zoo_table(cost: CostModel) -> dict:
@@ -114,7 +114,7 @@ def depths(cost: CostModel) -> dict:
             arena = max_resnet_depth("superneurons", cost, batch=16, image=227, capacity=cap,
                                      layout=layout, fit="arena")
             kept = max_resnet_depth("superneurons", cost, batch=16, image=227, capacity=cap,
-                                    layout=layout, profile=KEEP_DW)
+                                    layout=layout, framework=KEEP_DW)
             rows["superneurons_arena_fit"] = {"depth": arena.value,
                                               "plans_evaluated": arena.evaluations}
             rows["superneurons_dw_kept"] = {"depth": kept.value,

@@ -87,7 +87,7 @@ def write_budget_plan(config: Path, batch: int, budget: str, fit_peak: float | N
     if path.exists():
         path.unlink()
     write(path, plan, result, network_kind(doc), str(config), cap)
-    counts = graph.profile.chunk_counts
+    counts = graph.framework.chunk_counts
     chunks = {f"{graph.layers[s.arg].name} {s.op.name}": counts[s.algo] for s in plan.steps if counts[s.algo] > 1}
     return {"path": str(path), "predicted_peak_bytes": result.device_peak_bytes, "budget_bytes": cap,
             "policy": plan.policy, "chunks": chunks,

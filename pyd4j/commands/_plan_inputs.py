@@ -52,17 +52,17 @@ def network_file(model: str, network_json: str | None) -> str | None:
     return network_json
 
 
-def check_plan_options(execute: bool, network_json: str | None, profile: str, emit_plan: str | None,
+def check_plan_options(execute: bool, network_json: str | None, framework: str, emit_plan: str | None,
                        policies: tuple[str, ...]) -> None:
-    """--execute runs zoo networks under the cudnn profile; --emit-plan writes one plan of a DL4J network."""
+    """--execute runs zoo networks under the cudnn framework; --emit-plan writes one plan of a DL4J network."""
     if execute and network_json:
         raise click.BadParameter("--execute runs zoo networks on pyd4j's own numpy kernels; a DL4J network "
                                  "trains under a plan on DL4J's own layers: pyd4j.train.fit(net, data, "
                                  "memory=...) or --emit-plan FILE for PlannedTrainer", param_hint="--execute")
-    if execute and profile != "cudnn":
-        raise click.BadParameter(f"the executor's kernels read what the cudnn profile keeps, not "
-                                 f"{profile!r}; pass --profile cudnn with --execute",
-                                 param_hint="--profile")
+    if execute and framework != "cudnn":
+        raise click.BadParameter(f"the executor's kernels read what the cudnn framework keeps, not "
+                                 f"{framework!r}; pass --framework cudnn with --execute",
+                                 param_hint="--framework")
     if emit_plan is not None:
         if network_json is None:
             raise click.BadParameter("--emit-plan writes plans for DL4J networks: give --model FILE.json "
@@ -73,7 +73,7 @@ def check_plan_options(execute: bool, network_json: str | None, profile: str, em
 
 
 def graph_builder(model: str, network_json: str | None, batch: int, image: int | None, depth: int | None,
-                  layout: str, profile: str) -> Callable[[int], Any]:
+                  layout: str, framework: str) -> Callable[[int], Any]:
     """The planner's graph of the network at any batch (a search builds many): the DL4J file read and probed once."""
     from pyd4j.sched import zoo
 
@@ -86,12 +86,12 @@ def graph_builder(model: str, network_json: str | None, batch: int, image: int |
 
             try:
                 return probed_graph(network_doc, b,
-                                    sidecar_shapes(network_json), probe=probe, profile=profile)
+                                    sidecar_shapes(network_json), probe=probe, framework=framework)
             except ValueError as e:  # InputError, GraphError: a malformed file, sidecar or layer
                 raise _bad_network(network_json, e) from None
         try:
             return zoo.build(model, batch=b, image=image, depth=depth,
-                             layout=layout).with_profile(profile)
+                             layout=layout).with_framework(framework)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--model") from None
 

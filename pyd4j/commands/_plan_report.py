@@ -55,7 +55,7 @@ def document(g: Any, batch: int, cost: Any, cap: int, bound: Any, runs: PolicyRu
     no_ws = ideal_time(next(iter(runs.plans.values())), cost, fastest_conv=False)
     return {
         "model": g.name, "layers": len(g), "batch": batch, "device": cost.device.key,
-        "profile": g.profile.name,
+        "profile": g.framework.name,   # the key users' scripts read: kept
         "capacity_bytes": cap, "lower_bound_bytes": bound.lower_bound_bytes,
         "resident_bytes": bound.resident_bytes, "l_peak_bytes": bound.l_peak_bytes,
         "l_peak_layer": bound.l_peak_layer, "workspace_bytes": bound.workspace_bytes,
@@ -72,7 +72,7 @@ def dl4j_fit(build: Any, batch: int) -> dict:
     """DL4J's own fit() of the network without a plan: the model `pyd4j estimate` and `flags` use."""
     from pyd4j.dl4j.fitmem import MALLOC_ENV, REFERENCE_BATCH, fit_terms
 
-    fit = fit_terms(build(REFERENCE_BATCH).with_profile("dl4j"))
+    fit = fit_terms(build(REFERENCE_BATCH).with_framework("dl4j"))
     return {"bytes": sum(t.bytes_at(batch) for t in fit),
             "terms": {t.name: t.bytes_at(batch) for t in fit}, "environment": MALLOC_ENV,
             "note": "DL4J's own fit() without a plan, in the environment pyd4j's flags set "

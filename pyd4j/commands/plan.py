@@ -38,9 +38,10 @@ __all__ = ["_probe", "_read_network", "command", "cupy_budget"]
               help="ResNet-N stages: standard (3, 4, k, 3) or the SuperNeurons code's deepest "
               "network (6, 32, k, 6)")
 @click.option("--device", default="k40c", show_default=True)
-@click.option("--profile", "deps_profile", type=click.Choice(["cudnn", "dl4j"]),
-              help="dependency profile: what each layer's steps read and write (default: dl4j for "
-              "--network, cudnn -- as the SuperNeurons code -- for --model)")
+@click.option("--framework", "--profile", "framework", type=click.Choice(["cudnn", "dl4j"]),
+              help="framework whose layers are planned: what each layer's steps read and write (default: "
+              "dl4j for a DL4J network, cudnn -- as the SuperNeurons code -- for a zoo --model); "
+              "--profile is its old name")
 @click.option("--devices", "devices_json", type=params.InputFile("device profiles"),
               help="JSON with measured device numbers (format of pyd4j/sched/devices.json)")
 @click.option("--policy", "policies", multiple=True,
@@ -67,7 +68,7 @@ __all__ = ["_probe", "_read_network", "command", "cupy_budget"]
 @click.option("--json", "as_json", is_flag=True, help="one JSON document")
 @gc_paused
 def command(model: str, network_json: str | None, depth: int | None, batch: int,
-            image: int | None, layout: str, device: str, deps_profile: str | None,
+            image: int | None, layout: str, device: str, framework: str | None,
             devices_json: str | None,
             policies: tuple[str, ...],
             budget: int | None, cache: bool, max_batch: bool, max_depth: bool,
@@ -86,13 +87,13 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
     cap = budget if budget is not None else cost.device.memory_bytes
     chosen = list(policies) or list(POLICIES)
     network_json = network_file(model, network_json)
-    profile = deps_profile or ("dl4j" if network_json else "cudnn")
-    check_plan_options(execute, network_json, profile, emit_plan, policies)
-    build = graph_builder(model, network_json, batch, image, depth, layout, profile)
+    framework = framework or ("dl4j" if network_json else "cudnn")
+    check_plan_options(execute, network_json, framework, emit_plan, policies)
+    build = graph_builder(model, network_json, batch, image, depth, layout, framework)
     if max_depth:
         if network_json or not model.lower().startswith("resnet"):
             raise click.UsageError("--max-depth searches ResNet depth: use --model resnet")
-        _deepest(chosen[-1], cost, batch, image, cap, profile, layout, as_json)
+        _deepest(chosen[-1], cost, batch, image, cap, framework, layout, as_json)
     elif max_batch:
         _largest_batch(build, model, chosen, cost, cap, as_json)
     else:
@@ -100,7 +101,7 @@ def command(model: str, network_json: str | None, depth: int | None, batch: int,
                 emit_plan, optimum, as_json)
 
 
-def _deepest(policy: str, cost: Any, batch: int, image: int | None, cap: int, profile: str, layout: str,
+def _deepest(policy: str, cost: Any, batch: int, image: int | None, cap: int, framework: str, layout: str,
              as_json: bool) -> None:
     """--max-depth: the deepest ResNet that fits under `policy`, beside baseline's and liveness's."""
     from pyd4j.sched import zoo
@@ -108,7 +109,7 @@ def _deepest(policy: str, cost: Any, batch: int, image: int | None, cap: int, pr
 
     image = image or zoo.DEFAULT_IMAGE
     try:
-        best = max_resnet_depth(policy, cost, batch, image, cap, profile, layout)
+        best = max_resnet_depth(policy, cost, batch, image, cap, framework, layout)
     except SearchLimit as e:
         raise click.BadParameter(str(e), param_hint="--budget") from None
     if best.value == 0:
@@ -116,10 +117,10 @@ def _deepest(policy: str, cost: Any, batch: int, image: int | None, cap: int, pr
             f"no ResNet fits a budget of {cap} bytes under {policy} at batch {batch}: the shallowest "
             f"(ResNet-{zoo.resnet_depth((*zoo.LAYOUTS[layout][:2], 1, zoo.LAYOUTS[layout][2]))}) needs more; give a "
             "larger --budget or a smaller --batch or --image", param_hint="--budget")
-    base = max_resnet_depth("baseline", cost, batch, image, cap, profile, layout)
-    live = max_resnet_depth("liveness", cost, batch, image, cap, profile, layout)
+    base = max_resnet_depth("baseline", cost, batch, image, cap, framework, layout)
+    live = max_resnet_depth("liveness", cost, batch, image, cap, framework, layout)
     doc = {"model": "resnet", "batch": batch, "image": image, "device": cost.device.key,
-           "profile": profile, "layout": layout,
+           "profile": framework, "layout": layout,   # the key users' scripts read: kept
            "capacity_bytes": cap, "policy": policy, "depth": best.value,
            "baseline_depth": base.value, "liveness_depth": live.value,
            "ratio_to_baseline": best.value / base.value if base.value else None,

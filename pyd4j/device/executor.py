@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from pyd4j.device.backend import WORKSPACE, Backend, BackendStats
-from pyd4j.device.kernels import KERNEL_READS, backward, check_profile, forward
+from pyd4j.device.kernels import KERNEL_READS, backward, check_framework, forward
 from pyd4j.sched.graph import Graph, Layer, LayerType
 from pyd4j.sched.plan import Kind, Op, Plan, tid
 
-__all__ = ["KERNEL_READS", "RunResult", "backward", "check_profile", "execute", "forward", "init_params",
+__all__ = ["KERNEL_READS", "RunResult", "backward", "check_framework", "execute", "forward", "init_params",
            "random_batch", "reference_run"]
 
 
@@ -128,8 +128,8 @@ def execute(plan: Plan, backend: Backend, x: np.ndarray, labels: np.ndarray,
     Each compute record gets views of exactly the tensors the graph's dependency model says it
     reads; an in-place step writes over the tensor the MOVE after it names, and a step's
     mandatory scratch is allocated with its optional workspace. Parameter gradients are copied
-    to the host right after their BACKWARD step (a profile may release dW there)."""
-    check_profile(plan.graph)
+    to the host right after their BACKWARD step (a framework may release dW there)."""
+    check_framework(plan.graph)
     run = _PlanRun(plan, backend, x, labels, params, lr, momentum, seed)
     for k, s in enumerate(plan.steps):
         run.step(k, s)

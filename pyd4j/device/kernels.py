@@ -1,6 +1,6 @@
 """The reference executor's layer kernels: numpy-style array code (numpy or cupy, as `xp`) for each
 layer's forward and backward step, and what each backward kernel reads (`KERNEL_READS`), which a plan's
-dependency profile must keep (`check_profile`)."""
+framework must keep (`check_framework`)."""
 
 from __future__ import annotations
 
@@ -148,26 +148,26 @@ KERNEL_READS: dict[str, frozenset[str]] = {
     "ELTWISE.prod": frozenset({"x", "dy"}), "ELTWISE.max": frozenset({"x", "y", "dy"}),
 }
 """What the backward kernels below read, by layer key: a plan runs here only when its graph's
-dependency profile keeps at least these tensors for each backward step (`check_profile`)."""
+framework keeps at least these tensors for each backward step (`check_framework`)."""
 
 
-def check_profile(graph: Graph) -> None:
-    """Refuse a graph whose dependency profile lets a backward step drop a tensor the kernels
+def check_framework(graph: Graph) -> None:
+    """Refuse a graph whose framework lets a backward step drop a tensor the kernels
     here read (the plan would free it before the kernel reads it)."""
-    prof = graph.profile
+    fw = graph.framework
     for layer in graph.layers:
         if not graph.has_backward(layer.id):
             continue
         variant = layer.attrs.get("variant")
         key = f"{layer.type.value}.{variant}" if variant else layer.type.value
         need = KERNEL_READS.get(key, KERNEL_READS.get(layer.type.value, frozenset()))
-        step = prof.of(layer).backward
+        step = fw.of(layer).backward
         missing = need - (step.reads if step is not None else frozenset())
         if missing:
             raise ValueError(
-                f"the executor's {key} kernel reads {sorted(missing)} in backward, which profile "
-                f"{prof.name!r} does not keep for layer {layer.name!r}; plan the graph under a "
-                "profile that does (graph.with_profile('cudnn'))")
+                f"the executor's {key} kernel reads {sorted(missing)} in backward, which framework "
+                f"{fw.name!r} does not keep for layer {layer.name!r}; plan the graph under a "
+                "framework that does (graph.with_framework('cudnn'))")
 
 
 def backward(xp: Any, layer: Layer, xs: list[Any], y: Any, dy: Any | None, w: Any,

@@ -3,8 +3,8 @@
 `pyd4j estimate`, `flags`, `batch` and the Spark sizing take their off-heap figures from here, and
 `pyd4j plan` reports the same figure for DL4J's `fit()` next to its plans, so the two never
 disagree about a network. Everything per layer comes from the DL4J graph (`pyd4j.dl4j.graph`)
-and its dependency profile (`deps.json`, profile `dl4j`: each step's working memory, measured with
-ND4J and pinned by the layer-facts tests). What `fit()` of DL4J 1.0.0-M2.1 keeps, read from its
+and its framework's dependencies (`deps.json`, framework `dl4j`: each step's working memory,
+measured with ND4J and pinned by the layer-facts tests). What `fit()` of DL4J 1.0.0-M2.1 keeps, read from its
 `MultiLayerNetwork` / `ComputationGraph` and checked with ND4J's workspace sizes after a few
 iterations (benchmarks/memory_model.py):
 

@@ -57,9 +57,9 @@ __all__ = ["UnsupportedLayer", "dl4j_topological_order", "graph_from_dl4j_json",
 
 def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
                          input_shape: tuple[int, ...] | Sequence[tuple[int, ...]] | None = None,
-                         profile: str = "dl4j", info: dict[str, dict[str, Any]] | None = None) -> Graph:
+                         framework: str = "dl4j", info: dict[str, dict[str, Any]] | None = None) -> Graph:
     """Build the DL4J-faithful graph from configuration JSON (a string or the parsed document),
-    under the dependency profile `profile` (DL4J's own by default; see `pyd4j.sched.deps`).
+    under the dependencies of `framework` (DL4J's own by default; see `pyd4j.sched.deps`).
     `input_shape`: one shape without the batch, or for a graph with several inputs one shape per
     network input, in the order of its `networkInputs`.
 
@@ -81,7 +81,7 @@ def graph_from_dl4j_json(text: str | dict[str, Any], batch: int = 32,
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as err:
         what = f"no {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
         raise GraphError(f"malformed DL4J configuration JSON ({what}); write it with conf.toJson()") from None
-    return graph.with_profile(profile)
+    return graph.with_framework(framework)
 
 
 def _document(text: str | dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def _document(text: str | dict[str, Any]) -> dict[str, Any]:
 
 def probed_graph(text: str | dict[str, Any], batch: int = 32,
                  input_shape: tuple[int, ...] | Sequence[tuple[int, ...]] | None = None,
-                 probe: Probe | None = None, profile: str = "dl4j") -> Graph:
+                 probe: Probe | None = None, framework: str = "dl4j") -> Graph:
     """The planner's graph of a DL4J network, with what DL4J itself says where the rules here do not
     suffice: when the graph has OPAQUE nodes (their working memory is then measured, not guessed) or a
     layer has no shape rule here, `probe` runs a probe iteration at the planned input shapes and the
@@ -106,7 +106,7 @@ def probed_graph(text: str | dict[str, Any], batch: int = 32,
     a network built from its configuration) plan a DL4J network, so that they accept the same networks."""
     doc = _document(text)
     try:
-        graph = graph_from_dl4j_json(doc, batch, input_shape, profile)
+        graph = graph_from_dl4j_json(doc, batch, input_shape, framework)
     except UnsupportedLayer:
         if probe is None or input_shape is None:
             raise
@@ -116,7 +116,7 @@ def probed_graph(text: str | dict[str, Any], batch: int = 32,
         if probe is None or not any(layer.type is LayerType.OPAQUE for layer in graph.layers):
             return graph
         inputs = [tuple(layer.out_shape) for layer in graph.layers if layer.type is LayerType.DATA]
-    return graph_from_dl4j_json(doc, batch, input_shape, profile, info=probe(inputs))
+    return graph_from_dl4j_json(doc, batch, input_shape, framework, info=probe(inputs))
 
 
 def _shapes(given: Any) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:

@@ -27,7 +27,7 @@ def simple_name(cls: str) -> str:
 
 def activation(layer: dict[str, Any]) -> str:
     """The activation's short name. Any DL4J activation is accepted: it does not change what a
-    step reads or keeps (the profile's ACT entry covers the activations measured), only its name."""
+    step reads or keeps (the framework's ACT entry covers the activations measured), only its name."""
     fn = layer.get("activationFn")
     if not fn:
         return "identity"

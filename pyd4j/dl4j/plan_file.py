@@ -30,7 +30,7 @@ PREFETCH (arg: a tensor id, 5 * node + kind with kind Y=0, DY=1, W=2, DW=3, M=4,
 for what node's forward step keeps for its backward step -- batch norm's xMu/xHat/std, dropout
 masks and dropped inputs; n = number of nodes) or FORWARD, BACKWARD, RECOMPUTE (arg: a node id),
 and `["MOVE", dst, src]` (the buffer of tensor src becomes dst's after an in-place step). A
-compute record of a convolution that runs one of the profile's batch-chunk algorithms carries a
+compute record of a convolution that runs one of the framework's batch-chunk algorithms carries a
 third element, `{"algo": name, "chunks": k}`: the trainer runs that layer's forward or backward
 step on k slices of the batch (samples ceil(batch / k) at a time) and assembles the whole output,
 input gradient and parameter gradients (absent: the whole batch at once). A node marked
@@ -68,8 +68,8 @@ def plan_document(plan: Plan, result: SimResult, network_kind: str, source: str 
                   budget: int | None = None) -> dict[str, Any]:
     """The plan file's document (see the module docstring)."""
     g = plan.graph
-    chunks = g.profile.chunk_counts
-    names = [a["name"] for a in g.profile.conv_algorithms]
+    chunks = g.framework.chunk_counts
+    names = [a["name"] for a in g.framework.conv_algorithms]
     nodes = []
     for layer in g.layers:
         if "dl4j" not in layer.attrs:

@@ -401,9 +401,9 @@ def _graph(loaded: Loaded, in_types: list, batch: int, report, gaps: list[str]):
     shape = shapes if loaded.kind == "ComputationGraph" else shapes[0]
     info = _dl4j_info(loaded, in_types, batch, report, gaps)
     try:
-        graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=info)
+        graph = graph_from_dl4j_json(doc, batch, shape, framework="dl4j", info=info)
         if any(layer.type is LayerType.OPAQUE for layer in graph.layers):
-            graph = graph_from_dl4j_json(doc, batch, shape, profile="dl4j", info=_probed(info, doc, graph, loaded.name))
+            graph = graph_from_dl4j_json(doc, batch, shape, framework="dl4j", info=_probed(info, doc, graph, loaded.name))
         return graph
     except GraphError as err:
         raise EstimateError(f"{loaded.name}: pyd4j's per-layer memory model cannot read this network ({err}); "

@@ -6,9 +6,9 @@ Definition (no policy may redefine it):
 
 - resident: what every plan holds for the whole run (`resident_tensors`; the simulator refuses
   a plan that frees one or starts computing before it is allocated): parameters W, SGD momentum
-  M (one more copy of the parameters), the persistent per-layer state of the dependency profile
-  (cuDNN's BN running statistics, dropout reserve space: `pyd4j.sched.deps`), and the
-  parameter gradients dW when the profile keeps them;
+  M (one more copy of the parameters), the persistent per-layer state the framework's dependencies
+  name (cuDNN's BN running statistics, dropout reserve space: `pyd4j.sched.deps`), and the
+  parameter gradients dW when the framework keeps them;
 - need(s), for every FORWARD and BACKWARD step s (each runs once in every plan; a RECOMPUTE is
   optional, so it does not count): the tensors the dependency model says s reads and writes,
   all at once, plus its mandatory scratch:
@@ -16,7 +16,7 @@ Definition (no policy may redefine it):
     the model lets it write in place over its input);
   - BACKWARD of layer i: the outputs it reads (its inputs' and/or its own), the gradient of its
     output when it reads it, the gradients of its inputs it writes (one less when the model lets
-    it write one over a tensor it reads), and its dW when the profile releases dW after the
+    it write one over a tensor it reads), and its dW when the framework releases dW after the
     update (a BACKWARD applies the update in the same step) -- plus every gradient that is
     being accumulated across it: a gradient lives on the device from its first contribution
     to the step that reads it (gradients never move to the host, and a partial sum cannot be
@@ -29,11 +29,11 @@ Definition (no policy may redefine it):
   The simulator checks exactly these tensors at every compute record and refuses to free a
   partial gradient or move a gradient to the host, so no plan goes below the bound.
 
-For a DL4J network (profile `dl4j`, `pyd4j.dl4j.graph`) the model is DL4J's measured one:
+For a DL4J network (framework `dl4j`, `pyd4j.dl4j.graph`) the model is DL4J's measured one:
 parameters, updater state and parameter gradients are resident (DL4J keeps its flattened
 gradient view for the whole run); the scratch is DL4J's working-memory workspace, as large as
-the largest step's need and held throughout (profile scratch "held": every step counts it); no
-backward step reads its own output. A step's mandatory scratch is the least any of the profile's
+the largest step's need and held throughout (framework scratch "held": every step counts it); no
+backward step reads its own output. A step's mandatory scratch is the least any of the framework's
 own convolution algorithms allows (DL4J: a convolution run in as many batch chunks as it may,
 `pyd4j.sched.deps.chunked_scratch`; `GraphDeps.ws_fwd_min` / `ws_bwd_min`).
 

@@ -187,14 +187,14 @@ def smallest_plan(graph: Graph, cost: CostModel | None = None, offload: bool = T
 
 def sliced_variant(graph: Graph) -> Graph | None:
     """The graph with every layer its builder marked `sliceable` in its sliced form (variant
-    `sliced`, the profile's `TYPE.sliced` entries): its steps run in batch slices, each slice's
+    `sliced`, the framework's `TYPE.sliced` entries): its steps run in batch slices, each slice's
     working memory at a time, and write the input gradient over the output's where the plan lets
     them. A DL4J batch normalization then runs in two passes (org.pyd4j.train.SlicedBatchNorm:
     nothing kept from forward for backward, exact up to the order of additions), an activation layer
     as DL4J runs it, slice by slice (bit for bit). None: the graph has no such layer."""
     if not any(layer.attrs.get("sliceable") for layer in graph.layers):
         return None
-    g = graph.with_profile(graph.profile)
+    g = graph.with_framework(graph.framework)
     g.layers = [replace(layer, attrs={**layer.attrs, "variant": "sliced"}) if layer.attrs.get("sliceable") else layer
                 for layer in graph.layers]
     return g

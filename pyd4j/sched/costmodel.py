@@ -3,7 +3,7 @@
 Times follow a roofline: a compute step takes max(FLOPs / (throughput * efficiency),
 bytes touched / device memory bandwidth); a CONV step's FLOP part is divided by the speed of its
 convolution algorithm. The algorithms are the device table's (`conv_algorithms` in
-`devices.json`: cuDNN's), or the graph's dependency profile's own when it has them (DL4J: a
+`devices.json`: cuDNN's), or the graph's framework's own when it has them (DL4J: a
 convolution run in 1, 2, 4 or 8 batch chunks; `CostModel.algorithms`). Transfers take bytes / host-link bandwidth + latency (pinned host memory)
 or bytes / disk bandwidth for the disk tier. Defaults are datasheet numbers from `devices.json`;
 `CostModel.from_json` / `DeviceProfile.from_json` take measured numbers instead.
@@ -100,7 +100,7 @@ class DeviceProfile:
         return cls(key=key, **{k: v for k, v in doc.items() if k in known})
 
 
-_PROFILE_ALGOS: dict[str, tuple[Any, tuple[ConvAlgo, ...]]] = {}
+_FRAMEWORK_ALGOS: dict[str, tuple[Any, tuple[ConvAlgo, ...]]] = {}
 
 
 def _load_default() -> dict[str, Any]:
@@ -161,14 +161,14 @@ class CostModel:
                    doc["host_memory_bytes"])
 
     def algorithms(self, graph: Graph) -> tuple[ConvAlgo, ...]:
-        """The convolution algorithms for `graph`: its profile's own (a framework with its own
+        """The convolution algorithms for `graph`: its framework's own (a framework with its own
         algorithms, e.g. DL4J's batch chunks) or else this device's table."""
-        table = graph.profile.conv_algorithms
+        table = graph.framework.conv_algorithms
         if not table:
             return self.algos
-        hit = _PROFILE_ALGOS.get(graph.profile.name)
+        hit = _FRAMEWORK_ALGOS.get(graph.framework.name)
         if hit is None or hit[0] is not table:
-            hit = _PROFILE_ALGOS[graph.profile.name] = (table, tuple(ConvAlgo(**a) for a in table))
+            hit = _FRAMEWORK_ALGOS[graph.framework.name] = (table, tuple(ConvAlgo(**a) for a in table))
         return hit[1]
 
     # -- step times -------------------------------------------------------------------------

@@ -1,30 +1,31 @@
 """The per-op dependency model: what each layer's FORWARD, BACKWARD and RECOMPUTE step must
-hold on the device, in named framework profiles.
+hold on the device, per framework (the dependencies of each named framework's layers).
 
 Everything that decides memory -- the bound (`pyd4j.sched.bounds`), the records
 (`pyd4j.sched.emit`), the checks and accounting of the simulator, the recomputation policy
 and the executors -- asks this module instead of assuming "backward reads the inputs and the
 output". The table itself is data (`deps.json`, next to this module):
 
-- a profile (`cudnn`: cuDNN layers as the SuperNeurons release code registers their
+- a framework (`cudnn`: cuDNN layers as the SuperNeurons release code registers their
   dependencies; `dl4j`: Deeplearning4j's layers) maps a layer type, or `TYPE.variant` for a
   layer whose `attrs["variant"]` is set (`ELTWISE.prod`, `ACT.fused`), to the roles each step
   reads and writes -- x (the inputs' outputs), y (its own output), dy, dx, w, dw -- plus
   in-place rules, mandatory scratch (`workspace`), named persistent per-layer `state`
   (cuDNN's BN running statistics, dropout reserve space), what a forward step keeps for its own
-  backward step (`saved`: DL4J's batch-norm xMu/xHat, dropout masks), a profile-wide
+  backward step (`saved`: DL4J's batch-norm xMu/xHat, dropout masks), a framework-wide
   `input_dropout` (what a layer with input dropout keeps, whether its backward still reads its
-  inputs), a profile-wide `keep_dw` and, for a framework whose convolutions have their own
+  inputs), a framework-wide `keep_dw` and, for a framework whose convolutions have their own
   algorithms, `conv_algorithms` (the cost model offers these instead of its device table; DL4J's
   are batch chunks, see `chunked_scratch`);
-- a graph carries its profile (`Graph(..., profile="cudnn")`, the default);
-- `pyd4j.sched.graph_deps` applies the profile to one graph: per layer, the tensors each step
+- a graph carries its framework (`Graph(..., framework="cudnn")`, the default; `graph.framework`);
+- `pyd4j.sched.graph_deps` applies the framework's dependencies to one graph: per layer, the tensors each step
   reads and writes, which in-place rewrites are possible, and the bytes of scratch and state.
 
 Correcting an entry from measurements: edit `deps.json`, or pass a JSON document of the same
-shape (only the entries to change) to `profile(name, overrides)`; an entry given there replaces
-the table's entry of that layer key and step (`{"profiles": {"dl4j": {"layers": {"BN":
-{"backward": {...}}}}}}`). A new profile is a new key under `profiles`.
+shape (only the entries to change) to `framework_deps(name, overrides)`; an entry given there
+replaces the table's entry of that layer key and step (`{"frameworks": {"dl4j": {"layers": {"BN":
+{"backward": {...}}}}}}`; documents written with the old key `profiles` are read alike). A new
+framework is a new key under `frameworks`.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ SIZE_TERMS = ("y", "x", "im2col", "channels", "bytes")
 SCRATCH = {"step": "each step holds its own scratch while it runs",
            "held": "one scratch workspace, as large as the largest step's, held for the whole iteration "
                    "(DL4J's working-memory workspace, which learns its size and keeps it)"}
-DEFAULT_PROFILE = "cudnn"
+DEFAULT_FRAMEWORK = "cudnn"
 
 
 class DepsError(ValueError):
-    """A profile or an entry of the dependency table is malformed or missing."""
+    """A framework or an entry of the dependency table is malformed or missing."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def im2col_bytes(graph: "Graph", layer: "Layer") -> int:
 
 
 def chunkable(layer: "Layer") -> bool:
-    """Whether a step of `layer` may run in batch chunks (a profile's `batch_chunks` algorithms;
+    """Whether a step of `layer` may run in batch chunks (a framework's `batch_chunks` algorithms;
     org.pyd4j.train.ChunkedStep): a plain DL4J ConvolutionLayer, or a LocalResponseNormalization
     (its backward step holds eight input-sized arrays), without input dropout (one mask is drawn for
     the whole batch). Both compute each sample on its own and keep nothing from forward for
@@ -179,7 +180,7 @@ class StepDeps:
 
 @dataclass(frozen=True)
 class LayerDeps:
-    """A layer type's steps under one profile, and its persistent state."""
+    """A layer type's steps under one framework, and its persistent state."""
 
     forward: StepDeps
     backward: StepDeps | None
@@ -201,8 +202,8 @@ CONV_ALGO_KEYS = frozenset({"name", "speed", "batch_chunks"})
 
 
 @dataclass(frozen=True)
-class Profile:
-    """A named framework profile: one `LayerDeps` per layer key, `keep_dw`, `input_dropout`,
+class FrameworkDeps:
+    """A named framework's dependencies: one `LayerDeps` per layer key, `keep_dw`, `input_dropout`,
     and the framework's own convolution algorithms (`conv_algorithms`, empty: the cost model's
     device table applies)."""
 
@@ -220,7 +221,7 @@ class Profile:
         return tuple(int(a.get("batch_chunks", 0)) for a in self.conv_algorithms)
 
     def of(self, layer: "Layer") -> LayerDeps:
-        """The entry for `layer`: `TYPE.variant` when the layer has a variant and the profile
+        """The entry for `layer`: `TYPE.variant` when the layer has a variant and the framework
         an entry for it, else `TYPE`."""
         variant = layer.attrs.get("variant")
         if variant is not None:
@@ -229,17 +230,17 @@ class Profile:
                 return hit
         hit = self.layers.get(layer.type.value)
         if hit is None:
-            raise DepsError(f"profile {self.name!r} has no entry for {layer.type.value} layer "
+            raise DepsError(f"framework {self.name!r} has no entry for {layer.type.value} layer "
                             f"{layer.name!r}; add one to deps.json or an overrides document")
         return hit
 
     @classmethod
-    def from_doc(cls, name: str, doc: dict[str, Any]) -> "Profile":
+    def from_doc(cls, name: str, doc: dict[str, Any]) -> "FrameworkDeps":
         layers = {}
         for key, entry in doc.get("layers", {}).items():
             if key.startswith("_"):
                 continue
-            where = f"profile {name!r}, {key}"
+            where = f"framework {name!r}, {key}"
             bad = {k for k in entry if not k.startswith("_")} - {"forward", "backward",
                                                                  "recompute", "state",
                                                                  "saved"}
@@ -263,22 +264,22 @@ class Profile:
         if idrop is not None:
             bad = {k for k in idrop if not k.startswith("_")} - {"saved", "backward_reads_x"}
             if bad:
-                raise DepsError(f"profile {name!r}, input_dropout: unknown keys {sorted(bad)}")
-            input_dropout = InputDropout(Size.from_doc(idrop.get("saved"), f"profile {name!r}, input_dropout"),
+                raise DepsError(f"framework {name!r}, input_dropout: unknown keys {sorted(bad)}")
+            input_dropout = InputDropout(Size.from_doc(idrop.get("saved"), f"framework {name!r}, input_dropout"),
                                          bool(idrop.get("backward_reads_x", True)))
         scratch = doc.get("scratch", "step")
         if scratch not in SCRATCH:
-            raise DepsError(f"profile {name!r}: scratch {scratch!r}; use one of {sorted(SCRATCH)}")
+            raise DepsError(f"framework {name!r}: scratch {scratch!r}; use one of {sorted(SCRATCH)}")
         algos = []
         for k, a in enumerate(doc.get("conv_algorithms", ())):
             entry = {key: v for key, v in a.items() if not key.startswith("_")}
             bad = set(entry) - CONV_ALGO_KEYS
             if bad or "name" not in entry or "speed" not in entry:
-                raise DepsError(f"profile {name!r}, conv_algorithms[{k}]: keys {sorted(entry)}; an "
+                raise DepsError(f"framework {name!r}, conv_algorithms[{k}]: keys {sorted(entry)}; an "
                                 f"algorithm has name and speed, optionally batch_chunks")
             chunks = int(entry.get("batch_chunks", 0))
             if chunks < 0 or (k == 0 and chunks > 1):
-                raise DepsError(f"profile {name!r}, conv_algorithms[{k}]: batch_chunks {chunks}; "
+                raise DepsError(f"framework {name!r}, conv_algorithms[{k}]: batch_chunks {chunks}; "
                                 "the first algorithm is the default (1 chunk or none)")
             algos.append(entry)
         return cls(name, doc.get("description", ""), bool(doc.get("keep_dw", False)), layers,
@@ -291,43 +292,44 @@ def _table() -> dict[str, Any]:
 
 
 _TABLE: dict[str, Any] | None = None
-_PROFILES: dict[str, Profile] = {}
+_FRAMEWORKS: dict[str, FrameworkDeps] = {}
 
 
-def profile_names() -> list[str]:
-    """Names of the built-in profiles."""
+def framework_names() -> list[str]:
+    """Names of the built-in frameworks."""
     global _TABLE
     if _TABLE is None:
         _TABLE = _table()
-    return sorted(_TABLE["profiles"])
+    return sorted(_TABLE["frameworks"])
 
 
-def profile(name: "str | Profile" = DEFAULT_PROFILE,
-            overrides: dict[str, Any] | str | Path | None = None) -> Profile:
-    """A built-in profile by name, with `overrides` (a dict or JSON file shaped like deps.json,
+def framework_deps(name: "str | FrameworkDeps" = DEFAULT_FRAMEWORK,
+                   overrides: dict[str, Any] | str | Path | None = None) -> FrameworkDeps:
+    """A built-in framework's dependencies by name, with `overrides` (a dict or JSON file shaped like deps.json,
     partial allowed) replacing entries step by step."""
     global _TABLE
-    if isinstance(name, Profile) and overrides is None:
+    if isinstance(name, FrameworkDeps) and overrides is None:
         return name
-    key = name.name if isinstance(name, Profile) else name
-    if overrides is None and key in _PROFILES:
-        return _PROFILES[key]
+    key = name.name if isinstance(name, FrameworkDeps) else name
+    if overrides is None and key in _FRAMEWORKS:
+        return _FRAMEWORKS[key]
     if _TABLE is None:
         _TABLE = _table()
     extra: dict[str, Any] = {}
     if overrides is not None:
         extra = overrides if isinstance(overrides, dict) else json.loads(Path(overrides).read_text())
-        extra = extra.get("profiles", {}).get(key, {})
-    if key not in _TABLE["profiles"] and not extra:
-        raise DepsError(f"unknown dependency profile {key!r}; known: {profile_names()}")
-    doc = json.loads(json.dumps(_TABLE["profiles"].get(key, {})))
+        # "profiles": the key's old name, in override documents users already have
+        extra = {**extra.get("profiles", {}), **extra.get("frameworks", {})}.get(key, {})
+    if key not in _TABLE["frameworks"] and not extra:
+        raise DepsError(f"unknown framework {key!r}; known: {framework_names()}")
+    doc = json.loads(json.dumps(_TABLE["frameworks"].get(key, {})))
     for k, v in extra.items():
         if k == "layers":
             for lk, entry in v.items():
                 doc.setdefault("layers", {}).setdefault(lk, {}).update(entry)
         else:
             doc[k] = v
-    prof = Profile.from_doc(key, doc)
+    fw = FrameworkDeps.from_doc(key, doc)
     if overrides is None:
-        _PROFILES[key] = prof
-    return prof
+        _FRAMEWORKS[key] = fw
+    return fw

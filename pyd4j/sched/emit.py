@@ -10,9 +10,9 @@ A policy decides, per layer output Y:
   backward use.
 
 What each step reads and writes comes from the graph's dependency model
-(`pyd4j.sched.deps`): a backward step needs the outputs its profile entry reads, the gradient
+(`pyd4j.sched.deps`): a backward step needs the outputs its framework entry reads, the gradient
 of its output when it reads dy, the gradients of its inputs it writes (allocated at the first
-contribution) and, when the profile does not keep parameter gradients, its dW (allocated right
+contribution) and, when the framework does not keep parameter gradients, its dW (allocated right
 before it, freed right after: BACKWARD applies the update). A Y no backward step reads is freed
 after its last forward use; a Y read by the rebuild of a dropped layer is needed wherever that
 layer is. In-place steps the model allows are written as the compute record followed by a MOVE

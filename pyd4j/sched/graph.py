@@ -9,8 +9,8 @@ spell these out (SuperNeurons' own graphs do).
 The last layers must be SOFTMAX loss layers (softmax + cross-entropy): their backward step
 starts the gradient, so their output has no gradient tensor.
 
-A graph carries its dependency profile (`pyd4j.sched.deps`; default `cudnn`): which tensors each
-layer's steps read and write, and what persistent state its layers keep.
+A graph carries its framework (`pyd4j.sched.deps`; default `cudnn`): which tensors each layer's steps
+read and write, and what persistent state its layers keep.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Graph:
     """A network as a DAG of layers, built in topological order by the builder methods."""
 
     def __init__(self, name: str, batch: int, dtype: str = "float32",
-                 profile: "str | _deps.Profile" = _deps.DEFAULT_PROFILE) -> None:
+                 framework: "str | _deps.FrameworkDeps" = _deps.DEFAULT_FRAMEWORK) -> None:
         if batch < 1:
             raise GraphError(f"batch must be >= 1, got {batch}")
         if dtype not in DTYPE_BYTES:
@@ -37,7 +37,7 @@ class Graph:
         self.name = name
         self.batch = batch
         self.dtype = dtype
-        self.profile = _deps.profile(profile)
+        self.framework = _deps.framework_deps(framework)
         self.layers: list[Layer] = []
         self._consumers: list[list[int]] | None = None
         self._deps: GraphDeps | None = None
@@ -48,9 +48,14 @@ class Graph:
         """The dependency model applied to this graph (see `pyd4j.sched.graph_deps`)."""
         return graph_deps(self)
 
-    def with_profile(self, profile: "str | _deps.Profile") -> "Graph":
-        """The same layers under another dependency profile (a shallow copy)."""
-        g = Graph(self.name, self.batch, self.dtype, profile)
+    @property
+    def profile(self) -> "_deps.FrameworkDeps":
+        """The old name of `framework`, kept for code written against it."""
+        return self.framework
+
+    def with_framework(self, framework: "str | _deps.FrameworkDeps") -> "Graph":
+        """The same layers under another framework's dependencies (a shallow copy)."""
+        g = Graph(self.name, self.batch, self.dtype, framework)
         g.layers = list(self.layers)
         return g
 

@@ -1,5 +1,5 @@
-"""A dependency profile (`pyd4j.sched.deps`) applied to one graph: per layer, the tensors each step
-reads and writes, which in-place rewrites the graph permits, and the bytes of scratch, state and
+"""A framework's dependencies (`pyd4j.sched.deps`) applied to one graph: per layer, the tensors each
+step reads and writes, which in-place rewrites the graph permits, and the bytes of scratch, state and
 every tensor. `Graph.deps` asks `graph_deps`, which caches the result on the graph."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pyd4j.sched.deps import DepsError, LayerDeps, Profile, StepDeps, chunkable, chunked_scratch
+from pyd4j.sched.deps import DepsError, FrameworkDeps, LayerDeps, StepDeps, chunkable, chunked_scratch
 from pyd4j.sched.layer import LayerType
 from pyd4j.sched.plan import ALIGNMENT, aligned
 
@@ -20,10 +20,10 @@ NO_GRADIENT = (LayerType.DATA, LayerType.SOFTMAX)
 
 @dataclass
 class GraphDeps:
-    """A profile applied to one graph. Lists are indexed by layer id; "Y of j" / "DY of j" are
-    the tensors `tid(j, Kind.Y)` / `tid(j, Kind.DY)`.
+    """A framework's dependencies applied to one graph. Lists are indexed by layer id; "Y of j" /
+    "DY of j" are the tensors `tid(j, Kind.Y)` / `tid(j, Kind.DY)`.
 
-    In-place rewrites are the ones the profile allows *and* the graph permits:
+    In-place rewrites are the ones the framework allows *and* the graph permits:
     - `fwd_inplace[i] = j`: FORWARD (and RECOMPUTE) of i may write its output over Y of j, its
       only input, because i is j's only consumer and no backward step reads Y of j;
     - `bwd_inplace[i] = (j, source)`: BACKWARD of i may write input j's gradient over the
@@ -31,7 +31,7 @@ class GraphDeps:
       contribute to DY of j and both have the same size.
     """
 
-    profile: Profile
+    framework: FrameworkDeps
     fwd_reads: list[tuple[int, ...]]  # layers whose Y the FORWARD step reads
     rc_reads: list[tuple[int, ...]]  # ... the RECOMPUTE step
     bwd_reads: list[tuple[int, ...]]  # ... the BACKWARD step
@@ -40,7 +40,7 @@ class GraphDeps:
     bwd_dw: list[bool]  # BACKWARD writes DW (and applies the update)
     fwd_inplace: list[int]
     bwd_inplace: list[tuple[int, int] | None]
-    ws_fwd: list[int]  # mandatory scratch of each step, aligned (profile scratch "held": the
+    ws_fwd: list[int]  # mandatory scratch of each step, aligned (framework scratch "held": the
     ws_bwd: list[int]  # largest step's, for every step: the workspace is there throughout)
     ws_rc: list[int]
     algo_ws: list[bool]  # the layer's steps may take an optional algorithm workspace
@@ -52,12 +52,12 @@ class GraphDeps:
     psz: list[int]  # aligned bytes of each layer's parameters (W and dW each; M, the optimizer state: `optimizer_state_bytes`)
     nbytes: list[int]  # unaligned bytes of every tensor id (0: not a tensor of the graph)
     asz: list[int]  # the same, aligned
-    # each step's own scratch (aligned, never held), and whether the profile holds one scratch
+    # each step's own scratch (aligned, never held), and whether the framework holds one scratch
     # workspace for the whole iteration: a plan whose CONV records run batch-chunk algorithms
     # has its scratch from these (`pyd4j.sched.simulator.record_scratch`)
     step_ws: tuple[list[int], list[int], list[int]] = ([], [], [])
     held: bool = False
-    # the smallest scratch of each step any algorithm allows (equal to ws_* unless the profile
+    # the smallest scratch of each step any algorithm allows (equal to ws_* unless the framework
     # has batch-chunk algorithms): what the lower bound counts
     ws_fwd_min: list[int] = field(default_factory=list)
     ws_bwd_min: list[int] = field(default_factory=list)
@@ -84,11 +84,11 @@ class GraphDeps:
 
 
 def graph_deps(graph: "Graph") -> GraphDeps:
-    """The dependency model of `graph` under its profile (cached on the graph)."""
+    """The dependency model of `graph` under its framework (cached on the graph)."""
     cached = getattr(graph, "_deps", None)
     if cached is not None and len(cached.fwd_reads) == len(graph.layers):
         return cached
-    deps = _apply(graph, graph.profile)
+    deps = _apply(graph, graph.framework)
     graph._deps = deps
     return deps
 
@@ -121,39 +121,39 @@ class _Steps:
     entries: list[LayerDeps] = field(default_factory=list)
 
 
-def _apply(graph: "Graph", prof: Profile) -> GraphDeps:
+def _apply(graph: "Graph", fw: FrameworkDeps) -> GraphDeps:
     layers = graph.layers
     has_grad = [layer.type not in NO_GRADIENT for layer in layers]
     steps = _Steps()
-    flags: dict[int, tuple] = {}  # per profile entry: what its steps read and write
+    flags: dict[int, tuple] = {}  # per framework entry: what its steps read and write
     for layer in layers:
-        _add_layer(graph, prof, layer, steps, flags, has_grad)
+        _add_layer(graph, fw, layer, steps, flags, has_grad)
     ysz = [aligned(layer.out_bytes) for layer in layers]
     psz = [aligned(layer.param_bytes) for layer in layers]
     fwd_inplace, bwd_inplace = _inplace(graph, steps, ysz)
     step_ws = (steps.ws_fwd, steps.ws_bwd, steps.ws_rc)
-    ws, mins = _scratch(graph, prof, step_ws)
+    ws, mins = _scratch(graph, fw, step_ws)
     nbytes = _tensor_bytes(graph, has_grad, steps)
     asz = [-(-b // ALIGNMENT) * ALIGNMENT for b in nbytes]
-    return GraphDeps(prof, steps.fwd_reads, steps.rc_reads, steps.bwd_reads, steps.bwd_dy, steps.bwd_dx,
+    return GraphDeps(fw, steps.fwd_reads, steps.rc_reads, steps.bwd_reads, steps.bwd_dy, steps.bwd_dx,
                      steps.bwd_dw, fwd_inplace, bwd_inplace, *ws, steps.algo_ws, steps.state_bytes,
-                     steps.state_names, steps.saved_bytes, prof.keep_dw, ysz, psz, nbytes, asz, step_ws,
-                     prof.scratch == "held", *mins)
+                     steps.state_names, steps.saved_bytes, fw.keep_dw, ysz, psz, nbytes, asz, step_ws,
+                     fw.scratch == "held", *mins)
 
 
 def _entry_flags(e: LayerDeps) -> tuple:
-    """What a profile entry's steps read and write, and which hold scratch."""
+    """What a framework entry's steps read and write, and which hold scratch."""
     b = e.backward or StepDeps()
     return ("x" in e.forward.reads, "x" in e.recompute.reads, "x" in b.reads, "y" in b.reads, "dy" in b.reads,
             "dx" in b.writes, "dw" in b.writes, e.forward.algorithm_workspace or b.algorithm_workspace,
             bool(e.forward.workspace), bool(b.workspace), bool(e.recompute.workspace))
 
 
-def _add_layer(graph: "Graph", prof: Profile, layer: "Layer", steps: _Steps, flags: dict[int, tuple],
+def _add_layer(graph: "Graph", fw: FrameworkDeps, layer: "Layer", steps: _Steps, flags: dict[int, tuple],
                has_grad: list[bool]) -> None:
     """One layer's reads, writes, scratch, state and saved tensors appended to `steps`."""
     i = layer.id
-    e = prof.of(layer)
+    e = fw.of(layer)
     steps.entries.append(e)
     f = flags.get(id(e))
     if f is None:
@@ -163,7 +163,7 @@ def _add_layer(graph: "Graph", prof: Profile, layer: "Layer", steps: _Steps, fla
     measured = layer.attrs.get("measured")   # a probe iteration's figures replace the entry's
     if measured:
         saved = aligned(int(measured.get("saved", 0)))
-    idrop = prof.input_dropout
+    idrop = fw.input_dropout
     if idrop is not None and layer.attrs.get("idropout") is not None:
         saved += aligned(idrop.saved.of(graph, layer))
         if layer.type is not LayerType.SOFTMAX:   # a loss layer drops its input inside backprop
@@ -174,7 +174,7 @@ def _add_layer(graph: "Graph", prof: Profile, layer: "Layer", steps: _Steps, fla
     has_bwd = layer.type is not LayerType.DATA
     b = e.backward
     if has_bwd and b is None:
-        raise DepsError(f"profile {prof.name!r} has no backward step for "
+        raise DepsError(f"framework {fw.name!r} has no backward step for "
                         f"{layer.type.value} layer {layer.name!r}")
     if not has_bwd:
         bx = by = bdy = bdx = bdw = wb = False
@@ -199,12 +199,12 @@ def _add_layer(graph: "Graph", prof: Profile, layer: "Layer", steps: _Steps, fla
     steps.state_bytes.append(aligned(sum(parts.values())) if parts else 0)
     if saved and steps.state_bytes[-1]:
         raise DepsError(f"layer {layer.name!r}: persistent state and saved tensors share one "
-                        "tensor id; a profile gives a layer one or the other")
+                        "tensor id; a framework gives a layer one or the other")
     steps.saved_bytes.append(saved)
 
 
 def _inplace(graph: "Graph", steps: _Steps, ysz: list[int]) -> tuple[list[int], list[tuple[int, int] | None]]:
-    """The in-place rewrites the profile allows and the graph permits (see `GraphDeps`)."""
+    """The in-place rewrites the framework allows and the graph permits (see `GraphDeps`)."""
     n = len(graph.layers)
     cons = graph.consumers
     read_in_bwd = [False] * n
@@ -232,13 +232,13 @@ def _inplace(graph: "Graph", steps: _Steps, ysz: list[int]) -> tuple[list[int], 
     return fwd_inplace, bwd_inplace
 
 
-def _scratch(graph: "Graph", prof: Profile, step_ws: tuple[list[int], list[int], list[int]]
+def _scratch(graph: "Graph", fw: FrameworkDeps, step_ws: tuple[list[int], list[int], list[int]]
              ) -> tuple[tuple[list[int], list[int], list[int]], list[list[int]]]:
     """Each step's scratch as the plan holds it (one held workspace for every step under a held
-    profile), and the smallest any of the profile's batch-chunk algorithms allows."""
+    framework), and the smallest any of the framework's batch-chunk algorithms allows."""
     n = len(graph.layers)
     ws_fwd, ws_bwd, ws_rc = step_ws
-    chunks = max(prof.chunk_counts, default=0)
+    chunks = max(fw.chunk_counts, default=0)
     mins = [list(w) for w in step_ws]
     if chunks > 1:
         for layer in graph.layers:
@@ -246,7 +246,7 @@ def _scratch(graph: "Graph", prof: Profile, step_ws: tuple[list[int], list[int],
                 i = layer.id
                 for k, w in enumerate(step_ws):
                     mins[k][i] = min(w[i], chunked_scratch(graph, layer, k == 1, w[i], chunks))
-    if prof.scratch == "held":
+    if fw.scratch == "held":
         held_ws = max(ws_fwd + ws_bwd + ws_rc, default=0)
         ws_fwd, ws_bwd, ws_rc = [held_ws] * n, [held_ws] * n, [held_ws] * n
         held_min = max(mins[0] + mins[1] + mins[2], default=0)

@@ -27,7 +27,7 @@ class LayerType(str, Enum):
     JOIN = "JOIN"
     ELTWISE = "ELTWISE"
     OPAQUE = "OPAQUE"
-    """A DL4J layer or vertex the profile has no measured model of: run as DL4J runs it, its
+    """A DL4J layer or vertex the framework has no measured model of: run as DL4J runs it, its
     inputs and output kept for its backward step, never recomputed, never chunked; its working
     memory and what it keeps from the probe iteration (`attrs["measured"]`), when one ran."""
 

@@ -9,7 +9,7 @@ equal the simulator's peak exactly.
 
 Tensor ids are derived from layer ids (see `tid`): each layer `i` owns its output Y, the gradient
 of its output dY, and, when it has parameters, W (parameters), dW (their gradient) and M
-(SGD-momentum state). A layer with persistent extra state under the graph's dependency profile
+(SGD-momentum state). A layer with persistent extra state under the graph's framework
 (BN statistics, dropout masks; `pyd4j.sched.deps`) owns one more tensor, `state_tid(n, i)`,
 numbered after all the others (n = number of layers), so the ids above never change.
 
@@ -20,7 +20,7 @@ A FORWARD/RECOMPUTE record whose output is not allocated, or a BACKWARD record w
 gradient that is not allocated, is always followed by the MOVE that names where the result went.
 Which tensors a compute record reads and writes is the dependency model's answer for its layer
 and op; a BACKWARD record of a layer with parameters writes dW and applies the update
-(dW allocated around it, or for the whole run when the profile keeps dW).
+(dW allocated around it, or for the whole run when the framework keeps dW).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Callable
 
 from pyd4j.sched import zoo
 from pyd4j.sched.costmodel import CostModel
-from pyd4j.sched.deps import Profile
+from pyd4j.sched.deps import FrameworkDeps
 from pyd4j.sched.graph import Graph
 from pyd4j.sched.plan import gc_paused
 from pyd4j.sched.policies import evaluate, make_plan, minimum_peak
@@ -102,7 +102,7 @@ def max_batch(build: Callable[[int], Graph], policy: str, cost: CostModel,
 
 @gc_paused
 def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int = 227,
-                     capacity: int | None = None, profile: "str | Profile" = "cudnn",
+                     capacity: int | None = None, framework: "str | FrameworkDeps" = "cudnn",
                      layout: str = "standard", fit: str = "peak") -> SearchResult:
     """Deepest bottleneck ResNet-N (extra blocks in conv4_x of `layout`, see
     `pyd4j.sched.zoo.resnet_stages`) whose plan fits `capacity`: its accounted peak
@@ -114,7 +114,7 @@ def max_resnet_depth(policy: str, cost: CostModel, batch: int = 16, image: int =
         raise ValueError(f"fit {fit!r} not in ('peak', 'arena')")
 
     def graph(k: int) -> Graph:
-        return zoo.resnet(stages=(a, b, k, d), batch=batch, image=image).with_profile(profile)
+        return zoo.resnet(stages=(a, b, k, d), batch=batch, image=image).with_framework(framework)
 
     def arena(k: int) -> int:
         return evaluate(make_plan(graph(k), policy, cost, 0), cost).arena_peak_bytes

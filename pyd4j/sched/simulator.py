@@ -124,11 +124,11 @@ def simulate(plan: Plan, cost: CostModel | None = None, budget: int | None = Non
 
 def record_scratch(plan: Plan) -> list[int] | None:
     """Mandatory scratch (aligned bytes) of each record when some CONV record runs a batch-chunk
-    algorithm of the graph's profile (`pyd4j.sched.deps.chunked_scratch`; under a held scratch
+    algorithm of the graph's framework (`pyd4j.sched.deps.chunked_scratch`; under a held scratch
     workspace every compute record holds the largest of them), None when every record's scratch
     is the dependency model's table (`ws_fwd`, `ws_bwd`, `ws_rc`)."""
     g = plan.graph
-    counts = g.profile.chunk_counts
+    counts = g.framework.chunk_counts
     if not any(c > 1 for c in counts):
         return None
     steps = plan.steps

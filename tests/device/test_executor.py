@@ -152,12 +152,12 @@ def test_host_backend_allocator() -> None:
     assert st.bytes_offloaded == 256 and st.bytes_prefetched == 256 and st.host_bytes == 256
 
 def test_executor_refuses_a_profile_that_drops_what_its_kernels_read() -> None:
-    """Under the dl4j profile an ActivationLayer's backward keeps x and dy only; the numpy ACT
+    """Under the dl4j framework an ActivationLayer's backward keeps x and dy only; the numpy ACT
     kernel reads y too (tanh, sigmoid), so a dl4j plan could free y before the kernel reads it."""
-    g = zoo.small_cnn().with_profile("dl4j")
+    g = zoo.small_cnn().with_framework("dl4j")
     params = init_params(g)
     x, labels = random_batch(g)
-    with pytest.raises(ValueError, match="ACT kernel reads \\['y'\\].*'dl4j'.*with_profile"):
+    with pytest.raises(ValueError, match="ACT kernel reads \\['y'\\].*'dl4j'.*with_framework"):
         execute(make_plan(g, "liveness"), HostBackend(), x, labels, params)
 
 

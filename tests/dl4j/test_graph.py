@@ -96,7 +96,7 @@ def test_layers_without_a_model_are_opaque_steps_with_dl4j_shapes() -> None:
     node = next(l for l in g.layers if l.name == "merge")
     assert node.type is LayerType.OPAQUE and node.out_shape == merge.out_shape
     # the probe's figures are the node's working memory and what it keeps (aligned)
-    assert g.with_profile("dl4j").deps.saved_bytes[node.id] >= 64
+    assert g.with_framework("dl4j").deps.saved_bytes[node.id] >= 64
     assert max(g.deps.ws_bwd) >= 5000
 
 
@@ -128,7 +128,7 @@ def test_shape_rules_of_opaque_layers(conf: dict, shape: tuple, out: tuple, para
 
 @pytest.mark.parametrize("name", ["mlp", "lenet", "deep_cnn_bn", "resnet_graph", "deep_cnn30"])
 def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
-    """The bound on DL4J's measured model (profile dl4j) holds for every policy's plan of the
+    """The bound on DL4J's measured model (framework dl4j) holds for every policy's plan of the
     example networks, and its peak step is what the model says it holds."""
     from pyd4j.dl4j.input_types import sidecar_shapes  # noqa: PLC0415
     from pyd4j.sched.bounds import lower_bound, step_working_sets  # noqa: PLC0415
@@ -136,7 +136,7 @@ def test_no_plan_goes_below_the_dl4j_lower_bound(name: str) -> None:
 
     path = NETS / f"{name}.json"
     g = graph_from_dl4j_json(path.read_text(), 8, sidecar_shapes(path))
-    assert g.profile.name == "dl4j"
+    assert g.framework.name == "dl4j"
     bound = lower_bound(g)
     cost = default_cost()
     peaks = {}

@@ -12,10 +12,10 @@ KINDS = ("conv", "act", "bn", "pool", "dropout", "lrn", "join", "eltwise", "conc
 
 @st.composite
 def random_graphs(draw, max_layers: int = 14, batch: int = 2, channels: int = 3,
-                  size: int = 4, profiles: tuple[str, ...] = ("cudnn",)) -> Graph:
-    """Random DAGs under one of `profiles` (drawn); "fused" is a conv with the activation DL4J
+                  size: int = 4, frameworks: tuple[str, ...] = ("cudnn",)) -> Graph:
+    """Random DAGs under one of `frameworks` (drawn); "fused" is a conv with the activation DL4J
     applies in place."""
-    g = Graph("random", batch, profile=draw(st.sampled_from(profiles)))
+    g = Graph("random", batch, framework=draw(st.sampled_from(frameworks)))
     nodes = [g.conv(g.data(channels, size, size, classes=3), channels, 3, 1, 1)]
     for _ in range(draw(st.integers(1, max_layers))):
         kind = draw(st.sampled_from(KINDS))

@@ -1,5 +1,5 @@
 """DL4J's dynamic convolution workspace in the planner: a convolution's forward or backward step
-may run in 1, 2, 4 or 8 batch chunks (the `dl4j` profile's convolution algorithms), chosen per
+may run in 1, 2, 4 or 8 batch chunks (the `dl4j` framework's convolution algorithms), chosen per
 step by the same pass that picks cuDNN's algorithms (`pyd4j.sched.convws.assign_workspaces`)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def graph(name: str, batch: int):
 
 
 def chunks_of(plan) -> dict[tuple[str, str], int]:
-    counts = plan.graph.profile.chunk_counts
+    counts = plan.graph.framework.chunk_counts
     return {(plan.graph.layers[s.arg].name, s.op.name): counts[s.algo] for s in plan.steps if s.algo}
 
 
@@ -44,8 +44,8 @@ def test_the_dl4j_profile_offers_batch_chunks_and_cudnn_keeps_its_table() -> Non
     assert all(a.workspace(g.layers[1], g) == 0 for a in algos)   # no optional workspace: scratch shrinks
     conv = next(layer for layer in g.layers if layer.type is LayerType.CONV)
     assert [a for a, _ in cost.conv_options(g, conv.id)] == [0, 1, 2, 3]
-    z = build("alexnet", 16)   # a cuDNN-profile graph: the device's algorithm table, as before
-    assert z.profile.conv_algorithms == () and cost.algorithms(z) is cost.algos
+    z = build("alexnet", 16)   # a cuDNN-framework graph: the device's algorithm table, as before
+    assert z.framework.conv_algorithms == () and cost.algorithms(z) is cost.algos
 
 
 def test_which_convolutions_may_be_sliced() -> None:

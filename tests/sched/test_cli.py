@@ -74,15 +74,15 @@ def test_table_output() -> None:
 
 
 @pytest.mark.jvm
-def test_profile_option_and_execute_needs_cudnn(jvm) -> None:
+def test_framework_option_and_execute_needs_cudnn(jvm) -> None:
     nets = Path(__file__).resolve().parents[2] / "examples" / "networks"
     doc = run("--network", str(nets / "lenet.json"), "--batch", "4", "--policy", "liveness")
     assert doc["profile"] == "dl4j"
     doc = run("--model", "alexnet", "--batch", "2", "--image", "67", "--policy", "liveness",
-              "--profile", "cudnn", "--execute")
+              "--framework", "cudnn", "--execute")
     assert doc["profile"] == "cudnn" and doc["execute"]["policies"]["liveness"]["grads_equal_reference"]
-    r = CliRunner().invoke(command, ["--model", "alexnet", "--profile", "dl4j", "--execute", "--json"])
-    assert r.exit_code != 0 and "--profile cudnn" in r.output
+    r = CliRunner().invoke(command, ["--model", "alexnet", "--profile", "dl4j", "--execute", "--json"])  # the old name
+    assert r.exit_code != 0 and "--framework cudnn" in r.output
     # DL4J networks train on DL4J's own layers, not the numpy kernels
     r = CliRunner().invoke(command, ["--network", str(nets / "lenet.json"), "--execute", "--json"])
     assert r.exit_code != 0 and "pyd4j.train.fit" in r.output

@@ -1,4 +1,4 @@
-"""The dependency model: profile table, lookups, overrides, and what it says about a graph."""
+"""The dependency model: framework table, lookups, overrides, and what it says about a graph."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ RELEASE_BACKWARD_READS = {
 
 @pytest.mark.parametrize("key, reads", sorted(RELEASE_BACKWARD_READS.items()))
 def test_cudnn_profile_is_the_release_codes_backward_sets(key: str, reads: set[str]) -> None:
-    entry = deps.profile("cudnn").layers[key]
+    entry = deps.framework_deps("cudnn").layers[key]
     assert set(entry.backward.reads) == reads
     assert "y" not in entry.backward.reads or key in ("POOL", "ACT", "LRN", "SOFTMAX")
 
 
 def test_profiles_release_or_keep_dw_and_name_their_state() -> None:
-    cudnn, dl4j = deps.profile("cudnn"), deps.profile("dl4j")
+    cudnn, dl4j = deps.framework_deps("cudnn"), deps.framework_deps("dl4j")
     assert not cudnn.keep_dw and dl4j.keep_dw
     assert set(cudnn.layers["BN"].state) == {"running_mean", "running_var"}
     # DL4J keeps no persistent state besides its parameters: BN's xMu/xHat/std and dropout masks
@@ -41,13 +41,13 @@ def test_profiles_release_or_keep_dw_and_name_their_state() -> None:
     assert not any(e.state for e in dl4j.layers.values())
     assert dl4j.layers["DROPOUT"].saved.x == 1 and dl4j.layers["BN"].saved.x == 2
     assert dl4j.input_dropout.saved.x == 2 and not dl4j.input_dropout.backward_reads_x
-    assert deps.profile_names() == ["cudnn", "dl4j"]
-    with pytest.raises(deps.DepsError, match="unknown dependency profile 'caffe'.*cudnn"):
-        deps.profile("caffe")
+    assert deps.framework_names() == ["cudnn", "dl4j"]
+    with pytest.raises(deps.DepsError, match="unknown framework 'caffe'.*cudnn"):
+        deps.framework_deps("caffe")
 
 
-def small(profile: str) -> Graph:
-    g = Graph("t", 2, profile=profile)
+def small(framework: str) -> Graph:
+    g = Graph("t", 2, framework=framework)
     x = g.data(3, 4, 4)
     c = g.conv(x, 4, 3, 1, 1, name="c")
     a = g.act(c, fused=True, name="a")
@@ -91,11 +91,11 @@ def test_graph_deps_under_dl4j() -> None:
     assert d.bwd_reads[r] == (b,) and d.bwd_reads[s] == (f,)  # the output layer reads its input
     assert d.bwd_inplace[j] is None  # ElementWiseVertex copies the gradient
     im2col = 3 * 9 * 4 * 4 * 2 * 4
-    prof = deps.profile("dl4j")
-    assert prof.layers["CONV"].forward.workspace.of(g, g.layers[c]) == im2col
-    assert prof.layers["CONV"].backward.workspace.of(g, g.layers[c]) == 4 * g.layers[c].out_bytes + 3 * im2col
+    fw = deps.framework_deps("dl4j")
+    assert fw.layers["CONV"].forward.workspace.of(g, g.layers[c]) == im2col
+    assert fw.layers["CONV"].backward.workspace.of(g, g.layers[c]) == 4 * g.layers[c].out_bytes + 3 * im2col
     # DL4J's working-memory workspace keeps the largest step's size: every step holds it
-    assert prof.scratch == "held"
+    assert fw.scratch == "held"
     assert set(d.ws_fwd) == set(d.ws_bwd) == set(d.ws_rc) == {aligned(4 * g.layers[c].out_bytes + 3 * im2col)}
     assert d.state_bytes == [0] * len(g)  # nothing resident besides parameters
     x_b = g.layers[a].out_bytes
@@ -104,7 +104,7 @@ def test_graph_deps_under_dl4j() -> None:
     assert d.nbytes[5 * len(g) + b] == d.saved_bytes[b]
     assert d.inplace_owner()[c] == a
     # a second reader of the conv output forbids the in-place activation
-    g2 = Graph("t2", 2, profile="dl4j")
+    g2 = Graph("t2", 2, framework="dl4j")
     x = g2.data(3, 4, 4)
     c2 = g2.conv(x, 3, 3, 1, 1)
     a2 = g2.act(c2, fused=True)
@@ -113,25 +113,28 @@ def test_graph_deps_under_dl4j() -> None:
 
 
 def test_overrides_replace_one_step_and_are_validated(tmp_path) -> None:
-    doc = {"profiles": {"dl4j": {"layers": {"POOL": {"backward": {
+    doc = {"frameworks": {"dl4j": {"layers": {"POOL": {"backward": {
         "reads": ["x", "y", "dy"], "writes": ["dx"], "workspace": {"y": 1}}}}}}}
-    p = deps.profile("dl4j", doc)
+    p = deps.framework_deps("dl4j", doc)
     assert p.layers["POOL"].backward.reads == {"x", "y", "dy"}
-    assert p.layers["POOL"].forward == deps.profile("dl4j").layers["POOL"].forward
-    assert deps.profile("dl4j").layers["POOL"].backward.reads == {"x", "dy"}  # table untouched
-    g = small("cudnn").with_profile(p)
-    assert g.profile is p and g.deps.profile is p
-    bad = {"profiles": {"dl4j": {"layers": {"POOL": {"backward": {"reads": ["dx"]}}}}}}
+    assert p.layers["POOL"].forward == deps.framework_deps("dl4j").layers["POOL"].forward
+    assert deps.framework_deps("dl4j").layers["POOL"].backward.reads == {"x", "dy"}  # table untouched
+    g = small("cudnn").with_framework(p)
+    assert g.framework is p and g.deps.framework is p
+    assert g.profile is p   # the attribute's old name
+    bad = {"frameworks": {"dl4j": {"layers": {"POOL": {"backward": {"reads": ["dx"]}}}}}}
     with pytest.raises(deps.DepsError, match="POOL backward: reads \\['dx'\\]"):
-        deps.profile("dl4j", bad)
+        deps.framework_deps("dl4j", bad)
     f = tmp_path / "o.json"
-    f.write_text('{"profiles": {"cudnn": {"keep_dw": true}}}')
-    assert deps.profile("cudnn", f).keep_dw
+    f.write_text('{"frameworks": {"cudnn": {"keep_dw": true}}}')
+    assert deps.framework_deps("cudnn", f).keep_dw
+    f.write_text('{"profiles": {"cudnn": {"keep_dw": true}}}')   # the key's old name, in documents users have
+    assert deps.framework_deps("cudnn", f).keep_dw
 
 
 def test_missing_entry_names_the_layer_and_the_fix() -> None:
-    p = deps.Profile("bare", "", False, {"DATA": deps.profile("cudnn").layers["DATA"]})
-    g = Graph("t", 1, profile=p)
+    p = deps.FrameworkDeps("bare", "", False, {"DATA": deps.framework_deps("cudnn").layers["DATA"]})
+    g = Graph("t", 1, framework=p)
     g.data(3, 2, 2)
     g.conv(0, 2, 1, name="c1")
     with pytest.raises(deps.DepsError, match="no entry for CONV layer 'c1'.*deps.json"):

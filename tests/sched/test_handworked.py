@@ -1,4 +1,4 @@
-"""Hand-worked 5-layer example under the `cudnn` dependency profile: DATA -> CONV(1x1) -> ACT ->
+"""Hand-worked 5-layer example under the `cudnn` framework: DATA -> CONV(1x1) -> ACT ->
 FC -> SOFTMAX, every tensor 256 bytes (one unit u), FC weights 64u, CONV weights 1u (64 B aligned
 up). Resident R = W + momentum = 2*(1+64) = 130u (dW is allocated by each BACKWARD step and
 released after the update).

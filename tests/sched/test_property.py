@@ -1,4 +1,4 @@
-"""Properties on random DAGs under both dependency profiles: every policy's plan is feasible,
+"""Properties on random DAGs under both frameworks' dependencies: every policy's plan is feasible,
 never below the lower bound and never above the baseline."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.sched.dags import random_graphs
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(random_graphs(profiles=("cudnn", "dl4j")))
+@given(random_graphs(frameworks=("cudnn", "dl4j")))
 def test_no_plan_goes_below_the_bound_or_above_the_baseline(g) -> None:
     base = simulate(make_plan(g, "baseline"))
     bound = lower_bound(g).lower_bound_bytes

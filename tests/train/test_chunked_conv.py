@@ -57,7 +57,7 @@ def plans(name: str, tmp_path: Path) -> tuple[list[str], dict[str, dict]]:
         r = simulate(plan, cost)
         files.append(str(write_plan(tmp_path / f"{name}.{policy}.chunked.json", plan, r, network_kind(doc),
                                     str(config))))
-        counts = g.profile.chunk_counts
+        counts = g.framework.chunk_counts
         info[files[-1]] = {"chunked": sum(1 for s in plan.steps if counts[s.algo] > 1),
                            "scratch": max(record_scratch(plan))}
     return files, info

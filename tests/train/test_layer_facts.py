@@ -5,7 +5,7 @@ the CPU backend: it lists the arrays the layer's fields hold after its forward s
 backprop, overwrites its input and its output with NaN between the two to see whether backprop
 reads them, measures what each step allocates in DL4J's working-memory workspace, and checks what
 dropout and batch normalization do with their state. These tests pin the facts planned training
-and the planner's `dl4j` profile are built on: a DL4J upgrade that changes one fails here.
+and the planner's `dl4j` framework entries are built on: a DL4J upgrade that changes one fails here.
 """
 
 from __future__ import annotations
@@ -87,15 +87,15 @@ def test_a_backward_said_not_to_read_its_input_runs_with_the_input_released(fact
         else:
             assert outcome == "same", (c, outcome)
     # input dropout with input modification forbidden (as the trainer runs): the layer keeps its
-    # own dropped copy, so the producer's output may be released (the profile's input_dropout)
+    # own dropped copy, so the producer's output may be released (the framework's input_dropout)
     for c in ("conv_dropout", "dense_dropout"):
         assert facts[c]["backward_with_input_closed"] == "same", c
     # the output layer is not activated in training: its input dropout runs inside backprop, on
-    # the producer's output, which must stay alive (the profile's input_dropout does not apply)
+    # the producer's output, which must stay alive (the framework's input_dropout does not apply)
     assert facts["output_dropout"]["backward_with_input_closed"].startswith("error")
     from pyd4j.sched.graph import Graph  # noqa: PLC0415
 
-    g = Graph("output_dropout", 4, profile="dl4j")
+    g = Graph("output_dropout", 4, framework="dl4j")
     h = g.fc(g.data(6), 6)
     out = g.softmax(h)
     g.layers[out].attrs["idropout"] = 0.5
@@ -103,7 +103,7 @@ def test_a_backward_said_not_to_read_its_input_runs_with_the_input_released(fact
 
 
 def test_no_backward_needs_its_own_output_released_or_not(facts: dict[str, dict]) -> None:
-    """The dl4j profile says no backward step reads the node's own output: releasing it between
+    """The dl4j framework entries say no backward step reads the node's own output: releasing it between
     forward and backprop changes nothing."""
     for c in (*LAYERS, *VERTICES):
         if c in ("output", "output_dropout"):   # not activated in training: no output
@@ -216,7 +216,7 @@ def test_working_memory_of_each_step(facts: dict[str, dict]) -> None:
         assert f["ws_backward_bytes"] == f["x_bytes"] + f["y_bytes"]
 
 
-# the planner's `dl4j` profile entry (pyd4j/sched/deps.json) of each measured case
+# the planner's `dl4j` framework entry (pyd4j/sched/deps.json) of each measured case
 PROFILE_KEY = {"conv": "CONV", "conv_first": "CONV", "conv_same_stride2": "CONV",
                "conv_dropout": "CONV", "dense": "FC", "dense_dropout": "FC", "dense_after_conv": "FC",
                "batchnorm_cnn": "BN", "batchnorm_dense": "BN", "activation_relu": "ACT",
@@ -231,14 +231,14 @@ UPPER_BOUNDS = {("activation_sigmoid", "backward"), ("activation_softmax", "back
 
 
 def test_the_planners_dl4j_profile_is_what_was_measured(facts: dict[str, dict]) -> None:
-    """The planner's model of DL4J (deps.json, profile dl4j) against ND4J's measurements: what each
+    """The planner's model of DL4J (deps.json, framework dl4j) against ND4J's measurements: what each
     backward step reads, what each step allocates in DL4J's working memory, what a forward step
     keeps for its backward step."""
-    from pyd4j.sched.deps import profile  # noqa: PLC0415
+    from pyd4j.sched.deps import framework_deps  # noqa: PLC0415
 
-    prof = profile("dl4j")
+    fw = framework_deps("dl4j")
     for case, key in PROFILE_KEY.items():
-        f, e = facts[case], prof.layers[key]
+        f, e = facts[case], fw.layers[key]
         assert "y" not in e.backward.reads, case
         assert ("x" in e.backward.reads) == READS_INPUT[case], case
         pre_output = 4 * 3 * 4 if key == "SOFTMAX" else 0   # the output layer is not activated: y_bytes 0
@@ -258,12 +258,12 @@ def test_the_planners_dl4j_profile_is_what_was_measured(facts: dict[str, dict]) 
     # forbidden, as the planned trainer runs) the dropped copy of its input, which its backward
     # step reads instead of the producer's output
     for case in ("batchnorm_cnn", "batchnorm_dense"):
-        f, saved = facts[case], prof.layers["BN"].saved
+        f, saved = facts[case], fw.layers["BN"].saved
         kept = sum(held(f).values())
         assert abs(saved.x * f["x_bytes"] - kept) <= 4 * 8, case   # + std: one float per channel
-    assert prof.layers["DROPOUT"].saved.x * facts["dropout_layer"]["x_bytes"] == held(facts["dropout_layer"])["dropout.mask"]
+    assert fw.layers["DROPOUT"].saved.x * facts["dropout_layer"]["x_bytes"] == held(facts["dropout_layer"])["dropout.mask"]
     s = facts["dropout_state"]
-    assert prof.input_dropout.saved.x == 2 and s["copy_when_modification_forbidden"]
-    assert not prof.input_dropout.backward_reads_x
+    assert fw.input_dropout.saved.x == 2 and s["copy_when_modification_forbidden"]
+    assert not fw.input_dropout.backward_reads_x
     for case in ("conv_dropout", "dense_dropout"):
         assert held(facts[case])["dropout.mask"] == facts[case]["x_bytes"]

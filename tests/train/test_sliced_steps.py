@@ -110,7 +110,7 @@ def test_sliced_activation_layers_are_dl4j_bit_for_bit(tmp_path: Path) -> None:
     config = NETWORKS / "deep_cnn_bn.json"
     doc = json.loads(config.read_text())
     g = graph_from_dl4j_json(doc, 4, sidecar_shapes(config))
-    acts = g.with_profile(g.profile)
+    acts = g.with_framework(g.framework)
     acts.layers = [replace(l, attrs={**l.attrs, "variant": "sliced"}) if l.type.value == "ACT" else l for l in g.layers]
     plan, r = choose_plan(acts, policy="liveness")
     assert any(s.op.name == "MOVE" for s in plan.steps)   # input gradients written in place

@@ -80,7 +80,7 @@ def test_zoo_network_trains_planned_exactly(zoo: Path, model: str, tmp_path: Pat
     for policy in ("liveness", IN_MEMORY, "smallest"):
         plan, result = smallest_plan(g, offload=False) if policy == "smallest" else choose_plan(g, policy=policy)
         if model == "LeNet" and policy == "smallest":
-            counts = g.profile.chunk_counts
+            counts = g.framework.chunk_counts
             sliced = {g.layers[s.arg].name for s in plan.steps if counts[s.algo] > 1}
             assert "cnn1" in sliced and g.layers[1].attrs.get("preprocessor") == "FeedForwardToCnnPreProcessor", sliced
         if model == "AlexNet" and policy == "smallest":
@@ -88,7 +88,7 @@ def test_zoo_network_trains_planned_exactly(zoo: Path, model: str, tmp_path: Pat
             # (its LRNs too) as the smallest plan does at large batches (benchmarks/planned_training.py)
             plan = assign_workspaces(plan, default_cost(), 0)
             result = simulate(plan, default_cost())
-            counts = g.profile.chunk_counts
+            counts = g.framework.chunk_counts
             sliced = {g.layers[s.arg].type for s in plan.steps if counts[s.algo] > 1}
             assert LayerType.LRN in sliced and LayerType.CONV in sliced, sliced
         path = tmp_path / f"{model}.{policy}.json"
