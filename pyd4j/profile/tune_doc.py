@@ -30,16 +30,24 @@ def find_tune_doc(run_dir: Path) -> tuple[dict, str] | None:
     except (OSError, json.JSONDecodeError):
         return None
     check("tune", doc, f"tune document {path}", "tune the job again with this pyd4j, or remove the file")
-    moved = not Path(doc.get("out_dir") or "").resolve() == run_dir.parent.resolve()
+    moved = _resolved(doc.get("out_dir") or "") != run_dir.parent.resolve()
     for side in ("after", "before"):
         recorded = (doc.get(side) or {}).get("run_dir")
         if not recorded:
             continue
         if moved and Path(recorded).name == run_dir.name:  # the tune directory was moved or copied
             for other in ("before", "after"):
-                if doc.get(other, {}).get("run_dir"):
+                if (doc.get(other) or {}).get("run_dir"):
                     doc[other]["run_dir"] = str(run_dir.parent / Path(doc[other]["run_dir"]).name)
             return doc, side
-        if Path(recorded).resolve() == run_dir.resolve():
+        if _resolved(recorded) == run_dir.resolve():
             return doc, side
     return None
+
+
+def _resolved(text: str) -> Path | None:
+    """The path a document records, resolved; None where it names no path this system takes (a NUL byte)."""
+    try:
+        return Path(text).resolve()
+    except (OSError, ValueError):
+        return None
