@@ -139,13 +139,13 @@ class CostModel:
         doc = json.loads(json.dumps(default_doc()))
         if overrides is not None:
             extra = overrides if isinstance(overrides, dict) else json.loads(Path(overrides).read_text())
-            for k, v in extra.get("devices", {}).items():
+            for k, v in (extra.get("devices") or {}).items():
                 doc["devices"][k] = {**doc["devices"].get(k, {}), **v}
             for k in ("conv_algorithms", "compute_efficiency", "transfer_latency_s",
                       "host_memory_bytes"):
-                if k in extra:
+                if extra.get(k) is not None:   # null: not given (the devices schema's default)
                     doc[k] = extra[k]
-            doc["aliases"].update(extra.get("aliases", {}))
+            doc["aliases"].update(extra.get("aliases") or {})
         if isinstance(device, DeviceProfile):
             profile = device
         else:
