@@ -155,47 +155,10 @@ def opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]],
     UnsupportedLayer where there is no rule (DL4J's shape inference then gives them)."""
     xs = shapes[0]
     n = xs[0]
-    bias = bool(conf.get("hasBias", True))
-
-    def spatial(h: int, w: int) -> tuple[int, int]:
-        kh, kw = pair(conf["kernelSize"], f"{name}: kernelSize")
-        sh, sw = pair(conf.get("stride", [1, 1]), f"{name}: stride")
-        ph, pw = pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-        dh, dw = pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
-        same = conf.get("convolutionMode") == "Same"
-        return out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
-
-    def four(v: Any, what: str) -> tuple[int, int, int, int]:
-        v = v if isinstance(v, list) else [v]
-        v = v * 4 if len(v) == 1 else ([v[0], v[0], v[1], v[1]] if len(v) == 2 else v)
-        t, b, l, r = (whole(d, f"{name}: {what}", 0) for d in v)
-        return t, b, l, r
-
     if kind in ("SeparableConvolution2D", "DepthwiseConvolution2D", "Deconvolution2D"):
-        if len(xs) != 4:
-            raise GraphError(f"layer {name!r} expects an NCHW input, got {xs}")
-        c, h, w = xs[1:]
-        kh, kw = pair(conf["kernelSize"], f"{name}: kernelSize")
-        if kind == "Deconvolution2D":
-            sh, sw = pair(conf.get("stride", [1, 1]), f"{name}: stride")
-            ph, pw = pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-            dh, dw = pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
-            if conf.get("convolutionMode") == "Same":
-                oh, ow = h * sh, w * sw
-            else:
-                oh = sh * (h - 1) + kh + (kh - 1) * (dh - 1) - 2 * ph
-                ow = sw * (w - 1) + kw + (kw - 1) * (dw - 1) - 2 * pw
-            cout = whole(conf["nout"], f"{name}: nOut")
-            params: tuple[tuple[int, ...], ...] = ((c, cout, kh, kw),) + (((cout,),) if bias else ())
-            return (n, cout, oh, ow), params
-        oh, ow = spatial(h, w)
-        dm = whole(conf.get("depthMultiplier", 1), f"{name}: depthMultiplier")
-        if kind == "DepthwiseConvolution2D":
-            return (n, c * dm, oh, ow), ((kh, kw, c, dm),) + (((c * dm,),) if bias else ())
-        cout = whole(conf["nout"], f"{name}: nOut")
-        return (n, cout, oh, ow), ((dm, c, kh, kw), (cout, c * dm, 1, 1)) + (((cout,),) if bias else ())
+        return _convolution_shape(kind, conf, xs, name)
     if kind in ("ZeroPaddingLayer", "Cropping2D"):
-        t, b, l, r = four(conf.get("padding") if kind == "ZeroPaddingLayer" else conf.get("cropping"), kind)
+        t, b, l, r = _four(conf.get("padding") if kind == "ZeroPaddingLayer" else conf.get("cropping"), kind, name)
         sign = 1 if kind == "ZeroPaddingLayer" else -1
         return (n, xs[1], xs[2] + sign * (t + b), xs[3] + sign * (l + r)), ()
     if kind == "Upsampling2D":
@@ -205,20 +168,10 @@ def opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]],
         bs = whole(conf.get("blockSize", 2), f"{name}: blockSize")
         return (n, xs[1] * bs * bs, xs[2] // bs, xs[3] // bs), ()
     if kind in ("GravesLSTM", "LSTM", "SimpleRnn", "GravesBidirectionalLSTM"):
-        if len(xs) != 3:
-            raise GraphError(f"recurrent layer {name!r} expects an (N, C, T) input, got {xs}")
-        nin, nout = xs[1], whole(conf["nout"], f"{name}: nOut")
-        if kind == "SimpleRnn":
-            params = ((nin, nout), (nout, nout), (nout,))
-        else:
-            rw = 4 * nout + (3 if kind.startswith("Graves") else 0)
-            params = ((nin, 4 * nout), (nout, rw), (4 * nout,))
-        if kind == "GravesBidirectionalLSTM":
-            params = params * 2
-        return (n, nout, xs[2]), params
+        return _recurrent_shape(kind, conf, xs, name)
     if kind in ("EmbeddingSequenceLayer",):
         nin, nout = whole(conf["nin"], f"{name}: nIn"), whole(conf["nout"], f"{name}: nOut")
-        return (n, nout, xs[-1]), ((nin, nout),) + (((nout,),) if bias else ())
+        return (n, nout, xs[-1]), ((nin, nout),) + (((nout,),) if conf.get("hasBias", True) else ())
     if kind == "Bidirectional":   # two copies of the wrapped layer; CONCAT doubles the channels
         inner = conf["fwd"]
         shape, params = opaque_shape(simple_name(inner["@class"]), inner, shapes, name)
@@ -254,3 +207,65 @@ def opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]],
                            f"{name!r} has no shape rule in the planner: its shape comes from DL4J itself, by a probe "
                            "iteration (org.pyd4j.train.LayerProbe), which pyd4j.train.fit(memory='superneurons'), "
                            "`pyd4j plan` and `pyd4j tune --plan` run (probed_graph)")
+
+
+def _spatial(conf: dict[str, Any], h: int, w: int, name: str) -> tuple[int, int]:
+    """A convolution's output height and width by DL4J's rules (Same or Truncate)."""
+    kh, kw = pair(conf["kernelSize"], f"{name}: kernelSize")
+    sh, sw = pair(conf.get("stride", [1, 1]), f"{name}: stride")
+    ph, pw = pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+    dh, dw = pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
+    same = conf.get("convolutionMode") == "Same"
+    return out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+
+
+def _four(v: Any, what: str, name: str) -> tuple[int, int, int, int]:
+    """Top, bottom, left, right from DL4J's one, two or four padding/cropping values."""
+    v = v if isinstance(v, list) else [v]
+    v = v * 4 if len(v) == 1 else ([v[0], v[0], v[1], v[1]] if len(v) == 2 else v)
+    t, b, l, r = (whole(d, f"{name}: {what}", 0) for d in v)
+    return t, b, l, r
+
+
+def _convolution_shape(kind: str, conf: dict[str, Any], xs: tuple[int, ...], name: str
+                       ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """SeparableConvolution2D, DepthwiseConvolution2D and Deconvolution2D: output and parameter shapes."""
+    if len(xs) != 4:
+        raise GraphError(f"layer {name!r} expects an NCHW input, got {xs}")
+    n, c, h, w = xs
+    bias = bool(conf.get("hasBias", True))
+    kh, kw = pair(conf["kernelSize"], f"{name}: kernelSize")
+    if kind == "Deconvolution2D":
+        sh, sw = pair(conf.get("stride", [1, 1]), f"{name}: stride")
+        ph, pw = pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
+        dh, dw = pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
+        if conf.get("convolutionMode") == "Same":
+            oh, ow = h * sh, w * sw
+        else:
+            oh = sh * (h - 1) + kh + (kh - 1) * (dh - 1) - 2 * ph
+            ow = sw * (w - 1) + kw + (kw - 1) * (dw - 1) - 2 * pw
+        cout = whole(conf["nout"], f"{name}: nOut")
+        params: tuple[tuple[int, ...], ...] = ((c, cout, kh, kw),) + (((cout,),) if bias else ())
+        return (n, cout, oh, ow), params
+    oh, ow = _spatial(conf, h, w, name)
+    dm = whole(conf.get("depthMultiplier", 1), f"{name}: depthMultiplier")
+    if kind == "DepthwiseConvolution2D":
+        return (n, c * dm, oh, ow), ((kh, kw, c, dm),) + (((c * dm,),) if bias else ())
+    cout = whole(conf["nout"], f"{name}: nOut")
+    return (n, cout, oh, ow), ((dm, c, kh, kw), (cout, c * dm, 1, 1)) + (((cout,),) if bias else ())
+
+
+def _recurrent_shape(kind: str, conf: dict[str, Any], xs: tuple[int, ...], name: str
+                     ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """GravesLSTM, LSTM, SimpleRnn and GravesBidirectionalLSTM on an (N, C, T) input."""
+    if len(xs) != 3:
+        raise GraphError(f"recurrent layer {name!r} expects an (N, C, T) input, got {xs}")
+    nin, nout = xs[1], whole(conf["nout"], f"{name}: nOut")
+    if kind == "SimpleRnn":
+        params: tuple[tuple[int, ...], ...] = ((nin, nout), (nout, nout), (nout,))
+    else:
+        rw = 4 * nout + (3 if kind.startswith("Graves") else 0)
+        params = ((nin, 4 * nout), (nout, rw), (4 * nout,))
+    if kind == "GravesBidirectionalLSTM":
+        params = params * 2
+    return (xs[0], nout, xs[2]), params
