@@ -51,11 +51,16 @@ def differences(a: Any, b: Any, path: str = "") -> list[dict]:
 
 
 def summary(results: dict[str, dict]) -> dict:
-    """Documents identical, and the differences that are figures (not text: a module named in a reason)."""
-    figures = [d for r in results.values() for d in r["differences"]
-               if not (isinstance(d["base"], str) and isinstance(d["now"], str))]
+    """Documents identical; the differences that change a figure both trees print (not text, such as a
+    module named in a reason), and the fields only one of them has (added or removed)."""
+    every = [d for r in results.values() for d in r["differences"]]
+    added = [d for d in every if d["base"] == "<absent>"]
+    removed = [d for d in every if d["now"] == "<absent>"]
+    figures = [d for d in every if d not in added and d not in removed
+               and not (isinstance(d["base"], str) and isinstance(d["now"], str))]
     return {"documents": len(results), "identical": sum(r["identical"] for r in results.values()),
-            "differences": sum(len(r["differences"]) for r in results.values()), "figure_differences": len(figures)}
+            "differences": len(every), "figure_differences": len(figures),
+            "fields_added": sorted({d["path"] for d in added}), "fields_removed": sorted({d["path"] for d in removed})}
 
 
 def main() -> None:
