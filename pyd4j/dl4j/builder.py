@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from pyd4j.dl4j.layer_rules import (ELTWISE_OPS, LOSS_LAYERS, GraphError, UnsupportedLayer, activation, check_nin,
-                                    opaque_shape, out_size, pair, preprocessed, retain, simple_name, whole)
+                                    opaque_shape, preprocessed, retain, simple_name, spatial, whole, window)
 from pyd4j.sched.graph import Graph, LayerType
 
 
@@ -46,12 +46,8 @@ class Builder:
     def _conv(self, layer: dict[str, Any], x: int, xs: tuple[int, ...], name: str, attrs: dict[str, Any]) -> int:
         n = xs[0]
         c, h, w = self._chw(xs, name)
-        kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
-        sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
-        ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-        dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
-        same = layer.get("convolutionMode") == "Same"
-        oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+        (kh, kw), (sh, _), (ph, pw), _ = window(layer, name)
+        oh, ow = spatial(layer, h, w, name)
         cout = whole(layer["nout"], f"{name}: nOut")
         params: tuple[tuple[int, ...], ...] = ((cout, c, kh, kw),)
         if layer.get("hasBias", True):
@@ -76,13 +72,9 @@ class Builder:
                      attrs: dict[str, Any]) -> int:
         n = xs[0]
         c, h, w = self._chw(xs, name)
-        kh, kw = pair(layer["kernelSize"], f"{name}: kernelSize")
-        sh, sw = pair(layer.get("stride", [1, 1]), f"{name}: stride")
-        ph, pw = pair(layer.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-        dh, dw = pair(layer.get("dilation", [1, 1]), f"{name}: dilation")
+        (kh, kw), (sh, _), (ph, _), _ = window(layer, name)
         mode = {"MAX": "max", "AVG": "avg"}.get(layer.get("poolingType", "MAX"))
-        same = layer.get("convolutionMode") == "Same"
-        oh, ow = out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
+        oh, ow = spatial(layer, h, w, name)
         if mode is None:   # PNORM: not measured, an opaque step
             return self.g._add(LayerType.OPAQUE, (x,), (n, c, oh, ow), name, (),
                                float(n * c * oh * ow * kh * kw), **attrs)

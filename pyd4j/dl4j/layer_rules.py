@@ -209,12 +209,16 @@ def opaque_shape(kind: str, conf: dict[str, Any], shapes: list[tuple[int, ...]],
                            "`pyd4j plan` and `pyd4j tune --plan` run (probed_graph)")
 
 
-def _spatial(conf: dict[str, Any], h: int, w: int, name: str) -> tuple[int, int]:
-    """A convolution's output height and width by DL4J's rules (Same or Truncate)."""
-    kh, kw = pair(conf["kernelSize"], f"{name}: kernelSize")
-    sh, sw = pair(conf.get("stride", [1, 1]), f"{name}: stride")
-    ph, pw = pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-    dh, dw = pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
+def window(conf: dict[str, Any], name: str) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """A convolution's or pooling's (kernel, stride, padding, dilation), each (height, width), as DL4J reads them."""
+    return (pair(conf["kernelSize"], f"{name}: kernelSize"), pair(conf.get("stride", [1, 1]), f"{name}: stride"),
+            pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0),
+            pair(conf.get("dilation", [1, 1]), f"{name}: dilation"))
+
+
+def spatial(conf: dict[str, Any], h: int, w: int, name: str) -> tuple[int, int]:
+    """A convolution's or pooling's output height and width by DL4J's rules (Same or Truncate)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window(conf, name)
     same = conf.get("convolutionMode") == "Same"
     return out_size(h, kh, sh, ph, dh, same), out_size(w, kw, sw, pw, dw, same)
 
@@ -234,11 +238,8 @@ def _convolution_shape(kind: str, conf: dict[str, Any], xs: tuple[int, ...], nam
         raise GraphError(f"layer {name!r} expects an NCHW input, got {xs}")
     n, c, h, w = xs
     bias = bool(conf.get("hasBias", True))
-    kh, kw = pair(conf["kernelSize"], f"{name}: kernelSize")
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window(conf, name)
     if kind == "Deconvolution2D":
-        sh, sw = pair(conf.get("stride", [1, 1]), f"{name}: stride")
-        ph, pw = pair(conf.get("padding", [0, 0]), f"{name}: padding", minimum=0)
-        dh, dw = pair(conf.get("dilation", [1, 1]), f"{name}: dilation")
         if conf.get("convolutionMode") == "Same":
             oh, ow = h * sh, w * sw
         else:
@@ -247,7 +248,7 @@ def _convolution_shape(kind: str, conf: dict[str, Any], xs: tuple[int, ...], nam
         cout = whole(conf["nout"], f"{name}: nOut")
         params: tuple[tuple[int, ...], ...] = ((c, cout, kh, kw),) + (((cout,),) if bias else ())
         return (n, cout, oh, ow), params
-    oh, ow = _spatial(conf, h, w, name)
+    oh, ow = spatial(conf, h, w, name)
     dm = whole(conf.get("depthMultiplier", 1), f"{name}: depthMultiplier")
     if kind == "DepthwiseConvolution2D":
         return (n, c * dm, oh, ow), ((kh, kw, c, dm),) + (((c * dm,),) if bias else ())
