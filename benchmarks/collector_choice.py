@@ -27,7 +27,8 @@ from harness import RESULTS, Recorder, interleave, ratios
 from harness.flagged import train
 from harness.training import NETWORKS
 from harness.zoo import build_model
-from pyd4j.memory.estimate import G1_TABLES_FRACTION, estimate
+from pyd4j.memory.estimate import estimate
+from pyd4j.memory.jvm_overhead import G1_TABLES_FRACTION
 from pyd4j.memory.flags import flags
 
 MiB = 1024**2

@@ -40,7 +40,8 @@ from harness import RESULTS, Recorder
 from harness.flagged import need_of, train
 from harness.training import NETWORKS
 from harness.zoo import build_model
-from pyd4j.memory.estimate import LONG_RUN_TERM, Estimate, estimate
+from pyd4j.memory.estimate import Estimate, estimate
+from pyd4j.memory.jvm_overhead import LONG_RUN_TERM
 from pyd4j.memory.flags import FlagSet, flags
 from pyd4j.units import parse_bytes
 

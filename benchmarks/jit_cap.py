@@ -34,7 +34,8 @@ from harness.training import NETWORKS
 from pyd4j.commands.flags import verify_command
 from pyd4j.jvm import JvmOptions, examples_jar, java_command
 from pyd4j.memory.container import diagnose
-from pyd4j.memory.estimate import LONG_RUN_TERM, estimate
+from pyd4j.memory.estimate import estimate
+from pyd4j.memory.jvm_overhead import LONG_RUN_TERM
 from pyd4j.memory.flags import FlagSet, flags
 
 MiB = 1024**2

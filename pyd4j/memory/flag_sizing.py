@@ -33,9 +33,9 @@ from typing import Any
 
 from pyd4j.inputs import JAVA_LONG_MAX
 from pyd4j.memory.flag_formats import render
-from pyd4j.memory.estimate import (G1_TERM, HEAP_MIN_BYTES, JIT_NODE_LIMIT, LONG_RUN_BYTES, LONG_RUN_CAPPED_BYTES,
-                                   LONG_RUN_TERM, SERVER_CLASS_BYTES, SERVER_CLASS_CPUS, Estimate, EstimateError, Term,
-                                   assignments, check_batch, collector)
+from pyd4j.memory.estimate import HEAP_MIN_BYTES, Estimate, EstimateError, Term, assignments, check_batch
+from pyd4j.memory.jvm_overhead import (G1_TERM, JIT_NODE_LIMIT, LONG_RUN_BYTES, LONG_RUN_CAPPED_BYTES, LONG_RUN_TERM,
+                                       SERVER_CLASS_BYTES, SERVER_CLASS_CPUS, collector)
 from pyd4j.output import human_bytes
 from pyd4j.units import SizeError, jvm_size, parse_bytes
 

@@ -16,8 +16,8 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from pyd4j.memory.estimate import (HEAP_GC_FACTOR, HEAP_PER_LAYER_BYTES, Estimate, EstimateError, Term,
-                                   jvm_native_terms)
+from pyd4j.memory.estimate import HEAP_GC_FACTOR, HEAP_PER_LAYER_BYTES, Estimate, EstimateError, Term
+from pyd4j.memory.jvm_overhead import jvm_native_terms
 from pyd4j.memory.flag_sizing import (DEFAULT_HEADROOM, JAVACPP_TERM, BudgetError, FlagSet, default_total, flags,
                                       jvm_sizes, largest_batch)
 from pyd4j.output import human_bytes

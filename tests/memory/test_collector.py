@@ -9,7 +9,7 @@ import pytest
 
 from pyd4j.jvm.java import find_java
 from pyd4j.memory.container import run_limited
-from pyd4j.memory.estimate import SERVER_CLASS_BYTES, collector
+from pyd4j.memory.jvm_overhead import SERVER_CLASS_BYTES, collector
 
 from tests.memory.test_container import needs_cgroup
 from tests.memory.test_estimate import NETWORKS
@@ -39,7 +39,8 @@ def test_the_jvm_picks_what_the_flags_pin_on_either_side_of_the_line(jvm, limit)
 @pytest.mark.jvm
 def test_the_jit_node_limit_the_flags_pin_reaches_the_jvm():
     # the flags' -XX:MaxNodeLimit is a C2 option the JVM takes from the command line, beside the collector they pin
-    from pyd4j.memory.estimate import JIT_NODE_LIMIT, estimate
+    from pyd4j.memory.estimate import estimate
+    from pyd4j.memory.jvm_overhead import JIT_NODE_LIMIT
     from pyd4j.memory.flags import flags
 
     fs = flags(estimate(NETWORKS / "mlp.json", 32), total="8g")

@@ -11,7 +11,8 @@ import pytest
 
 from pyd4j.dl4j.config import ConfigurationError
 from pyd4j.dl4j.input_types import parse_input_spec
-from pyd4j.memory.estimate import Estimate, EstimateError, estimate, jvm_native_bytes
+from pyd4j.memory.estimate import Estimate, EstimateError, estimate
+from pyd4j.memory.jvm_overhead import jvm_native_bytes
 
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks"
 MLP_PARAMS = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10  # 535818

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from pyd4j.memory.estimate import Estimate, EstimateError, Term, jvm_native_bytes, jvm_native_terms
+from pyd4j.memory.estimate import Estimate, EstimateError, Term
+from pyd4j.memory.jvm_overhead import jvm_native_bytes, jvm_native_terms
 from pyd4j.memory.flags import BudgetError, flags, largest_batch, measured_estimate
 
 MiB = 1024**2
