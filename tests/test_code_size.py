@@ -21,10 +21,7 @@ ALLOWED: dict[str, int] = {
     "java/src/main/java/org/pyd4j/agent/Allocations.java": 509,
     "java/src/main/java/org/pyd4j/agent/LiveSet.java": 653,
     "java/src/main/java/org/pyd4j/agent/Sampler.java": 513,
-    "java/src/main/java/org/pyd4j/train/PlanFile.java::parse": 132,
     "java/src/main/java/org/pyd4j/train/PlannedTrainer.java": 801,
-    "pyd4j/sched/optimum.py": 659,
-    "pyd4j/sched/optimum.py::_build": 253,
 }
 
 

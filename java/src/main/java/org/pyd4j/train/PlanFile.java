@@ -153,6 +153,26 @@ public final class PlanFile {
     /** Parse plan JSON; {@code source} names it in errors. The rules are the plan schema's
      *  ({@code pyd4j.schemas.PlanDocument}): the same documents pass and fail in both readers. */
     public static PlanFile parse(String json, String source) throws IOException {
+        JsonNode doc = readDocument(json, source);
+        checkHeader(doc, source);
+        JsonNode net = doc.path("network");
+        if (!net.isObject()) throw bad(source, "has no network object");
+        String kind = net.path("kind").asText();
+        if (!kind.equals("MultiLayerNetwork") && !kind.equals("ComputationGraph")) {
+            throw bad(source, "network.kind is '" + kind + "'; expected MultiLayerNetwork or ComputationGraph");
+        }
+        int batch = (int) whole(net.path("batch"), 1, Integer.MAX_VALUE, "network.batch", source);
+        if (net.hasNonNull("dtype") && !net.get("dtype").isTextual()) throw bad(source, "network.dtype must be a string");
+        if (net.hasNonNull("source") && !net.get("source").isTextual()) throw bad(source, "network.source must be a string");
+        checkPredicted(doc.path("predicted"), source);
+        List<Node> nodes = parseNodes(doc, source);
+        List<Record> records = parseRecords(doc.path("records"), nodes.size(), source);
+        return new PlanFile(source, kind, doc.path("policy").asText(), batch,
+                doc.path("predicted").path("peak_bytes").asLong(-1), nodes, records);
+    }
+
+    /** The JSON object, or the error saying the text is no plan (not JSON, empty, not an object). */
+    private static JsonNode readDocument(String json, String source) throws IOException {
         JsonNode doc;
         try {
             doc = new ObjectMapper().readTree(json);
@@ -164,6 +184,12 @@ public final class PlanFile {
         if (doc == null || doc.isMissingNode() || !doc.isObject()) {
             throw bad(source, "is empty or not a JSON object; write one with `pyd4j plan --model net.json --batch N --emit-plan FILE`");
         }
+        return doc;
+    }
+
+    /** The top-level fields: format, schema and version this reader reads, a policy, and the optional
+     *  tensor_cache and budget_bytes well formed. */
+    private static void checkHeader(JsonNode doc, String source) throws IOException {
         if (!FORMAT.equals(doc.path("format").asText())) {
             throw bad(source, "is not a " + FORMAT + " file (no \"format\": \"" + FORMAT + "\"); write one with "
                     + "`pyd4j plan --model net.json --batch N --emit-plan FILE`");
@@ -182,107 +208,115 @@ public final class PlanFile {
         if (!policy.isTextual() || policy.asText().isEmpty()) throw bad(source, "has no policy (a planner policy name)");
         if (doc.has("tensor_cache") && !doc.get("tensor_cache").isBoolean()) throw bad(source, "tensor_cache must be true or false");
         if (doc.hasNonNull("budget_bytes")) whole(doc.get("budget_bytes"), 1, Long.MAX_VALUE, "budget_bytes", source);
-        JsonNode net = doc.path("network");
-        if (!net.isObject()) throw bad(source, "has no network object");
-        String kind = net.path("kind").asText();
-        if (!kind.equals("MultiLayerNetwork") && !kind.equals("ComputationGraph")) {
-            throw bad(source, "network.kind is '" + kind + "'; expected MultiLayerNetwork or ComputationGraph");
+    }
+
+    /** The optional "predicted" object: its byte figures whole and its time a number >= 0. */
+    private static void checkPredicted(JsonNode predicted, String source) throws IOException {
+        if (predicted.isMissingNode() || predicted.isNull()) return;
+        if (!predicted.isObject()) throw bad(source, "predicted must be an object");
+        for (String k : new String[] {"peak_bytes", "device_peak_bytes", "lower_bound_bytes"}) {
+            if (predicted.hasNonNull(k)) whole(predicted.get(k), 0, Long.MAX_VALUE, "predicted." + k, source);
         }
-        int batch = (int) whole(net.path("batch"), 1, Integer.MAX_VALUE, "network.batch", source);
-        if (net.hasNonNull("dtype") && !net.get("dtype").isTextual()) throw bad(source, "network.dtype must be a string");
-        if (net.hasNonNull("source") && !net.get("source").isTextual()) throw bad(source, "network.source must be a string");
-        JsonNode predicted = doc.path("predicted");
-        if (!predicted.isMissingNode() && !predicted.isNull()) {
-            if (!predicted.isObject()) throw bad(source, "predicted must be an object");
-            for (String k : new String[] {"peak_bytes", "device_peak_bytes", "lower_bound_bytes"}) {
-                if (predicted.hasNonNull(k)) whole(predicted.get(k), 0, Long.MAX_VALUE, "predicted." + k, source);
-            }
-            if (predicted.hasNonNull("time_s") && !(predicted.get("time_s").isNumber() && predicted.get("time_s").asDouble() >= 0)) {
-                throw bad(source, "predicted.time_s = " + predicted.get("time_s") + " must be a number >= 0");
-            }
+        if (predicted.hasNonNull("time_s") && !(predicted.get("time_s").isNumber() && predicted.get("time_s").asDouble() >= 0)) {
+            throw bad(source, "predicted.time_s = " + predicted.get("time_s") + " must be a number >= 0");
         }
+    }
+
+    /** The nodes array: ids 0, 1, 2, ... in order, each reading only nodes before it. */
+    private static List<Node> parseNodes(JsonNode doc, String source) throws IOException {
         if (!doc.path("nodes").isArray()) throw bad(source, "has no nodes array");
+        boolean newestSchema = doc.path("schema").asText("").equals(String.valueOf(SCHEMA));
         List<Node> nodes = new ArrayList<>();
-        for (JsonNode n : doc.path("nodes")) {
-            if (!n.isObject()) throw bad(source, "node " + nodes.size() + " is not an object");
-            int id = n.path("id").isIntegralNumber() ? n.path("id").asInt(-1) : -1;
-            if (id != nodes.size()) throw bad(source, "node ids must be 0, 1, 2, ... in order; got " + n.path("id") + " at position " + nodes.size());
-            if (!n.path("name").isMissingNode() && !n.path("name").isTextual()) throw bad(source, "node " + id + " name must be a string");
-            if (!n.path("type").isTextual() || n.path("type").asText().isEmpty()) throw bad(source, "node " + id + " has no type");
-            JsonNode d = n.path("dl4j");
-            if (!d.isObject()) throw bad(source, "node " + id + " has no dl4j object (its layer, vertex or input)");
-            JsonNode ins = n.path("inputs");
-            if (!ins.isArray()) throw bad(source, "node " + id + " has no inputs array");
-            int[] inputs = new int[ins.size()];
-            for (int k = 0; k < inputs.length; k++) {
-                inputs[k] = (int) whole(ins.get(k), 0, Integer.MAX_VALUE, "node " + id + " input", source);
-                if (inputs[k] >= id) {
-                    throw bad(source, "node " + id + " reads node " + inputs[k] + ", which is not before it");
-                }
-            }
-            long[] shape = new long[0];
-            if (n.has("shape")) {
-                if (!n.get("shape").isArray()) throw bad(source, "node " + id + " shape must be a list of sizes");
-                shape = new long[n.get("shape").size()];
-                for (int k = 0; k < shape.length; k++) shape[k] = whole(n.get("shape").get(k), 1, Integer.MAX_VALUE, "node " + id + " shape", source);
-            }
-            long yBytes = n.has("y_bytes") ? whole(n.get("y_bytes"), 0, Long.MAX_VALUE, "node " + id + " y_bytes", source) : 0;
-            if (n.has("sliced") && !n.get("sliced").isBoolean()) throw bad(source, "node " + id + " sliced must be true or false");
-            boolean sliced = n.path("sliced").asBoolean(false);
-            if (sliced && !doc.path("schema").asText("").equals(String.valueOf(SCHEMA))) {
-                throw bad(source, "node " + id + " is sliced, which plan schema " + SCHEMA + " has and this file's does not");
-            }
-            nodes.add(new Node(id, n.path("name").asText("node" + id), n.path("type").asText(),
-                    d.hasNonNull("class") ? d.get("class").asText() : null,
-                    d.has("layer") ? (int) whole(d.get("layer"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.layer", source) : -1,
-                    d.hasNonNull("vertex") ? d.get("vertex").asText() : null,
-                    d.has("input") ? (int) whole(d.get("input"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.input", source) : -1,
-                    inputs, yBytes, shape, sliced));
-        }
+        for (JsonNode n : doc.path("nodes")) nodes.add(parseNode(n, nodes.size(), newestSchema, source));
         if (nodes.isEmpty()) throw bad(source, "has no nodes");
-        if (!doc.path("records").isArray()) throw bad(source, "has no records array");
-        List<Record> records = new ArrayList<>();
-        Op[] ops = Op.values();
-        for (JsonNode r : doc.path("records")) {
-            if (!r.isArray() || r.size() < 2 || r.size() > 3 || !r.get(0).isTextual()) {
-                throw bad(source, "record " + records.size() + " is " + r + "; a record is [op, arg] or [op, arg, extra]");
+        return nodes;
+    }
+
+    /** Node {@code position} of the nodes array; only the newest schema's nodes may be sliced. */
+    private static Node parseNode(JsonNode n, int position, boolean newestSchema, String source) throws IOException {
+        if (!n.isObject()) throw bad(source, "node " + position + " is not an object");
+        int id = n.path("id").isIntegralNumber() ? n.path("id").asInt(-1) : -1;
+        if (id != position) throw bad(source, "node ids must be 0, 1, 2, ... in order; got " + n.path("id") + " at position " + position);
+        if (!n.path("name").isMissingNode() && !n.path("name").isTextual()) throw bad(source, "node " + id + " name must be a string");
+        if (!n.path("type").isTextual() || n.path("type").asText().isEmpty()) throw bad(source, "node " + id + " has no type");
+        JsonNode d = n.path("dl4j");
+        if (!d.isObject()) throw bad(source, "node " + id + " has no dl4j object (its layer, vertex or input)");
+        JsonNode ins = n.path("inputs");
+        if (!ins.isArray()) throw bad(source, "node " + id + " has no inputs array");
+        int[] inputs = new int[ins.size()];
+        for (int k = 0; k < inputs.length; k++) {
+            inputs[k] = (int) whole(ins.get(k), 0, Integer.MAX_VALUE, "node " + id + " input", source);
+            if (inputs[k] >= id) {
+                throw bad(source, "node " + id + " reads node " + inputs[k] + ", which is not before it");
             }
-            whole(r.get(1), 0, Integer.MAX_VALUE, "record " + records.size() + " argument", source);
-            if (r.size() == 3 && !(r.get(2).isObject() || r.get(2).isIntegralNumber())) {
-                throw bad(source, "record " + records.size() + " has a third element " + r.get(2) + "; a MOVE's source "
-                        + "tensor or a compute record's {\"algo\": ..., \"chunks\": k}");
-            }
-            if (r.size() == 3 && r.get(2).isObject()) whole(r.get(2).path("chunks"), 1, Integer.MAX_VALUE, "record " + records.size() + " chunks", source);
-            String name = r.get(0).asText();
-            Op op;
-            try {
-                op = Op.valueOf(name);
-            } catch (IllegalArgumentException e) {
-                throw bad(source, "record " + records.size() + " has operation '" + name + "'; this trainer runs "
-                        + java.util.Arrays.toString(ops));
-            }
-            int arg = r.get(1).asInt();
-            int src = op == Op.MOVE ? r.path(2).asInt(-1) : -1;
-            int chunks = op != Op.MOVE && r.path(2).isObject() ? r.get(2).path("chunks").asInt(1) : 1;
-            Record rec = new Record(op, arg, src, chunks);
-            if (chunks < 1 || (chunks > 1 && !rec.isCompute())) {
-                throw bad(source, "record " + records.size() + " (" + name + " " + arg + ") has chunks " + chunks
-                        + "; a compute record runs in 1 or more batch chunks, other records in none");
-            }
-            int limit = rec.isCompute() ? nodes.size() : (KINDS + 1) * nodes.size();
-            if (arg < 0 || arg >= limit || (op == Op.MOVE && (src < 0 || src >= KINDS * nodes.size()))) {
-                throw bad(source, "record " + records.size() + " (" + name + " " + arg + (op == Op.MOVE ? " " + src : "")
-                        + ") names no " + (rec.isCompute() ? "node" : "tensor") + " of its " + nodes.size() + " nodes");
-            }
-            if ((op == Op.OFFLOAD || op == Op.PREFETCH) && arg >= KINDS * nodes.size()) {
-                throw bad(source, "record " + records.size() + " (" + name + " " + arg + ") moves what a layer keeps for "
-                        + "its backward step; only activations (Y) go to an offload tier");
-            }
-            records.add(rec);
         }
+        long[] shape = new long[0];
+        if (n.has("shape")) {
+            if (!n.get("shape").isArray()) throw bad(source, "node " + id + " shape must be a list of sizes");
+            shape = new long[n.get("shape").size()];
+            for (int k = 0; k < shape.length; k++) shape[k] = whole(n.get("shape").get(k), 1, Integer.MAX_VALUE, "node " + id + " shape", source);
+        }
+        long yBytes = n.has("y_bytes") ? whole(n.get("y_bytes"), 0, Long.MAX_VALUE, "node " + id + " y_bytes", source) : 0;
+        if (n.has("sliced") && !n.get("sliced").isBoolean()) throw bad(source, "node " + id + " sliced must be true or false");
+        boolean sliced = n.path("sliced").asBoolean(false);
+        if (sliced && !newestSchema) {
+            throw bad(source, "node " + id + " is sliced, which plan schema " + SCHEMA + " has and this file's does not");
+        }
+        return new Node(id, n.path("name").asText("node" + id), n.path("type").asText(),
+                d.hasNonNull("class") ? d.get("class").asText() : null,
+                d.has("layer") ? (int) whole(d.get("layer"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.layer", source) : -1,
+                d.hasNonNull("vertex") ? d.get("vertex").asText() : null,
+                d.has("input") ? (int) whole(d.get("input"), 0, Integer.MAX_VALUE, "node " + id + " dl4j.input", source) : -1,
+                inputs, yBytes, shape, sliced);
+    }
+
+    /** The records array, each naming a node or tensor of the plan's {@code nodeCount} nodes. */
+    private static List<Record> parseRecords(JsonNode array, int nodeCount, String source) throws IOException {
+        if (!array.isArray()) throw bad(source, "has no records array");
+        List<Record> records = new ArrayList<>();
+        for (JsonNode r : array) records.add(parseRecord(r, records.size(), nodeCount, source));
         if (records.isEmpty()) throw bad(source, "has no records");
-        return new PlanFile(source, kind, doc.path("policy").asText(), batch,
-                doc.path("predicted").path("peak_bytes").asLong(-1), nodes, records);
+        return records;
+    }
+
+    /** Record {@code index}: [op, arg] or [op, arg, extra], extra a MOVE's source tensor or a compute
+     *  record's {"algo": ..., "chunks": k}. */
+    private static Record parseRecord(JsonNode r, int index, int nodeCount, String source) throws IOException {
+        if (!r.isArray() || r.size() < 2 || r.size() > 3 || !r.get(0).isTextual()) {
+            throw bad(source, "record " + index + " is " + r + "; a record is [op, arg] or [op, arg, extra]");
+        }
+        whole(r.get(1), 0, Integer.MAX_VALUE, "record " + index + " argument", source);
+        if (r.size() == 3 && !(r.get(2).isObject() || r.get(2).isIntegralNumber())) {
+            throw bad(source, "record " + index + " has a third element " + r.get(2) + "; a MOVE's source "
+                    + "tensor or a compute record's {\"algo\": ..., \"chunks\": k}");
+        }
+        if (r.size() == 3 && r.get(2).isObject()) whole(r.get(2).path("chunks"), 1, Integer.MAX_VALUE, "record " + index + " chunks", source);
+        String name = r.get(0).asText();
+        Op op;
+        try {
+            op = Op.valueOf(name);
+        } catch (IllegalArgumentException e) {
+            throw bad(source, "record " + index + " has operation '" + name + "'; this trainer runs "
+                    + java.util.Arrays.toString(Op.values()));
+        }
+        int arg = r.get(1).asInt();
+        int src = op == Op.MOVE ? r.path(2).asInt(-1) : -1;
+        int chunks = op != Op.MOVE && r.path(2).isObject() ? r.get(2).path("chunks").asInt(1) : 1;
+        Record rec = new Record(op, arg, src, chunks);
+        if (chunks < 1 || (chunks > 1 && !rec.isCompute())) {
+            throw bad(source, "record " + index + " (" + name + " " + arg + ") has chunks " + chunks
+                    + "; a compute record runs in 1 or more batch chunks, other records in none");
+        }
+        int limit = rec.isCompute() ? nodeCount : (KINDS + 1) * nodeCount;
+        if (arg < 0 || arg >= limit || (op == Op.MOVE && (src < 0 || src >= KINDS * nodeCount))) {
+            throw bad(source, "record " + index + " (" + name + " " + arg + (op == Op.MOVE ? " " + src : "")
+                    + ") names no " + (rec.isCompute() ? "node" : "tensor") + " of its " + nodeCount + " nodes");
+        }
+        if ((op == Op.OFFLOAD || op == Op.PREFETCH) && arg >= KINDS * nodeCount) {
+            throw bad(source, "record " + index + " (" + name + " " + arg + ") moves what a layer keeps for "
+                    + "its backward step; only activations (Y) go to an offload tier");
+        }
+        return rec;
     }
 
     /** A whole number from {@code min} to {@code max}, or the error naming the field, the value and the range. */
