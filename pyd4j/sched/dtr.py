@@ -18,8 +18,8 @@ from pyd4j.sched.bounds import resident_tensors
 from pyd4j.sched.convws import assign_workspaces
 from pyd4j.sched.costmodel import CostModel
 from pyd4j.sched.emit import backward_order
+from pyd4j.sched.formulation import gradient_schedule
 from pyd4j.sched.graph import Graph
-from pyd4j.sched.optimum import gradient_schedule
 from pyd4j.sched.plan import Op, Plan, Step
 
 
