@@ -1,7 +1,9 @@
 """Tune a job that runs for hours, in minutes: `pyd4j tune`, `tune --speed` and `tune --timeout` at their
 defaults (each run ended at its measurement window) against full-length tunes (`--window full`), on long
 DL4J jobs (tests/fixtures LongJob, an MLP trained in epochs of 100 batches): healthy, leaking (32 KiB kept
-per iteration) and one with a bad setting (System.gc() after every iteration).
+per iteration) and one with a bad setting (System.gc() after every iteration); then three more that the
+tunes were not developed on: a wide network (1,024 hidden units, 200 batches an epoch), a slow leak (4 KiB
+an iteration) and a mild bad setting (System.gc() every 10th iteration), each paced to run for hours.
 
 Per job and item: the tune's wall time, exit code and outcome, the limits it recommends, the iterations
 each of its runs trained and why its window ended, the leaks it found, and the processes of the job still
@@ -47,7 +49,9 @@ LIMITED = ("import json, sys; from pyd4j.memory.container import run_limited; "
            "print(json.dumps(r.to_dict(output=True)))")
 # the items each job gets, in order
 ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "leak": ("window", "full"),
-         "bad": ("window", "full", "hold", "speed"), "bad-short": ("speed", "speed-full")}
+         "bad": ("window", "full", "hold", "speed"), "bad-short": ("speed", "speed-full"),
+         "wide": ("window", "plan", "speed", "hold"), "slow-leak": ("window", "speed", "hold"),
+         "bad-mild": ("window", "speed", "hold")}
 
 
 def jobs(iterations: int) -> dict[str, list[str]]:
@@ -55,9 +59,13 @@ def jobs(iterations: int) -> dict[str, list[str]]:
     cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
 
     def job(mode: str, n: int, *opts: str) -> list[str]:
-        return ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.LongJob", mode, str(n), "hidden=64", *opts]
+        hidden = () if any(o.startswith("hidden=") for o in opts) else ("hidden=64",)
+        return ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.LongJob", mode, str(n), *hidden, *opts]
     return {"healthy": job("healthy", iterations, "pause=40"), "leak": job("leak", iterations + 1, "pause=40", "leak-kib=32"),
-            "bad": job("bad", iterations + 2), "bad-short": job("bad", iterations // 6 + 3)}
+            "bad": job("bad", iterations + 2), "bad-short": job("bad", iterations // 6 + 3),
+            "wide": job("healthy", iterations + 6, "pause=40", "batches=200", "hidden=1024"),
+            "slow-leak": job("leak", iterations + 7, "pause=40", "leak-kib=4"),
+            "bad-mild": job("bad", iterations + 8, "pause=40", "gc-every=10")}
 
 
 def leftovers(command: list[str]) -> list[str]:
@@ -187,7 +195,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=12000, help="iterations of the long jobs")
     parser.add_argument("--parallel", type=int, default=2, help="jobs at once")
-    parser.add_argument("--only", default="", help="comma-separated jobs: healthy, leak, bad, bad-short")
+    parser.add_argument("--only", default="", help="comma-separated jobs: " + ", ".join(ITEMS))
     parser.add_argument("--items", default="", help="comma-separated items (default: each job's all)")
     parser.add_argument("--hold-timeout", type=float, default=3600, help="seconds a whole run may take")
     parser.add_argument("--resummarise", action="store_true", help="recompute the summary of the result file")
