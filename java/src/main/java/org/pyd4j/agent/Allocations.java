@@ -24,7 +24,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * bytes is sampled with probability {@code 1 - exp(-b/mean)} and stands for {@code b / p} bytes (an
  * unbiased estimate). Samples stay "live" until their buffer is freed, which is how a site's kept
  * bytes are known. The mean adapts once a second so that at most about {@link #TARGET_SAMPLES_PER_S}
- * stacks are walked per second, whatever the allocation rate.
+ * stacks are walked per second, whatever the allocation rate. Which frame of a stack is the job's own
+ * line is {@link UserCode}'s to tell.
  */
 final class Allocations {
     static final int ND4J = 0;
@@ -33,16 +34,8 @@ final class Allocations {
     static final long DEFAULT_MEAN_BYTES = 256 * 1024;
     static final long TARGET_SAMPLES_PER_S = 100;
     private static final int MAX_SITES = 4096;
-    private static final int MAX_DEPTH = 64;
     private static final int STACK_FRAMES = 6;
     private static final String OTHER = "(other sites)";
-    /**
-     * Packages of the libraries: used only where a class's classpath entry cannot tell (a fat jar holding
-     * the job and its libraries together, a class without a code source). pyd4j's own helper classes
-     * (the agent, the Python-fed iterators, the gateway) always count as library.
-     */
-    private static final String[] LIBRARY = {"org.nd4j.", "org.deeplearning4j.", "org.datavec.", "org.bytedeco.",
-            "java.", "javax.", "jdk.", "sun.", "com.sun.", "org.pyd4j.agent.", "org.pyd4j.data.", "org.pyd4j.train."};
 
     // -- exact counters ------------------------------------------------------------------------
     static final AtomicLong nd4jLive = new AtomicLong();
@@ -123,19 +116,6 @@ final class Allocations {
     private static final ConcurrentHashMap<String, Site> sites = new ConcurrentHashMap<>();
     private static final ConcurrentHashMap<Long, Sample> sampledNd4j = new ConcurrentHashMap<>();
     private static final Map<Object, Sample> sampledJavacpp = Collections.synchronizedMap(new IdentityHashMap<>());
-    private static final StackWalker WALKER = StackWalker.getInstance(StackWalker.Option.RETAIN_CLASS_REFERENCE);
-    /** Maven groups of the libraries whose code is never the user's (read from a jar's META-INF/maven). */
-    private static final String[] LIBRARY_GROUPS = {"org.nd4j", "org.deeplearning4j", "org.datavec", "org.bytedeco",
-            "org.eclipse.deeplearning4j", "org.apache.", "com.google.", "org.slf4j", "ch.qos.", "com.fasterxml.",
-            "org.codehaus.", "org.ow2.asm", "commons-"};
-    /** Whether a class is the job's own code, decided once per class from the classpath entry it was loaded from. */
-    private static final ClassValue<Boolean> USER_CODE = new ClassValue<Boolean>() {
-        @Override
-        protected Boolean computeValue(Class<?> c) {
-            return userCode(c);
-        }
-    };
-    private static final ConcurrentHashMap<String, Boolean> LIBRARY_JARS = new ConcurrentHashMap<>();
 
     private Allocations() {
     }
@@ -251,10 +231,10 @@ final class Allocations {
 
     /** The first frame outside the libraries (the user's line), the library call it made, and a few callers. */
     private static Site siteHere(int kind) {
-        List<StackWalker.StackFrame> frames = WALKER.walk(s -> s.limit(MAX_DEPTH).collect(java.util.stream.Collectors.toList()));
+        List<StackWalker.StackFrame> frames = UserCode.callerFrames();
         int user = -1;
         for (int i = 0; i < frames.size(); i++) {
-            if (isUser(frames.get(i))) {
+            if (UserCode.isUser(frames.get(i))) {
                 user = i;
                 break;
             }
@@ -263,16 +243,16 @@ final class Allocations {
         String via = "";
         List<String> stack = new ArrayList<>();
         if (user >= 0) {
-            where = describe(frames.get(user));
+            where = UserCode.describe(frames.get(user));
             if (user > 0) via = frames.get(user - 1).getClassName() + "." + frames.get(user - 1).getMethodName();
-            for (int i = user; i < frames.size() && stack.size() < STACK_FRAMES; i++) stack.add(describe(frames.get(i)));
+            for (int i = user; i < frames.size() && stack.size() < STACK_FRAMES; i++) stack.add(UserCode.describe(frames.get(i)));
         } else {
             // No user frame within reach (a library thread, e.g. an async prefetch thread): name the
             // deepest frame walked, so such allocations still group by where they come from.
             StackWalker.StackFrame outer = frames.isEmpty() ? null : frames.get(frames.size() - 1);
-            where = outer == null ? "(unknown)" : describe(outer);
+            where = outer == null ? "(unknown)" : UserCode.describe(outer);
             for (int i = 0; i < frames.size() && stack.size() < STACK_FRAMES; i++) {
-                if (!frames.get(i).getClassName().startsWith("org.pyd4j.agent.")) stack.add(describe(frames.get(i)));
+                if (!frames.get(i).getClassName().startsWith("org.pyd4j.agent.")) stack.add(UserCode.describe(frames.get(i)));
             }
         }
         String key = kind + "|" + where + "|" + via;
@@ -282,128 +262,6 @@ final class Allocations {
         boolean isUser = user >= 0;
         String viaFinal = via;
         return sites.computeIfAbsent(key, k -> new Site(kind, where, viaFinal, isUser, stack));
-    }
-
-    /** The first frame of the job's own code on this thread's stack, described, or null. */
-    static String userLine() {
-        List<StackWalker.StackFrame> frames = WALKER.walk(s -> s.limit(MAX_DEPTH).collect(java.util.stream.Collectors.toList()));
-        for (StackWalker.StackFrame f : frames) {
-            if (isUser(f)) return describe(f);
-        }
-        return null;
-    }
-
-    private static boolean isUser(StackWalker.StackFrame frame) {
-        try {
-            return USER_CODE.get(frame.getDeclaringClass());
-        } catch (Throwable e) {
-            return !isLibrary(frame.getClassName());
-        }
-    }
-
-    /**
-     * The job's own code is told from library code by the classpath entry it was loaded from, not by its
-     * package (org.deeplearning4j.examples.* is a user's): the JDK and pyd4j's helpers are library; a class
-     * directory (target/classes, an IDE's output) and the jar holding the job's main class are the job's;
-     * another jar is library when it sits in a Maven or Gradle repository or carries Maven metadata of a
-     * library group (ND4J, DL4J, DataVec, JavaCPP and the like), else the job's. In a jar that holds the
-     * libraries too (a fat jar), the main class's own package is the job's and library packages are not.
-     */
-    static boolean userCode(Class<?> c) {
-        String name = c.getName();
-        if (name.startsWith("org.pyd4j.agent.") || name.startsWith("org.pyd4j.data.") || name.startsWith("org.pyd4j.train.")
-                || (name.startsWith("org.pyd4j.") && name.indexOf('.', "org.pyd4j.".length()) < 0)) return false;
-        ClassLoader loader = c.getClassLoader();
-        if (loader == null || loader == ClassLoader.getPlatformClassLoader()) return false;
-        String path = location(c);
-        if (path == null) return !isLibrary(name);
-        if (!path.endsWith(".jar")) return true;
-        if (path.equals(MainClass.JAR)) {
-            if (!MainClass.FAT) return true;
-            return (MainClass.PACKAGE != null && name.startsWith(MainClass.PACKAGE + ".")) || !isLibrary(name);
-        }
-        return !LIBRARY_JARS.computeIfAbsent(path, Allocations::libraryJar);
-    }
-
-    /** The file a class was loaded from (a jar or a class directory), or null. */
-    private static String location(Class<?> c) {
-        try {
-            java.security.CodeSource source = c.getProtectionDomain().getCodeSource();
-            java.net.URL url = source == null ? null : source.getLocation();
-            return url == null || !"file".equals(url.getProtocol()) ? null : new java.io.File(url.toURI()).getAbsolutePath();
-        } catch (Throwable e) {
-            return null;
-        }
-    }
-
-    private static Boolean libraryJar(String path) {
-        String p = path.replace('\\', '/');
-        if (p.contains("/.m2/repository/") || p.contains("/.gradle/caches/")) return true;
-        try (java.util.jar.JarFile jar = new java.util.jar.JarFile(path)) {
-            java.util.Enumeration<java.util.jar.JarEntry> entries = jar.entries();
-            while (entries.hasMoreElements()) {
-                String e = entries.nextElement().getName();
-                if (!e.startsWith("META-INF/maven/")) continue;
-                String group = e.substring("META-INF/maven/".length());
-                for (String g : LIBRARY_GROUPS) {
-                    if (group.startsWith(g)) return true;
-                }
-            }
-        } catch (Throwable e) {
-            return true;  // unreadable: do not claim it as the user's
-        }
-        return false;
-    }
-
-    /** The job's main class (from the java command line), the jar it came from, and whether that jar holds the libraries too. */
-    private static final class MainClass {
-        static final String NAME = mainName();
-        static final String JAR = NAME == null ? null : jarOf(NAME);
-        static final String PACKAGE = NAME == null || NAME.indexOf('.') < 0 ? null
-                : String.join(".", java.util.Arrays.copyOf(NAME.split("\\."), Math.min(3, NAME.split("\\.").length - 1)));
-        static final boolean FAT = JAR != null && holdsLibraries(JAR);
-
-        private static String mainName() {
-            String first = System.getProperty("sun.java.command", "").split(" ", 2)[0];
-            if (!first.endsWith(".jar")) return first.isEmpty() ? null : first;
-            try (java.util.jar.JarFile jar = new java.util.jar.JarFile(first)) {
-                java.util.jar.Manifest m = jar.getManifest();
-                return m == null ? null : m.getMainAttributes().getValue("Main-Class");
-            } catch (Throwable e) {
-                return null;
-            }
-        }
-
-        private static String jarOf(String className) {
-            try {
-                return location(Class.forName(className, false, ClassLoader.getSystemClassLoader()));
-            } catch (Throwable e) {
-                return null;
-            }
-        }
-
-        private static boolean holdsLibraries(String path) {
-            try (java.util.jar.JarFile jar = new java.util.jar.JarFile(path)) {
-                return jar.getEntry("org/nd4j/linalg/factory/Nd4j.class") != null
-                        || jar.getEntry("org/deeplearning4j/nn/multilayer/MultiLayerNetwork.class") != null;
-            } catch (Throwable e) {
-                return false;
-            }
-        }
-    }
-
-    static boolean isLibrary(String className) {
-        for (String prefix : LIBRARY) {
-            if (className.startsWith(prefix)) return true;
-        }
-        return className.startsWith("org.pyd4j.") && className.indexOf('.', "org.pyd4j.".length()) < 0;
-    }
-
-    private static String describe(StackWalker.StackFrame f) {
-        String file = f.getFileName();
-        int line = f.getLineNumber();
-        return f.getClassName() + "." + f.getMethodName() + "(" + (file == null ? "Unknown Source" : file)
-                + (line >= 0 ? ":" + line : "") + ")";
     }
 
     // -- output --------------------------------------------------------------------------------

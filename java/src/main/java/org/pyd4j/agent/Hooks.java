@@ -127,7 +127,7 @@ public final class Hooks {
                 }
                 workspaces.add(new WeakReference<>(ws));
             }
-            String site = Allocations.userLine();
+            String site = UserCode.userLine();
             if (site != null) workspaceSites.put(ws, site);
         } catch (Throwable ignored) {
             // never disturb the job
