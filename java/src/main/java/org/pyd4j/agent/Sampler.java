@@ -1,6 +1,5 @@
 package org.pyd4j.agent;
 
-import java.io.RandomAccessFile;
 import java.lang.management.BufferPoolMXBean;
 import java.lang.management.GarbageCollectorMXBean;
 import java.lang.management.ManagementFactory;
@@ -30,7 +29,6 @@ final class Sampler implements Runnable {
     private final List<GarbageCollectorMXBean> collectors = ManagementFactory.getGarbageCollectorMXBeans();
     private final List<BufferPoolMXBean> pools = ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class);
     private final long jvmStartMs = ManagementFactory.getRuntimeMXBean().getStartTime();
-    private final long pageSize = pageSize();
     private volatile boolean running = true;
     private volatile boolean ended;
     private Thread thread;
@@ -48,7 +46,7 @@ final class Sampler implements Runnable {
     private volatile long samplerCpuNanos = -1;
     /** Read /proc/self/smaps about every 5 s: a full parse costs several ms of CPU, and RSS alone cannot tell heap from native. */
     private final long smapsEvery;
-    private final long heapReserved = heapReserved();
+    private final ProcessMemory process = new ProcessMemory();
 
     Sampler(Sink sink, long intervalMs, boolean hooks) {
         this.sink = sink;
@@ -73,9 +71,9 @@ final class Sampler implements Runnable {
                 .put("command", System.getProperty("sun.java.command"))
                 .raw("jvm_args", Json.strings(rt.getInputArguments()))
                 .put("heap_max", Runtime.getRuntime().maxMemory())
-                .put("max_direct", maxDirect())
+                .put("max_direct", ProcessMemory.maxDirect())
                 .put("cpus", Runtime.getRuntime().availableProcessors())
-                .put("memory_limit", memoryLimit())
+                .put("memory_limit", ProcessMemory.memoryLimit())
                 .put("javacpp_maxbytes_prop", System.getProperty("org.bytedeco.javacpp.maxbytes"))
                 .put("javacpp_maxphysicalbytes_prop", System.getProperty("org.bytedeco.javacpp.maxphysicalbytes"))
                 .close());
@@ -175,7 +173,7 @@ final class Sampler implements Runnable {
         long rss = rss();
         j.put("rss", rss).put("threads", threads.getThreadCount());
         if (last || samples % smapsEvery == 0) {
-            long heapRss = heapResident();
+            long heapRss = process.heapResident();
             if (heapRss >= 0) j.put("heap_rss", heapRss);
         }
         JavaCpp.Counters cpp = javacpp(j, rss);
@@ -398,116 +396,8 @@ final class Sampler implements Runnable {
         return c == e ? null : c.getClass().getName() + ": " + c.getMessage();
     }
 
-    /** The memory the JVM may use as it sees it: its container's limit, else the machine's RAM (-1 unknown). */
-    @SuppressWarnings("deprecation")
-    private static long memoryLimit() {
-        try {
-            java.lang.management.OperatingSystemMXBean os = ManagementFactory.getOperatingSystemMXBean();
-            return os instanceof com.sun.management.OperatingSystemMXBean
-                    ? ((com.sun.management.OperatingSystemMXBean) os).getTotalPhysicalMemorySize() : -1;
-        } catch (Throwable e) {
-            return -1;
-        }
-    }
-
-    private long maxDirect() {
-        try {
-            com.sun.management.HotSpotDiagnosticMXBean bean = ManagementFactory.getPlatformMXBean(com.sun.management.HotSpotDiagnosticMXBean.class);
-            long v = Long.parseLong(bean.getVMOption("MaxDirectMemorySize").getValue());
-            return v == 0 ? Runtime.getRuntime().maxMemory() : v;  // 0 means "as large as the heap"
-        } catch (Throwable e) {
-            return -1;
-        }
-    }
-
-    private final byte[] statm = new byte[128];
-
+    /** Resident bytes of the process, or -1 (the live-set points read it too). */
     long rss() {
-        synchronized (statm) {
-            return readRss();
-        }
-    }
-
-    private long readRss() {
-        try (RandomAccessFile f = new RandomAccessFile("/proc/self/statm", "r")) {
-            int n = f.read(statm);
-            int i = 0;
-            while (i < n && statm[i] != ' ') i++;
-            long pages = 0;
-            for (i++; i < n && statm[i] >= '0' && statm[i] <= '9'; i++) pages = pages * 10 + (statm[i] - '0');
-            return pages * pageSize;
-        } catch (Throwable e) {
-            return -1;
-        }
-    }
-
-    /**
-     * Resident bytes of the Java heap: the run of adjacent anonymous mappings whose size is the
-     * reserved heap (MaxHeapSize); of several such runs (a malloc arena can have the same size),
-     * the most resident one, since the heap always holds live objects. The heap's committed size is not resident until touched, so
-     * RSS minus committed heap would hide native growth behind heap pages being touched.
-     */
-    private long heapResident() {
-        if (heapReserved <= 0) return -1;
-        try (java.io.BufferedReader in = new java.io.BufferedReader(new java.io.FileReader("/proc/self/smaps"), 1 << 16)) {
-            long runStart = -1, runEnd = -1, runRss = 0, best = -1;
-            boolean anon = false;
-            long tolerance = Math.max(16L << 20, heapReserved / 50);
-            String line;
-            while ((line = in.readLine()) != null) {
-                int dash = line.indexOf('-');
-                int space = line.indexOf(' ');
-                if (dash > 0 && space > dash && isHex(line, 0, dash)) {
-                    long start = Long.parseUnsignedLong(line.substring(0, dash), 16);
-                    long end = Long.parseUnsignedLong(line.substring(dash + 1, space), 16);
-                    String[] parts = line.trim().split("\\s+");
-                    anon = parts.length < 6;
-                    if (anon && start == runEnd) {
-                        runEnd = end;
-                    } else {
-                        long diff = Math.abs((runEnd - runStart) - heapReserved);
-                        if (runStart >= 0 && diff <= tolerance && runRss > best) best = runRss;
-                        runStart = anon ? start : -1;
-                        runEnd = anon ? end : -1;
-                        runRss = 0;
-                    }
-                } else if (anon && line.startsWith("Rss:")) {
-                    runRss += Long.parseLong(line.substring(4, line.length() - 2).trim()) * 1024;
-                }
-            }
-            long diff = Math.abs((runEnd - runStart) - heapReserved);
-            if (runStart >= 0 && diff <= tolerance && runRss > best) best = runRss;
-            return best;
-        } catch (Throwable e) {
-            return -1;
-        }
-    }
-
-    private static boolean isHex(String s, int from, int to) {
-        for (int i = from; i < to; i++) {
-            char c = s.charAt(i);
-            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-        }
-        return to > from;
-    }
-
-    private static long heapReserved() {
-        try {
-            com.sun.management.HotSpotDiagnosticMXBean bean = ManagementFactory.getPlatformMXBean(com.sun.management.HotSpotDiagnosticMXBean.class);
-            return Long.parseLong(bean.getVMOption("MaxHeapSize").getValue());
-        } catch (Throwable e) {
-            return -1;
-        }
-    }
-
-    private static long pageSize() {
-        try {
-            Class<?> unsafeClass = Class.forName("sun.misc.Unsafe");
-            java.lang.reflect.Field f = unsafeClass.getDeclaredField("theUnsafe");
-            f.setAccessible(true);
-            return ((Number) unsafeClass.getMethod("pageSize").invoke(f.get(null))).longValue();
-        } catch (Throwable e) {
-            return 4096;
-        }
+        return process.rss();
     }
 }
