@@ -132,29 +132,30 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
     server = ModelServer(list(models), budget, host=host, port=0 if soak else port, max_batch=max_batch,
                          max_wait_ms=max_wait_ms, queue_size=queue_size, timeout_s=timeout_s, max_body_bytes=max_body,
                          idle_before_evict_s=idle_s, inputs=_input_specs(input_specs), slice_rows=slice_rows)
-    try:
-        server.load()
-    except ModelLoadError as err:   # every model failed: a server of no model is not started
-        fail(str(err), as_json=as_json, code=2)
-    status = server.status()
-    if soak:
-        from pyd4j.serve.soak import soak as run_soak  # noqa: PLC0415
-
-        server.start()
+    try:   # a signal at any point (SIGTERM raises SystemExit once the JVM runs): the workers stop before it exits
         try:
+            server.load()
+        except ModelLoadError as err:   # every model failed: a server of no model is not started
+            fail(str(err), as_json=as_json, code=2)
+        status = server.status()
+        if soak:
+            from pyd4j.serve.soak import soak as run_soak  # noqa: PLC0415
+
+            server.start()
             result = judge_soak(run_soak(server, soak))
-        finally:
             server.stop()
-        result["status"] = status
+            result["status"] = status
+            if as_json:
+                emit_json(result)
+            else:
+                print_table(f"Soak: {result['requests']} requests in {result['seconds']} s, {result['failed']} failed",
+                            ["memory", "verdict", "why"], [[v["label"], v["status"], v["reason"]] for v in result["verdicts"]])
+            sys.exit(1 if result["leak"] or result["failed"] else 0)
         if as_json:
-            emit_json(result)
+            emit_json(status)
         else:
-            print_table(f"Soak: {result['requests']} requests in {result['seconds']} s, {result['failed']} failed",
-                        ["memory", "verdict", "why"], [[v["label"], v["status"], v["reason"]] for v in result["verdicts"]])
-        sys.exit(1 if result["leak"] or result["failed"] else 0)
-    if as_json:
-        emit_json(status)
-    else:
-        print_table(f"pyd4j serve on {host}:{port}, budget {human_bytes(budget) if budget else 'none'}",
-                    ["model", "state", "memory", "source", "resident", "estimate", "rows a call", "error"], _status_rows(status))
-    server.serve_forever()
+            print_table(f"pyd4j serve on {host}:{port}, budget {human_bytes(budget) if budget else 'none'}",
+                        ["model", "state", "memory", "source", "resident", "estimate", "rows a call", "error"], _status_rows(status))
+        server.serve_forever()
+    finally:
+        server.stop()

@@ -10,11 +10,18 @@ thread touches ND4J first; a null there breaks ND4J for the whole process
 (ExceptionInInitializerError, then NoClassDefFoundError: Nd4j). `start()` gives the starting
 thread the application class loader and initializes ND4JClassLoading on it at once, so the
 first ND4J use may come from any thread; `attach()` gives a thread the same loader.
+
+Signals: the JVM takes SIGTERM when it starts (its handler calls System.exit(143) on a Java
+thread). Python threads inside Java calls then meet a JVM going down, and JPype aborts the
+process (SIGABRT, "Fatal error in exception handling", no Python `finally` run). `start()` gives
+SIGTERM back to Python: the handler Python had, or one that raises SystemExit(143) in the main
+thread, so the program's own clean-up stops the threads that use Java before the JVM exits.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import warnings
 from dataclasses import dataclass
@@ -88,7 +95,21 @@ def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
         except Exception:  # noqa: BLE001  (a classpath without ND4J: nothing to initialize)
             pass
         _info = JvmInfo(java=java, options=wanted, classpath=tuple(cp), pid=os.getpid(), malloc=malloc)
+        _python_owns_sigterm()
         return _info
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _python_owns_sigterm() -> None:
+    """Re-install Python's SIGTERM handling over the JVM's (module doc). Only the main thread may set
+    a handler: a JVM started from another thread keeps the JVM's."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    before = signal.getsignal(signal.SIGTERM)   # what Python had: the JVM replaced it underneath
+    signal.signal(signal.SIGTERM, _exit_on_sigterm if before in (signal.SIG_DFL, None) else before)
 
 
 def attach() -> None:

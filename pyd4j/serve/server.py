@@ -214,13 +214,14 @@ class ModelServer:
         return self
 
     def serve_forever(self) -> None:
-        """Load the models and serve HTTP on this thread until interrupted (Ctrl-C, SIGTERM)."""
-        if not self.workers:
-            self.load()
-        self._socket = self._bind()
-        self._uvicorn = self._server()
-        log.warning("serving %d model(s) on %s", sum(w.state == "ready" for w in self.workers.values()), self.url)
+        """Load the models and serve HTTP on this thread until interrupted (Ctrl-C, SIGTERM: also while
+        the models load, the workers are stopped before the process exits)."""
         try:
+            if not self.workers:
+                self.load()
+            self._socket = self._bind()
+            self._uvicorn = self._server()
+            log.warning("serving %d model(s) on %s", sum(w.state == "ready" for w in self.workers.values()), self.url)
             self._uvicorn.run(sockets=[self._socket])
         except KeyboardInterrupt:  # uvicorn shuts down on SIGINT, then raises it again once its handler is gone
             pass
@@ -239,7 +240,8 @@ class ModelServer:
         for w in self.workers.values():
             w.stop()
         for w in self.workers.values():
-            w.join(timeout=60)
+            if w.ident is not None:   # started (a signal may come between creating a worker and starting it)
+                w.join(timeout=60)
 
     def __enter__(self) -> "ModelServer":
         return self.start()
