@@ -13,9 +13,10 @@ first ND4J use may come from any thread; `attach()` gives a thread the same load
 
 Signals: the JVM takes SIGTERM when it starts (its handler calls System.exit(143) on a Java
 thread). Python threads inside Java calls then meet a JVM going down, and JPype aborts the
-process (SIGABRT, "Fatal error in exception handling", no Python `finally` run). `start()` gives
-SIGTERM back to Python: the handler Python had, or one that raises SystemExit(143) in the main
-thread, so the program's own clean-up stops the threads that use Java before the JVM exits.
+process (SIGABRT, "Fatal error in exception handling", no Python `finally` run). As soon as the
+JVM is up, `start()` gives SIGTERM back to Python: the handler the program had, or one that raises
+SystemExit(143) in the main thread, so the program's own clean-up stops the threads that use Java
+before the JVM exits. A SIGTERM during `jpype.startJVM` itself still meets the JVM's handler.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
             warnings.warn(str(err), RuntimeWarning, stacklevel=2)
             malloc = str(err)
         jpype.startJVM(str(java.libjvm), *args, classpath=cp, convertStrings=False, ignoreUnrecognized=False)
+        _python_owns_sigterm()
         import jpype.imports  # noqa: F401,PLC0415  (enables `from org.nd4j... import ...`)
 
         attach()
@@ -95,7 +97,6 @@ def start(options: JvmOptions | None = None, **option_values) -> JvmInfo:
         except Exception:  # noqa: BLE001  (a classpath without ND4J: nothing to initialize)
             pass
         _info = JvmInfo(java=java, options=wanted, classpath=tuple(cp), pid=os.getpid(), malloc=malloc)
-        _python_owns_sigterm()
         return _info
 
 
@@ -104,11 +105,11 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def _python_owns_sigterm() -> None:
-    """Re-install Python's SIGTERM handling over the JVM's (module doc). Only the main thread may set
-    a handler: a JVM started from another thread keeps the JVM's."""
+    """Give SIGTERM back to Python (module doc). Only the main thread may set a handler: a JVM
+    started from another thread keeps the JVM's."""
     if threading.current_thread() is not threading.main_thread():
         return
-    before = signal.getsignal(signal.SIGTERM)   # what Python had: the JVM replaced it underneath
+    before = signal.getsignal(signal.SIGTERM)   # Python's own record: the JVM replaced it underneath
     signal.signal(signal.SIGTERM, _exit_on_sigterm if before in (signal.SIG_DFL, None) else before)
 
 

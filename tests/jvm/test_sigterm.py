@@ -26,8 +26,10 @@ BUSY = textwrap.dedent("""
         from pyd4j.jvm.core import attach, detach
         attach()
         Nd4j = jpype.JClass("org.nd4j.linalg.factory.Nd4j")
+        FLOAT = jpype.JClass("org.nd4j.linalg.api.buffer.DataType").FLOAT
+        a = Nd4j.linspace(1, 65536, 65536, FLOAT)
         while not stop.is_set():
-            Nd4j.rand(64, 64).mmul(Nd4j.rand(64, 64)).sumNumber()
+            a.mul(a).sumNumber()
         detach()
 
     worker = threading.Thread(target=busy)
@@ -54,6 +56,7 @@ def test_sigterm_unwinds_python_and_stops_the_threads_that_use_java_first():
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=120)
     lines += out.split()
+    assert "Exception" not in err, err[-2000:]   # the worker was busy in ND4J until the end
     assert "handler _exit_on_sigterm" in lines[0], lines
     assert p.returncode == 143, (p.returncode, err[-2000:])
     assert "cleaned" in lines, (lines, err[-2000:])
@@ -66,9 +69,10 @@ def test_a_handler_python_had_before_the_jvm_is_kept():
         def mine(signum, frame):
             pass
         signal.signal(signal.SIGTERM, mine)
-        pyd4j.jvm.start()   # the program's own handler stays its own
+        pyd4j.jvm.start()   # the JVM takes SIGTERM underneath: pyd4j gives it back to `mine`
         print(signal.getsignal(signal.SIGTERM).__name__)
-        signal.raise_signal(signal.SIGTERM)   # handled by `mine`: the process goes on
+        signal.raise_signal(signal.SIGTERM)   # handled by `mine`: the process goes on (the JVM's would exit 143)
+        import time; time.sleep(2)
         print("still running")
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
