@@ -134,7 +134,11 @@ def main() -> None:
                              "trials_with_temp_left": sum(bool(r["temp_entries_left"]) for r in mine),
                              "processes_left": sum(r["processes_left"] for r in mine),
                              "ended_before_signal": sum(r["ended_before_signal"] for r in mine),
-                             "exit_codes": sorted({str(r["exit_code"]) for r in mine})}
+                             "exit_codes": sorted({str(r["exit_code"]) for r in mine}),
+                             # 143: its own exit; -15: the signal before any handler; -6/-11: an abort or a crash
+                             "exited_143": sum(r["exit_code"] == 143 for r in mine),
+                             "ended_by_the_signal": sum(r["exit_code"] == -15 for r in mine),
+                             "aborted": sum(r["exit_code"] in (-6, -11) for r in mine)}
     rec.doc.update(max_delay_s=args.max_delay, seed=args.seed, summary=summary, trials=rows)
     print(json.dumps(summary))
     print(rec.write(args.out))
