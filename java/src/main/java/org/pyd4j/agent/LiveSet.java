@@ -25,27 +25,7 @@ import javax.management.ObjectName;
  *       than {@code live_max_heap} MiB of heap (1 GiB by default) is in use, a second full collection
  *       instead of the histogram (whose pause grows with the heap), its usage corrected by FreeSpace.</li>
  * </ul>
- * Inspections are scheduled by what a leak verdict still needs, not by a fixed share of the run:
- * <ul>
- *   <li>until {@value #NEEDED_POINTS} points were taken during training (a verdict needs about that many
- *       after warm-up), one as soon as the pauses allow: at most {@value #NEED_PAUSE_SHARE} of the wall
- *       time, at least a second apart;</li>
- *   <li>then, while the points after the warm-up one span fewer than {@value #NEEDED_SPAN_ITERATIONS}
- *       iterations (a slow job gives its first points within a few iterations, and the verdict wants
- *       them spread), one every {@value #SPAN_GAP_ITERATIONS} iterations at the same pace: the verdict
- *       must not wait for a regular point that may come after the job ends;</li>
- *   <li>at the same pace whenever memory the job may be keeping rose since the last point: the lowest
- *       libnd4j + JavaCPP bytes held over the last {@value #RECENT_SAMPLES} samples (an upper bound of
- *       what is kept: garbage only adds to it), or the lowest heap after the last young collections,
- *       is {@value #SUSPECT_MIN_MIB} MiB (and a tenth) over the last point's value;</li>
- *   <li>in a JVM that has not trained (a Spark driver, a job that only predicts, one still loading its
- *       data), whose verdict is judged on seconds: one every {@value #IDLE_GAP_MS} ms and at most
- *       {@value #IDLE_PAUSE_SHARE} of the wall time until {@value #NEEDED_POINTS} points were taken and
- *       the ones after the first span {@value #NEEDED_SPAN_SECONDS} s
- *       (pyd4j.profile.diagnose.LEAK_MIN_SECONDS): at the regular pace a short job ends before it has
- *       them;</li>
- *   <li>otherwise every {@code intervalMs} and at most {@code live_share} (0.5%) of the wall time.</li>
- * </ul>
+ * Inspections are scheduled by what a leak verdict still needs ({@link InspectionSchedule}).
  * After the collection it waits until ND4J's and JavaCPP's deallocator threads have freed what the
  * collection released, then records the heap, ND4J's buffers (less those allocated since the collection
  * began, which the job made meanwhile: {@code nd4j_new}), JavaCPP's bytes, RSS and the largest
@@ -53,34 +33,15 @@ import javax.management.ObjectName;
  */
 final class LiveSet implements Runnable {
     static final double DEFAULT_PAUSE_SHARE = 0.005;
-    /** Pause share allowed while a verdict still needs points (see the class comment). */
-    static final double NEED_PAUSE_SHARE = 0.2;
-    static final int NEEDED_POINTS = 6;
-    /** Iterations the points after the warm-up one must span (pyd4j.profile.diagnose.LEAK_MIN_ITERATIONS). */
-    static final int NEEDED_SPAN_ITERATIONS = 20;
-    static final int SPAN_GAP_ITERATIONS = 5;
-    /** Seconds the points after the first must span in a JVM that has not trained (LEAK_MIN_SECONDS). */
-    static final int NEEDED_SPAN_SECONDS = 20;
-    static final long IDLE_GAP_MS = 2000;
-    /** Pause share allowed for the points a JVM that has not trained still needs (it waits on nothing it computes). */
-    static final double IDLE_PAUSE_SHARE = 0.05;
-    static final int RECENT_SAMPLES = 20;
-    static final int SUSPECT_MIN_MIB = 8;
-    private static final long NEED_MIN_GAP_NANOS = 1_000_000_000L;
     private static final long WAIT_SLICE_MS = 200;
     /** Heap in use above which the agent takes no histogram of its own (the pause grows with the heap), MiB. */
     static final long DEFAULT_MAX_HEAP_MIB = 1024;
-    private static final long DRAIN_POLL_MS = 50;
-    private static final int DRAIN_QUIET_POLLS = 3;
-    private static final long DRAIN_MAX_MS = 10_000;
-    private static final long DRAIN_SLACK = 50;
     private static final long MIN_GAP_NANOS = 1_000_000_000L;  // at most one live point per second
     private static final int TOP_CLASSES = 12;
     private static final int TOP_SITES = 20;
 
     private final Sink sink;
     private final long intervalNanos;
-    private final double pauseShare;
     /** Live points written so far (each sample carries it, so a watcher can wait for enough of them). */
     volatile long points;
     private final Sampler sampler;
@@ -131,31 +92,11 @@ final class LiveSet implements Runnable {
      * so both kinds of point agree.
      */
     private final FreeSpace freeSpace = new FreeSpace();
-    private long lastPointNanos = System.nanoTime();
-    private long nextInspectionNanos;
+    private final InspectionSchedule schedule;
+    private final DeallocatorDrain drain = new DeallocatorDrain();
     private boolean tooLargeNoted;
-    private long lastDrainMs;
     /** The last inspection's heap bytes of ND4J/JavaCPP deallocation bookkeeping (see Histogram). */
     private long bookkeeping = -1;
-    /** Pause of the last inspection, ns (0 before the first). */
-    private long lastPauseNanos;
-    /** Points taken once training had begun (iterations >= 1), and the iteration count at the last point. */
-    private int trainingPoints;
-    private long lastPointIterations = -1;
-    /** Iteration count at the second training point: the first one the verdict keeps after warm-up (-1 before). */
-    private long spanStartIterations = -1;
-    /** Points taken before any iteration, and the wall times (ms) of the second of them and of the last. */
-    private int idlePoints;
-    private long idleSpanStartMs = -1;
-    private long idleLastMs = -1;
-    /** Off-heap bytes held (libnd4j + JavaCPP) and collector heap usage at the last point; -1 before it. */
-    private long lastKept = -1;
-    private long lastHeapAfter = -1;
-    /** Off-heap bytes held at the most recent samples, and heap after the latest young collections. */
-    private final RisingFloor recentHeld = new RisingFloor(RECENT_SAMPLES, 10);
-    private final RisingFloor recentYoung = new RisingFloor(3, 4);
-    /** Why the next inspection is due early ("needed", "offheap-rise", "heap-rise"), or null. */
-    private String suspicion;
 
     private final long maxHeapForInspection;
 
@@ -163,9 +104,8 @@ final class LiveSet implements Runnable {
         this.sink = sink;
         this.maxHeapForInspection = maxHeapMib << 20;
         this.intervalNanos = intervalMs * 1_000_000L;
-        this.pauseShare = pauseShare;
+        this.schedule = new InspectionSchedule(intervalNanos, pauseShare);
         this.sampler = sampler;
-        this.nextInspectionNanos = System.nanoTime() + intervalNanos;
     }
 
     void begin() {
@@ -187,120 +127,15 @@ final class LiveSet implements Runnable {
     /** From the sampler, every sample: off-heap bytes held now (libnd4j buffers + JavaCPP bytes + workspaces). */
     void observeHeld(long held) {
         synchronized (lock) {
-            if (recentHeld.add(held, lastKept) && suspicion == null) suspicion = "offheap-rise";
+            schedule.observeHeld(held);
         }
     }
 
     /** From the GC listener: a young (or mixed) collection left {@code heapAfter} bytes of heap in use. */
     void observeYoung(long heapAfter) {
         synchronized (lock) {
-            if (recentYoung.add(heapAfter, lastHeapAfter) && suspicion == null) suspicion = "heap-rise";
+            schedule.observeYoung(heapAfter);
         }
-    }
-
-    /**
-     * The last few readings of memory that garbage only adds to: their lowest value bounds from above what
-     * the job keeps, so it rising over the last point's value means the job may be keeping more.
-     */
-    static final class RisingFloor {
-        private final long[] ring;
-        private final long shareOfLast;
-        private int count;
-        private int next;
-
-        /** A rise counts when it is at least SUSPECT_MIN_MIB MiB and {@code 1/shareOfLast} of the last point's value. */
-        RisingFloor(int readings, long shareOfLast) {
-            this.ring = new long[readings];
-            this.shareOfLast = shareOfLast;
-        }
-
-        /** Records a reading; true when the last readings fill the ring and their lowest rose that much over {@code last} (-1: no point yet). */
-        boolean add(long value, long last) {
-            ring[next] = value;
-            next = (next + 1) % ring.length;
-            count = Math.min(count + 1, ring.length);
-            if (count < ring.length || last < 0) return false;
-            long low = Long.MAX_VALUE;
-            for (long v : ring) low = Math.min(low, v);
-            return low - last >= Math.max((long) SUSPECT_MIN_MIB << 20, last / shareOfLast);
-        }
-
-        /** Forgets the readings: after a new point only readings taken since then count. */
-        void clear() {
-            count = 0;
-        }
-    }
-
-    /**
-     * Heap usage no live object holds after a full collection, as a function of the usage, from the
-     * inspections (usage and histogram total at the same collection). Part of it is fixed (G1 keeps the
-     * CDS archive regions pinned, about 3 MB on JDK 17), part grows with the heap (the tail of each
-     * region that the next object did not fit in: 3% of a 3 GiB heap of 0.8 MB arrays in 2 MB regions,
-     * 23% in 1 MB regions, where each such array is humongous and has a region to itself). Over a span
-     * of inspections wide enough to tell the two apart (the largest usage at least twice the smallest
-     * and {@value #MIN_FIT_SPAN_MIB} MiB above it) it is the least-squares line through them, so that
-     * a usage past the last inspection (none are taken above {@code live_max_heap}) is
-     * corrected in proportion; otherwise the last inspection's figure.
-     */
-    static final class FreeSpace {
-        static final int KEPT = 16;
-        static final long MIN_FIT_SPAN_MIB = 32;
-        /**
-         * A slope above this is noise, not layout: the worst layout, objects just over half a region
-         * (G1 gives each its own region), leaves just under half of every region free.
-         */
-        static final double MAX_SHARE = 0.5;
-        private final long[] usage = new long[KEPT];
-        private final long[] free = new long[KEPT];
-        private int count;
-        private int next;
-        private long last;
-
-        void add(long usageAfter, long freeBytes) {
-            usage[next] = usageAfter;
-            free[next] = freeBytes;
-            next = (next + 1) % KEPT;
-            count = Math.min(count + 1, KEPT);
-            last = freeBytes;
-        }
-
-        /** Free space at this usage after a full collection. */
-        long at(long usageAfter) {
-            long low = Long.MAX_VALUE, high = 0;
-            double meanU = 0, meanF = 0;
-            for (int i = 0; i < count; i++) {
-                low = Math.min(low, usage[i]);
-                high = Math.max(high, usage[i]);
-                meanU += usage[i] / (double) count;
-                meanF += free[i] / (double) count;
-            }
-            if (count < 2 || high < 2 * low || high - low < (MIN_FIT_SPAN_MIB << 20)) return last;
-            double sxy = 0, sxx = 0;
-            for (int i = 0; i < count; i++) {
-                sxy += (usage[i] - meanU) * (free[i] - meanF);
-                sxx += (usage[i] - meanU) * (usage[i] - meanU);
-            }
-            double share = Math.max(0, Math.min(MAX_SHARE, sxy / sxx));
-            double fixed = Math.max(0, meanF - share * meanU);
-            return Math.min(usageAfter, Math.round(fixed + share * usageAfter));
-        }
-    }
-
-    /** When the next inspection is due, and why early (null: the regular pace). Holds {@code lock}. */
-    private long nextDue(long iterations) {
-        if (iterations == 0 && (idlePoints < NEEDED_POINTS || idleLastMs - idleSpanStartMs < NEEDED_SPAN_SECONDS * 1000L)) {
-            if (suspicion == null) suspicion = "needed-idle";
-            return lastPointNanos + Math.max(IDLE_GAP_MS * 1_000_000L, (long) (lastPauseNanos / IDLE_PAUSE_SHARE));
-        }
-        boolean training = iterations >= 1 && iterations > lastPointIterations;
-        if (training && suspicion == null && trainingPoints < NEEDED_POINTS) suspicion = "needed";
-        if (training && suspicion == null && spanStartIterations >= 1
-                && lastPointIterations - spanStartIterations < NEEDED_SPAN_ITERATIONS
-                && iterations >= lastPointIterations + SPAN_GAP_ITERATIONS) suspicion = "needed-span";
-        if (training && suspicion != null) {
-            return lastPointNanos + Math.max(NEED_MIN_GAP_NANOS, (long) (lastPauseNanos / NEED_PAUSE_SHARE));
-        }
-        return nextInspectionNanos;
     }
 
     /**
@@ -363,7 +198,7 @@ final class LiveSet implements Runnable {
                 long due;
                 synchronized (lock) {
                     long now = System.nanoTime();
-                    due = intervalNanos > 0 ? nextDue(Hooks.iterations.get()) : Long.MAX_VALUE;
+                    due = intervalNanos > 0 ? schedule.nextDue(Hooks.iterations.get()) : Long.MAX_VALUE;
                     long wait = intervalNanos > 0 ? due - now : Long.MAX_VALUE;
                     if (pendingTrigger == null && wait > 0) {
                         // re-read the schedule often: a rise seen by the sampler brings the next inspection forward
@@ -378,11 +213,10 @@ final class LiveSet implements Runnable {
                 if (trigger != null) {
                     Allocations.collectionStarts();  // the collection has ended: what is allocated from now on is not its
                     // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
-                    long wait = MIN_GAP_NANOS - (now - lastPointNanos);
+                    long wait = MIN_GAP_NANOS - schedule.sinceLastPoint(now);
                     if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
                     measure(trigger, t, Math.max(0, heap - freeSpace.at(heap)), null, -1, -1, heap, false, null);
-                    lastPointNanos = System.nanoTime();
-                    nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
+                    schedule.naturalPointTaken();
                 } else if (intervalNanos > 0 && now >= due) {
                     inspect();
                 }
@@ -390,8 +224,7 @@ final class LiveSet implements Runnable {
                 return;
             } catch (Throwable e) {
                 Allocations.collectionEnds();
-                lastPointNanos = System.nanoTime();  // never disturb the job; try later
-                nextInspectionNanos = lastPointNanos + intervalNanos;
+                schedule.failed();  // never disturb the job; try later
             }
         }
     }
@@ -419,7 +252,7 @@ final class LiveSet implements Runnable {
         long start = System.nanoTime();
         diagnostic(server, name, "gcRun", RUN_CAUSE);
         long pause = System.nanoTime() - start;
-        boolean drained = drain();
+        boolean drained = drain.await();
         long t = System.currentTimeMillis();
         if (!histogram) {
             inspectWithoutHistogram(server, name, t, pause, drained);
@@ -432,7 +265,7 @@ final class LiveSet implements Runnable {
         bookkeeping = h.deallocationBookkeeping();
         measure("inspection", t, h.totalBytes, h.classesJson(), pause / 1_000_000.0, h.totalInstances, -1, drained,
                 currentSuspicion());
-        inspected(pause);
+        schedule.inspected(pause);
     }
 
     /** One diagnostic command of the agent's own; the collection it causes is told from the job's by id. */
@@ -447,15 +280,8 @@ final class LiveSet implements Runnable {
 
     private String currentSuspicion() {
         synchronized (lock) {
-            return suspicion;
+            return schedule.suspicion();
         }
-    }
-
-    /** After an inspection that paused the job for {@code pause} ns: the next one keeps the pause share. */
-    private void inspected(long pause) {
-        lastPauseNanos = pause;
-        lastPointNanos = System.nanoTime();
-        nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
     }
 
     /**
@@ -478,58 +304,19 @@ final class LiveSet implements Runnable {
             synchronized (lock) {
                 heapAfter = runHeapAfter;
             }
-            if (heapAfter < 0) Thread.sleep(DRAIN_POLL_MS);
+            if (heapAfter < 0) Thread.sleep(DeallocatorDrain.POLL_MS);
         }
         if (heapAfter < 0) heapAfter = memory.getHeapMemoryUsage().getUsed();
         measure("inspection", t, Math.max(0, heapAfter - freeSpace.at(heapAfter)), null, pause / 1_000_000.0, -1,
                 heapAfter, drained, currentSuspicion());
-        inspected(pause);
-    }
-
-    /**
-     * Until ND4J's and JavaCPP's deallocator threads have caught up with what the collection released:
-     * no ND4J object left whose owner is dead but whose deallocator has not run (a few, from young
-     * collections meanwhile, are fine), and JavaCPP's count of Pointers not falling for 3 polls in a
-     * row (where ND4J's registry is unknown: the bytes freed not rising). On a starved machine this can
-     * take long; after 10 s the point is written as not drained, and the heap verdict leaves it out.
-     */
-    private boolean drain() throws InterruptedException {
-        long start = System.nanoTime();
-        long freed = Allocations.freedSoFar();
-        long javacpp = javacppCount();
-        int javacppQuiet = 0;
-        int freedQuiet = 0;
-        while (System.nanoTime() - start < DRAIN_MAX_MS * 1_000_000L) {
-            Thread.sleep(DRAIN_POLL_MS);
-            long javacppNow = javacppCount();
-            javacppQuiet = javacppNow < 0 || javacppNow >= javacpp ? javacppQuiet + 1 : 0;
-            javacpp = javacppNow;
-            long freedNow = Allocations.freedSoFar();
-            freedQuiet = freedNow == freed ? freedQuiet + 1 : 0;
-            freed = freedNow;
-            long awaiting = Allocations.nd4jAwaitingDeallocator();
-            boolean nd4jDone = awaiting >= 0
-                    ? awaiting <= Math.max(DRAIN_SLACK, Allocations.nd4jRegistered() / 100)
-                    : freedQuiet >= DRAIN_QUIET_POLLS;
-            if (nd4jDone && javacppQuiet >= DRAIN_QUIET_POLLS) {
-                lastDrainMs = (System.nanoTime() - start) / 1_000_000L;
-                return true;
-            }
-        }
-        lastDrainMs = (System.nanoTime() - start) / 1_000_000L;
-        return false;
-    }
-
-    private long javacppCount() {
-        JavaCpp.Counters c = JavaCpp.read(-1);
-        return c != null ? c.count : -1;
+        schedule.inspected(pause);
     }
 
     /** Wait for the deallocators, then write the live line and the sites still holding memory. */
     private void measure(String trigger, long t, long heapLive, String classes, double pauseMs, long instances,
                          long heapAfterGc, boolean heapDrained, String why) throws InterruptedException {
-        boolean offheapDrained = drain();
-        long drainMs = lastDrainMs;
+        boolean offheapDrained = drain.await();
+        long drainMs = drain.lastMs();
         long deallocation = classes != null ? bookkeeping : -1;
         if (classes != null) {
             synchronized (lock) {
@@ -564,15 +351,7 @@ final class LiveSet implements Runnable {
         }
         synchronized (lock) {
             // the new reference for the rise checks, and what the schedule still needs
-            lastKept = held(c, sampler.workspaceBytes) - fresh[0];
-            if (heapAfterGc >= 0) lastHeapAfter = heapAfterGc;
-            if (iterations >= 1 && iterations > lastPointIterations && ++trainingPoints == 2) spanStartIterations = iterations;
-            lastPointIterations = iterations;
-            if (iterations == 0 && ++idlePoints == 2) idleSpanStartMs = t;
-            if (iterations == 0) idleLastMs = t;
-            suspicion = null;
-            recentHeld.clear();
-            recentYoung.clear();
+            schedule.pointTaken(held(c, sampler.workspaceBytes) - fresh[0], heapAfterGc, iterations, t);
         }
         if (classes != null) j.raw("classes", classes);
         sink.line(j.close());
