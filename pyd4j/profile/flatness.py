@@ -3,10 +3,11 @@
 A run that completed showed everything the job uses: its peaks size the flags. A run ended at its
 measurement window or at `--timeout` showed a part: its peaks size the flags for the whole job only
 when the memory is shown flat: both leak verdicts decided "no leak" (pyd4j.profile.diagnose, on memory
-left after full collections) and no measure that sizes a flag (libnd4j + JavaCPP bytes held, the live
-heap, metaspace and code cache, native memory) still rising over the last third of the training it
-measured. Otherwise
-the run says what it could not rule out, and no limit is recommended below what the run ran with.
+left after full collections); the off-heap memory kept not rising steadily either, by less than a leak
+verdict needs (`slow_rise`: a slow leak, which would outgrow the flags of a long job); and no measure
+that sizes a flag (libnd4j + JavaCPP bytes held, the live heap, metaspace and code cache, native memory)
+still rising over the last third of the training it measured. Otherwise the run says what it could not
+rule out, and no limit is recommended below what the run ran with.
 
 Even a flat window cannot see a leak too slow to show in it: `leak_resolution` says how slow.
 """
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pyd4j.output import human_bytes
-from pyd4j.profile.leak_verdicts import LEAK_MIN_GROWTH, leak_verdicts
+from pyd4j.profile.leak_verdicts import (LEAK_CONFIDENCE, LEAK_LATE_SHARE, LEAK_MIN_GROWTH, envelope, fit_trend,
+                                         kept_memory, leak_verdicts, live_axis)
 from pyd4j.profile.signals import stopped_as_asked
 from pyd4j.profile.timeline import Timeline
 
@@ -165,6 +167,9 @@ def sizing_scope(t: Timeline) -> Scope:
     if unknown:
         return Scope(False, stopped_by, f"{where} measured too little to rule a leak out ("
                                          + "; ".join(f"{v.label}: {v.reason}" for v in unknown) + ")", resolution, tuple(notes))
+    rise = slow_rise(t)
+    if rise:
+        return Scope(False, stopped_by, f"{where}: no leak verdict, but {rise}", resolution, tuple(notes))
     flat = plateau(t)
     if flat.drift is not None and flat.drift > 0:
         notes.append(f"native memory outside the heap and ND4J's arrays drifted about {human_bytes(flat.drift)} an hour "
@@ -175,6 +180,33 @@ def sizing_scope(t: Timeline) -> Scope:
                      resolution, tuple(notes))
     return Scope(True, stopped_by, f"{where}: no leak (both verdicts) and {flat.reason}: sized for the whole job",
                  resolution, tuple(notes))
+
+
+def slow_rise(t: Timeline) -> str | None:
+    """A steady rise of the off-heap memory kept after full collections, too small in this run for a leak
+    verdict (under LEAK_MIN_GROWTH): rising with the iterations at LEAK_CONFIDENCE over the live points,
+    and over their later half still at LEAK_LATE_SHARE of that rate or more (not levelling off). A rise that
+    goes on passes any limit in a job long enough, so the run's peaks are not the whole job's."""
+    points, x, unit = live_axis(t, "offheap")
+    y = kept_memory(points, "offheap")
+    trend = fit_trend(x, y, unit)
+    if trend is None or trend.confidence < LEAK_CONFIDENCE or trend.slope <= 0:
+        return None
+    # levelled off: over the later half, the points (or, with fewer than 3 there, the envelope of what is
+    # held, an upper bound of what is kept) rise at under LEAK_LATE_SHARE of the rate
+    mid = (float(np.nanmin(x)) + float(np.nanmax(x))) / 2
+    late_x, late_y = x[x >= mid], y[x >= mid]
+    if late_x.size < 3:
+        ex, ey = envelope(t, "offheap", unit)
+        late_x, late_y = ex[ex >= mid], ey[ex >= mid]
+    late = fit_trend(late_x, late_y, unit) if late_x.size >= 3 else None
+    if late is not None and late.slope < LEAK_LATE_SHARE * trend.slope:
+        return None
+    per = "an iteration" if unit == "iteration" else "a second"
+    return (f"the off-heap memory it kept rose {human_bytes(trend.growth)} over {trend.span:.0f} {unit}s of its "
+            f"{trend.n} live points at {trend.confidence:.1%} confidence ({human_bytes(trend.slope)} {per}, still "
+            f"rising over the later half): under the {human_bytes(LEAK_MIN_GROWTH)} a leak verdict needs in a run "
+            f"this short, but a rise that goes on passes any limit in a long job")
 
 
 def leak_resolution(t: Timeline, seconds: float) -> str | None:

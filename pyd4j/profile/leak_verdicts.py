@@ -181,7 +181,7 @@ def _held(record: dict) -> float:
     return float((record.get("nd4j_live") or 0) + (record.get("javacpp_total") or 0) + (record.get("ws_bytes") or 0))
 
 
-def _kept(points: list[dict], what: str) -> np.ndarray:
+def kept_memory(points: list[dict], what: str) -> np.ndarray:
     """What a live point says is kept, in the envelope's measure (off-heap held, or heap usage)."""
     if what == "offheap":
         return np.array([_held(p) for p in points], dtype=float)
@@ -242,7 +242,7 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
         return verdict
     if verdict.status != "not-enough-data" or not ex.size:
         return verdict
-    kept = _kept(points, what)
+    kept = kept_memory(points, what)
     ok = ~np.isnan(kept)
     if not ok.any():
         return verdict

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyd4j.profile.flatness import plateau, trained_seconds
+from pyd4j.profile.flatness import plateau, slow_rise, trained_seconds
 from pyd4j.profile.jvms import LANE_PREFIX, LANE_SUFFIX
 from pyd4j.profile.leak_verdicts import leak_verdicts
 from pyd4j.profile.timeline import Events, Timeline
@@ -157,6 +157,8 @@ def memory_decision(t: Timeline, min_iterations: int = 0) -> str | None:
     if any(v.status == "leak" for v in verdicts):   # found: nothing later changes that
         return "a leak was found (" + "; ".join(v.label for v in verdicts if v.status == "leak") + ")"
     if trained < MEMORY_MIN_S or any(v.status == "not-enough-data" for v in verdicts):
+        return None
+    if slow_rise(t):   # it may still grow into a leak verdict before MEMORY_MAX_S; else the run is not sized
         return None
     flat = plateau(t, WINDOW_ALLOWANCE)
     return "the leak verdicts are decided (no leak) and " + flat.reason if flat.flat else None

@@ -161,3 +161,20 @@ def test_a_window_ends_on_a_clearer_plateau_than_the_sizing_check_asks():
     assert window.memory_decision(creep) is None
     steady = made_up(90, 20.0, live=lambda s: 30 * MIB)
     assert "no leak" in window.memory_decision(steady) and sizing_scope(steady).whole_job
+
+
+def test_a_steady_rise_too_small_for_a_leak_verdict_is_not_sized_for_the_whole_job(monkeypatch):
+    """A slow leak (here 80 KiB a second, 7 MiB over a 90 s window: under the 16 MiB a leak verdict needs) is
+    steady: a job of hours under flags sized from the window would run out of them (a 4 KiB-an-iteration
+    job, 60,000 iterations, died at 435 MiB of JavaCPP physical bytes). The window goes on, and the run is
+    not sized for the whole job; kept memory that rose and levelled off early is still flat."""
+    slow = made_up(90, 20.0, held=lambda s: 8 * MIB + s * 80 * 1024, live=lambda s: 30 * MIB)
+    assert [v.status for v in flatness.leak_verdicts(slow)] == ["no-leak", "no-leak"]
+    assert plateau(slow).flat                      # under every allowance the plateau check has
+    scope = sizing_scope(slow)
+    assert not scope.whole_job and "rose" in scope.why and "passes any limit" in scope.why, scope.why
+    assert window.memory_decision(slow) is None    # the auto window waits (a leak verdict may come)
+    monkeypatch.setattr(window, "MEMORY_MAX_S", 80.0)
+    assert "the most an auto window measures" in window.memory_decision(slow)
+    settled = made_up(90, 20.0, held=lambda s: 8 * MIB + min(s, 30) * 80 * 1024, live=lambda s: 30 * MIB)
+    assert flatness.slow_rise(settled) is None and sizing_scope(settled).whole_job
