@@ -215,7 +215,8 @@ def main() -> None:
     earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}
     rows: list[dict] = []
     lock = threading.Lock()
-    rec = Recorder("windowed_tune")
+    # rows added to an earlier result file amend it: its run record stays the first measurement's
+    rec = Recorder.amending(out, earlier) if earlier.get("run") else Recorder("windowed_tune")
     rec.hide(tempfile.gettempdir(), "<tmp>")
 
     def record(row: dict) -> None:
