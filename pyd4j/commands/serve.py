@@ -143,7 +143,6 @@ def command(models: tuple[str, ...], input_specs: tuple[str, ...], host: str, po
 
             server.start()
             result = judge_soak(run_soak(server, soak))
-            server.stop()
             result["status"] = status
             if as_json:
                 emit_json(result)
