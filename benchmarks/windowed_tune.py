@@ -3,7 +3,12 @@ defaults (each run ended at its measurement window) against full-length tunes (`
 DL4J jobs (tests/fixtures LongJob, an MLP trained in epochs of 100 batches): healthy, leaking (32 KiB kept
 per iteration) and one with a bad setting (System.gc() after every iteration); then three more that the
 tunes were not developed on: a wide network (1,024 hidden units, 200 batches an epoch), a slow leak (4 KiB
-an iteration) and a mild bad setting (System.gc() every 10th iteration), each paced to run for hours.
+an iteration) and a mild bad setting (System.gc() every 10th iteration), each paced to run for hours; then
+two more: deeplearning4j-examples' AdditionModelWithSeq2Seq (a ComputationGraph of two LSTMs, DOUBLE, CPU-bound
+with no pause), compiled unchanged from a checkout (`--checkout`) and run for `--seq2seq-epochs` epochs
+instead of its 10 (benchmarks/harness/java/WithFields.java sets the public field its author says to tweak),
+with a full-length tune of a copy of it (`seq2seq-full`, told apart by an ignored argument); and the
+bad-setting job paced like the others (`bad-paced`).
 
 Per job and item: the tune's wall time, exit code and outcome, the limits it recommends, the iterations
 each of its runs trained and why its window ended, the leaks it found, and the processes of the job still
@@ -14,6 +19,7 @@ copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J
 (2 shared cores). Writes benchmarks/results/windowed_tune.json; rows of items not re-measured are kept.
 
     .venv/bin/python benchmarks/windowed_tune.py [--iterations 12000] [--parallel 2] [--only healthy,leak]
+                                                 [--checkout DIR] [--seq2seq-epochs 240]
                                                  [--items window,full,hold,speed,speed-full,timeout,plan]
                                                  [--out benchmarks/results/windowed_tune.json]
 """
@@ -34,6 +40,7 @@ from pathlib import Path
 import psutil
 
 from harness import RESULTS, Recorder, amend
+from harness.dl4j_examples import SOURCES, commit_of
 from harness.record import short_commit
 from harness.speedjobs import FIXTURES_JAR
 from pyd4j.jvm.classpath import classpath
@@ -51,12 +58,34 @@ LIMITED = ("import json, sys; from pyd4j.memory.container import run_limited; "
 ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "leak": ("window", "full"),
          "bad": ("window", "full", "hold", "speed"), "bad-short": ("speed", "speed-full"),
          "wide": ("window", "plan", "speed", "hold"), "slow-leak": ("window", "speed", "hold"),
-         "bad-mild": ("window", "speed", "hold")}
+         "bad-mild": ("window", "speed", "hold"), "seq2seq": ("window", "speed", "hold"), "seq2seq-full": ("full",),
+         "bad-paced": ("window", "speed", "hold")}
+# the job whose full-length tune a windowed tune is compared with
+FULL_OF = {"healthy": "healthy", "leak": "leak", "bad": "bad", "seq2seq": "seq2seq-full"}
+SEQ2SEQ = "org.deeplearning4j.examples.advanced.modelling.seq2seq.AdditionModelWithSeq2Seq"
+WITH_FIELDS = Path(__file__).parent / "harness" / "java" / "WithFields.java"
 
 
-def jobs(iterations: int) -> dict[str, list[str]]:
+def compile_seq2seq(checkout: Path, out: Path) -> Path:
+    """deeplearning4j-examples' AdditionModelWithSeq2Seq (and what it uses) with WithFields, by javac."""
+    src = checkout / SOURCES
+    example = src / (SEQ2SEQ.replace(".", "/") + ".java")
+    if not example.exists():
+        raise SystemExit(f"{example} not found: give --checkout a deeplearning4j-examples checkout")
+    out.mkdir(parents=True, exist_ok=True)
+    cp = os.pathsep.join(str(p) for p in classpath())
+    subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-sourcepath", str(src), "-cp", cp,
+                    str(WITH_FIELDS), str(example)], check=True)
+    return out
+
+
+def jobs(iterations: int, seq2seq_classes: Path | None = None, seq2seq_epochs: int = 240) -> dict[str, list[str]]:
     """Each job's command; the iteration counts differ, so each job's processes are told apart."""
     cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+    seq2seq = []
+    if seq2seq_classes:
+        ex_cp = os.pathsep.join([str(seq2seq_classes), *map(str, classpath())])
+        seq2seq = ["java", "-Xmx1g", "-cp", ex_cp, "WithFields", SEQ2SEQ, f"nEpochs={seq2seq_epochs}"]
 
     def job(mode: str, n: int, *opts: str) -> list[str]:
         hidden = () if any(o.startswith("hidden=") for o in opts) else ("hidden=64",)
@@ -65,16 +94,23 @@ def jobs(iterations: int) -> dict[str, list[str]]:
             "bad": job("bad", iterations + 2), "bad-short": job("bad", iterations // 6 + 3),
             "wide": job("healthy", iterations + 6, "pause=40", "batches=200", "hidden=1024"),
             "slow-leak": job("leak", iterations + 7, "pause=40", "leak-kib=4"),
-            "bad-mild": job("bad", iterations + 8, "pause=40", "gc-every=10")}
+            "bad-mild": job("bad", iterations + 8, "pause=40", "gc-every=10"),
+            "bad-paced": job("bad", iterations + 9, "pause=40"),
+            **({"seq2seq": seq2seq, "seq2seq-full": [*seq2seq, "--", "full-length-copy"]} if seq2seq else {})}
+
+
+def main_part(command: list[str]) -> str:
+    """The job's main class and arguments: what tells its processes apart."""
+    return " ".join(command[command.index("-cp") + 2:])
 
 
 def leftovers(command: list[str]) -> list[str]:
     """Processes still running the job (its main class and iteration count in their command line)."""
-    key = " ".join(command[command.index("org.pyd4j.fixtures.LongJob"):][:3])
+    key = main_part(command)
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if key in " ".join(p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE:
+            if " ".join(p.info["cmdline"] or []).endswith(key) and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(" ".join(p.info["cmdline"])[:200])
         except psutil.Error:
             pass
@@ -136,13 +172,22 @@ def hold(name: str, command: list[str], window_row: dict, timeout_s: float) -> d
     out = subprocess.run([sys.executable, "-c", LIMITED, str(window_row["container_bytes"]), str(timeout_s), *argv],
                          capture_output=True, text=True, check=True).stdout
     r = json.loads(out.splitlines()[-1])
-    done = re.search(r"FIXTURE .*?iterations=(\d+)", r["stdout"])
-    asked = int(command[command.index("org.pyd4j.fixtures.LongJob") + 2])
+    done, asked = progress(command, r["stdout"])
     return {**row, "wall_s": round(time.monotonic() - began, 1), "exit": r["exit_code"],
-            "iterations_done": int(done.group(1)) if done else None, "iterations_asked": asked,
+            "iterations_done": done, "iterations_asked": asked,
             "limit_bytes": r["limit_bytes"], "peak_bytes": r["peak_bytes"], "oom_killed": r["oom_killed"],
-            "ok": bool(r["ok"] and done and int(done.group(1)) >= asked), "ending": r["description"],
+            "ok": bool(r["ok"] and done and done >= asked), "ending": r["description"],
             "windowed_outcome": window_row.get("outcome"), "stderr_tail": r["stderr"][-600:] if not r["ok"] else ""}
+
+
+def progress(command: list[str], stdout: str) -> tuple[int | None, int]:
+    """(what the job finished, what it was asked): LongJob's iterations, or the example's epochs."""
+    if SEQ2SEQ in command:
+        epochs = [int(e) for e in re.findall(r"EPOCH (\d+) COMPLETE", stdout)]
+        asked = int(next(a for a in command if a.startswith("nEpochs=")).split("=")[1])
+        return (max(epochs) + 1 if epochs else None), asked
+    done = re.search(r"FIXTURE .*?iterations=(\d+)", stdout)
+    return (int(done.group(1)) if done else None), int(command[command.index("org.pyd4j.fixtures.LongJob") + 2])
 
 
 def run_job(name: str, command: list[str], items: list[str], root: Path, record, timeout_s: float) -> None:
@@ -162,8 +207,8 @@ def run_job(name: str, command: list[str], items: list[str], root: Path, record,
 def summary(rows: list[dict]) -> dict:
     by = {(r["job"], r["item"]): r for r in rows}
     agree = {}
-    for job in ("healthy", "leak", "bad"):
-        w, f = by.get((job, "window")), by.get((job, "full"))
+    for job, full_job in FULL_OF.items():
+        w, f = by.get((job, "window")), by.get((full_job, "full"))
         if not (w and f):
             continue
         ratios = {k: round(w["limits"][k] / f["limits"][k], 3) for k in LIMITS if w["limits"].get(k) and f["limits"].get(k)}
@@ -200,6 +245,8 @@ def main() -> None:
     parser.add_argument("--hold-timeout", type=float, default=3600, help="seconds a whole run may take")
     parser.add_argument("--resummarise", action="store_true", help="recompute the summary of the result file")
     parser.add_argument("--out", type=Path, default=OUT, help="the result file (rows of earlier runs kept)")
+    parser.add_argument("--checkout", type=Path, help="a deeplearning4j-examples checkout (for the seq2seq jobs)")
+    parser.add_argument("--seq2seq-epochs", type=int, default=240, help="epochs of AdditionModelWithSeq2Seq")
     args = parser.parse_args()
     out = args.out
     if args.resummarise:
@@ -209,8 +256,9 @@ def main() -> None:
         print(json.dumps(doc["summary"], indent=2))
         return
     os.environ["OMP_NUM_THREADS"] = "1"
-    commands = jobs(args.iterations)
     chosen = [j for j in ITEMS if not args.only or j in args.only.split(",")]
+    if any(j.startswith("seq2seq") for j in chosen) and not args.checkout:
+        raise SystemExit("the seq2seq jobs need --checkout: a deeplearning4j-examples checkout")
     wanted = set(filter(None, args.items.split(",")))
     earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}
     rows: list[dict] = []
@@ -227,9 +275,13 @@ def main() -> None:
             rows.append(row)
             again = {(r["job"], r["item"]) for r in rows}
             kept = [r for r in earlier["rows"] if (r["job"], r["item"]) not in again]
-            write(rec, kept + rows, args)
+            write(rec, kept + rows, args, commands)
 
     with tempfile.TemporaryDirectory(prefix="windowed-tune-") as tmp:
+        classes = compile_seq2seq(args.checkout, Path(tmp) / "seq2seq-classes") if args.checkout else None
+        commands = jobs(args.iterations, classes, args.seq2seq_epochs)
+        if args.checkout:
+            rec.doc["examples_commit"] = commit_of(args.checkout)
         pending = [(j, [i for i in ITEMS[j] if not wanted or i in wanted]) for j in chosen]
         threads: list[threading.Thread] = []
         for job, items in pending:
@@ -243,10 +295,10 @@ def main() -> None:
     print(json.dumps(json.loads(out.read_text())["summary"], indent=2))
 
 
-def write(rec: Recorder, rows: list[dict], args) -> None:
+def write(rec: Recorder, rows: list[dict], args, commands: dict[str, list[str]]) -> None:
     rec.doc.update({
         "omp_threads": 1, "iterations": args.iterations,
-        "jobs": {k: " ".join(v[v.index("org.pyd4j.fixtures.LongJob"):]) for k, v in jobs(args.iterations).items()},
+        "jobs": {k: main_part(v) for k, v in commands.items()},
         "summary": summary(rows), "rows": rows})
     rec.write(args.out, indent=2)
 
