@@ -269,6 +269,17 @@ def test_a_wrapped_layer_keeps_its_dropped_input_when_its_producer_is_recomputed
                [{"kind": "rnn", "size": 1, "steps": 1}], [["ff", 1]], dropOut=0.5, updater="Sgd", lr=0.1, batch=4))
 
 
+def test_a_samediff_layer_with_input_dropout_gets_its_input_as_fit_gives_it(jvm) -> None:
+    """SelfAttentionLayer (a SameDiff layer) ignores its input dropout, but the trainer gave it a contiguous
+    copy of the embedding's strided output to drop in place: another BLAS path, parameters 1 ulp off
+    (32 of 252 after 2 iterations)."""
+    emb = {"class": "EmbeddingSequenceLayer", "nIn": 8, "nOut": 5, "steps": 5}
+    out = {"class": "RnnOutputLayer", "nOut": 2, "loss": "MCXENT", "act": "SOFTMAX", "labels": "onehot"}
+    exact(spec([emb, {"class": "SelfAttentionLayer", "nOut": 5, "heads": 2}, out],
+               [{"kind": "seqindex", "vocab": 8, "steps": 5}], [["rnn", 2, 5]], dropOut=0.5, updater="Sgd", lr=0.1,
+               seed=971, batch=2), modes=("liveness",))
+
+
 def test_the_probe_leaves_the_gradient_view_as_it_found_it(jvm) -> None:
     """The probe's backward steps wrote into the network's gradient view and left it there: a layer fit()
     gives no gradient (below a FrozenLayer) was then updated with the probe's gradient (PReLU, an opaque

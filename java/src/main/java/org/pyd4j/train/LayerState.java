@@ -89,6 +89,13 @@ public final class LayerState {
                 && ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).isDropoutApplied();
     }
 
+    /** Whether the layer applies its input dropout at all: DL4J's SameDiff layers ignore the setting (their
+     *  activate() draws no mask), so they must get their input as fit() gives it -- the producer's own array, its
+     *  layout included (a contiguous copy of a strided view takes another BLAS path, 1 ulp off). */
+    static boolean appliesInputDropout(Layer layer) {
+        return !(layer instanceof org.deeplearning4j.nn.layers.samediff.SameDiffLayer);
+    }
+
     static IDropout inputDropout(Layer layer) {
         return layer.conf().getLayer().getIDropout();
     }

@@ -233,7 +233,7 @@ abstract class NetworkNodes {
      *  trainer lets such a layer drop in place too -- on its own copy of its input, which it keeps as its dropped
      *  input: the producer's output stays intact for the plan. */
     static boolean dropsInPlace(Layer layer, boolean allowed) {
-        return allowed && layer != null && LayerState.inputDropout(layer) != null;
+        return allowed && layer != null && LayerState.inputDropout(layer) != null && LayerState.appliesInputDropout(layer);
     }
 
     /** DL4J's gradient object for this iteration, built from {@link #gradients} as DL4J does. */
