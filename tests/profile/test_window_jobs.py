@@ -141,6 +141,24 @@ def test_a_leak_in_the_window_keeps_the_jobs_limits(tmp_path, monkeypatch):
     assert "-Xmx1g" in doc["recommended"] and not doc["before"]["scope"]["whole_job"]
 
 
+def test_a_job_calling_system_gc_every_iteration_still_gets_a_heap_verdict(tmp_path):
+    """The job's own full collections give off-heap points but never heap ones (its heap still holds the
+    bookkeeping of what they freed): they postponed the agent's inspections for good, and every tune of
+    such a job said "0 live points ... not sized for the whole job"."""
+    from pyd4j.jvm.classpath import classpath
+    from pyd4j.profile.leak_verdicts import leak_verdicts
+    from tests.profile.conftest import FIXTURES_JAR
+
+    cp = os.pathsep.join([str(FIXTURES_JAR), *classpath()[1:]])
+    job = ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.LongJob", "bad", str(LONG + 5), "hidden=64", "pause=20"]
+    rc, doc, err = pyd4j("profile", "--json", "--no-report", "--window", "1500", "--out", str(tmp_path / "run"), "--", *job)
+    assert rc == 0 and doc["stopped_by"] == "window", err[-2000:]
+    t = Timeline.load(tmp_path / "run")
+    assert [p for p in t.live_points if p["trigger"] == "full-gc"], "the job's System.gc() calls gave no points"
+    assert len([p for p in t.live_points if p["trigger"] == "inspection"]) >= 5
+    assert all(v.status != "not-enough-data" for v in leak_verdicts(t)), [v.reason for v in leak_verdicts(t)]
+
+
 def test_timeout_ends_are_not_failures(tmp_path):
     rc, doc, err = pyd4j("tune", "--json", "--timeout", "20", "--window", "full", "--out", str(tmp_path / "t"), "--",
                          *long_job(sleep_ms=5, iterations=LONG + 5))

@@ -46,7 +46,10 @@ final class InspectionSchedule {
 
     private final long intervalNanos;
     private final double pauseShare;
+    /** Wall times of the last point of any kind (points of the job's own collections at most one a second)
+     *  and of the last inspection (what the needed pace counts from). */
     private long lastPointNanos = System.nanoTime();
+    private long lastInspectionNanos = lastPointNanos;
     private long nextInspectionNanos;
     /** Pause of the last inspection, ns (0 before the first). */
     private long lastPauseNanos;
@@ -93,7 +96,7 @@ final class InspectionSchedule {
     long nextDue(long iterations) {
         if (iterations == 0 && (idlePoints < NEEDED_POINTS || idleLastMs - idleSpanStartMs < NEEDED_SPAN_SECONDS * 1000L)) {
             if (suspicion == null) suspicion = "needed-idle";
-            return lastPointNanos + Math.max(IDLE_GAP_MS * 1_000_000L, (long) (lastPauseNanos / IDLE_PAUSE_SHARE));
+            return lastInspectionNanos + Math.max(IDLE_GAP_MS * 1_000_000L, (long) (lastPauseNanos / IDLE_PAUSE_SHARE));
         }
         boolean training = iterations >= 1 && iterations > lastPointIterations;
         if (training && suspicion == null && trainingPoints < NEEDED_POINTS) suspicion = "needed";
@@ -101,18 +104,26 @@ final class InspectionSchedule {
                 && lastPointIterations - spanStartIterations < NEEDED_SPAN_ITERATIONS
                 && iterations >= lastPointIterations + SPAN_GAP_ITERATIONS) suspicion = "needed-span";
         if (training && suspicion != null) {
-            return lastPointNanos + Math.max(NEED_MIN_GAP_NANOS, (long) (lastPauseNanos / NEED_PAUSE_SHARE));
+            return lastInspectionNanos + Math.max(NEED_MIN_GAP_NANOS, (long) (lastPauseNanos / NEED_PAUSE_SHARE));
         }
         return nextInspectionNanos;
     }
 
     /**
      * A point was written at wall time {@code t}, after {@code iterations}: {@code kept} off-heap bytes
-     * and {@code heapAfterGc} heap (-1 unknown) are the new reference for the rise checks, and what the
-     * schedule still needs is counted.
+     * are the new reference for the off-heap rise check. An inspection's point ({@code inspection}) is also
+     * the heap's reference ({@code heapAfterGc}, -1 unknown) and counts toward what the schedule still
+     * needs; a point of the job's own collection does not: its heap still holds the bookkeeping of the
+     * arrays that collection freed, so the heap verdict takes only inspections (pyd4j.profile.leak_verdicts),
+     * and a job calling System.gc() every iteration must still get them.
      */
-    void pointTaken(long kept, long heapAfterGc, long iterations, long t) {
+    void pointTaken(long kept, long heapAfterGc, long iterations, long t, boolean inspection) {
         lastKept = kept;
+        recentHeld.clear();
+        if (!inspection) {
+            if ("offheap-rise".equals(suspicion)) suspicion = null;
+            return;
+        }
         if (heapAfterGc >= 0) lastHeapAfter = heapAfterGc;
         if (iterations >= 1 && iterations > lastPointIterations && ++trainingPoints == 2) spanStartIterations = iterations;
         lastPointIterations = iterations;
@@ -127,18 +138,20 @@ final class InspectionSchedule {
     void inspected(long pause) {
         lastPauseNanos = pause;
         lastPointNanos = System.nanoTime();
+        lastInspectionNanos = lastPointNanos;
         nextInspectionNanos = lastPointNanos + Math.max(intervalNanos, (long) (pause / pauseShare));
     }
 
-    /** After a point of a collection the job had anyway: no inspection sooner than an interval. */
+    /** After a point of a collection the job had anyway: the next such point a second later at the soonest;
+     *  the inspections keep their pace (the heap verdict has only them). */
     void naturalPointTaken() {
         lastPointNanos = System.nanoTime();
-        nextInspectionNanos = Math.max(nextInspectionNanos, lastPointNanos + intervalNanos);
     }
 
     /** After a point that failed: try again an interval later. */
     void failed() {
         lastPointNanos = System.nanoTime();
+        lastInspectionNanos = lastPointNanos;
         nextInspectionNanos = lastPointNanos + intervalNanos;
     }
 

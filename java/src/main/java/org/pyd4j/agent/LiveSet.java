@@ -210,15 +210,17 @@ final class LiveSet implements Runnable {
                     pendingTrigger = null;
                 }
                 long now = System.nanoTime();
-                if (trigger != null) {
+                if (intervalNanos > 0 && now >= due) {
+                    // first: a job collecting every iteration has a collection pending at every turn, and the heap
+                    // verdict has only inspections (a pending collection's point is dropped: this one follows it)
+                    inspect();
+                } else if (trigger != null) {
                     Allocations.collectionStarts();  // the collection has ended: what is allocated from now on is not its
                     // a burst of collections (JavaCPP's System.gc() retries near its limit): one point a second
                     long wait = MIN_GAP_NANOS - schedule.sinceLastPoint(now);
                     if (wait > 0) Thread.sleep(wait / 1_000_000L + 1);
                     measure(trigger, t, Math.max(0, heap - freeSpace.at(heap)), null, -1, -1, heap, false, null);
                     schedule.naturalPointTaken();
-                } else if (intervalNanos > 0 && now >= due) {
-                    inspect();
                 }
             } catch (InterruptedException e) {
                 return;
@@ -351,7 +353,7 @@ final class LiveSet implements Runnable {
         }
         synchronized (lock) {
             // the new reference for the rise checks, and what the schedule still needs
-            schedule.pointTaken(held(c, sampler.workspaceBytes) - fresh[0], heapAfterGc, iterations, t);
+            schedule.pointTaken(held(c, sampler.workspaceBytes) - fresh[0], heapAfterGc, iterations, t, "inspection".equals(trigger));
         }
         if (classes != null) j.raw("classes", classes);
         sink.line(j.close());
