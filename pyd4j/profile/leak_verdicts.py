@@ -90,10 +90,14 @@ def _usable(t: Timeline, what: str) -> list[dict]:
     """Live points fit to judge `what` ("heap" or "offheap"): taken once the deallocators had freed
     what the collection released (before that, memory and the bookkeeping of dead arrays are still
     held). For the heap, only the agent's inspections when there are any: right after the job's own
-    full collections, that bookkeeping is always still reachable."""
+    full collections, that bookkeeping is always still reachable. An inspection during which the job
+    collected too (`job_collected`: a job calling System.gc() every iteration keeps its deallocators
+    busy for good) counts undrained when its histogram measured that bookkeeping (`heap_bookkeeping`,
+    left out of the heap verdict)."""
     points = sorted(t.live_points, key=lambda p: p["t"])
     if what == "heap" and any(p.get("trigger") == "inspection" for p in points):
-        return [p for p in points if p.get("trigger") == "inspection" and p.get("heap_drained", True)]
+        return [p for p in points if p.get("trigger") == "inspection" and (
+            p.get("heap_drained", True) or (p.get("job_collected") and p.get("heap_bookkeeping") is not None))]
     return [p for p in points if p.get(f"{what}_drained", True)]
 
 

@@ -157,6 +157,16 @@ def test_a_job_calling_system_gc_every_iteration_still_gets_a_heap_verdict(tmp_p
     assert [p for p in t.live_points if p["trigger"] == "full-gc"], "the job's System.gc() calls gave no points"
     assert len([p for p in t.live_points if p["trigger"] == "inspection"]) >= 5
     assert all(v.status != "not-enough-data" for v in leak_verdicts(t)), [v.reason for v in leak_verdicts(t)]
+    # and under the small heap a tune's re-run gives it (a collection every few ms): the deallocators are never
+    # idle, so its inspections count undrained with their bookkeeping measured (0 usable points before)
+    small = [a if a != "-Xmx1g" else "-Xmx256m" for a in job]
+    small[small.index("pause=20")] = "pause=0"
+    rc, doc, err = pyd4j("profile", "--json", "--no-report", "--window", "1500", "--out", str(tmp_path / "small"), "--",
+                         *small)
+    assert rc == 0 and doc["stopped_by"] == "window", err[-2000:]
+    t = Timeline.load(tmp_path / "small")
+    assert any(p.get("job_collected") for p in t.live_points if p["trigger"] == "inspection")
+    assert all(v.status != "not-enough-data" for v in leak_verdicts(t)), [v.reason for v in leak_verdicts(t)]
 
 
 def test_timeout_ends_are_not_failures(tmp_path):

@@ -20,16 +20,20 @@ final class DeallocatorDrain {
      * no ND4J object left whose owner is dead but whose deallocator has not run (a few, from young
      * collections meanwhile, are fine), and JavaCPP's count of Pointers not falling for 3 polls in a
      * row (where ND4J's registry is unknown: the bytes freed not rising). On a starved machine this can
-     * take long; after 10 s the point is written as not drained, and the heap verdict leaves it out.
+     * take long; after 10 s the point is written as not drained, and the heap verdict leaves it out. When
+     * {@code busy} says the job's own collections keep giving the deallocators more to free, the wait ends
+     * after 3 polls, not drained: they may never be idle (a job calling System.gc() every iteration).
      */
-    boolean await() throws InterruptedException {
+    boolean await(java.util.function.BooleanSupplier busy) throws InterruptedException {
         long start = System.nanoTime();
+        int polls = 0;
         long freed = Allocations.freedSoFar();
         long javacpp = javacppCount();
         int javacppQuiet = 0;
         int freedQuiet = 0;
         while (System.nanoTime() - start < MAX_MS * 1_000_000L) {
             Thread.sleep(POLL_MS);
+            if (++polls > QUIET_POLLS && busy.getAsBoolean()) break;
             long javacppNow = javacppCount();
             javacppQuiet = javacppNow < 0 || javacppNow >= javacpp ? javacppQuiet + 1 : 0;
             javacpp = javacppNow;

@@ -84,6 +84,10 @@ final class LiveSet implements Runnable {
 
     /** Heap usage after the collection of the agent's last inspection (what the collector reports). */
     private long inspectionHeapAfter = -1;
+    /** The job's own full collections so far, and their count when the running inspection began: one that
+     *  comes during the inspection gives the deallocators more to free while it waits for them. */
+    private long jobCollections;
+    private long jobCollectionsAtInspection;
     /** Heap usage after the agent's last own GC.run collection (-1 until its notification came). */
     private long runHeapAfter = -1;
     /**
@@ -161,6 +165,7 @@ final class LiveSet implements Runnable {
             else runHeapAfter = c.heapAfter;
             return false;
         }
+        jobCollections++;
         pendingTrigger = c.trigger;
         pendingT = c.t;
         pendingHeap = c.heapAfter;
@@ -249,12 +254,14 @@ final class LiveSet implements Runnable {
         ObjectName name = new ObjectName("com.sun.management:type=DiagnosticCommand");
         synchronized (lock) {
             inspectionHeapAfter = -1;
+            jobCollectionsAtInspection = jobCollections;
         }
         Allocations.collectionStarts();
         long start = System.nanoTime();
         diagnostic(server, name, "gcRun", RUN_CAUSE);
         long pause = System.nanoTime() - start;
-        boolean drained = drain.await();
+        // the heap's wait ends early when the job collects meanwhile: its histogram measures the bookkeeping
+        boolean drained = drain.await(this::jobCollectedDuringInspection);
         long t = System.currentTimeMillis();
         if (!histogram) {
             inspectWithoutHistogram(server, name, t, pause, drained);
@@ -314,10 +321,17 @@ final class LiveSet implements Runnable {
         schedule.inspected(pause);
     }
 
+    private boolean jobCollectedDuringInspection() {
+        synchronized (lock) {
+            return jobCollections > jobCollectionsAtInspection;
+        }
+    }
+
     /** Wait for the deallocators, then write the live line and the sites still holding memory. */
     private void measure(String trigger, long t, long heapLive, String classes, double pauseMs, long instances,
                          long heapAfterGc, boolean heapDrained, String why) throws InterruptedException {
-        boolean offheapDrained = drain.await();
+        // off-heap points wait the whole time: the off-heap verdict has no bookkeeping to take out
+        boolean offheapDrained = drain.await(() -> false);
         long drainMs = drain.lastMs();
         long deallocation = classes != null ? bookkeeping : -1;
         if (classes != null) {
@@ -326,6 +340,7 @@ final class LiveSet implements Runnable {
             }
             if (heapAfterGc >= heapLive) freeSpace.add(heapAfterGc, heapAfterGc - heapLive);
         }
+        boolean jobCollected = jobCollectedDuringInspection();
         long iterations = Hooks.iterations.get();
         long[] fresh = Allocations.collectionEnds();  // allocated while the deallocators caught up: not what the collection left
         long rss = sampler.rss();
@@ -334,6 +349,8 @@ final class LiveSet implements Runnable {
                 // heap_live counts no bookkeeping of dead arrays only when the deallocators were done before it
                 .put("heap_drained", heapDrained).put("offheap_drained", offheapDrained);
         if (heapAfterGc >= 0) j.put("heap_after_gc", heapAfterGc);
+        // an inspection during which the job collected too: its deallocators may never have been idle
+        if ("inspection".equals(trigger) && jobCollected) j.put("job_collected", true);
         // of heap_live, ND4J's and JavaCPP's deallocation bookkeeping: it churns with every array made
         // (how much of it a histogram catches depends on how many arrays just died, not on the job's objects)
         if (deallocation >= 0) j.put("heap_bookkeeping", Math.min(deallocation, heapLive));
