@@ -39,7 +39,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import RESULTS, Recorder, amend
+from harness import RESULTS, Recorder
 from harness.dl4j_examples import SOURCES, commit_of
 from harness.record import short_commit
 from harness.speedjobs import FIXTURES_JAR
@@ -104,14 +104,17 @@ def main_part(command: list[str]) -> str:
     return " ".join(command[command.index("-cp") + 2:])
 
 
-def leftovers(command: list[str]) -> list[str]:
-    """Processes still running the job (its main class and iteration count in their command line)."""
+def leftovers(command: list[str], since: float) -> list[str]:
+    """Processes still running the job (its main class and arguments ending their command line) that were
+    started at or after `since` (epoch seconds: the tune's start; a concurrent run of the same job started
+    before it is not the tune's), as "name: main class and arguments" (no paths)."""
     key = main_part(command)
     out = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "create_time", "name"]):
         try:
-            if " ".join(p.info["cmdline"] or []).endswith(key) and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(" ".join(p.info["cmdline"])[:200])
+            line = " ".join(p.info["cmdline"] or [])
+            if line.endswith(key) and p.info["create_time"] >= since - 1 and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{p.info['name']}: {key}")
         except psutil.Error:
             pass
     return out
@@ -133,7 +136,7 @@ def tune(name: str, item: str, command: list[str], root: Path) -> dict:
             "speed-full": ["--speed", "--window", "full", "--budget-minutes", "240"]}[item]
     out = root / f"{name}-{item}"
     argv = [*CLI, "tune", "--json", *opts, "--out", str(out), "--", *command]
-    began = time.monotonic()
+    began, started = time.monotonic(), time.time()
     p = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - began
     try:
@@ -141,7 +144,7 @@ def tune(name: str, item: str, command: list[str], root: Path) -> dict:
     except json.JSONDecodeError:
         doc = {"error": "no JSON document", "stderr_tail": p.stderr[-1500:]}
     row = {"job": name, "item": item, "command": ["pyd4j", "tune", *opts, "--", "<job>"], "wall_s": round(wall, 1),
-           "exit": p.returncode, "left_running": leftovers(command)}
+           "exit": p.returncode, "left_running": leftovers(command, started)}
     if item.startswith("speed"):
         s = doc.get("speed") or {}
         row.update(verdict=s.get("verdict"), changes=[c["setting"] for c in s.get("changes") or []], ratio=s.get("ratio"),
@@ -252,7 +255,9 @@ def main() -> None:
     if args.resummarise:
         doc = json.loads(out.read_text())
         doc["summary"] = summary(doc["rows"])
-        amend(out, doc, indent=2)
+        rec = Recorder.amending(out, doc)
+        hide_paths(rec)
+        rec.write(out, indent=2)
         print(json.dumps(doc["summary"], indent=2))
         return
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -265,7 +270,7 @@ def main() -> None:
     lock = threading.Lock()
     # rows added to an earlier result file amend it: its run record stays the first measurement's
     rec = Recorder.amending(out, earlier) if earlier.get("run") else Recorder("windowed_tune")
-    rec.hide(tempfile.gettempdir(), "<tmp>")
+    hide_paths(rec)
 
     def record(row: dict) -> None:
         with lock:
@@ -293,6 +298,13 @@ def main() -> None:
         for th in threads:
             th.join()
     print(json.dumps(json.loads(out.read_text())["summary"], indent=2))
+
+
+def hide_paths(rec: Recorder) -> None:
+    """This machine's folders (the temporary one, the Python environment, the tree) as labels."""
+    rec.hide(sys.prefix, "<venv>")
+    rec.hide(Path(__file__).resolve().parents[1], "<tree>")
+    rec.hide(tempfile.gettempdir(), "<tmp>")
 
 
 def write(rec: Recorder, rows: list[dict], args, commands: dict[str, list[str]]) -> None:
