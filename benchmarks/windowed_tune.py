@@ -193,8 +193,9 @@ def progress(command: list[str], stdout: str) -> tuple[int | None, int]:
     return (int(done.group(1)) if done else None), int(command[command.index("org.pyd4j.fixtures.LongJob") + 2])
 
 
-def run_job(name: str, command: list[str], items: list[str], root: Path, record, timeout_s: float) -> None:
-    rows: dict[str, dict] = {}
+def run_job(name: str, command: list[str], items: list[str], root: Path, record, timeout_s: float,
+            earlier: dict[str, dict] | None = None) -> None:
+    rows: dict[str, dict] = dict(earlier or {})   # `--window-from`: the window a hold runs the flags of
     for item in items:
         print(f"{name}: {item} ...", flush=True)
         if item == "hold":
@@ -250,6 +251,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT, help="the result file (rows of earlier runs kept)")
     parser.add_argument("--checkout", type=Path, help="a deeplearning4j-examples checkout (for the seq2seq jobs)")
     parser.add_argument("--seq2seq-epochs", type=int, default=240, help="epochs of AdditionModelWithSeq2Seq")
+    parser.add_argument("--window-from", type=Path, help="an earlier result file whose window rows the holds take")
     args = parser.parse_args()
     out = args.out
     if args.resummarise:
@@ -292,7 +294,10 @@ def main() -> None:
         for job, items in pending:
             while sum(t.is_alive() for t in threads) >= args.parallel:
                 time.sleep(5)
-            th = threading.Thread(target=run_job, args=(job, commands[job], items, Path(tmp), record, args.hold_timeout))
+            windows = {r["item"]: r for r in json.loads(args.window_from.read_text())["rows"]
+                       if r["job"] == job and r["item"] == "window"} if args.window_from else None
+            th = threading.Thread(target=run_job, args=(job, commands[job], items, Path(tmp), record, args.hold_timeout,
+                                                        windows))
             th.start()
             threads.append(th)
         for th in threads:
