@@ -161,7 +161,7 @@ def test_a_job_calling_system_gc_every_iteration_still_gets_a_heap_verdict(tmp_p
     # idle, so its inspections count undrained with their bookkeeping measured (0 usable points before)
     small = [a if a != "-Xmx1g" else "-Xmx256m" for a in job]
     small[small.index("pause=20")] = "pause=0"
-    rc, doc, err = pyd4j("profile", "--json", "--no-report", "--window", "1500", "--out", str(tmp_path / "small"), "--",
+    rc, doc, err = pyd4j("profile", "--json", "--no-report", "--window", "3000", "--out", str(tmp_path / "small"), "--",
                          *small)
     assert rc == 0 and doc["stopped_by"] == "window", err[-2000:]
     t = Timeline.load(tmp_path / "small")
