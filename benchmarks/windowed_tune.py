@@ -40,7 +40,7 @@ from pathlib import Path
 import psutil
 
 from harness import RESULTS, Recorder
-from harness.dl4j_examples import SOURCES, commit_of
+from harness.dl4j_examples import PACKAGE, commit_of, compile_jobs
 from harness.record import short_commit
 from harness.speedjobs import FIXTURES_JAR
 from pyd4j.jvm.classpath import classpath
@@ -64,19 +64,6 @@ ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "lea
 FULL_OF = {"healthy": "healthy", "leak": "leak", "bad": "bad", "seq2seq": "seq2seq-full"}
 SEQ2SEQ = "org.deeplearning4j.examples.advanced.modelling.seq2seq.AdditionModelWithSeq2Seq"
 WITH_FIELDS = Path(__file__).parent / "harness" / "java" / "WithFields.java"
-
-
-def compile_seq2seq(checkout: Path, out: Path) -> Path:
-    """deeplearning4j-examples' AdditionModelWithSeq2Seq (and what it uses) with WithFields, by javac."""
-    src = checkout / SOURCES
-    example = src / (SEQ2SEQ.replace(".", "/") + ".java")
-    if not example.exists():
-        raise SystemExit(f"{example} not found: give --checkout a deeplearning4j-examples checkout")
-    out.mkdir(parents=True, exist_ok=True)
-    cp = os.pathsep.join(str(p) for p in classpath())
-    subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-sourcepath", str(src), "-cp", cp,
-                    str(WITH_FIELDS), str(example)], check=True)
-    return out
 
 
 def jobs(iterations: int, seq2seq_classes: Path | None = None, seq2seq_epochs: int = 240) -> dict[str, list[str]]:
@@ -285,7 +272,9 @@ def main() -> None:
             write(rec, kept + rows, args, commands)
 
     with tempfile.TemporaryDirectory(prefix="windowed-tune-") as tmp:
-        classes = compile_seq2seq(args.checkout, Path(tmp) / "seq2seq-classes") if args.checkout else None
+        classes = Path(tmp) / "seq2seq-classes" if args.checkout else None
+        if classes:   # the example (and what it uses) with the launcher that sets its nEpochs
+            compile_jobs(args.checkout, [SEQ2SEQ.removeprefix(PACKAGE)], classes, extra=(WITH_FIELDS,))
         commands = jobs(args.iterations, classes, args.seq2seq_epochs)
         if args.checkout:
             rec.doc["examples_commit"] = commit_of(args.checkout)

@@ -30,8 +30,9 @@ def commit_of(checkout: Path) -> str:
     return p.stdout.strip() if p.returncode == 0 else "unknown (not a git work tree)"
 
 
-def compile_jobs(checkout: Path, jobs: list[str], out: Path) -> None:
-    """javac the jobs (and the sources they use) from the checkout against pyd4j's class path."""
+def compile_jobs(checkout: Path, jobs: list[str], out: Path, extra: tuple[Path, ...] = ()) -> None:
+    """javac the jobs (and the sources they use) from the checkout against pyd4j's class path, with `extra`
+    sources of our own beside them (a launcher)."""
     src = checkout / SOURCES
     files = [src / (PACKAGE + job).replace(".", "/") for job in jobs]
     missing = [str(f) + ".java" for f in files if not f.with_suffix(".java").exists()]
@@ -40,7 +41,7 @@ def compile_jobs(checkout: Path, jobs: list[str], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cp = os.pathsep.join(str(p) for p in classpath())
     p = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-sourcepath", str(src), "-cp", cp,
-                        *[str(f.with_suffix(".java")) for f in files]], capture_output=True, text=True)
+                        *map(str, extra), *[str(f.with_suffix(".java")) for f in files]], capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"javac failed:\n{p.stderr[-3000:]}")
 

@@ -130,7 +130,6 @@ final class InspectionSchedule {
         if (iterations == 0 && ++idlePoints == 2) idleSpanStartMs = t;
         if (iterations == 0) idleLastMs = t;
         suspicion = null;
-        recentHeld.clear();
         recentYoung.clear();
     }
 

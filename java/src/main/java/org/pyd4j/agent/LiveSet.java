@@ -340,7 +340,8 @@ final class LiveSet implements Runnable {
             }
             if (heapAfterGc >= heapLive) freeSpace.add(heapAfterGc, heapAfterGc - heapLive);
         }
-        boolean jobCollected = jobCollectedDuringInspection();
+        boolean inspection = "inspection".equals(trigger);
+        boolean jobCollected = inspection && jobCollectedDuringInspection();
         long iterations = Hooks.iterations.get();
         long[] fresh = Allocations.collectionEnds();  // allocated while the deallocators caught up: not what the collection left
         long rss = sampler.rss();
@@ -350,7 +351,7 @@ final class LiveSet implements Runnable {
                 .put("heap_drained", heapDrained).put("offheap_drained", offheapDrained);
         if (heapAfterGc >= 0) j.put("heap_after_gc", heapAfterGc);
         // an inspection during which the job collected too: its deallocators may never have been idle
-        if ("inspection".equals(trigger) && jobCollected) j.put("job_collected", true);
+        if (jobCollected) j.put("job_collected", true);
         // of heap_live, ND4J's and JavaCPP's deallocation bookkeeping: it churns with every array made
         // (how much of it a histogram catches depends on how many arrays just died, not on the job's objects)
         if (deallocation >= 0) j.put("heap_bookkeeping", Math.min(deallocation, heapLive));
@@ -370,7 +371,7 @@ final class LiveSet implements Runnable {
         }
         synchronized (lock) {
             // the new reference for the rise checks, and what the schedule still needs
-            schedule.pointTaken(held(c, sampler.workspaceBytes) - fresh[0], heapAfterGc, iterations, t, "inspection".equals(trigger));
+            schedule.pointTaken(held(c, sampler.workspaceBytes) - fresh[0], heapAfterGc, iterations, t, inspection);
         }
         if (classes != null) j.raw("classes", classes);
         sink.line(j.close());
