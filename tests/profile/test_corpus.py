@@ -93,8 +93,9 @@ def test_live_heap_is_within_20_percent_of_a_class_histogram(corpus):
     """Against jcmd's full-GC class histogram, on the objects the job holds. Each histogram also counts
     ND4J's and JavaCPP's bookkeeping of arrays that died since the last collection (reachable until
     their deallocator threads run): two jcmd histograms a few seconds apart differ by up to 2x on this
-    job for that alone. So both sides are compared without the deallocation bookkeeping classes
-    (parsed here from jcmd's own output), and the raw figures are printed."""
+    job for that alone, and a loaded machine's slower deallocators leave more of it (a CI run: 13.4 MB in
+    our histogram, 6.5 MB in jcmd's). So both sides are compared without the deallocation bookkeeping
+    classes (parsed here from jcmd's own output); the raw figures are printed, not compared."""
     run = finished(corpus, "lstm")
     taken_at, histograms = corpus["lstm-histogram"]
     ours = [p for p in run.timeline.live_points if p["t"] < taken_at and p.get("heap_drained")]
@@ -110,5 +111,6 @@ def test_live_heap_is_within_20_percent_of_a_class_histogram(corpus):
           f"(totals {[h[0] for h in histograms]} B): {error:.1%}; heap after young GCs peaked at "
           f"{before.heap_after_gc_peak()} B")
     assert error <= 0.20
-    # the raw live heap is no larger than a jcmd histogram (which adds the dying arrays' bookkeeping)
-    assert point["heap_live"] <= 1.2 * max(h[0] for h in histograms)
+    # the bookkeeping taken out is a part of the live heap, as in jcmd's histograms
+    assert 0 <= point["heap_bookkeeping"] < point["heap_live"]
+    assert all(0 <= bookkeeping < total for total, bookkeeping in histograms)
