@@ -279,6 +279,7 @@ class TuneDocument(_Strict):
     schema_: Annotated[int, Field(ge=TUNE_SCHEMA, le=TUNE_SCHEMA)] = Field(TUNE_SCHEMA, alias="schema")
     exit_code: int | None = None
     recommended: list[str] | None = None
+    recommended_environment: dict[str, str] | None = None
     out_dir: str | None = None
     before: TuneRun | None = None
     after: TuneRun | None = None

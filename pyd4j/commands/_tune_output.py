@@ -99,6 +99,10 @@ def _print_recommendation(doc: dict) -> None:
         click.echo("  " + " ".join(doc["recommended"]))
         for arg, why in doc["reasons"].items():
             click.echo(f"    {arg}: {why}")
+    if doc.get("recommended_environment"):
+        setting = " ".join(f"{k}={v}" for k, v in doc["recommended_environment"].items())
+        click.echo(f"recommended environment (the flags assume it{'' if doc.get('from') else '; the re-run had it'}):")
+        click.echo(f"  {setting}")
     for note in doc.get("notes") or []:
         click.echo(f"note: {note}")
     failures = doc.get("own_limit_failures") or []

@@ -63,7 +63,7 @@ def speed_tune(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: i
         try:
             doc = tune_speed(job, speed_dir, interval_ms=interval_ms, timeout_s=timeout_s, max_runs=max_runs,
                              base_jvm=base, base_spark=memory_doc["spark_conf"] if spark else None, window=window,
-                             budget=budget)
+                             budget=budget, base_env=(memory_doc or {}).get("recommended_environment"))
         except Stopped as err:
             if memory_doc is not None and err.doc is not None:
                 memory_doc.update(speed=err.doc.get("speed"), speed_tune={"out": err.doc.get("out")},
@@ -72,7 +72,7 @@ def speed_tune(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: i
             stopped_exit(err, job, as_json, "the job and everything it started were ended; no change is recommended "
                                             "from an unfinished comparison")
     if memory_doc is not None:
-        for key in ("probe", "base_jvm_options", "base_spark_conf", "spark_cluster", "error", "budget", "window",
+        for key in ("probe", "base_jvm_options", "base_environment", "base_spark_conf", "spark_cluster", "error", "budget", "window",
                     "expected_gain"):
             if key in doc:
                 memory_doc.setdefault("speed_tune", {})[key] = doc[key]

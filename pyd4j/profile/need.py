@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from pyd4j.malloc import MALLOC_ENV
 from pyd4j.memory.flags import DEFAULT_HEADROOM, FlagSet, flags, measured_estimate
 from pyd4j.output import human_bytes
 from pyd4j.profile.diagnose import diagnose
@@ -129,6 +130,14 @@ def flags_for(need: MeasuredNeed, model: str, total: str | int | None, headroom:
     """Flags from a need, by the one flag generator."""
     est = measured_estimate(need.offheap + need.javacpp, need.heap, need.native, model=model, javacpp_bytes=need.javacpp)
     return flags(est, total=parse_bytes(total, "budget") if total is not None else None, headroom=headroom)
+
+
+def environment_for(findings: list[str]) -> dict[str, str]:
+    """The environment the flags assume, for a job whose first run lacked it: glibc's mmap threshold fixed
+    (MALLOC_ENV), as `pyd4j flags` writes it. Left to move, glibc keeps freed arrays resident at its own
+    pace, and the job's native memory outside the JVM differs from run to run by more than the flags'
+    headroom (an older-release job's re-run came within 5% of maxphysicalbytes on a loaded machine)."""
+    return dict(MALLOC_ENV) if "malloc-threshold-default" in findings else {}
 
 
 def keep_unshown_limits(flagset: FlagSet, t: Timeline, findings: list[Finding]) -> FlagSet:

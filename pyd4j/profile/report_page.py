@@ -99,7 +99,8 @@ def _display_word(word: str) -> str:
 def tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | None]:
     """(banner, before/after section, before/after plot) for one of tune's runs."""
     e = html.escape
-    flags = " ".join(doc.get("recommended") or [])
+    environment = [f"{k}={v}" for k, v in (doc.get("recommended_environment") or {}).items()]
+    flags = " ".join(environment + list(doc.get("recommended") or []))   # as a shell line has them
     partial = doc.get("partial")
     if side == "after":
         banner = (f'<div class="banner tuned"><b>Tuned run.</b> This is the second run of <code>pyd4j tune</code>, with the '

@@ -62,10 +62,11 @@ class Measured:
 
 def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s: float | None = None,
                base_jvm: Sequence[str] = (), base_spark: dict[str, str] | None = None,
-               window: WindowSpec | None = None) -> Runner:
+               window: WindowSpec | None = None, base_env: dict[str, str] | None = None) -> Runner:
     """Runs the job once per call under the agent with a setup, each run in its own directory.
     `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
-    of every A/B; a setup's own -Xmx follows them and so wins. `base_spark`: the same for a spark-submit
+    of every A/B; a setup's own -Xmx follows them and so wins; `base_env`: the environment they assume
+    (the memory tune's), a setup's own variables after it. `base_spark`: the same for a spark-submit
     job, Spark settings (the memory tune's), the job's own memory flags dropped. A spark-submit job on a cluster gets
     the setup as executor settings and is measured on its executors (pyd4j.profile.spark_speed).
     Without `timeout_s`, every run after the first is stopped at 5x the first run's wall time (at
@@ -105,7 +106,8 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                 opts = kept + opts
             w = windows.next()
             result = profile_job(job, run_dir, interval_ms=interval_ms, extra_jvm_options=opts,
-                                 drop_memory_flags=drop or bool(base_spark), timeout_s=limit[0], env_changes=setup.env(),
+                                 drop_memory_flags=drop or bool(base_spark), timeout_s=limit[0],
+                                 env_changes={**(base_env or {}), **setup.env()} or None,
                                  spark_conf=base_spark or None, window=w)
             t = result.timeline
             ips = windows.rate(t, w)
@@ -205,12 +207,13 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
                runner: Runner | None = None, env: dict[str, str] | None = None, n_cores: int | None = None,
                ram_bytes: int | None = None, only: set[str] | None = None, base_jvm: Sequence[str] = (),
                features: tuple[str, ...] | None = None, base_spark: dict[str, str] | None = None,
-               window: WindowSpec | None = None, budget: Budget | None = None, futility: bool = True) -> dict:
+               window: WindowSpec | None = None, budget: Budget | None = None, futility: bool = True,
+               base_env: dict[str, str] | None = None) -> dict:
     """Probe the job, try the candidates (largest expected gain first), combine what is proved; the
     `speed` document. `base_jvm`: memory flags every run gets (`pyd4j tune --speed --memory`: the memory
-    tune's); `base_spark`: its Spark settings, for a spark-submit job. `only`: try only these kinds of
-    setting (threads, omp_wait_policy, nd4j.periodic_gc, workspace_mode, prefetch, explicit_gc, heap,
-    nd4j_build, blas). `features`: the CPU's flags (default: this machine's). `window`: each run's
+    tune's), with `base_env`, the environment those assume; `base_spark`: its Spark settings, for a
+    spark-submit job. `only`: try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc,
+    workspace_mode, prefetch, explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default: this machine's). `window`: each run's
     measurement window (None: the whole job); `budget`: the runs or minutes the whole tune may spend;
     `futility`: an A/B also stops once more runs cannot make its change worth keeping. On Ctrl-C or
     SIGTERM, Stopped carries the partial document (`partial`: true) in `.doc`."""
@@ -219,11 +222,12 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     cluster = spark_speed.cluster_submit(job)
     out = Path(out_dir) if out_dir else default_run_dir(command.title + "-speed")
     out.mkdir(parents=True, exist_ok=True)
-    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm, base_spark, window)
+    runner = runner or job_runner(job, out, interval_ms, timeout_s, base_jvm, base_spark, window, base_env)
     budget = budget or Budget()
     runs: list[dict] = []
     trials: list[dict] = []
     doc: dict = {"command": list(job), "out": str(out), "partial": False, "base_jvm_options": list(base_jvm),
+                 "base_environment": dict(base_env or {}),
                  "base_spark_conf": dict(base_spark or {})}
 
     def compare(a: Setup, b: Setup) -> ab.Comparison:

@@ -25,7 +25,7 @@ from pyd4j.memory.flags import DEFAULT_HEADROOM
 from pyd4j.profile.command import JobCommand
 from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.launch import DEFAULT_INTERVAL_MS, JobRun, check_run_dir, default_run_dir, profile_job
-from pyd4j.profile.need import LIMIT_FLAGS, flags_for, keep_unshown_limits, larger, measured_need, raised_by  # noqa: F401
+from pyd4j.profile.need import LIMIT_FLAGS, environment_for, flags_for, keep_unshown_limits, larger, measured_need, raised_by  # noqa: F401
 from pyd4j.profile.oom import limit_refusals
 from pyd4j.profile.signals import Stopped
 from pyd4j.profile.tune_outcome import (  # noqa: F401 (the tune's outcome rules, named here for callers)
@@ -135,6 +135,7 @@ def tune_job(argv: list[str], out_dir: Path | str | None = None, interval_ms: in
     need = measured_need(before.timeline, before_findings)
     flagset = keep_unshown_limits(flags_for(need, before.timeline.name, total, headroom), before.timeline, before_findings)
     doc.update({"before": first, "recommended": flagset.args(),
+                "recommended_environment": {} if planned else environment_for(first["findings"]),
                 "reasons": {f.arg: f.reason for f in flagset.flags}, "measured_need": asdict(need),
                 "container_bytes": flagset.container_bytes, "notes": doc["notes"] + list(flagset.notes)
                 + window_notes(first)})
@@ -167,10 +168,11 @@ class _Runs:
         least = self.first["iterations"] if name.startswith("after") and self.first.get("stopped_as_asked") else 0
         return RunWindow(self.window, "memory", min_iterations=least)
 
-    def run(self, name: str, extra: list[str] = (), plan: str | None = None, spark_conf: dict | None = None) -> JobRun:
+    def run(self, name: str, extra: list[str] = (), plan: str | None = None, spark_conf: dict | None = None,
+            env: dict[str, str] | None = None) -> JobRun:
         try:
             return profile_job(self.argv, self.out / name, interval_ms=self.interval_ms, extra_jvm_options=list(extra),
-                               drop_memory_flags=bool(extra or spark_conf), on_sample=self.on_sample,
+                               drop_memory_flags=bool(extra or spark_conf), on_sample=self.on_sample, env_changes=env or None,
                                timeout_s=self.timeout_s, plan=plan, describe=self.planned and name == "before",
                                spark_conf=spark_conf, window=self.windowed(name))
         except Stopped as err:
@@ -190,8 +192,10 @@ def _verify(command: JobCommand, runs: _Runs, before: JobRun, need, flagset, tot
     before_notes = list(flagset.notes) + window_notes(first)   # said again with the final recommendation
 
     def run_after(name: str) -> JobRun:
-        """The re-run: the job's own flags under the plan, or the recommended flags."""
-        return runs.run(name, plan=doc["plan"]["path"]) if planned else runs.run(name, flagset.args())
+        """The re-run: the job's own flags under the plan, or the recommended flags and environment."""
+        if planned:
+            return runs.run(name, plan=doc["plan"]["path"])
+        return runs.run(name, flagset.args(), env=doc["recommended_environment"])
 
     attempts = []
     doc["max_reruns"] = 1 if planned else MAX_RERUNS
@@ -199,6 +203,7 @@ def _verify(command: JobCommand, runs: _Runs, before: JobRun, need, flagset, tot
         after = run_after("after" if attempt == 0 else f"after-{attempt + 1}")
         side = side_of(after)
         side["flags"] = [] if planned else flagset.args()
+        side["environment"] = {} if planned else dict(doc["recommended_environment"])
         if planned:
             side["plan_not_applied"] = _plan_not_applied(after)
         attempts.append(side)

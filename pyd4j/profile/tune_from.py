@@ -14,7 +14,7 @@ from pyd4j.memory.flags import DEFAULT_HEADROOM
 from pyd4j.profile.command import JobCommandError
 from pyd4j.profile.diagnose import diagnose
 from pyd4j.profile.launch import JobRun
-from pyd4j.profile.need import flags_for, keep_unshown_limits, measured_need
+from pyd4j.profile.need import environment_for, flags_for, keep_unshown_limits, measured_need
 from pyd4j.profile.tune import JobFailedError, recommended_only, window_notes
 from pyd4j.profile.tune_outcome import EXIT_ERROR, side_of, untunable
 
@@ -45,7 +45,8 @@ def tune_from(run_dir: Path | str, out_dir: Path | str | None = None, total: str
     flagset = keep_unshown_limits(flags_for(need, run.timeline.name, total, headroom), run.timeline, findings)
     doc = {"from": str(run_dir), "out_dir": str(out_dir) if out_dir else None,
            "command": run.timeline.meta.get("user_command") or run.command, "partial": False, "before": first,
-           "recommended": flagset.args(), "reasons": {f.arg: f.reason for f in flagset.flags},
+           "recommended": flagset.args(), "recommended_environment": environment_for(first["findings"]),
+           "reasons": {f.arg: f.reason for f in flagset.flags},
            "measured_need": asdict(need), "container_bytes": flagset.container_bytes,
            "notes": [f"recommended from the run in {run_dir} without starting the job: no re-run verified these flags",
                      *flagset.notes, *window_notes(first)]}

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pyd4j.cli import main
+from pyd4j.malloc import MALLOC_ENV
 from pyd4j.profile.speed import Change, Setup, job_runner
 from tests.profile.conftest import speed_job_command
 
@@ -20,7 +21,8 @@ MEMORY_FLAGS = ["-Xmx300m", "-XX:MaxDirectMemorySize=200m"]
 
 def _fake_memory_tune(exit_code: int):
     def tune_job(job, out_dir=None, **kw):
-        return {"command": list(job), "recommended": MEMORY_FLAGS, "reasons": {}, "exit_code": exit_code,
+        return {"command": list(job), "recommended": MEMORY_FLAGS, "recommended_environment": MALLOC_ENV,
+                "reasons": {}, "exit_code": exit_code,
                 "outcome": "verified" if exit_code == 0 else "not-verified", "notes": []}
     return tune_job
 
@@ -49,6 +51,7 @@ def test_fake_tunes_speed_runs_on_the_memory_flags_and_its_exit_code_wins(monkey
                                     "--", "java", "-cp", ".", "com.acme.Train"])
     doc = json.loads(out.output)
     assert seen["base_jvm"] == MEMORY_FLAGS and str(seen["out_dir"]).endswith("speed")
+    assert seen["base_env"] == MALLOC_ENV
     assert out.exit_code == 3 and doc["exit_code"] == 3 and doc["memory_exit_code"] == 0
     assert doc["recommended"] == MEMORY_FLAGS and doc["speed"]["verdict"] == "no verified change"
     assert doc["speed_tune"]["base_jvm_options"] == MEMORY_FLAGS
@@ -69,7 +72,7 @@ def test_fake_tunes_no_speed_tune_when_memory_is_not_verified(monkeypatch, tmp_p
 @pytest.mark.slow
 def test_speed_runs_carry_the_memory_flags_through_a_launcher(tmp_path):
     java = shlex.join(speed_job_command("mlp", "2"))
-    run = job_runner(["bash", "-c", java], tmp_path, base_jvm=MEMORY_FLAGS)
+    run = job_runner(["bash", "-c", java], tmp_path, base_jvm=MEMORY_FLAGS, base_env=MALLOC_ENV)
     plain = run(Setup(), "before")
     heap = Change("heap", "max heap 300 MiB", "-Xmx600m", "", jvm=("-Xmx600m",), replaces_memory_flags=True)
     bigger = run(Setup((heap,)), "after")
@@ -80,5 +83,7 @@ def test_speed_runs_carry_the_memory_flags_through_a_launcher(tmp_path):
     args = plain.timeline.start["jvm_args"]
     assert all(f in args for f in MEMORY_FLAGS), args
     assert plain.timeline.limits()["heap_max"] <= 300 << 20
+    # and the environment those flags assume: glibc's mmap threshold fixed, as the agent read it in the JVM
+    assert plain.timeline.nd4j_settings()["malloc_mmap_threshold"] == MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"]
     # a speed change's own -Xmx comes after them and wins
     assert bigger.timeline.limits()["heap_max"] > 300 << 20

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from pyd4j.malloc import MALLOC_ENV
 from pyd4j.memory.flags import MIN_MAXBYTES
 from pyd4j.profile.oom import limit_refusals
 from pyd4j.profile.tune import flags_for, gc_pressure_not_from_flags, measured_need, not_verified_because, raised_by, throughput
@@ -79,6 +80,11 @@ def test_older_release_job_is_verified_and_repeat_measures_the_spread(tunes):
                                                       doc["before"].get("gc_share"), err[-2000:])
     for side in ("before", "after"):
         assert not [k for k in doc[side]["findings"] if k.startswith(("leak", "oom"))]
+    # started without glibc's mmap threshold fixed: the flags come with it, and the re-runs had it
+    assert "malloc-threshold-default" in doc["before"]["findings"]
+    assert doc["recommended_environment"] == MALLOC_ENV
+    assert all(a["environment"] == MALLOC_ENV for a in doc["attempts"])
+    assert "malloc-threshold-default" not in doc["after"]["findings"]
     speed = doc["throughput"]
     for side in ("before", "after"):
         s = speed[side]

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pyd4j.malloc import MALLOC_ENV
 from pyd4j.profile import window
 from pyd4j.profile.launch import profile_job
 from pyd4j.profile.timeline import Timeline
@@ -82,6 +83,10 @@ def test_tune_from_a_completed_run_recommends_for_the_whole_job(healthy_run):
     assert doc["before"]["scope"]["whole_job"] and doc["before"]["scope"]["ended"] == "completed"
     heap = next(a for a in doc["recommended"] if a.startswith("-Xmx"))
     assert "kept at the job's own" not in doc["reasons"][heap]
+    # the run left glibc's mmap threshold to move (its JVM's environment, as the agent read it): the
+    # flags come with the environment they assume
+    assert healthy_run.timeline.nd4j_settings()["malloc_mmap_threshold"] == ""
+    assert doc["recommended_environment"] == MALLOC_ENV
 
 
 def test_stop_file_ends_the_job_at_the_next_iteration(tmp_path):
