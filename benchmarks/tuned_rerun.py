@@ -1,7 +1,7 @@
 """Do tuned flags hold the job for longer than tune watched it? Each corpus job of benchmarks/leak_corpus.py
 that tune can size (the healthy ones, on DL4J 1.0.0-M2.1 and beta7, and the leaking and dying ones tune
 does not verify) is tuned at the agent's defaults; then the job runs again without pyd4j, with the
-recommended flags, for 3x the iterations of tune's re-run, inside a real memory cgroup of the recommended
+recommended flags (and environment), for 3x the iterations of tune's re-run, inside a real memory cgroup of the recommended
 container limit (pyd4j.memory.container, what a Kubernetes/Docker memory limit does).
 
 Per job: the tune outcome, the limit, the iterations asked and done, the exit code, the cgroup's peak
@@ -67,7 +67,7 @@ def tune_and_rerun(case: dict, root: Path, factor: int, timeout_s: float) -> dic
     row = {"name": case["name"], "group": case["group"], "tune_outcome": doc["outcome"], "tune_exit": doc["exit_code"],
            "tune_findings": (doc.get("after") or {}).get("findings"),
            "tune_first_findings": (doc.get("before") or {}).get("findings"), "recommended": doc.get("recommended"),
-           "container_bytes": doc.get("container_bytes"),
+           "recommended_environment": doc.get("recommended_environment") or {}, "container_bytes": doc.get("container_bytes"),
            "must_hold": must_hold(doc["outcome"], {*(doc.get("after") or {}).get("findings", []),
                                                   *(doc.get("before") or {}).get("findings", [])},
                                   (doc.get("after") or {}).get("iterations"))}
@@ -77,8 +77,10 @@ def tune_and_rerun(case: dict, root: Path, factor: int, timeout_s: float) -> dic
     asked = factor * tuned_iterations
     units = JOB_UNITS.get(case["name"], 1)
     argv = JavaCommand.parse(longer(case["command"], asked * units)).argv(doc["recommended"], drop_memory_flags=True)
+    # the environment the flags assume, as the tune's re-runs had it
+    env = {**os.environ, **(doc.get("recommended_environment") or {})}
     out = subprocess.run([sys.executable, "-c", LIMITED, str(doc["container_bytes"]), str(timeout_s), *argv],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     result = json.loads(out.splitlines()[-1])
     done = re.search(r"FIXTURE .*?iterations=(\d+)", result["stdout"])
     row.update(tuned_iterations=tuned_iterations, iterations_asked=asked,

@@ -13,7 +13,8 @@ bad-setting job paced like the others (`bad-paced`).
 Per job and item: the tune's wall time, exit code and outcome, the limits it recommends, the iterations
 each of its runs trained and why its window ended, the leaks it found, and the processes of the job still
 running after it (0 expected). Then: the windowed memory limits over the full-length tune's (target within
-10%), the job run whole without pyd4j with the windowed flags inside a memory cgroup of the recommended
+10%), the job run whole without pyd4j with the windowed flags (and the
+environment they assume) inside a memory cgroup of the recommended
 container limit (`hold`, target 0 failures), the speed changes found windowed and full-length on a shorter
 copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J gets one OpenMP thread
 (2 shared cores). Writes benchmarks/results/windowed_tune.json; rows of items not re-measured are kept.
@@ -146,7 +147,7 @@ def tune(name: str, item: str, command: list[str], root: Path) -> dict:
                        "findings": d.get("findings"), "window": ((d.get("window") or {}).get("decision") or {}).get("reason"),
                        "whole_job": (d.get("scope") or {}).get("whole_job")}
     row.update(outcome=doc.get("outcome"), verified_for=doc.get("verified_for"), recommended=doc.get("recommended"),
-               limits=limits_of(doc.get("recommended")), container_bytes=doc.get("container_bytes"), sides=sides,
+               recommended_environment=doc.get("recommended_environment") or {}, limits=limits_of(doc.get("recommended")), container_bytes=doc.get("container_bytes"), sides=sides,
                leak_found=any(k.startswith("leak") for s in sides.values() for k in s["findings"] or []),
                not_verified_because=doc.get("not_verified_because"), error=doc.get("error"))
     return row
@@ -159,8 +160,10 @@ def hold(name: str, command: list[str], window_row: dict, timeout_s: float) -> d
         return {**row, "skipped": "the windowed tune recommended no flags"}
     argv = JavaCommand.parse(command).argv(window_row["recommended"], drop_memory_flags=True)
     began = time.monotonic()
+    # the environment the flags assume, as the tune's re-runs had it
+    env = {**os.environ, **(window_row.get("recommended_environment") or {})}
     out = subprocess.run([sys.executable, "-c", LIMITED, str(window_row["container_bytes"]), str(timeout_s), *argv],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     r = json.loads(out.splitlines()[-1])
     done, asked = progress(command, r["stdout"])
     return {**row, "wall_s": round(time.monotonic() - began, 1), "exit": r["exit_code"],
