@@ -3,9 +3,15 @@
 DL4J runs inference in workspaces that learn their size over the first calls and then keep it: the
 memory a served or predicting network holds is those workspaces, its parameters and the arrays of
 one call. DL4J's NetworkMemoryReport misses most of it (0.25x on zoo SimpleCNN at batch 32, 1.65x
-over on SqueezeNet), so the workspaces are measured instead: settled sizes at two small batches,
-on a thread of their own (workspaces are per thread), and the line through them -- measured
+over on SqueezeNet), so the workspaces are measured instead: settled sizes at batch 1 and a second
+batch, on a thread of their own (workspaces are per thread), and the line through them -- measured
 proportional to the batch on every zoo network tried.
+
+The second batch is 2 where batch 1's workspaces already hold MIN_PROBE_SPAN; for a smaller network
+it is larger. ND4J rounds workspace allocations up, so a tiny network's workspaces hold the same at
+batches 1 and 2 (a generated embedding of 4: 64 bytes at both, then 32 bytes per sample from batch
+3 on), and a line through those two has no slope: at batch 32 it predicted 0.43x of such networks'
+footprints.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from pyd4j.jvm import java_errors
 # for calls 2-4 and 3.6 MB from the 7th on) ... or after this many calls, the largest size seen.
 SETTLE_MIN_CALLS = 8
 SETTLE_MAX_CALLS = 16
-PROBE_BATCHES = (1, 2)
+MIN_PROBE_SPAN = 64 * 1024       # workspace bytes at the second probe batch: the granules are noise there
+MAX_PROBE_BATCH = 1024
+MAX_PROBE_CALL_BYTES = 16 << 20  # the second probe's input and output arrays at most
 
 
 def settled_workspace_bytes(run: Callable[[], Any]) -> tuple[int, Any]:
@@ -62,25 +70,39 @@ def output(net: Any, kind: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray
     return result
 
 
-def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype,
-                   batches: tuple[int, int] = PROBE_BATCHES) -> tuple[int, int, int]:
+def second_probe_batch(held_at_1: int, call_bytes_per_sample: int) -> int:
+    """The batch whose workspaces, with batch 1's, give the line: 2, doubled while batch 1's workspaces
+    times it stay under MIN_PROBE_SPAN (up to MAX_PROBE_BATCH, and while the call's own arrays stay
+    under MAX_PROBE_CALL_BYTES)."""
+    batch = 2
+    while (batch < MAX_PROBE_BATCH and batch * max(held_at_1, 1) < MIN_PROBE_SPAN
+           and 2 * batch * call_bytes_per_sample <= MAX_PROBE_CALL_BYTES):
+        batch *= 2
+    return batch
+
+
+def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype) -> tuple[int, int, int]:
     """(fixed bytes, bytes per sample, output elements per sample) of a network's settled inference
-    workspaces, from output() at two small batches on a new thread (its workspaces destroyed after).
-    `shapes`: each input array's shape without the batch."""
+    workspaces, from output() at batch 1 and `second_probe_batch` on a new thread (its workspaces
+    destroyed after). `shapes`: each input array's shape without the batch."""
     kind = configuration_of(net)[1]
     found: dict[int, tuple[int, int]] = {}
     failure: list[BaseException] = []
+    in_elems = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+
+    def settle(b: int) -> None:
+        arrays = example_inputs(shapes, b, dtype)
+        held, outs = settled_workspace_bytes(lambda: output(net, kind, arrays))
+        found[b] = (held, sum(int(o.size) // b for o in outs))
+        workspaces.destroy_all()
 
     def probe() -> None:
         from pyd4j.jvm.core import detach  # noqa: PLC0415 - only a thread that used Java detaches
 
         try:
             with java_errors():
-                for b in batches:
-                    arrays = example_inputs(shapes, b, dtype)
-                    held, outs = settled_workspace_bytes(lambda: output(net, kind, arrays))
-                    found[b] = (held, sum(int(o.size) // b for o in outs))
-                    workspaces.destroy_all()
+                settle(1)
+                settle(second_probe_batch(found[1][0], (in_elems + found[1][1]) * dtype.itemsize))
         except BaseException as err:  # noqa: BLE001 - raised again on the caller's thread
             failure.append(err)
         finally:
@@ -93,7 +115,7 @@ def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype,
     if failure:
         raise failure[0]
     (b1, (w1, out_elems)), (b2, (w2, _)) = sorted(found.items())
-    # never a negative slope: a tiny network's workspaces may settle smaller at the larger batch
-    # (sizes rounded to the allocator's granules), which extended as a line would go below zero
+    # never a negative slope: a network's workspaces may settle smaller at the larger batch (sizes
+    # rounded to the allocator's granules), which extended as a line would go below zero
     per = max(0.0, (w2 - w1) / (b2 - b1))
     return max(0, int(round(w1 - per * b1))), int(round(per)), out_elems

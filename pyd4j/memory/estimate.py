@@ -28,7 +28,7 @@ from typing import Any
 
 from pyd4j.dl4j.config import ConfigurationError, network_of
 from pyd4j.dl4j.fitmem import Region, Term
-from pyd4j.dl4j.inference import PROBE_BATCHES, workspace_line
+from pyd4j.dl4j.inference import workspace_line
 from pyd4j.dl4j.input_types import array_shape, input_elements, java_input_type, planner_shape
 from pyd4j.dl4j.load import Loaded, load
 from pyd4j.dtypes import numpy_dtype
@@ -445,7 +445,7 @@ def _dl4j_info(loaded: Loaded, in_types: list, batch: int, report, gaps: list[st
 
 def _inference_terms(loaded: Loaded, report: list[Term], dtype: str) -> list[Term]:
     """Inference: the parameters (DL4J's report, exact), DL4J's inference workspaces as output() settles
-    them (`pyd4j.dl4j.inference`: measured at two small batches, a line in the batch) and the input and
+    them (`pyd4j.dl4j.inference`: measured at batch 1 and a second batch, a line in the batch) and the input and
     output arrays of one call. DL4J's report of activations and working memory is only the cross-check:
     it was 0.25-1.65x of the workspaces output() really holds on zoo networks."""
     net = loaded.live if loaded.live is not None else network_of(loaded.conf, loaded.kind, init=True)
@@ -456,8 +456,8 @@ def _inference_terms(loaded: Loaded, report: list[Term], dtype: str) -> list[Ter
     in_elems = sum(input_elements(s) for s in loaded.inputs)
     terms = [t for t in report if t.name == "parameters"]
     terms.append(Term("inference_workspaces", "offheap", "measured", int(fixed * scale), int(round(per * scale)),
-                      "DL4J's inference workspaces once output() has settled them, measured at batches "
-                      f"{' and '.join(map(str, PROBE_BATCHES))} (a line in the batch)"
+                      "DL4J's inference workspaces once output() has settled them, measured at batch 1 and a "
+                      "larger batch (a line in the batch)"
                       + (f", scaled to {dtype}" if scale != 1 else "")))
     terms.append(Term("call_arrays", "offheap", "estimate", 0, (in_elems + out_elems) * DTYPE_BYTES[dtype],
                       "the input and output arrays of one output() call"))

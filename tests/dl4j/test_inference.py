@@ -1,9 +1,10 @@
 """What a network holds for inference: `pyd4j estimate --mode infer` (DL4J's inference workspaces
-measured at two small batches, extended as a line) against what a served model holds at a larger
+measured at batch 1 and a second batch, extended as a line) against what a served model holds at a larger
 batch, measured (real DL4J in the session JVM)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -39,3 +40,34 @@ def test_the_probe_leaves_no_workspace_on_the_calling_thread(jvm) -> None:
     e = estimate(NETWORKS / "deep_cnn_bn.json", 8, mode="infer")
     assert e.term_bytes("inference_workspaces") > 0
     assert workspaces.held_bytes() == 0
+
+
+# a network the generator drew (tests/dl4j/netgraph): an embedding of 4 whose inference workspaces hold
+# 64 bytes at batches 1 and 2 alike (ND4J rounds allocations up), then 32 bytes per sample from batch 3
+TINY = {"kind": "graph", "dtype": "FLOAT", "updater": "AMSGrad", "lr": 0.01, "seed": 6065, "batch": 3,
+        "inputs": [{"kind": "index", "vocab": 2}],
+        "layers": [{"class": "EmbeddingLayer", "nIn": 2, "nOut": 4, "act": "IDENTITY", "name": "embedding0",
+                    "inputs": ["in0"]},
+                   {"class": "LossLayer", "loss": "POISSON", "act": "SIGMOID", "labels": "count", "name": "loss1",
+                    "inputs": ["embedding0"]}],
+        "outputs": ["loss1"], "labels": [["ff", 4]]}
+
+
+def test_a_tiny_networks_estimate_is_not_flattened_by_rounded_workspaces(jvm, tmp_path) -> None:
+    """A line through batches 1 and 2 alone had no slope here: 0.43x of the footprint at batch 32."""
+    from pyd4j.serve.model import ServedModel
+    from tests.dl4j import netbuild
+    from tests.dl4j.netcheck import sidecar
+
+    path = tmp_path / "tiny.json"
+    path.write_text(str(netbuild.configuration(TINY).toJson()))
+    (tmp_path / "tiny.input.json").write_text(json.dumps({"inputs": sidecar(TINY)}))
+    workspaces.destroy_all()
+    m = ServedModel("tiny", path, tmp_path / "spill")
+    measured = m.load(32, slice_rows="whole")
+    m.net = None
+    workspaces.destroy_all()
+    e = estimate(path, 32, mode="infer")
+    predicted = e.offheap_bytes - e.term_bytes("prefetch_buffers")
+    assert measured.workspace_bytes > 32 * 16   # it grows with the batch
+    assert abs(predicted / measured.total_bytes - 1) <= 0.15, (e.terms, measured)
