@@ -11,7 +11,9 @@ The second batch is 2 where batch 1's workspaces already hold MIN_PROBE_SPAN; fo
 it is larger. ND4J rounds workspace allocations up, so a tiny network's workspaces hold the same at
 batches 1 and 2 (a generated embedding of 4: 64 bytes at both, then 32 bytes per sample from batch
 3 on), and a line through those two has no slope: at batch 32 it predicted 0.43x of such networks'
-footprints.
+footprints. The line goes through both measurements, also where batch 1's workspaces hold less than
+a sample's share at the second batch (its fixed part is then negative; at batch 1 it is still batch
+1's measurement).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from pyd4j.jvm import java_errors
 SETTLE_MIN_CALLS = 8
 SETTLE_MAX_CALLS = 16
 MIN_PROBE_SPAN = 64 * 1024       # workspace bytes at the second probe batch: the granules are noise there
-MAX_PROBE_BATCH = 1024
+# at most: a generated RnnLossLayer network's workspaces held nothing at batches 1-32 and 82 bytes a sample
+# at 1024, which a line through 1024 would have put on its batch-32 footprint (2.0x)
+MAX_PROBE_BATCH = 16
 MAX_PROBE_CALL_BYTES = 16 << 20  # the second probe's input and output arrays at most
 
 
@@ -82,7 +86,7 @@ def second_probe_batch(held_at_1: int, call_bytes_per_sample: int) -> int:
 
 
 def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype) -> tuple[int, int, int]:
-    """(fixed bytes, bytes per sample, output elements per sample) of a network's settled inference
+    """(fixed bytes, bytes per sample, output bytes per sample) of a network's settled inference
     workspaces, from output() at batch 1 and `second_probe_batch` on a new thread (its workspaces
     destroyed after). `shapes`: each input array's shape without the batch."""
     kind = configuration_of(net)[1]
@@ -93,7 +97,8 @@ def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype) -
     def settle(b: int) -> None:
         arrays = example_inputs(shapes, b, dtype)
         held, outs = settled_workspace_bytes(lambda: output(net, kind, arrays))
-        found[b] = (held, sum(int(o.size) // b for o in outs))
+        # output bytes as returned: a network without parameters fed `dtype` may answer in another type
+        found[b] = (held, sum(int(o.nbytes) // b for o in outs))
         workspaces.destroy_all()
 
     def probe() -> None:
@@ -102,7 +107,7 @@ def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype) -
         try:
             with java_errors():
                 settle(1)
-                settle(second_probe_batch(found[1][0], (in_elems + found[1][1]) * dtype.itemsize))
+                settle(second_probe_batch(found[1][0], in_elems * dtype.itemsize + found[1][1]))
         except BaseException as err:  # noqa: BLE001 - raised again on the caller's thread
             failure.append(err)
         finally:
@@ -114,8 +119,8 @@ def workspace_line(net: Any, shapes: Sequence[Sequence[int]], dtype: np.dtype) -
     worker.join()
     if failure:
         raise failure[0]
-    (b1, (w1, out_elems)), (b2, (w2, _)) = sorted(found.items())
+    (b1, (w1, out_bytes)), (b2, (w2, _)) = sorted(found.items())
     # never a negative slope: a network's workspaces may settle smaller at the larger batch (sizes
     # rounded to the allocator's granules), which extended as a line would go below zero
-    per = max(0.0, (w2 - w1) / (b2 - b1))
-    return max(0, int(round(w1 - per * b1))), int(round(per)), out_elems
+    per = int(round(max(0.0, (w2 - w1) / (b2 - b1))))
+    return w1 - per * b1, per, out_bytes

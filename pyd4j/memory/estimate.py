@@ -451,7 +451,7 @@ def _inference_terms(loaded: Loaded, report: list[Term], dtype: str) -> list[Ter
     net = loaded.live if loaded.live is not None else network_of(loaded.conf, loaded.kind, init=True)
     np_dtype = numpy_dtype(str(net.params().dataType().name()))
     itemsize = np_dtype.itemsize
-    fixed, per, out_elems = workspace_line(net, [array_shape(s, 1)[1:] for s in loaded.inputs], np_dtype)
+    fixed, per, out_bytes = workspace_line(net, [array_shape(s, 1)[1:] for s in loaded.inputs], np_dtype)
     scale = DTYPE_BYTES[dtype] / itemsize
     in_elems = sum(input_elements(s) for s in loaded.inputs)
     terms = [t for t in report if t.name == "parameters"]
@@ -459,8 +459,9 @@ def _inference_terms(loaded: Loaded, report: list[Term], dtype: str) -> list[Ter
                       "DL4J's inference workspaces once output() has settled them, measured at batch 1 and a "
                       "larger batch (a line in the batch)"
                       + (f", scaled to {dtype}" if scale != 1 else "")))
-    terms.append(Term("call_arrays", "offheap", "estimate", 0, (in_elems + out_elems) * DTYPE_BYTES[dtype],
-                      "the input and output arrays of one output() call"))
+    terms.append(Term("call_arrays", "offheap", "estimate", 0, int(round((in_elems * itemsize + out_bytes) * scale)),
+                      "the input and output arrays of one output() call"
+                      + (f", scaled to {dtype}" if scale != 1 else "")))
     return terms
 
 
