@@ -58,9 +58,9 @@ LIMITED = ("import json, sys; from pyd4j.memory.container import run_limited; "
 # the items each job gets, in order
 ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "leak": ("window", "full"),
          "bad": ("window", "full", "hold", "speed"), "bad-short": ("speed", "speed-full"),
-         "wide": ("window", "plan", "speed", "hold"), "slow-leak": ("window", "speed", "hold"),
-         "bad-mild": ("window", "speed", "hold"), "seq2seq": ("window", "speed", "hold"), "seq2seq-full": ("full",),
-         "bad-paced": ("window", "speed", "hold")}
+         "wide": ("window", "plan", "speed", "hold"), "slow-leak": ("window", "plan", "speed", "hold"),
+         "bad-mild": ("window", "plan", "speed", "hold"), "seq2seq": ("window", "plan", "speed", "hold"),
+         "seq2seq-full": ("full",), "bad-paced": ("window", "plan", "speed", "hold")}
 # the job whose full-length tune a windowed tune is compared with
 FULL_OF = {"healthy": "healthy", "leak": "leak", "bad": "bad", "seq2seq": "seq2seq-full"}
 SEQ2SEQ = "org.deeplearning4j.examples.advanced.modelling.seq2seq.AdditionModelWithSeq2Seq"
@@ -150,6 +150,11 @@ def tune(name: str, item: str, command: list[str], root: Path) -> dict:
                recommended_environment=doc.get("recommended_environment") or {}, limits=limits_of(doc.get("recommended")), container_bytes=doc.get("container_bytes"), sides=sides,
                leak_found=any(k.startswith("leak") for s in sides.values() for k in s["findings"] or []),
                not_verified_because=doc.get("not_verified_because"), error=doc.get("error"))
+    if item == "plan":
+        plan = doc.get("plan") or {}
+        row["plan"] = {"applied": plan.get("applied"), "policy": plan.get("policy"),
+                       "predicted_peak_bytes": plan.get("predicted_peak_bytes"),
+                       "not_applied": (doc.get("after") or {}).get("plan_not_applied")}
     return row
 
 
