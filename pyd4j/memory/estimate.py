@@ -31,6 +31,7 @@ from pyd4j.dl4j.fitmem import Region, Term
 from pyd4j.dl4j.inference import workspace_line
 from pyd4j.dl4j.input_types import array_shape, input_elements, java_input_type, planner_shape
 from pyd4j.dl4j.load import Loaded, load
+from pyd4j.dl4j.sizecheck import parameter_count
 from pyd4j.dtypes import numpy_dtype
 from pyd4j.inputs import JAVA_INT_MAX, InputError
 from pyd4j.memory.jvm_overhead import jvm_native_terms
@@ -262,11 +263,16 @@ def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch
     from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415
 
     in_types = [java_input_type(s) for s in loaded.inputs]
+    report_gaps: list[str] = []
     try:
         report = loaded.conf.getMemoryReport(*in_types) if loaded.kind == "ComputationGraph" \
             else loaded.conf.getMemoryReport(in_types[0])
     except Exception as exc:  # noqa: BLE001  (DL4J's message says which layer rejects the input)
-        raise EstimateError(f"DL4J cannot build a memory report for {loaded.name} with input {loaded.inputs}: {exc}") from None
+        said = f"DL4J cannot build a memory report for {loaded.name} with input {loaded.inputs}: {exc}"
+        if mode == "train":   # the model of fit() reads layers' working memory from it
+            raise EstimateError(said) from None
+        report = None   # inference measures what it needs; the report is only its cross-check
+        report_gaps.append(f"{said}; DL4J's report is left out")
     use = MemoryUseMode.TRAINING if mode == "train" else MemoryUseMode.INFERENCE
     scale = DTYPE_BYTES[dtype] / 4  # the report is queried in FLOAT and scaled: it is linear in bytes/element
 
@@ -274,9 +280,8 @@ def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch
         return sum(int(report.getMemoryBytes(getattr(MemoryType, t), mb, use, CacheMode.NONE, DataType.FLOAT)) for t in types)
 
     report_terms: list[Term] = []
-    report_gaps: list[str] = []
     for name, types, when in _REPORT_TERMS:
-        if when == "train" and mode != "train":
+        if report is None or (when == "train" and mode != "train"):
             continue
         try:
             one, two = report_bytes(types, 1), report_bytes(types, 2)
@@ -311,7 +316,7 @@ def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch
                       + (f", in its prefetch workspace of at least {PREFETCH_WORKSPACE_MIN_BYTES // MiB} MiB" if prefetch_queue else "")))
 
     n_layers = int(_layer_count(loaded))
-    n_params = int(report_bytes(("PARAMETERS",), 1) // 4)
+    n_params = parameter_count(loaded.conf)
     steps = max((int(s.get("timeSeriesLength", 0)) for s in loaded.inputs), default=0)
     live = HEAP_BASE_BYTES + HEAP_PER_LAYER_BYTES * n_layers + HEAP_PER_STEP_BYTES * steps * n_layers
     heap = max(HEAP_MIN_BYTES, int(live * HEAP_GC_FACTOR))
@@ -454,7 +459,9 @@ def _inference_terms(loaded: Loaded, report: list[Term], dtype: str) -> list[Ter
     fixed, per, out_bytes = workspace_line(net, [array_shape(s, 1)[1:] for s in loaded.inputs], np_dtype)
     scale = DTYPE_BYTES[dtype] / itemsize
     in_elems = sum(input_elements(s) for s in loaded.inputs)
-    terms = [t for t in report if t.name == "parameters"]
+    terms = [t for t in report if t.name == "parameters"] or [
+        Term("parameters", "offheap", "estimate", parameter_count(loaded.conf) * DTYPE_BYTES[dtype], 0,
+             "the parameters DL4J allocates (numParams of each layer; DL4J's report has no figure for this network)")]
     terms.append(Term("inference_workspaces", "offheap", "measured", int(fixed * scale), int(round(per * scale)),
                       "DL4J's inference workspaces once output() has settled them, measured at batch 1 and a "
                       "larger batch (a line in the batch)"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyd4j import workspaces
-from pyd4j.memory.estimate import estimate
+from pyd4j.memory.estimate import EstimateError, estimate
 from tests.train.conftest import NETWORKS
 
 pytestmark = pytest.mark.jvm
@@ -71,3 +71,40 @@ def test_a_tiny_networks_estimate_is_not_flattened_by_rounded_workspaces(jvm, tm
     predicted = e.offheap_bytes - e.term_bytes("prefetch_buffers")
     assert measured.workspace_bytes > 32 * 16   # it grows with the batch
     assert abs(predicted / measured.total_bytes - 1) <= 0.15, (e.terms, measured)
+
+
+# a generated network DL4J's NetworkMemoryReport refuses ("expected FeedForward input type" at its
+# TimeDistributed layer), which output() runs
+NO_REPORT = {"kind": "graph", "dtype": "FLOAT", "updater": "NoOp", "lr": 0.01, "seed": 16655, "batch": 6,
+             "inputs": [{"kind": "rnn", "size": 2, "steps": 4}],
+             "layers": [{"class": "TimeDistributed", "layer": {"class": "DenseLayer", "nOut": 4, "act": "TANH", "bias": True},
+                         "name": "timedistributed0", "inputs": ["in0"]},
+                        {"class": "LastTimeStepVertex", "maskInput": "in0", "name": "lasttimestepvertex1",
+                         "inputs": ["timedistributed0"]},
+                        {"class": "CenterLossOutputLayer", "nOut": 4, "loss": "MCXENT", "act": "SOFTMAX",
+                         "labels": "onehot", "name": "centerlossoutput2", "inputs": ["lasttimestepvertex1"]}],
+             "outputs": ["centerlossoutput2"], "labels": [["ff", 4]], "mask": False}
+
+
+def test_an_inference_estimate_needs_no_dl4j_memory_report(jvm, tmp_path) -> None:
+    """Inference measures what it predicts; DL4J's report is only its cross-check, so a network whose
+    report DL4J cannot build still gets an estimate (the server printed none beside it)."""
+    from pyd4j.serve.model import ServedModel
+    from tests.dl4j import netbuild
+    from tests.dl4j.netcheck import sidecar
+
+    path = tmp_path / "td.json"
+    path.write_text(str(netbuild.configuration(NO_REPORT).toJson()))
+    (tmp_path / "td.input.json").write_text(json.dumps({"inputs": sidecar(NO_REPORT)}))
+    with pytest.raises(EstimateError, match="cannot build a memory report"):
+        estimate(path, 8, mode="train")
+    workspaces.destroy_all()
+    m = ServedModel("td", path, tmp_path / "spill")
+    measured = m.load(32, slice_rows="whole")
+    m.net = None
+    workspaces.destroy_all()
+    assert measured.estimate_bytes is not None, measured.estimate_error
+    e = estimate(path, 32, mode="infer")
+    assert e.term_bytes("parameters") == measured.params_bytes > 0
+    assert any("memory report" in note for note in e.notes)
+    assert abs(measured.estimate_bytes / measured.total_bytes - 1) <= 0.15, (e.terms, measured)

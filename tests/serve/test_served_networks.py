@@ -51,13 +51,16 @@ def test_an_embedding_network_loads_and_answers_at_its_largest_batch(jvm, tmp_pa
     assert y.shape == (32, 2) and np.allclose(y.sum(axis=1), 1.0, atol=1e-5)
 
 
-def test_a_model_whose_estimate_fails_is_served_and_says_why(jvm, tmp_path: Path) -> None:
-    from pyd4j.memory.estimate import EstimateError, estimate
+def test_fake_estimate_failure_the_model_is_served_all_the_same_and_says_why(jvm, tmp_path: Path, monkeypatch) -> None:
+    """The estimate is printed beside the measured footprint, never instead of it: a model pyd4j cannot
+    estimate still serves (the estimate's failure is faked; its network is real)."""
+    from pyd4j.memory.estimate import EstimateError
     from pyd4j.serve.model import ServedModel
 
+    def fails(*args, **kwargs):
+        raise EstimateError("no estimate for this network (faked)")
+    monkeypatch.setattr("pyd4j.serve.model.estimate", fails)
     path = written(TIME_DISTRIBUTED, tmp_path, "td")
-    with pytest.raises(EstimateError, match="DL4J cannot build a memory report"):
-        estimate(path, 8, mode="infer")
     fp = ServedModel("td", path, tmp_path / "spill").load(8, slice_rows="whole")
-    assert fp.estimate_bytes is None and "DL4J cannot build a memory report" in fp.estimate_error
+    assert fp.estimate_bytes is None and "no estimate for this network (faked)" in fp.estimate_error
     assert fp.io_bytes == 8 * (2 * 4 + 2 * 4) * 4 and fp.to_dict()["estimate_bytes"] is None
