@@ -256,43 +256,55 @@ def estimate(model: Any, batch: int, dtype: str = "float32", mode: str = "train"
         return _estimate_loaded(loaded, batch, dtype, mode, prefetch_queue, cpu_count)
 
 
-def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch_queue: int,
-                     cpu_count: int | None) -> Estimate:
+def _dl4j_report(loaded: Loaded, in_types: list, mode: str, gaps: list[str]) -> Any:
+    """DL4J's NetworkMemoryReport, or None for inference when DL4J cannot build it (inference measures
+    what it needs; the report is its cross-check). fit()'s model reads layers' working memory from it."""
+    try:
+        return loaded.conf.getMemoryReport(*in_types) if loaded.kind == "ComputationGraph" \
+            else loaded.conf.getMemoryReport(in_types[0])
+    except Exception as exc:  # noqa: BLE001  (DL4J's message says which layer rejects the input)
+        said = f"DL4J cannot build a memory report for {loaded.name} with input {loaded.inputs}: {exc}"
+        if mode == "train":
+            raise EstimateError(said) from None
+        gaps.append(f"{said}; DL4J's report is left out")
+        return None
+
+
+def _report_terms(report: Any, mode: str, dtype: str, gaps: list[str]) -> list[Term]:
+    """DL4J's report's rows as terms (lines through batches 1 and 2); a row it cannot give goes to `gaps`."""
     from org.deeplearning4j.nn.conf import CacheMode  # noqa: PLC0415
     from org.deeplearning4j.nn.conf.memory import MemoryType, MemoryUseMode  # noqa: PLC0415
     from org.nd4j.linalg.api.buffer import DataType  # noqa: PLC0415
 
-    in_types = [java_input_type(s) for s in loaded.inputs]
-    report_gaps: list[str] = []
-    try:
-        report = loaded.conf.getMemoryReport(*in_types) if loaded.kind == "ComputationGraph" \
-            else loaded.conf.getMemoryReport(in_types[0])
-    except Exception as exc:  # noqa: BLE001  (DL4J's message says which layer rejects the input)
-        said = f"DL4J cannot build a memory report for {loaded.name} with input {loaded.inputs}: {exc}"
-        if mode == "train":   # the model of fit() reads layers' working memory from it
-            raise EstimateError(said) from None
-        report = None   # inference measures what it needs; the report is only its cross-check
-        report_gaps.append(f"{said}; DL4J's report is left out")
     use = MemoryUseMode.TRAINING if mode == "train" else MemoryUseMode.INFERENCE
     scale = DTYPE_BYTES[dtype] / 4  # the report is queried in FLOAT and scaled: it is linear in bytes/element
 
     def report_bytes(types: tuple[str, ...], mb: int) -> int:
         return sum(int(report.getMemoryBytes(getattr(MemoryType, t), mb, use, CacheMode.NONE, DataType.FLOAT)) for t in types)
 
-    report_terms: list[Term] = []
+    terms: list[Term] = []
     for name, types, when in _REPORT_TERMS:
         if report is None or (when == "train" and mode != "train"):
             continue
         try:
             one, two = report_bytes(types, 1), report_bytes(types, 2)
         except Exception as exc:  # noqa: BLE001  (DL4J's report of some layers lacks a figure: YOLO2's output layer)
-            report_gaps.append(f"DL4J's NetworkMemoryReport cannot give {'+'.join(types)} for this network "
-                               f"({type(exc).__name__}: {str(exc)[:160]}); that row is left out")
+            gaps.append(f"DL4J's NetworkMemoryReport cannot give {'+'.join(types)} for this network "
+                        f"({type(exc).__name__}: {str(exc)[:160]}); that row is left out")
             continue
         per = (two - one) * scale
         fixed = one * scale - per
-        report_terms.append(Term(name, "offheap", "dl4j-report", int(round(fixed)), int(round(per)),
-                                 f"DL4J NetworkMemoryReport {'+'.join(types)}" + (f", scaled to {dtype}" if scale != 1 else "")))
+        terms.append(Term(name, "offheap", "dl4j-report", int(round(fixed)), int(round(per)),
+                          f"DL4J NetworkMemoryReport {'+'.join(types)}" + (f", scaled to {dtype}" if scale != 1 else "")))
+    return terms
+
+
+def _estimate_loaded(loaded: Loaded, batch: int, dtype: str, mode: str, prefetch_queue: int,
+                     cpu_count: int | None) -> Estimate:
+    in_types = [java_input_type(s) for s in loaded.inputs]
+    report_gaps: list[str] = []
+    report = _dl4j_report(loaded, in_types, mode, report_gaps)
+    report_terms = _report_terms(report, mode, dtype, report_gaps)
 
     limits = _workspace_limits(loaded)
     ws_limit = max(limits.values())

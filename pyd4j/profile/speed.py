@@ -65,10 +65,9 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
                window: WindowSpec | None = None, base_env: dict[str, str] | None = None) -> Runner:
     """Runs the job once per call under the agent with a setup, each run in its own directory.
     `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
-    of every A/B; a setup's own -Xmx follows them and so wins; `base_env`: the environment they assume
-    (the memory tune's), a setup's own variables after it. `base_spark`: the same for a spark-submit
-    job, Spark settings (the memory tune's), the job's own memory flags dropped. A spark-submit job on a cluster gets
-    the setup as executor settings and is measured on its executors (pyd4j.profile.spark_speed).
+    of every A/B (a setup's own -Xmx follows and wins), with `base_env`, the environment they assume.
+    `base_spark`: the same for a spark-submit job, Spark settings (the memory tune's), the job's own
+    memory flags dropped. A spark-submit job on a cluster gets the setup as executor settings and is measured on its executors (pyd4j.profile.spark_speed).
     Without `timeout_s`, every run after the first is stopped at 5x the first run's wall time (at
     least RUN_TIMEOUT_MIN_S): a change that hangs the job costs a bounded time. `window`
     (pyd4j.profile.window.SpeedWindows): the probe ends once its rate is steady, every later run after
