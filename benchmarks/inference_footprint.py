@@ -45,11 +45,12 @@ def measure(name: str, path: Path, batch: int, spill: Path) -> dict:
     if predicted is None:
         raise RuntimeError(f"the server has no estimate beside the footprint: {fp.estimate_error}")
     e = estimate(m.net, batch, dtype=m.params_dtype.name, mode="infer", input=m._input_types())
-    report = sum(t.bytes_at(batch) for t in e.report_terms) + e.term_bytes("parameters")   # DL4J's own
+    # DL4J's own report (None where DL4J cannot build one for the network)
+    report = sum(t.bytes_at(batch) for t in e.report_terms) + e.term_bytes("parameters") if e.report_terms else None
     row = {"measured_bytes": fp.total_bytes, "params_bytes": fp.params_bytes, "workspace_bytes": fp.workspace_bytes,
            "io_bytes": fp.io_bytes, "predicted_bytes": predicted, "dl4j_report_bytes": report,
            "predicted_over_measured": round(predicted / fp.total_bytes, 4),
-           "dl4j_report_over_measured": round(report / fp.total_bytes, 4)}
+           "dl4j_report_over_measured": round(report / fp.total_bytes, 4) if report is not None else None}
     m.net = None
     workspaces.destroy_all()
     return row
@@ -105,13 +106,15 @@ def _summary(rows: dict[str, dict[str, dict]], batches: list[int]) -> dict:
     out = {}
     for b in batches:
         ratios = [r[str(b)]["predicted_over_measured"] for r in rows.values() if isinstance(r.get(str(b)), dict)]
-        report = [r[str(b)]["dl4j_report_over_measured"] for r in rows.values() if isinstance(r.get(str(b)), dict)]
+        report = [r[str(b)]["dl4j_report_over_measured"] for r in rows.values() if isinstance(r.get(str(b)), dict)
+                  and r[str(b)]["dl4j_report_over_measured"] is not None]
         if not ratios:
             continue
         out[str(b)] = {"models": len(ratios), "within_15pct": sum(abs(x - 1) <= TOLERANCE for x in ratios),
                        "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                       "dl4j_report_median": statistics.median(report), "dl4j_report_min": min(report),
-                       "dl4j_report_max": max(report),
+                       "dl4j_report_models": len(report),
+                       "dl4j_report_median": statistics.median(report) if report else None,
+                       "dl4j_report_min": min(report, default=None), "dl4j_report_max": max(report, default=None),
                        "dl4j_report_within_15pct": sum(abs(x - 1) <= TOLERANCE for x in report)}
     return out
 
