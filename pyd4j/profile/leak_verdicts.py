@@ -153,20 +153,20 @@ def _x_of(t: Timeline, times_ms: np.ndarray, unit: str) -> np.ndarray:
     return np.floor(np.interp(np.asarray(times_ms, float), marks[:, 0], marks[:, 1]))
 
 
-def envelope(t: Timeline, what: str, unit: str) -> tuple[np.ndarray, np.ndarray]:
+def envelope(t: Timeline, what: str, unit: str, size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The lower envelope of what the job holds, per window: for "offheap" the least libnd4j + JavaCPP
     bytes held over each ENVELOPE_SAMPLES samples (exact counters, every interval), for "heap" the least
     heap left by each ENVELOPE_GCS young collections. Garbage only adds to what is held, so this bounds
     what is kept from above at every window; with x at the window's lowest point. On an iteration axis,
-    only while the job trains (see `_training_end`)."""
+    only while the job trains (see `_training_end`). `size`: samples (or young collections) a window."""
     if what == "offheap":
         rows = [(s["t"], _held(s)) for s in t.samples
                 if s.get("nd4j_live") is not None or s.get("javacpp_total") is not None]
-        size = ENVELOPE_SAMPLES
+        size = size or ENVELOPE_SAMPLES
     else:
         rows = [(g["t"], g["heap_after"]) for g in t.gc_events
                 if g.get("heap_after") is not None and g.get("kind") not in ("full", "cycle")]
-        size = ENVELOPE_GCS
+        size = size or ENVELOPE_GCS
     if unit == "iteration":
         end = _training_end(t)
         rows = [r for r in rows if r[0] <= end]
@@ -178,6 +178,20 @@ def envelope(t: Timeline, what: str, unit: str) -> tuple[np.ndarray, np.ndarray]
     low = windows[:, :, 1].argmin(axis=1)
     times = windows[np.arange(n), low, 0]
     return _x_of(t, times, unit), windows[np.arange(n), low, 1]
+
+
+def _later_half(t: Timeline, what: str, unit: str, middle: float, ex: np.ndarray,
+                ey: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The envelope's windows past `middle`, 3 or more where the samples allow: a job that sped up late
+    in its run (a loaded machine freeing up) leaves fewer whole windows there than the rise needs to be
+    judged, so the windows are halved until 3 fit, down to 2 samples (or young collections) a window."""
+    size = ENVELOPE_SAMPLES if what == "offheap" else ENVELOPE_GCS
+    late = ex >= middle
+    while late.sum() < 3 and size > 2:
+        size = max(2, size // 2)
+        ex, ey = envelope(t, what, unit, size)
+        late = ex >= middle
+    return ex[late], ey[late]
 
 
 def _held(record: dict) -> float:
@@ -235,8 +249,8 @@ def judge_with_envelope(t: Timeline, what: str, points: list[dict], x: np.ndarra
                                f"points at a steady rate would keep {human_bytes(needed * share[i])}: the points caught "
                                f"memory the job releases later")
         end = max(float(np.nanmax(ex)), trend.last_x)
-        late = ex >= (first_x + end) / 2
-        late_trend = fit_trend(ex[late], ey[late], unit) if late.sum() >= 3 else None
+        lx, ly = _later_half(t, what, unit, (first_x + end) / 2, ex, ey)
+        late_trend = fit_trend(lx, ly, unit) if lx.size >= 3 else None
         if late_trend is not None and late_trend.slope < LEAK_LATE_SHARE * trend.slope:
             return LeakVerdict("no-leak", label, trend,
                                f"grew {human_bytes(trend.growth)} and then levelled off: over the later half of the run "

@@ -206,6 +206,33 @@ def test_fake_points_that_caught_memory_released_later_are_no_leak(tmp_path):
     assert leak_verdicts(kept)[1].status == "leak", leak_verdicts(kept)[1].reason
 
 
+def test_fake_cache_that_levels_off_before_a_late_speed_up_is_no_leak(tmp_path):
+    """Made-up timeline (our own logic only), the defaults' plateau job as a loaded CI machine ran it:
+    a cache fills to 42 MiB over 62 iterations, then stays; 271 iterations in the first 30 s, the other
+    273 in the last 4 s (the machine freed up). Its live points (four on the plateau) rise by rank, so
+    only the envelope's later half can say the rise stopped, and that half held 2 of its 2-s windows: it
+    is halved until 3 fit. The same points over samples that keep rising to the end: a leak."""
+    from pyd4j.profile.timeline import Timeline
+
+    mib, t0 = 1 << 20, 1_000_000
+    it = lambda k: 271 * k // 300 if k < 300 else 271 + 273 * (k - 300) // 40  # noqa: E731
+    cache = lambda i: 42 * mib * min(i, 62) // 62  # noqa: E731
+    marks = [0, 2, 15, 24, 42, 62, 85, 222, 370, 507]
+
+    def made_up(held) -> Timeline:
+        samples = [{"type": "sample", "t": t0 + 100 * k, "iterations": it(k), "nd4j_live": held(it(k)) + (k % 5) * mib}
+                   for k in range(341)]
+        at = {i: next(s["t"] for s in samples if s["iterations"] >= i) for i in marks}
+        points = [{"type": "live", "t": at[i] + 50, "trigger": "inspection", "iterations": i, "heap_live": 8 * mib,
+                   "heap_after_gc": 30 * mib, "nd4j_live": cache(i)} for i in marks]
+        return Timeline(tmp_path, {"t": t0}, samples, [], [], [], [], None, live_points=points)
+
+    verdict = leak_verdicts(made_up(cache))[1]
+    assert verdict.status == "no-leak" and "levelled off" in verdict.reason, verdict
+    rising = leak_verdicts(made_up(lambda i: cache(i) + 60 * 1024 * max(i - 62, 0)))[1]
+    assert rising.status == "leak", rising.reason
+
+
 def test_a_leak_into_a_cache_the_job_frees_when_training_ends_is_still_a_leak(tmp_path):
     """Made-up timeline (our own logic only), the corpus's leak-cache job as CI saw it: 784 KiB kept per
     iteration in a cache local to the training loop; the loop returns, the cache is freed, and the JVM
