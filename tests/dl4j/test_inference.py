@@ -108,3 +108,52 @@ def test_an_inference_estimate_needs_no_dl4j_memory_report(jvm, tmp_path) -> Non
     assert e.term_bytes("parameters") == measured.params_bytes > 0
     assert any("memory report" in note for note in e.notes)
     assert abs(measured.estimate_bytes / measured.total_bytes - 1) <= 0.15, (e.terms, measured)
+
+
+# a generated graph of three outputs whose inference workspaces grow at calls 2, 3, 5 and 9
+LATE_LEARNER = {"kind": "graph", "dtype": "FLOAT", "updater": "default", "lr": 0.01, "seed": 2, "batch": 2,
+                "inputs": [{"kind": "cnnflat", "channels": 3, "height": 6, "width": 3}],
+                "layers": [{"class": "ZeroPaddingLayer", "padding": [0, 1, 1, 1], "name": "zeropadding0", "inputs": ["in0"]},
+                           {"class": "Cropping2D", "cropping": [0, 1, 1, 0], "name": "cropping2d1", "inputs": ["in0"]},
+                           {"class": "Deconvolution2D", "nOut": 4, "act": "TANH", "kernel": [1, 1], "stride": [1, 1],
+                            "padding": [0, 0], "mode": "Truncate", "out": [7, 5], "name": "deconvolution2d2",
+                            "inputs": ["zeropadding0"]},
+                           {"class": "L2NormalizeVertex", "name": "l2normalizevertex3", "inputs": ["deconvolution2d2"]},
+                           {"class": "ElementWiseVertex", "op": "Max", "name": "elementwisevertex4",
+                            "inputs": ["zeropadding0", "zeropadding0", "zeropadding0"]},
+                           {"class": "L2Vertex", "name": "l2vertex5", "inputs": ["elementwisevertex4", "zeropadding0"]},
+                           {"class": "OutputLayer", "nOut": 2, "loss": "NEGATIVELOGLIKELIHOOD", "act": "SOFTMAX",
+                            "labels": "onehot", "name": "output6", "inputs": ["cropping2d1"]},
+                           {"class": "CnnLossLayer", "loss": "MSE", "act": "IDENTITY", "labels": "real", "name": "cnnloss7",
+                            "inputs": ["l2normalizevertex3"]},
+                           {"class": "LossLayer", "loss": "MSE", "act": "IDENTITY", "labels": "real", "name": "loss8",
+                            "inputs": ["l2vertex5"]}],
+                "outputs": ["output6", "cnnloss7", "loss8"], "labels": [["ff", 2], ["cnn", 4, 7, 5], ["ff", 1]]}
+
+
+def test_workspaces_that_learn_one_after_another_are_settled_at_their_last_size(jvm, tmp_path) -> None:
+    """Three equal calls in a row after 8 took this graph's 1.2 KB for settled; from the 9th call its
+    workspaces hold 2.1 KB. Settled is what 24 more calls leave, and the estimate at batch 1 is it."""
+    from pyd4j.dl4j.inference import example_inputs, output, settled_workspace_bytes
+    from pyd4j.serve.model import ServedModel
+    from tests.dl4j import netbuild
+    from tests.dl4j.netcheck import sidecar
+
+    path = tmp_path / "late.json"
+    path.write_text(str(netbuild.configuration(LATE_LEARNER).toJson()))
+    (tmp_path / "late.input.json").write_text(json.dumps({"inputs": sidecar(LATE_LEARNER)}))
+    workspaces.destroy_all()
+    m = ServedModel("late", path, tmp_path / "spill")
+    m.load(1, slice_rows="whole")
+    x = example_inputs([s.shape[1:] for s in m.inputs], 1, m.params_dtype)
+    workspaces.destroy_all()
+    settled, _ = settled_workspace_bytes(lambda: output(m.net, m.kind, x))
+    later = []
+    for _ in range(24):
+        output(m.net, m.kind, x)
+        later.append(workspaces.held_bytes())
+    workspaces.destroy_all()
+    assert settled == max(later), (settled, later)
+    e = estimate(path, 1, mode="infer")
+    assert e.term_bytes("inference_workspaces") == settled
+    m.net = None
