@@ -100,7 +100,9 @@ def _print_recommendation(doc: dict) -> None:
         for arg, why in doc["reasons"].items():
             click.echo(f"    {arg}: {why}")
     if doc.get("recommended_environment"):
-        setting = " ".join(f"{k}={v}" for k, v in doc["recommended_environment"].items())
+        from pyd4j.memory.estimate import assignments  # noqa: PLC0415
+
+        setting = " ".join(assignments(doc["recommended_environment"]))
         click.echo(f"recommended environment (the flags assume it{'' if doc.get('from') else '; the re-run had it'}):")
         click.echo(f"  {setting}")
     for note in doc.get("notes") or []:

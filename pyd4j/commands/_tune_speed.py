@@ -72,8 +72,8 @@ def speed_tune(job: list[str], out_dir, interval_ms: int, timeout_s, max_runs: i
             stopped_exit(err, job, as_json, "the job and everything it started were ended; no change is recommended "
                                             "from an unfinished comparison")
     if memory_doc is not None:
-        for key in ("probe", "base_jvm_options", "base_environment", "base_spark_conf", "spark_cluster", "error", "budget", "window",
-                    "expected_gain"):
+        for key in ("probe", "base_jvm_options", "base_environment", "base_spark_conf", "spark_cluster", "error",
+                    "budget", "window", "expected_gain"):
             if key in doc:
                 memory_doc.setdefault("speed_tune", {})[key] = doc[key]
         memory_doc.setdefault("speed_tune", {})["out"] = doc["out"]

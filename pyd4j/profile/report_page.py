@@ -98,9 +98,11 @@ def _display_word(word: str) -> str:
 
 def tune_section(doc: dict, side: str, out: Path) -> tuple[str, str, Path | None]:
     """(banner, before/after section, before/after plot) for one of tune's runs."""
+    from pyd4j.memory.estimate import assignments  # noqa: PLC0415 - the estimate's module loads only for a tune
+
     e = html.escape
-    environment = [f"{k}={v}" for k, v in (doc.get("recommended_environment") or {}).items()]
-    flags = " ".join(environment + list(doc.get("recommended") or []))   # as a shell line has them
+    # as a shell line has them: the environment, then the flags
+    flags = " ".join(assignments(doc.get("recommended_environment") or {}) + list(doc.get("recommended") or []))
     partial = doc.get("partial")
     if side == "after":
         banner = (f'<div class="banner tuned"><b>Tuned run.</b> This is the second run of <code>pyd4j tune</code>, with the '

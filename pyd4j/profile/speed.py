@@ -66,8 +66,8 @@ def job_runner(job: list[str], out_dir: Path, interval_ms: int = 100, timeout_s:
     """Runs the job once per call under the agent with a setup, each run in its own directory.
     `base_jvm`: memory flags (the memory tune's) that replace the job's own on every run, both sides
     of every A/B (a setup's own -Xmx follows and wins), with `base_env`, the environment they assume.
-    `base_spark`: the same for a spark-submit job, Spark settings (the memory tune's), the job's own
-    memory flags dropped. A spark-submit job on a cluster gets the setup as executor settings and is measured on its executors (pyd4j.profile.spark_speed).
+    `base_spark`: the same for a spark-submit job, Spark settings, its own memory flags dropped; on a
+    cluster it gets the setup as executor settings, measured on its executors (profile.spark_speed).
     Without `timeout_s`, every run after the first is stopped at 5x the first run's wall time (at
     least RUN_TIMEOUT_MIN_S): a change that hangs the job costs a bounded time. `window`
     (pyd4j.profile.window.SpeedWindows): the probe ends once its rate is steady, every later run after
@@ -212,8 +212,8 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     `speed` document. `base_jvm`: memory flags every run gets (`pyd4j tune --speed --memory`: the memory
     tune's), with `base_env`, the environment those assume; `base_spark`: its Spark settings, for a
     spark-submit job. `only`: try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc,
-    workspace_mode, prefetch, explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default: this machine's). `window`: each run's
-    measurement window (None: the whole job); `budget`: the runs or minutes the whole tune may spend;
+    workspace_mode, prefetch, explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default:
+    this machine's). `window`: each run's measurement window (None: the whole job); `budget`: the runs or minutes the whole tune may spend;
     `futility`: an A/B also stops once more runs cannot make its change worth keeping. On Ctrl-C or
     SIGTERM, Stopped carries the partial document (`partial`: true) in `.doc`."""
     started = time.monotonic()

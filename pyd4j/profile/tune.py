@@ -203,7 +203,7 @@ def _verify(command: JobCommand, runs: _Runs, before: JobRun, need, flagset, tot
         after = run_after("after" if attempt == 0 else f"after-{attempt + 1}")
         side = side_of(after)
         side["flags"] = [] if planned else flagset.args()
-        side["environment"] = {} if planned else dict(doc["recommended_environment"])
+        side["environment"] = dict(doc["recommended_environment"])
         if planned:
             side["plan_not_applied"] = _plan_not_applied(after)
         attempts.append(side)
