@@ -13,7 +13,8 @@ bad-setting job paced like the others (`bad-paced`).
 Per job and item: the tune's wall time, exit code and outcome, the limits it recommends, the iterations
 each of its runs trained and why its window ended, the leaks it found, and the processes of the job still
 running after it (0 expected). Then: the windowed memory limits over the full-length tune's (target within
-10%), the job run whole without pyd4j with the windowed flags (and the
+10%; `--items from-full` gives any job a full-length counterpart at the cost of one whole run: the job run
+whole under `pyd4j profile`, as a production run, then `pyd4j tune --from` that run), the job run whole without pyd4j with the windowed flags (and the
 environment they assume) inside a memory cgroup of the recommended
 container limit (`hold`, target 0 failures), the speed changes found windowed and full-length on a shorter
 copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J gets one OpenMP thread
@@ -21,7 +22,7 @@ copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J
 
     .venv/bin/python benchmarks/windowed_tune.py [--iterations 12000] [--parallel 2] [--only healthy,leak]
                                                  [--checkout DIR] [--seq2seq-epochs 240]
-                                                 [--items window,full,hold,speed,speed-full,timeout,plan]
+                                                 [--items window,full,from-full,hold,speed,speed-full,timeout,plan]
                                                  [--out benchmarks/results/windowed_tune.json]
 """
 
@@ -61,7 +62,9 @@ ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "lea
          "wide": ("window", "plan", "speed", "hold"), "slow-leak": ("window", "plan", "speed", "hold"),
          "bad-mild": ("window", "plan", "speed", "hold"), "seq2seq": ("window", "plan", "speed", "hold"),
          "seq2seq-full": ("full",), "bad-paced": ("window", "plan", "speed", "hold")}
-# the job whose full-length tune a windowed tune is compared with
+# items any job can be given with --items: the recommendation from one whole run under `pyd4j profile`
+EXTRA_ITEMS = ("from-full",)
+# the job whose full-length tune a windowed tune is compared with (else the job's own from-full row)
 FULL_OF = {"healthy": "healthy", "leak": "leak", "bad": "bad", "seq2seq": "seq2seq-full"}
 SEQ2SEQ = "org.deeplearning4j.examples.advanced.modelling.seq2seq.AdditionModelWithSeq2Seq"
 WITH_FIELDS = Path(__file__).parent / "harness" / "java" / "WithFields.java"
@@ -118,21 +121,18 @@ def limits_of(recommended: list[str] | None) -> dict[str, int | None]:
 
 
 def tune(name: str, item: str, command: list[str], root: Path) -> dict:
-    """One `pyd4j tune` through the command line, as a user runs it."""
+    """One `pyd4j tune` through the command line, as a user runs it; `from-full`: the job run whole under
+    `pyd4j profile`, then `pyd4j tune --from` that run (the full-length recommendation, no verifying re-run)."""
+    if item == "from-full":
+        return from_full(name, command, root)
     opts = {"window": [], "full": ["--window", "full"], "timeout": ["--timeout", "60", "--window", "full"],
             "plan": ["--plan", "superneurons"], "speed": ["--speed"],
             "speed-full": ["--speed", "--window", "full", "--budget-minutes", "240"]}[item]
     out = root / f"{name}-{item}"
-    argv = [*CLI, "tune", "--json", *opts, "--out", str(out), "--", *command]
     began, started = time.monotonic(), time.time()
-    p = subprocess.run(argv, capture_output=True, text=True)
-    wall = time.monotonic() - began
-    try:
-        doc = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        doc = {"error": "no JSON document", "stderr_tail": p.stderr[-1500:]}
-    row = {"job": name, "item": item, "command": ["pyd4j", "tune", *opts, "--", "<job>"], "wall_s": round(wall, 1),
-           "exit": p.returncode, "left_running": leftovers(command, started)}
+    p, doc = cli_json(["tune", "--json", *opts, "--out", str(out), "--", *command])
+    row = {"job": name, "item": item, "command": ["pyd4j", "tune", *opts, "--", "<job>"],
+           "wall_s": round(time.monotonic() - began, 1), "exit": p.returncode, "left_running": leftovers(command, started)}
     if item.startswith("speed"):
         s = doc.get("speed") or {}
         row.update(verdict=s.get("verdict"), changes=[c["setting"] for c in s.get("changes") or []], ratio=s.get("ratio"),
@@ -140,14 +140,43 @@ def tune(name: str, item: str, command: list[str], root: Path) -> dict:
                    runs=s.get("runs"), budget=doc.get("budget"), window=doc.get("window"),
                    probe_iterations_per_s=(doc.get("probe") or {}).get("iterations_per_s"))
         return row
+    return {**row, **memory_fields(doc, item)}
+
+
+def cli_json(args: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """One pyd4j command with --json: the process and its document."""
+    p = subprocess.run([*CLI, *args], capture_output=True, text=True)
+    try:
+        return p, json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return p, {"error": "no JSON document", "stderr_tail": p.stderr[-1500:]}
+
+
+def from_full(name: str, command: list[str], root: Path) -> dict:
+    """The job run whole under `pyd4j profile` (as a production run), then `pyd4j tune --from` it."""
+    run_dir = root / f"{name}-profile"
+    began, started = time.monotonic(), time.time()
+    prof, _ = cli_json(["profile", "--json", "--no-report", "--out", str(run_dir), "--", *command])
+    profile_wall = time.monotonic() - began
+    p, doc = cli_json(["tune", "--json", "--from", str(run_dir), "--out", str(root / f"{name}-from-full")])
+    row = {"job": name, "item": "from-full", "command": ["pyd4j", "profile", "--", "<job>", "then",
+                                                         "pyd4j", "tune", "--from", "<run>"],
+           "wall_s": round(time.monotonic() - began, 1), "profile_wall_s": round(profile_wall, 1),
+           "profile_exit": prof.returncode, "exit": p.returncode, "left_running": leftovers(command, started)}
+    return {**row, **memory_fields(doc, "from-full")}
+
+
+def memory_fields(doc: dict, item: str) -> dict:
+    """What a memory tune's document says: per side, the limits, the leaks found, the plan."""
     sides = {}
     for side in ("before", "after"):
         d = doc.get(side) or {}
         sides[side] = {"iterations": d.get("iterations"), "stopped_by": d.get("stopped_by"), "wall_s": d.get("wall_s"),
                        "findings": d.get("findings"), "window": ((d.get("window") or {}).get("decision") or {}).get("reason"),
                        "whole_job": (d.get("scope") or {}).get("whole_job")}
-    row.update(outcome=doc.get("outcome"), verified_for=doc.get("verified_for"), recommended=doc.get("recommended"),
-               recommended_environment=doc.get("recommended_environment") or {}, limits=limits_of(doc.get("recommended")), container_bytes=doc.get("container_bytes"), sides=sides,
+    row = dict(outcome=doc.get("outcome"), verified_for=doc.get("verified_for"), recommended=doc.get("recommended"),
+               recommended_environment=doc.get("recommended_environment") or {}, limits=limits_of(doc.get("recommended")),
+               container_bytes=doc.get("container_bytes"), sides=sides,
                leak_found=any(k.startswith("leak") for s in sides.values() for k in s["findings"] or []),
                not_verified_because=doc.get("not_verified_because"), error=doc.get("error"))
     if item == "plan":
@@ -206,8 +235,9 @@ def run_job(name: str, command: list[str], items: list[str], root: Path, record,
 def summary(rows: list[dict]) -> dict:
     by = {(r["job"], r["item"]): r for r in rows}
     agree = {}
-    for job, full_job in FULL_OF.items():
-        w, f = by.get((job, "window")), by.get((full_job, "full"))
+    for job in sorted({r["job"] for r in rows}):
+        w = by.get((job, "window"))
+        f = by.get((FULL_OF.get(job, job), "full")) or by.get((job, "from-full"))
         if not (w and f):
             continue
         ratios = {k: round(w["limits"][k] / f["limits"][k], 3) for k in LIMITS if w["limits"].get(k) and f["limits"].get(k)}
@@ -218,7 +248,7 @@ def summary(rows: list[dict]) -> dict:
         agree[job] = {"window_over_full": ratios, "window_sized_for_the_whole_job": sized,
                       "within_10pct": all(0.9 <= v <= 1.1 for v in ratios.values()) if sized else None,
                       "window_wall_s": w["wall_s"], "full_wall_s": f["wall_s"],
-                      "window_outcome": w["outcome"], "full_outcome": f["outcome"],
+                      "window_outcome": w["outcome"], "full_outcome": f["outcome"], "full_item": f["item"],
                       "leak_found": {"window": w["leak_found"], "full": f["leak_found"]}}
     speed = {f"{r['job']} {r['item']}": {"changes": r["changes"], "ratio": r["ratio"], "wall_s": r["wall_s"],
                                          "runs": r["runs"]} for r in rows if r["item"].startswith("speed")}
@@ -286,7 +316,8 @@ def main() -> None:
         commands = jobs(args.iterations, classes, args.seq2seq_epochs)
         if args.checkout:
             rec.doc["examples_commit"] = commit_of(args.checkout)
-        pending = [(j, [i for i in ITEMS[j] if not wanted or i in wanted]) for j in chosen]
+        pending = [(j, [i for i in (*ITEMS[j], *EXTRA_ITEMS) if i in wanted or (not wanted and i in ITEMS[j])])
+                   for j in chosen]
         threads: list[threading.Thread] = []
         for job, items in pending:
             while sum(t.is_alive() for t in threads) >= args.parallel:
