@@ -172,6 +172,9 @@ class ServedModel:
             self.inputs = [TensorSpec(n, dt, tuple(input_types.array_shape(s, -1))) for n, s in zip(names, specs)]
             one = self.infer(example_inputs([s.shape[1:] for s in self.inputs], 1, self.params_dtype))
             self.outputs = [TensorSpec(n, datatype_of(a.dtype), (-1, *a.shape[1:])) for n, a in zip(self._output_names(), one)]
+            # workspaces that learnt nothing at one row stay empty at any batch (a network whose one-row
+            # output is a view): the measurement learns them at max_batch, as the estimate's probe does
+            workspaces.destroy_all()
             self._check_batch_fits(max_batch)
             self.footprint = self._measure(max_batch, slice_rows, specs)
         self.load_seconds = time.perf_counter() - t0

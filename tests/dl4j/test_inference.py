@@ -157,3 +157,33 @@ def test_workspaces_that_learn_one_after_another_are_settled_at_their_last_size(
     e = estimate(path, 1, mode="infer")
     assert e.term_bytes("inference_workspaces") == settled
     m.net = None
+
+
+# a generated network without parameters whose one-row output is a view: its activation workspace holds
+# nothing at one row and a copy of the output at any other batch
+RNN_LOSS = {"kind": "multilayer", "dtype": "DOUBLE", "updater": "Nesterovs", "lr": 0.1, "seed": 3, "batch": 2,
+            "inputs": [{"kind": "rnn", "size": 1, "steps": 3}],
+            "layers": [{"class": "RnnLossLayer", "loss": "MEAN_SQUARED_LOGARITHMIC_ERROR", "act": "SIGMOID",
+                        "labels": "positive"}],
+            "labels": [["rnn", 1, 3]], "mask": False}
+
+
+def test_a_served_footprint_is_learnt_at_the_largest_batch_not_at_one_row(jvm, tmp_path) -> None:
+    """The server's first call (one row, for the output shapes) left a workspace that learnt 0 bytes and
+    stayed empty at batch 32 (its copies went outside it, uncounted): the footprint was half the estimate."""
+    from pyd4j.serve.model import ServedModel
+    from tests.dl4j import netbuild
+    from tests.dl4j.netcheck import sidecar
+
+    path = tmp_path / "rnnloss.json"
+    path.write_text(str(netbuild.configuration(RNN_LOSS).toJson()))
+    (tmp_path / "rnnloss.input.json").write_text(json.dumps({"inputs": sidecar(RNN_LOSS)}))
+    workspaces.destroy_all()
+    m = ServedModel("rnnloss", path, tmp_path / "spill")
+    measured = m.load(32, slice_rows="whole")
+    m.net = None
+    workspaces.destroy_all()
+    assert measured.params_bytes == 0
+    # a copy of the output, 32 rows of 3 steps (float64 by the sidecar's data type, or float32)
+    assert measured.workspace_bytes >= 32 * 3 * 4, measured
+    assert abs(measured.estimate_bytes / measured.total_bytes - 1) <= 0.15, measured
