@@ -42,6 +42,24 @@ def test_the_probe_leaves_no_workspace_on_the_calling_thread(jvm) -> None:
     assert workspaces.held_bytes() == 0
 
 
+def served(spec: dict, folder: Path, name: str):
+    """A generated network written as `conf.toJson()` with its input sidecar, loaded by the server at
+    batch 32 in whole calls: (its configuration path, its measured footprint)."""
+    from pyd4j.serve.model import ServedModel
+    from tests.dl4j import netbuild
+    from tests.dl4j.netcheck import sidecar
+
+    path = folder / f"{name}.json"
+    path.write_text(str(netbuild.configuration(spec).toJson()))
+    (folder / f"{name}.input.json").write_text(json.dumps({"inputs": sidecar(spec)}))
+    workspaces.destroy_all()
+    m = ServedModel(name, path, folder / "spill")
+    measured = m.load(32, slice_rows="whole")
+    m.net = None
+    workspaces.destroy_all()
+    return path, measured
+
+
 # a network the generator drew (tests/dl4j/netgraph): an embedding of 4 whose inference workspaces hold
 # 64 bytes at batches 1 and 2 alike (ND4J rounds allocations up), then 32 bytes per sample from batch 3
 TINY = {"kind": "graph", "dtype": "FLOAT", "updater": "AMSGrad", "lr": 0.01, "seed": 6065, "batch": 3,
@@ -55,18 +73,7 @@ TINY = {"kind": "graph", "dtype": "FLOAT", "updater": "AMSGrad", "lr": 0.01, "se
 
 def test_a_tiny_networks_estimate_is_not_flattened_by_rounded_workspaces(jvm, tmp_path) -> None:
     """A line through batches 1 and 2 alone had no slope here: 0.43x of the footprint at batch 32."""
-    from pyd4j.serve.model import ServedModel
-    from tests.dl4j import netbuild
-    from tests.dl4j.netcheck import sidecar
-
-    path = tmp_path / "tiny.json"
-    path.write_text(str(netbuild.configuration(TINY).toJson()))
-    (tmp_path / "tiny.input.json").write_text(json.dumps({"inputs": sidecar(TINY)}))
-    workspaces.destroy_all()
-    m = ServedModel("tiny", path, tmp_path / "spill")
-    measured = m.load(32, slice_rows="whole")
-    m.net = None
-    workspaces.destroy_all()
+    path, measured = served(TINY, tmp_path, "tiny")
     e = estimate(path, 32, mode="infer")
     predicted = e.offheap_bytes - e.term_bytes("prefetch_buffers")
     assert measured.workspace_bytes > 32 * 16   # it grows with the batch
@@ -89,20 +96,9 @@ NO_REPORT = {"kind": "graph", "dtype": "FLOAT", "updater": "NoOp", "lr": 0.01, "
 def test_an_inference_estimate_needs_no_dl4j_memory_report(jvm, tmp_path) -> None:
     """Inference measures what it predicts; DL4J's report is only its cross-check, so a network whose
     report DL4J cannot build still gets an estimate (the server printed none beside it)."""
-    from pyd4j.serve.model import ServedModel
-    from tests.dl4j import netbuild
-    from tests.dl4j.netcheck import sidecar
-
-    path = tmp_path / "td.json"
-    path.write_text(str(netbuild.configuration(NO_REPORT).toJson()))
-    (tmp_path / "td.input.json").write_text(json.dumps({"inputs": sidecar(NO_REPORT)}))
+    path, measured = served(NO_REPORT, tmp_path, "td")
     with pytest.raises(EstimateError, match="cannot build a memory report"):
         estimate(path, 8, mode="train")
-    workspaces.destroy_all()
-    m = ServedModel("td", path, tmp_path / "spill")
-    measured = m.load(32, slice_rows="whole")
-    m.net = None
-    workspaces.destroy_all()
     assert measured.estimate_bytes is not None, measured.estimate_error
     e = estimate(path, 32, mode="infer")
     assert e.term_bytes("parameters") == measured.params_bytes > 0
@@ -171,18 +167,7 @@ RNN_LOSS = {"kind": "multilayer", "dtype": "DOUBLE", "updater": "Nesterovs", "lr
 def test_a_served_footprint_is_learnt_at_the_largest_batch_not_at_one_row(jvm, tmp_path) -> None:
     """The server's first call (one row, for the output shapes) left a workspace that learnt 0 bytes and
     stayed empty at batch 32 (its copies went outside it, uncounted): the footprint was half the estimate."""
-    from pyd4j.serve.model import ServedModel
-    from tests.dl4j import netbuild
-    from tests.dl4j.netcheck import sidecar
-
-    path = tmp_path / "rnnloss.json"
-    path.write_text(str(netbuild.configuration(RNN_LOSS).toJson()))
-    (tmp_path / "rnnloss.input.json").write_text(json.dumps({"inputs": sidecar(RNN_LOSS)}))
-    workspaces.destroy_all()
-    m = ServedModel("rnnloss", path, tmp_path / "spill")
-    measured = m.load(32, slice_rows="whole")
-    m.net = None
-    workspaces.destroy_all()
+    _, measured = served(RNN_LOSS, tmp_path, "rnnloss")
     assert measured.params_bytes == 0
     # a copy of the output, 32 rows of 3 steps (float64 by the sidecar's data type, or float32)
     assert measured.workspace_bytes >= 32 * 3 * 4, measured
