@@ -17,7 +17,7 @@ running after it (0 expected). Then: the windowed memory limits over the full-le
 whole under `pyd4j profile`, as a production run, then `pyd4j tune --from` that run), the job run whole without pyd4j with the windowed flags (and the
 environment they assume) inside a memory cgroup of the recommended
 container limit (`hold`, target 0 failures), the speed changes found windowed and full-length on a shorter
-copy of the bad-setting job, and a `--timeout` tune (never "rerun-failed"). ND4J gets one OpenMP thread
+copy of the bad-setting job and of the healthy one (no pause), and a `--timeout` tune (never "rerun-failed"). ND4J gets one OpenMP thread
 (2 shared cores). Writes benchmarks/results/windowed_tune.json; rows of items not re-measured are kept.
 
     .venv/bin/python benchmarks/windowed_tune.py [--iterations 12000] [--parallel 2] [--only healthy,leak]
@@ -59,6 +59,7 @@ LIMITED = ("import json, sys; from pyd4j.memory.container import run_limited; "
 # the items each job gets, in order
 ITEMS = {"healthy": ("window", "full", "hold", "timeout", "plan", "speed"), "leak": ("window", "full"),
          "bad": ("window", "full", "hold", "speed"), "bad-short": ("speed", "speed-full"),
+         "healthy-short": ("speed", "speed-full"),
          "wide": ("window", "plan", "speed", "hold"), "slow-leak": ("window", "plan", "speed", "hold"),
          "bad-mild": ("window", "plan", "speed", "hold"), "seq2seq": ("window", "plan", "speed", "hold"),
          "seq2seq-full": ("full",), "bad-paced": ("window", "plan", "speed", "hold")}
@@ -83,6 +84,7 @@ def jobs(iterations: int, seq2seq_classes: Path | None = None, seq2seq_epochs: i
         return ["java", "-Xmx1g", "-cp", cp, "org.pyd4j.fixtures.LongJob", mode, str(n), *hidden, *opts]
     return {"healthy": job("healthy", iterations, "pause=40"), "leak": job("leak", iterations + 1, "pause=40", "leak-kib=32"),
             "bad": job("bad", iterations + 2), "bad-short": job("bad", iterations // 6 + 3),
+            "healthy-short": job("healthy", iterations // 6 + 4),
             "wide": job("healthy", iterations + 6, "pause=40", "batches=200", "hidden=1024"),
             "slow-leak": job("leak", iterations + 7, "pause=40", "leak-kib=4"),
             "bad-mild": job("bad", iterations + 8, "pause=40", "gc-every=10"),
