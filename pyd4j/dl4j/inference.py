@@ -35,8 +35,9 @@ from pyd4j.jvm import java_errors
 SETTLE_MIN_CALLS = 8
 SETTLE_MAX_CALLS = 32
 MIN_PROBE_SPAN = 64 * 1024       # workspace bytes at the second probe batch: the granules are noise there
-# at most: a generated RnnLossLayer network's workspaces held nothing at batches 1-32 and 82 bytes a sample
-# at 1024, which a line through 1024 would have put on its batch-32 footprint (2.0x)
+# at most: a larger second batch tells the line little more and costs the probe its time and memory
+# (a generated RnnLossLayer network's workspaces hold nothing at batch 1, its output a view, and a copy
+# of the output at 2 and more: the line through 1 and 16 is within 2% of its footprint at 32)
 MAX_PROBE_BATCH = 16
 MAX_PROBE_CALL_BYTES = 16 << 20  # the second probe's input and output arrays at most
 
