@@ -14,11 +14,11 @@ Per job and item: the tune's wall time, exit code and outcome, the limits it rec
 each of its runs trained and why its window ended, the leaks it found, and the processes of the job still
 running after it (0 expected). Then: the windowed memory limits over the full-length tune's (target within
 10%; `--items from-full` gives any job a full-length counterpart at the cost of one whole run: the job run
-whole under `pyd4j profile`, as a production run, then `pyd4j tune --from` that run), the job run whole without pyd4j with the windowed flags (and the
-environment they assume) inside a memory cgroup of the recommended
-container limit (`hold`, target 0 failures), the speed changes found windowed and full-length on a shorter
-copy of the bad-setting job and of the healthy one (no pause), and a `--timeout` tune (never "rerun-failed"). ND4J gets one OpenMP thread
-(2 shared cores). Writes benchmarks/results/windowed_tune.json; rows of items not re-measured are kept.
+whole under `pyd4j profile`, as a production run, then `pyd4j tune --from` that run), the job run whole
+without pyd4j with the windowed flags (and the environment they assume) inside a memory cgroup of the
+recommended container limit (`hold`, target 0 failures), the speed changes found windowed and full-length
+on shorter copies of the bad-setting job and of the healthy one (no pause), and a `--timeout` tune (never
+"rerun-failed"). ND4J gets one OpenMP thread (2 shared cores). Writes benchmarks/results/windowed_tune.json; rows of items not re-measured are kept.
 
     .venv/bin/python benchmarks/windowed_tune.py [--iterations 12000] [--parallel 2] [--only healthy,leak]
                                                  [--checkout DIR] [--seq2seq-epochs 240]
@@ -318,7 +318,7 @@ def main() -> None:
         commands = jobs(args.iterations, classes, args.seq2seq_epochs)
         if args.checkout:
             rec.doc["examples_commit"] = commit_of(args.checkout)
-        pending = [(j, [i for i in (*ITEMS[j], *EXTRA_ITEMS) if i in wanted or (not wanted and i in ITEMS[j])])
+        pending = [(j, [i for i in (*ITEMS[j], *EXTRA_ITEMS) if i in wanted] if wanted else list(ITEMS[j]))
                    for j in chosen]
         threads: list[threading.Thread] = []
         for job, items in pending:

@@ -213,7 +213,8 @@ def tune_speed(job: list[str], out_dir: Path | str | None = None, interval_ms: i
     tune's), with `base_env`, the environment those assume; `base_spark`: its Spark settings, for a
     spark-submit job. `only`: try only these kinds of setting (threads, omp_wait_policy, nd4j.periodic_gc,
     workspace_mode, prefetch, explicit_gc, heap, nd4j_build, blas). `features`: the CPU's flags (default:
-    this machine's). `window`: each run's measurement window (None: the whole job); `budget`: the runs or minutes the whole tune may spend;
+    this machine's). `window`: each run's measurement window (None: the whole job); `budget`: the runs or
+    minutes the whole tune may spend;
     `futility`: an A/B also stops once more runs cannot make its change worth keeping. On Ctrl-C or
     SIGTERM, Stopped carries the partial document (`partial`: true) in `.doc`."""
     started = time.monotonic()

@@ -42,9 +42,9 @@ def test_the_probe_leaves_no_workspace_on_the_calling_thread(jvm) -> None:
     assert workspaces.held_bytes() == 0
 
 
-def served(spec: dict, folder: Path, name: str):
-    """A generated network written as `conf.toJson()` with its input sidecar, loaded by the server at
-    batch 32 in whole calls: (its configuration path, its measured footprint)."""
+def loaded(spec: dict, folder: Path, name: str, batch: int):
+    """A generated network written as `conf.toJson()` with its input sidecar and loaded by the server at
+    `batch` in whole calls: (its configuration path, the served model)."""
     from pyd4j.serve.model import ServedModel
     from tests.dl4j import netbuild
     from tests.dl4j.netcheck import sidecar
@@ -54,10 +54,16 @@ def served(spec: dict, folder: Path, name: str):
     (folder / f"{name}.input.json").write_text(json.dumps({"inputs": sidecar(spec)}))
     workspaces.destroy_all()
     m = ServedModel(name, path, folder / "spill")
-    measured = m.load(32, slice_rows="whole")
+    m.load(batch, slice_rows="whole")
+    return path, m
+
+
+def served(spec: dict, folder: Path, name: str):
+    """The same at batch 32, released after: (its configuration path, its measured footprint)."""
+    path, m = loaded(spec, folder, name, 32)
     m.net = None
     workspaces.destroy_all()
-    return path, measured
+    return path, m.footprint
 
 
 # a network the generator drew (tests/dl4j/netgraph): an embedding of 4 whose inference workspaces hold
@@ -131,16 +137,8 @@ def test_workspaces_that_learn_one_after_another_are_settled_at_their_last_size(
     """Three equal calls in a row after 8 took this graph's 1.2 KB for settled; from the 9th call its
     workspaces hold 2.1 KB. Settled is what 24 more calls leave, and the estimate at batch 1 is it."""
     from pyd4j.dl4j.inference import example_inputs, output, settled_workspace_bytes
-    from pyd4j.serve.model import ServedModel
-    from tests.dl4j import netbuild
-    from tests.dl4j.netcheck import sidecar
 
-    path = tmp_path / "late.json"
-    path.write_text(str(netbuild.configuration(LATE_LEARNER).toJson()))
-    (tmp_path / "late.input.json").write_text(json.dumps({"inputs": sidecar(LATE_LEARNER)}))
-    workspaces.destroy_all()
-    m = ServedModel("late", path, tmp_path / "spill")
-    m.load(1, slice_rows="whole")
+    path, m = loaded(LATE_LEARNER, tmp_path, "late", 1)
     x = example_inputs([s.shape[1:] for s in m.inputs], 1, m.params_dtype)
     workspaces.destroy_all()
     settled, _ = settled_workspace_bytes(lambda: output(m.net, m.kind, x))
